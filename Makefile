@@ -1,0 +1,41 @@
+# Every target does its own set-up, so both work on a fresh machine with only Python 3.11 and pip.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck contracts unit bench e2e clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gpufleet bench fgd --trace default --policy all --seeds 1 --plot out/fgd-default.png
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not k8s"
+
+test: lint typecheck contracts unit
+
+bench: $(STAMP)
+	$(BIN)/gpufleet bench fgd --trace default --policy all --seeds 10 --plot benchmarks/fgd-default.png
+	$(BIN)/gpufleet bench throughput --nodes 5000 --gpus-per-node 8
+
+e2e: $(STAMP)
+	$(BIN)/pytest -m k8s
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Resource kinds, YAML load/dump, quantities and the errors users can cause."""

@@ -1,0 +1,9 @@
+"""CLI commands: control."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Adds this area's commands to the gpufleet app."""

@@ -1,0 +1,46 @@
+"""The `gpufleet` command: one typer app; each area of the CLI registers its commands from its own module."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from gpufleet.api.errors import GpuFleetError
+from gpufleet.cli import agent, bench, control, manifests, scenario
+
+app = typer.Typer(
+    name="gpufleet",
+    help="GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+for area in (bench, scenario, agent, manifests, control):
+    area.register(app)
+
+
+def main() -> None:
+    """Entry point: user errors print as one line and exit 2, never as a traceback."""
+    try:
+        app(standalone_mode=False)
+    except GpuFleetError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors arrive here in standalone_mode=False
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

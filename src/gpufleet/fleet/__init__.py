@@ -1,0 +1,1 @@
+"""The scheduling view of the cluster: nodes, GPUs, topology, allocations and the snapshot."""

@@ -1,0 +1,1 @@
+"""The Kubernetes world: CRDs, informers, binder, evictor, leader election and manifests."""

@@ -1,0 +1,1 @@
+"""Placement: filters, scores, gangs and topology."""

@@ -1,0 +1,1 @@
+"""The embedded HTTP API."""

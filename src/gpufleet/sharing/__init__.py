@@ -1,0 +1,1 @@
+"""How one GPU is shared: the MIG profile catalogue and placement rules, time-slicing and MPS units."""

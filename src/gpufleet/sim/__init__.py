@@ -1,0 +1,1 @@
+"""Trace loaders, experiment protocols, metrics, reports and plots."""

@@ -1,0 +1,1 @@
+"""The Store protocol and its embedded SQLite implementation."""

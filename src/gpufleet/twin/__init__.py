@@ -1,0 +1,1 @@
+"""The digital twin: virtual nodes and pods, clocks, failure and spot models."""
