@@ -1,1 +1,1 @@
-"""Controllers for TrainingJob, InferenceService, GPUPool and node health, written against the Store protocol."""
+"""Controllers for TrainingJob, InferenceService, GPUPool and node health, against the Store protocol."""

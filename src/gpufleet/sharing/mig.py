@@ -199,23 +199,22 @@ def plan_layout(gpu_model: str, names: Sequence[str], *, field: str = "mig") -> 
     over the remaining slots; the layouts are tiny (at most 7 instances), so the search is cheap.
     """
     profiles = [profile(gpu_model, name, field=f"{field}[{i}]") for i, name in enumerate(names)]
-    order = sorted(range(len(profiles)), key=lambda i: (-profiles[i].memory_slices, len(profiles[i].starts), i))
+    order = sorted(
+        range(len(profiles)), key=lambda i: (-profiles[i].memory_slices, len(profiles[i].starts), i)
+    )
     chosen: dict[int, MigPlacement] = {}
 
     def search(k: int) -> bool:
         if k == len(order):
             return True
         i = order[k]
-        placed = list(chosen.values())
-        start = None
         prof = profiles[i]
-        used = _occupied(placed)
-        for candidate in prof.starts:
-            if candidate + prof.memory_slices > MEMORY_SLICES:
+        used = _occupied(chosen.values())
+        for start in prof.starts:
+            if start + prof.memory_slices > MEMORY_SLICES:
                 continue
-            if used.intersection(range(candidate, candidate + prof.memory_slices)):
+            if used.intersection(range(start, start + prof.memory_slices)):
                 continue
-            start = candidate
             chosen[i] = MigPlacement(prof.name, start, prof.memory_slices)
             if search(k + 1):
                 return True

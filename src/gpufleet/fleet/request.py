@@ -1,0 +1,85 @@
+"""What one pod asks of a node: CPU, memory and one kind of GPU request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+GPU_MILLI = 1000
+
+
+class GpuKind(Enum):
+    """The four shapes of GPU request; a pod asks for exactly one."""
+
+    NONE = "none"
+    WHOLE = "whole"
+    SHARE = "share"
+    MIG = "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes toleration semantics: an empty key with operator Exists tolerates everything."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """Per-pod request. `gpus` whole GPUs, or `gpu_milli` (< 1000) of one GPU, or one `mig` instance.
+
+    `gpu_models` lists the allowed GPU models; empty means any model.
+    """
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+    gpu_milli: int = 0
+    mig: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        shapes = sum((self.gpus > 0, self.gpu_milli > 0, self.mig is not None))
+        if shapes > 1:
+            raise ValueError("a pod asks for whole GPUs, a GPU share or a MIG instance, not several")
+        if self.gpu_milli >= GPU_MILLI:
+            raise ValueError("gpu_milli must be below 1000; ask for whole GPUs instead")
+        if min(self.cpu_milli, self.memory_mib, self.gpus, self.gpu_milli) < 0:
+            raise ValueError("requests must not be negative")
+
+    @property
+    def kind(self) -> GpuKind:
+        if self.gpus:
+            return GpuKind.WHOLE
+        if self.gpu_milli:
+            return GpuKind.SHARE
+        if self.mig is not None:
+            return GpuKind.MIG
+        return GpuKind.NONE
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """GPU milli this pod holds once placed (a MIG instance counts by its compute slices elsewhere)."""
+        return self.gpus * GPU_MILLI + self.gpu_milli
+
+    def allows_model(self, gpu_model: str) -> bool:
+        return not self.gpu_models or gpu_model in self.gpu_models
