@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,27 @@ _WHOLE_MODES = np.array(
 _SHARE_MODES = np.array(
     [mode in (SharingMode.DYNAMIC, SharingMode.TIME_SLICING, SharingMode.MPS) for mode in SharingMode],
     dtype=np.bool_,
+)
+
+
+# Arrays indexed by node row first; they grow together.
+_ROW_ARRAYS = (
+    "alive",
+    "schedulable",
+    "cpu_cap",
+    "cpu_free",
+    "mem_cap",
+    "mem_free",
+    "gpu_count",
+    "model",
+    "mode",
+    "replicas",
+    "gpu_free",
+    "gpu_ok",
+    "gpu_pods",
+    "nvlink",
+    "whole_free",
+    "mig_free",
 )
 
 
@@ -114,37 +136,17 @@ class FleetState:
     def _grow_rows(self) -> None:
         new_cap = self._cap * 2
 
-        def grow(arr: npt.NDArray[np.generic], fill: object) -> npt.NDArray[np.generic]:
-            shape = (new_cap, *arr.shape[1:]) if arr.ndim and arr.shape[0] == self._cap else None
-            if shape is None:  # the level-major domain array
-                out = np.full((arr.shape[0], new_cap), fill, dtype=arr.dtype)
-                out[:, : self._cap] = arr
-                return out
-            out = np.full(shape, fill, dtype=arr.dtype)
+        def grow(arr: npt.NDArray[Any], fill: object) -> npt.NDArray[Any]:
+            out = np.full((new_cap, *arr.shape[1:]), fill, dtype=arr.dtype)
             out[: self._cap] = arr
             return out
 
-        fills = {"model": -1, "nvlink": -1, "domain": -1, "replicas": 1}
-        for name in (
-            "alive",
-            "schedulable",
-            "cpu_cap",
-            "cpu_free",
-            "mem_cap",
-            "mem_free",
-            "gpu_count",
-            "model",
-            "mode",
-            "replicas",
-            "gpu_free",
-            "gpu_ok",
-            "gpu_pods",
-            "nvlink",
-            "whole_free",
-            "mig_free",
-        ):
+        fills = {"model": -1, "nvlink": -1, "replicas": 1}
+        for name in _ROW_ARRAYS:
             setattr(self, name, grow(getattr(self, name), fills.get(name, 0)))
-        self.domain = grow(self.domain, -1)  # type: ignore[assignment]
+        domain = np.full((len(self.levels), new_cap), -1, dtype=np.int64)
+        domain[:, : self._cap] = self.domain
+        self.domain = domain
         self._cap = new_cap
 
     def _grow_gpus(self, gpus: int) -> None:
@@ -252,7 +254,8 @@ class FleetState:
             layouts[gpu] = [_MigInstance(p.profile, p.start) for p in placements]
             if self.gpu_ok[row, gpu]:
                 for placement in placements:
-                    self.mig_free[row, self._mig_profile_id(placement.profile)] += 1
+                    column = self._mig_profile_id(placement.profile)  # may widen mig_free
+                    self.mig_free[row, column] += 1
         self._mig[row] = layouts
 
     def mig_instances(self, row: int) -> dict[int, list[tuple[str, int, str | None]]]:
@@ -288,7 +291,8 @@ class FleetState:
         if was != healthy and self.mode[row] == MODE_CODES[SharingMode.MIG]:
             for inst in self._mig[row].get(gpu, []):
                 if inst.holder is None:
-                    self.mig_free[row, self._mig_profile_id(inst.profile)] += 1 if healthy else -1
+                    column = self._mig_profile_id(inst.profile)
+                    self.mig_free[row, column] += 1 if healthy else -1
         self._refresh_whole_free(row)
         return sorted(
             pod
@@ -422,7 +426,8 @@ class FleetState:
                 if inst.holder == pod:
                     inst.holder = None
                     if self.gpu_ok[row, alloc.mig.gpu]:
-                        self.mig_free[row, self._mig_profile_id(inst.profile)] += 1
+                        column = self._mig_profile_id(inst.profile)
+                        self.mig_free[row, column] += 1
                     break
         if alloc.gpus:
             self._refresh_whole_free(row)
