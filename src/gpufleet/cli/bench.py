@@ -1,9 +1,15 @@
-"""CLI commands: bench."""
+"""CLI commands: `gpufleet bench ...`; each benchmark defines its command in its own module."""
 
 from __future__ import annotations
 
 import typer
 
+from gpufleet.cli import bench_fgd, bench_throughput
+
 
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the gpufleet app."""
+    """Adds the `bench` group to the gpufleet app."""
+    bench = typer.Typer(help="Benchmarks: placement quality on real traces and scheduler throughput.")
+    bench_fgd.register(bench)
+    bench_throughput.register(bench)
+    app.add_typer(bench, name="bench")

@@ -50,6 +50,7 @@ _ROW_ARRAYS = (
     "nvlink",
     "whole_free",
     "mig_free",
+    "tainted",
 )
 
 
@@ -116,6 +117,7 @@ class FleetState:
         cap, g = self._cap, self.max_gpus
         self.alive = np.zeros(cap, dtype=np.bool_)
         self.schedulable = np.zeros(cap, dtype=np.bool_)
+        self.tainted = np.zeros(cap, dtype=np.bool_)
         self.cpu_cap = np.zeros(cap, dtype=np.int64)
         self.cpu_free = np.zeros(cap, dtype=np.int64)
         self.mem_cap = np.zeros(cap, dtype=np.int64)
@@ -196,6 +198,7 @@ class FleetState:
 
         self.alive[row] = True
         self.schedulable[row] = not spec.unschedulable
+        self.tainted[row] = bool(spec.taints)
         self.cpu_cap[row] = self.cpu_free[row] = spec.cpu_milli
         self.mem_cap[row] = self.mem_free[row] = spec.memory_mib
         self.gpu_count[row] = spec.gpus
