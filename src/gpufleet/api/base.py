@@ -1,0 +1,47 @@
+"""The pydantic base every API model derives from: camelCase in YAML, snake_case in Python, strict.
+
+Unknown fields are rejected (a typo in a manifest must not be silently ignored), and names can be
+given either way so Python callers write `TrainingJobSpec(min_replicas=2)` and YAML says `minReplicas`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+# Names whose YAML spelling is not plain camelCase of the Python name.
+_ALIAS_EXCEPTIONS = {"price_per_gpu_hour": "pricePerGPUHour"}
+
+
+def yaml_name(python_name: str) -> str:
+    """The YAML (camelCase) name of a Python attribute name."""
+    return _ALIAS_EXCEPTIONS.get(python_name, to_camel(python_name))
+
+
+class ApiModel(BaseModel):
+    """Base of all API models: strict about unknown fields, camelCase aliases, both names accepted."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=yaml_name,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML/JSON form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """An error for a cross-field check, naming the field (relative to the model) it is about.
+
+    Raised from a model validator, pydantic would locate the error at the model; the error
+    translation in `gpufleet.api.validation` appends `field` so the user sees e.g.
+    `spec.minReplicas` rather than `spec`.
+    """
+    return PydanticCustomError("gpufleet_field", "{message}", {"field": field, "message": message})

@@ -1,0 +1,143 @@
+"""Object metadata and the status pieces every kind shares (conditions, pending reasons).
+
+Field names follow Kubernetes' ObjectMeta and metav1.Condition so the same YAML works with kubectl.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+
+from gpufleet.api.base import ApiModel
+
+# DNS subdomain (RFC 1123), what Kubernetes requires of most object names.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# DNS label, what Kubernetes requires of namespaces.
+_LABEL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Label/annotation key: optional DNS-subdomain prefix and a name of [A-Za-z0-9._-].
+_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+DEFAULT_NAMESPACE = "default"
+
+
+def check_name(value: str) -> str:
+    """An object name must be a DNS subdomain of at most 253 characters."""
+    if len(value) > 253 or not _NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name (lower-case letters, digits, '-' and '.')")
+    return value
+
+
+def check_label_key(key: str) -> str:
+    """A label or annotation key: `[prefix/]name`, name at most 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _NAME.match(prefix)):
+        raise ValueError(f"key {key!r} has an invalid prefix")
+    if len(name) > 63 or not _KEY_NAME.match(name):
+        raise ValueError(f"{key!r} is not a valid key")
+    return key
+
+
+class ObjectMeta(ApiModel):
+    """Identity and bookkeeping of an object; the store owns uid, resourceVersion, generation and times."""
+
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = Field(default=None, ge=0)
+    creation_timestamp: AwareDatetime | None = None
+    deletion_timestamp: AwareDatetime | None = None
+    finalizers: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Empty labels, annotations and finalizers are noise in YAML and mean the same as absent.
+        data: dict[str, Any] = handler(self)
+        return {key: value for key, value in data.items() if value != {} and value != []}
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_dns_subdomain(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_dns_label(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            raise ValueError(f"{value!r} is not a valid namespace (lower-case letters, digits and '-')")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            check_label_key(key)
+            if len(label) > 63 or not _LABEL_VALUE.match(label):
+                raise ValueError(f"label {key}: {label!r} is not a valid label value")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotation_keys_are_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            check_label_key(key)
+        return value
+
+    @field_validator("finalizers")
+    @classmethod
+    def _finalizers_are_unique(cls, value: list[str]) -> list[str]:
+        for item in value:
+            check_label_key(item)
+        return list(dict.fromkeys(value))
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(ApiModel):
+    """One observation about an object, as in Kubernetes' metav1.Condition."""
+
+    type: str
+    status: ConditionStatus
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: AwareDatetime | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class PendingReason(ApiModel):
+    """Why a workload is not running yet, in a form a program can act on.
+
+    `type` is one of the scheduler's reasons (`QuotaExceeded`, `NoFit`, `WaitingForPreemption`...);
+    `details` carries the numbers behind it (requested vs. available quota, counts per filter).
+    """
+
+    type: str
+    message: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+def set_condition(conditions: list[Condition], condition: Condition, *, now: datetime) -> list[Condition]:
+    """The list with `condition` replacing the one of the same type.
+
+    The transition time moves only when the status changes, as Kubernetes clients expect.
+    """
+    result: list[Condition] = []
+    replaced = False
+    for existing in conditions:
+        if existing.type != condition.type:
+            result.append(existing)
+            continue
+        replaced = True
+        moved = existing.status != condition.status
+        when = now if moved else (existing.last_transition_time or now)
+        result.append(condition.model_copy(update={"last_transition_time": when}))
+    if not replaced:
+        result.append(condition.model_copy(update={"last_transition_time": now}))
+    return result

@@ -1,0 +1,170 @@
+"""GPUPool: a group of identical nodes, how their GPUs are shared, and how the pool scales."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gpufleet.api.base import ApiModel, field_error
+from gpufleet.api.fields import MigProfileName, Quantity
+from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.status import ObjectStatus
+
+
+class NodeResources(ApiModel):
+    """CPU and memory of one node of the pool."""
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+
+class ReplicatedSharing(ApiModel):
+    """Time-slicing or MPS: each GPU is offered as `replicas` shares."""
+
+    replicas: int = Field(ge=2, le=64)
+
+
+class Sharing(ApiModel):
+    """How the pool's GPUs are shared; all fields absent means exclusive GPUs.
+
+    `mig` maps a GPU index (as a string) or `*` (every GPU) to the MIG instances of that GPU. Whether
+    the layout fits the GPU model is checked by `gpufleet.sharing.mig`, which knows the catalogue.
+    """
+
+    time_slicing: ReplicatedSharing | None = None
+    mps: ReplicatedSharing | None = None
+    mig: dict[str, list[MigProfileName]] | None = None
+
+    @field_validator("mig", mode="before")
+    @classmethod
+    def _indices_as_text(cls, value: Any) -> Any:
+        # YAML reads `0: [3g.40gb]` with an integer key; the layout is keyed by text ("0", "*").
+        if isinstance(value, dict):
+            return {str(key) if isinstance(key, int) else key: layout for key, layout in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Sharing:
+        given = [
+            name
+            for name, value in (("timeSlicing", self.time_slicing), ("mps", self.mps), ("mig", self.mig))
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise field_error(given[1], f"a GPU is in one sharing mode; got {' and '.join(given)}")
+        for key, layout in (self.mig or {}).items():
+            if key != "*" and not key.isdigit():
+                raise field_error(f"mig.{key}", "keys are GPU indices or '*'")
+            if not layout:
+                raise field_error(f"mig.{key}", "a MIG layout needs at least one instance")
+        return self
+
+    @property
+    def mode(self) -> Literal["exclusive", "timeSlicing", "mps", "mig"]:
+        if self.time_slicing is not None:
+            return "timeSlicing"
+        if self.mps is not None:
+            return "mps"
+        if self.mig is not None:
+            return "mig"
+        return "exclusive"
+
+
+class PoolTopology(ApiModel):
+    """Embedded world: the nodes of the pool are spread over `racks` racks named `{block}-r{i}`."""
+
+    block: str | None = None
+    racks: int = Field(default=1, ge=1)
+
+
+class PoolAutoscaling(ApiModel):
+    """Bounds of the pool's node count and how long an idle node is kept."""
+
+    min_nodes: int = Field(default=0, ge=0)
+    max_nodes: int = Field(ge=0)
+    scale_down_delay_seconds: float = Field(default=600, ge=0)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> PoolAutoscaling:
+        if self.min_nodes > self.max_nodes:
+            raise field_error("minNodes", f"must be <= maxNodes ({self.min_nodes} > {self.max_nodes})")
+        return self
+
+
+class GPUPoolSpec(ApiModel):
+    gpu_model: str = Field(min_length=1)
+    gpus_per_node: int = Field(ge=1, le=72)
+    nvlink_domains: list[list[int]] | None = Field(
+        default=None, description="GPU indices of each NVLink domain; absent = one domain of all GPUs."
+    )
+    node_resources: NodeResources = Field(default_factory=NodeResources)
+    capacity_type: Literal["on-demand", "spot"] = "on-demand"
+    price_per_gpu_hour: float = Field(default=0.0, ge=0)
+    sharing: Sharing = Field(default_factory=Sharing)
+    nodes: int = Field(default=0, ge=0)
+    topology: PoolTopology = Field(default_factory=PoolTopology)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    autoscaling: PoolAutoscaling | None = None
+
+    @model_validator(mode="after")
+    def _gpu_indices_exist(self) -> GPUPoolSpec:
+        seen: set[int] = set()
+        for index, domain in enumerate(self.nvlink_domains or []):
+            for gpu in domain:
+                if not 0 <= gpu < self.gpus_per_node:
+                    raise field_error(
+                        f"nvlinkDomains.{index}", f"GPU {gpu} is not in 0..{self.gpus_per_node - 1}"
+                    )
+                if gpu in seen:
+                    raise field_error(f"nvlinkDomains.{index}", f"GPU {gpu} is in two domains")
+                seen.add(gpu)
+        for key in self.sharing.mig or {}:
+            if key != "*" and int(key) >= self.gpus_per_node:
+                raise field_error(f"sharing.mig.{key}", f"GPU {key} is not in 0..{self.gpus_per_node - 1}")
+        return self
+
+    @field_validator("nvlink_domains")
+    @classmethod
+    def _domains_not_empty(cls, value: list[list[int]] | None) -> list[list[int]] | None:
+        if value is not None and any(not domain for domain in value):
+            raise ValueError("an NVLink domain needs at least one GPU")
+        return value
+
+    @property
+    def domains(self) -> list[list[int]]:
+        """The NVLink domains with the default applied (all GPUs of a node in one domain)."""
+        return self.nvlink_domains if self.nvlink_domains is not None else [list(range(self.gpus_per_node))]
+
+
+class GPUPoolStatus(ObjectStatus):
+    nodes: int = Field(default=0, ge=0)
+    ready_nodes: int = Field(default=0, ge=0)
+    gpus: int = Field(default=0, ge=0)
+    allocated_gpu_milli: int = Field(default=0, ge=0)
+
+
+class GPUPool(Resource):
+    """A group of identical GPU nodes (cluster-wide)."""
+
+    NAMESPACED = False
+
+    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
+    kind: Literal["GPUPool"] = "GPUPool"
+    spec: GPUPoolSpec
+    status: GPUPoolStatus = Field(default_factory=GPUPoolStatus)
+
+
+register_kind(
+    GPUPool,
+    plural="gpupools",
+    short_names=("gp", "pool"),
+    printer_columns=(
+        PrinterColumn("Model", ".spec.gpuModel"),
+        PrinterColumn("GPUs/Node", ".spec.gpusPerNode", "integer"),
+        PrinterColumn("Nodes", ".status.nodes", "integer"),
+        PrinterColumn("Ready", ".status.readyNodes", "integer"),
+        PrinterColumn("Capacity", ".spec.capacityType"),
+        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+    ),
+)

@@ -1,0 +1,85 @@
+"""Queue: a node of the quota tree, with quotas per flavor, a fair-share weight and preemption policy."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gpufleet.api.base import ApiModel, field_error
+from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.status import ObjectStatus
+
+GpuCount = int | float
+"""GPUs in a quota: whole numbers, or fractions where shared GPUs are counted."""
+
+
+class FlavorQuota(ApiModel):
+    """Quota of one flavor (a GPU model, a MIG profile, optionally with a capacity type), in GPUs.
+
+    `borrowing_limit` absent: may borrow without limit from the cohort; `lending_limit` absent: lends
+    all its unused nominal quota.
+    """
+
+    nominal: GpuCount = Field(ge=0)
+    borrowing_limit: GpuCount | None = Field(default=None, ge=0)
+    lending_limit: GpuCount | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _lend_at_most_nominal(self) -> FlavorQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise field_error("lendingLimit", f"must be <= nominal ({self.lending_limit} > {self.nominal})")
+        return self
+
+
+class QueuePreemption(ApiModel):
+    """Who this queue's workloads may evict: in the same queue, to reclaim, and while borrowing."""
+
+    within_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
+    borrow_within_cohort: Literal["Never", "LowerPriority"] = "Never"
+
+
+class QueueSpec(ApiModel):
+    parent: str | None = None
+    quotas: dict[str, FlavorQuota] = Field(default_factory=dict)
+    fair_share_weight: float = Field(default=1.0, ge=0)
+    preemption: QueuePreemption = Field(default_factory=QueuePreemption)
+    min_runtime_seconds: float = Field(default=0.0, ge=0)
+
+
+class QueueStatus(ObjectStatus):
+    pending_workloads: int = Field(default=0, ge=0)
+    admitted_workloads: int = Field(default=0, ge=0)
+    usage: dict[str, float] = Field(default_factory=dict, description="GPUs in use per flavor.")
+
+
+class Queue(Resource):
+    """A queue of the quota tree (cluster-wide)."""
+
+    NAMESPACED = False
+
+    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
+    kind: Literal["Queue"] = "Queue"
+    spec: QueueSpec = Field(default_factory=QueueSpec)
+    status: QueueStatus = Field(default_factory=QueueStatus)
+
+    @model_validator(mode="after")
+    def _not_own_parent(self) -> Queue:
+        if self.spec.parent == self.metadata.name:
+            raise field_error("spec.parent", "a queue cannot be its own parent")
+        return self
+
+
+register_kind(
+    Queue,
+    plural="queues",
+    short_names=("gq",),
+    printer_columns=(
+        PrinterColumn("Parent", ".spec.parent"),
+        PrinterColumn("Weight", ".spec.fairShareWeight", "number"),
+        PrinterColumn("Pending", ".status.pendingWorkloads", "integer"),
+        PrinterColumn("Admitted", ".status.admittedWorkloads", "integer"),
+        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+    ),
+)

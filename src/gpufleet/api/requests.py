@@ -1,0 +1,67 @@
+"""What one pod asks for: whole GPUs, a share of one GPU, or one MIG instance, plus CPU and memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from gpufleet.api.base import ApiModel, field_error, yaml_name
+from gpufleet.api.fields import MigProfileName, Quantity
+from gpufleet.api.quantity import cpu_milli, memory_mib
+
+MILLI_PER_GPU = 1000
+
+
+class PodRequest(ApiModel):
+    """The per-pod request of a TrainingJob worker or an InferenceService replica.
+
+    At most one of `gpus`, `gpu_milli` and `mig` is set; none of them means a CPU-only pod.
+    `gpu_model` is one model or a list of acceptable models.
+    """
+
+    gpus: int | None = Field(default=None, ge=0)
+    gpu_milli: int | None = Field(default=None, ge=1, le=MILLI_PER_GPU - 1)
+    mig: MigProfileName | None = None
+    gpu_model: str | list[str] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="One GPU model or a list of acceptable models.",
+    )
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    template: dict[str, Any] | None = Field(
+        default=None, description="Kubernetes world: a PodTemplateSpec for the pod."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind_of_gpu(self) -> PodRequest:
+        given = [name for name in ("gpus", "gpu_milli", "mig") if getattr(self, name) is not None]
+        if len(given) > 1:
+            names = " and ".join(yaml_name(name) for name in given)
+            raise field_error(yaml_name(given[1]), f"set only one of gpus, gpuMilli and mig (got {names})")
+        return self
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        """The acceptable GPU models; empty means any."""
+        if self.gpu_model is None:
+            return ()
+        return (self.gpu_model,) if isinstance(self.gpu_model, str) else tuple(self.gpu_model)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """GPU compute per pod in milli-GPU for whole and shared GPUs (0 for MIG or CPU-only pods)."""
+        if self.gpus is not None:
+            return self.gpus * MILLI_PER_GPU
+        return self.gpu_milli or 0
+
+    @property
+    def cpu_milli(self) -> int:
+        """CPU request in milli-cores (0 when unset)."""
+        return 0 if self.cpu is None else cpu_milli(self.cpu)
+
+    @property
+    def memory_mib(self) -> int:
+        """Memory request in MiB (0 when unset)."""
+        return 0 if self.memory is None else memory_mib(self.memory)

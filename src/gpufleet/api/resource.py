@@ -1,0 +1,158 @@
+"""The shape every kind shares (apiVersion, kind, metadata, spec, status) and the kind registry.
+
+The registry maps a kind name to its model and to what the store, the YAML loader and the CRD
+generator need to know about it (scope, plural, printer columns). gpufleet's own kinds register
+themselves in `gpufleet.api.kinds`; other packages register the kinds they need internally
+(`Workload`, `Node`...) with `register_kind` and the store and loader accept them without change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from pydantic import model_validator
+
+from gpufleet.api.base import ApiModel, field_error
+from gpufleet.api.meta import DEFAULT_NAMESPACE, ObjectMeta
+
+GROUP = "gpufleet.io"
+VERSION = "v1alpha1"
+API_VERSION: Final = "gpufleet.io/v1alpha1"
+
+
+class Resource(ApiModel):
+    """Base of every stored kind. Subclasses declare `api_version`/`kind` as Literal fields with defaults,
+    `spec` and `status` (with a default), and set `NAMESPACED`.
+
+    Namespaced objects get the namespace `default` when none is given; cluster-wide ones may not have
+    one.
+    """
+
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+
+    @model_validator(mode="after")
+    def _scope(self) -> Resource:
+        if self.NAMESPACED and self.metadata.namespace is None:
+            self.metadata.namespace = DEFAULT_NAMESPACE
+        elif not self.NAMESPACED and self.metadata.namespace is not None:
+            raise field_error("metadata.namespace", f"{self.kind} is cluster-wide; remove the namespace")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str | None:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """`namespace/name` for namespaced objects, `name` for cluster-wide ones."""
+        ns = self.metadata.namespace
+        return f"{ns}/{self.metadata.name}" if ns else self.metadata.name
+
+    def describe(self) -> str:
+        """How error messages name the object: `TrainingJob team-a/llm`."""
+        return f"{self.kind} {self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class PrinterColumn:
+    """A column of `kubectl get` for a CRD."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """What the store, the loader and the CRD generator know about a kind."""
+
+    model: type[Resource]
+    kind: str
+    api_version: str
+    plural: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    printer_columns: tuple[PrinterColumn, ...] = ()
+    crd: bool = field(default=True)
+    """Whether `gpufleet manifests crds` emits a CustomResourceDefinition for it."""
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+_lock = threading.Lock()
+_kinds: dict[str, KindInfo] = {}
+
+
+def register_kind(
+    model: type[Resource],
+    *,
+    plural: str,
+    short_names: tuple[str, ...] = (),
+    printer_columns: tuple[PrinterColumn, ...] = (),
+    crd: bool = True,
+) -> KindInfo:
+    """Makes a kind known to the loader, the store and (with `crd`) the CRD generator.
+
+    The kind and apiVersion are read from the model's field defaults. Registering the same model
+    again is harmless; a different model under a taken kind name is a programming error.
+    """
+    kind = _default_of(model, "kind")
+    api_version = _default_of(model, "api_version")
+    info = KindInfo(
+        model=model,
+        kind=kind,
+        api_version=api_version,
+        plural=plural,
+        namespaced=model.NAMESPACED,
+        short_names=short_names,
+        printer_columns=printer_columns,
+        crd=crd,
+    )
+    with _lock:
+        existing = _kinds.get(kind)
+        if existing is not None and existing.model is not model:
+            raise RuntimeError(f"kind {kind} is already registered by {existing.model.__qualname__}")
+        _kinds[kind] = info
+    return info
+
+
+def kind_info(kind: str) -> KindInfo | None:
+    """The registration of a kind, or None."""
+    with _lock:
+        return _kinds.get(kind)
+
+
+def registered_kinds() -> Iterator[KindInfo]:
+    """Every registered kind, in registration order."""
+    with _lock:
+        return iter(list(_kinds.values()))
+
+
+def _default_of(model: type[Resource], name: str) -> str:
+    default: Any = model.model_fields[name].default
+    if not isinstance(default, str):
+        raise TypeError(f"{model.__qualname__}.{name} needs a string default (a Literal with a default)")
+    return default

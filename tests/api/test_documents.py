@@ -1,0 +1,84 @@
+"""YAML out and back in gives the same objects, for the contract and for generated objects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufleet.api import (
+    Condition,
+    ObjectMeta,
+    PendingReason,
+    PodRequest,
+    Resource,
+    TrainingJob,
+    TrainingJobSpec,
+    dump_objects,
+    load_objects,
+    set_condition,
+)
+
+
+def test_contract_round_trips(contract_yaml: str) -> None:
+    objects = load_objects(contract_yaml)
+    text = dump_objects(objects)
+    assert load_objects(text) == objects
+    documents = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in documents] == [o.kind for o in objects]
+    assert documents[0]["spec"]["pricePerGPUHour"] == 3.0  # YAML names, not Python names
+    assert "labels" not in documents[0]["metadata"]  # empty metadata maps are left out
+
+
+def test_empty_documents_are_skipped() -> None:
+    assert load_objects("---\n---\n") == []
+
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
+requests = st.one_of(
+    st.builds(PodRequest, gpus=st.integers(0, 16)),
+    st.builds(PodRequest, gpu_milli=st.integers(1, 999)),
+    st.builds(PodRequest, mig=st.sampled_from(["1g.10gb", "3g.40gb", "7g.80gb", "1g.10gb+me"])),
+).map(lambda r: r.model_copy(update={"cpu": "500m", "memory": "64Gi"}))
+times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC))
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> TrainingJob:
+    replicas = draw(st.integers(1, 64))
+    job = TrainingJob(
+        metadata=ObjectMeta(
+            name=draw(names),
+            namespace=draw(names),
+            labels=draw(st.dictionaries(names, names, max_size=3)),
+            creation_timestamp=draw(times),
+        ),
+        spec=TrainingJobSpec(
+            replicas=replicas,
+            min_replicas=draw(st.integers(1, replicas)),
+            worker=draw(requests),
+            priority_class=draw(st.sampled_from([None, "research", "system-critical"])),
+            duration_seconds=draw(st.floats(1, 1e6)),
+        ),
+    )
+    job.status.phase = draw(st.sampled_from(["Pending", "Admitted", "Running", "Succeeded", "Failed"]))
+    job.status.pending_reason = PendingReason(type="NoFit", message="no", details={"nodes": 3})
+    job.status.conditions = [Condition(type="Admitted", status="True", last_transition_time=draw(times))]
+    return job
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(jobs(), max_size=4))
+def test_dump_then_load_is_identity(objects: list[Resource]) -> None:
+    assert load_objects(dump_objects(objects)) == objects
+
+
+def test_set_condition_moves_time_only_on_status_change() -> None:
+    t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    conditions = set_condition([], Condition(type="Ready", status="False"), now=t0)
+    same = set_condition(conditions, Condition(type="Ready", status="False", reason="Still"), now=t1)
+    assert same[0].last_transition_time == t0 and same[0].reason == "Still"
+    moved = set_condition(same, Condition(type="Ready", status="True"), now=t1)
+    assert len(moved) == 1 and moved[0].last_transition_time == t1
