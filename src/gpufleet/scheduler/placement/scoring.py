@@ -1,0 +1,202 @@
+"""Scoring policies: among the nodes that passed the filters, which is best for one pod, and on which GPUs.
+
+A policy scores the candidate rows all at once (numpy over rows) and says, per row, which GPUs it would
+take there. The placer calls, per pod: `filter_nodes` -> `policy.score(rows)` -> `pick` ->
+`state.allocate(...)` -> `policy.observe(row)`. `observe` lets a policy keep per-node values cached
+(fragmentation, for instance) and refresh only the rows that changed.
+
+Policies live in `score_*.py` modules; this module holds the interface, the registry and the GPU-choice
+helpers they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.api.errors import GpuFleetError
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement.filters import share_fit
+
+Rows = npt.NDArray[np.intp]
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+Gpus = tuple[int, ...]
+
+
+class LazyGpus(Sequence[Gpus]):
+    """Per candidate row, the GPUs a policy would take; computed only for the rows someone looks at.
+
+    Scoring touches every feasible node, but only the picked one is allocated, so building a tuple per
+    row would cost more than the scoring itself on large fleets.
+    """
+
+    __slots__ = ("_cache", "_choose", "_count")
+
+    def __init__(self, count: int, choose: Callable[[int], Gpus]) -> None:
+        self._count = count
+        self._choose = choose
+        self._cache: dict[int, Gpus] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Gpus: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Gpus]: ...
+    def __getitem__(self, index: int | slice) -> Gpus | list[Gpus]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        found = self._cache.get(index)
+        if found is None:
+            found = self._choose(index)
+            self._cache[index] = found
+        return found
+
+    def __iter__(self) -> Iterator[Gpus]:
+        return (self[i] for i in range(self._count))
+
+
+@dataclass(slots=True)
+class Scored:
+    """A policy's verdict on the candidate rows: one score per row (higher is better) and GPUs per row."""
+
+    scores: FloatArray
+    gpus: Sequence[Gpus]
+
+
+class ScorePolicy(Protocol):
+    """A placement scoring policy. `observe` is called after any allocation or release on `row`."""
+
+    name: str
+
+    def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored: ...
+
+    def observe(self, state: FleetState, row: int) -> None: ...
+
+
+def pick(scored: Scored, rng: np.random.Generator) -> int:
+    """Index (into the scored rows) of the best score; ties are broken uniformly at random."""
+    scores = scored.scores
+    if scores.size == 0:
+        raise ValueError("no candidate to pick from")
+    best = np.flatnonzero(scores == scores.max())
+    if best.size == 1:
+        return int(best[0])
+    return int(best[rng.integers(best.size)])
+
+
+# ------------------------------------------------------------------ GPU choice helpers
+def whole_gpus(state: FleetState, row: int, count: int) -> Gpus:
+    """`count` free whole GPUs of `row`, inside one NVLink domain when any domain has enough.
+
+    Among the domains that fit, the one with the fewest free GPUs is used, so larger free domains stay
+    whole for later multi-GPU pods; inside it (and in the fallback) the lowest indices are taken.
+    """
+    gpus = int(state.gpu_count[row])
+    free = np.flatnonzero((state.gpu_free[row, :gpus] == GPU_MILLI) & state.gpu_ok[row, :gpus])
+    if free.size < count:
+        raise ValueError(f"row {row} has only {free.size} free GPUs, {count} asked")
+    if count <= 1:
+        return tuple(int(g) for g in free[:count])
+    domains = state.nvlink[row, free]
+    best: Gpus | None = None
+    best_size = 0
+    for dom in np.unique(domains[domains >= 0]):
+        members = free[domains == dom]
+        if members.size >= count and (best is None or members.size < best_size):
+            best = tuple(int(g) for g in members[:count])
+            best_size = members.size
+    return best if best is not None else tuple(int(g) for g in free[:count])
+
+
+def share_gpu_free(state: FleetState, request: PodRequest, rows: Rows) -> IntArray:
+    """Per row and GPU, the free milli where this share pod fits, and -1 where it does not."""
+    fits = share_fit(state, request, rows)
+    return np.where(fits, state.gpu_free[rows], -1)
+
+
+def tightest_share_gpu(state: FleetState, request: PodRequest, rows: Rows) -> IntArray:
+    """Per row, the fitting GPU with the least free milli (lowest index on ties): best fit."""
+    free = share_gpu_free(state, request, rows)
+    masked = np.where(free >= 0, free, np.iinfo(np.int64).max)
+    return np.asarray(masked.argmin(axis=1), dtype=np.int64)
+
+
+def loosest_share_gpu(state: FleetState, request: PodRequest, rows: Rows) -> IntArray:
+    """Per row, the fitting GPU with the most free milli (lowest index on ties): worst fit."""
+    free = share_gpu_free(state, request, rows)
+    return np.asarray(free.argmax(axis=1), dtype=np.int64)
+
+
+def gpu_choices(
+    state: FleetState, request: PodRequest, rows: Rows, share_gpu: IntArray | None = None
+) -> Sequence[Gpus]:
+    """The GPUs per row: whole GPUs by `whole_gpus`, a share on `share_gpu[i]` (best fit when None)."""
+    kind = request.kind
+    count = int(rows.size)
+    if kind is GpuKind.WHOLE:
+        return LazyGpus(count, lambda i: whole_gpus(state, int(rows[i]), request.gpus))
+    if kind is GpuKind.SHARE:
+        chosen = tightest_share_gpu(state, request, rows) if share_gpu is None else share_gpu
+        return LazyGpus(count, lambda i: (int(chosen[i]),))
+    return LazyGpus(count, lambda i: ())
+
+
+def usable_free(state: FleetState, rows: Rows) -> IntArray:
+    """Free milli per GPU of each row, zero for unhealthy GPUs."""
+    return np.where(state.gpu_ok[rows], state.gpu_free[rows], 0)
+
+
+# ------------------------------------------------------------------------ registry
+PolicyFactory = Callable[..., ScorePolicy]
+_REGISTRY: dict[str, PolicyFactory] = {}
+
+
+def register(name: str, factory: PolicyFactory) -> None:
+    """Makes a policy available to `get_policy` under `name`."""
+    _REGISTRY[name] = factory
+
+
+def get_policy(name: str, **config: Any) -> ScorePolicy:
+    """A new policy object by registry name; unknown names raise GpuFleetError listing the valid ones."""
+    _load_builtin()
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        valid = ", ".join(sorted(_REGISTRY))
+        raise GpuFleetError(f"unknown placement policy {name!r}; valid: {valid}", field="policy")
+    return factory(**config)
+
+
+# The built-in policies, in the order tables and plots show them.
+POLICY_NAMES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "spread")
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every registered policy name: the built-in ones in their documented order, then any others."""
+    _load_builtin()
+    extra = tuple(sorted(set(_REGISTRY) - set(POLICY_NAMES)))
+    return tuple(n for n in POLICY_NAMES if n in _REGISTRY) + extra
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    # The policy modules import this one for the interface, so they are imported lazily here.
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import gpufleet.scheduler.placement.score_basic  # noqa: F401
