@@ -1,0 +1,156 @@
+"""Queue settings, decayed usage history and fair share: the order in which pending work is tried.
+
+Order (ARCHITECTURE.md, Scheduling cycle step 1): priority first; then the queue tree's fair share,
+compared level by level from the root as in a tournament (an organisation that borrows less goes
+first, then inside it the team that borrows less, ...); then submission time; then name.
+
+A queue's share is Kueue's dominant-resource share of what it borrows (above its nominal quota),
+relative to what its parent holds, plus the dominant share of its decayed historical usage (KAI's
+time-decayed usage): the "credit" that light users build up. Both are divided by `fairShareWeight`.
+Inside a leaf queue, users are ordered the same way by the GPUs they hold now plus their decayed
+history, so one heavy user cannot starve the others of a shared queue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from gpufleet.scheduler.config import FairSharingConfig
+from gpufleet.scheduler.quota import QuotaTree, QuotaUsage
+
+
+class QueueingStrategy(Enum):
+    """StrictFIFO: only the head of a queue is tried. BestEffortFIFO: when the head cannot start, the
+    next workloads of the queue are tried, so a smaller later one may start (Kueue's default)."""
+
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    """Whom a queue's workloads may evict; the defaults are ARCHITECTURE.md's."""
+
+    within_queue: str = "LowerPriority"
+    reclaim_within_cohort: str = "Any"
+    borrow_within_cohort: str = "Never"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """What the scheduler needs of a queue besides its quota. `user_gpu_limit` is milli-GPU per user."""
+
+    name: str
+    fair_share_weight: float = 1.0
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    min_runtime_seconds: float = 0.0
+    strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    user_gpu_limit: int | None = None
+
+
+class UsageHistory:
+    """Exponentially decayed average usage per key (a queue, or a queue and user) and flavor.
+
+    Usage is a step function that the world reports when it changes (`record`); the average at any
+    later time is computed, not stored, so reading it is pure. `seed` sets an average directly, which
+    is how a scenario states "this queue used 32 GPUs lately".
+    """
+
+    def __init__(self, half_life_seconds: float) -> None:
+        self.half_life = half_life_seconds
+        # key -> flavor -> (average at `since`, usage level since `since`, since)
+        self._state: dict[str, dict[str, tuple[float, float, float]]] = {}
+
+    def _decay(self, elapsed: float) -> float:
+        if self.half_life <= 0:
+            return 0.0
+        return math.pow(0.5, max(0.0, elapsed) / self.half_life)
+
+    def average(self, key: str, flavor: str, now: float) -> float:
+        entry = self._state.get(key, {}).get(flavor)
+        if entry is None or self.half_life <= 0:
+            return 0.0
+        avg, level, since = entry
+        return level + (avg - level) * self._decay(now - since)
+
+    def record(self, key: str, flavor: str, level: float, now: float) -> None:
+        """Usage of `key` is `level` from `now` on."""
+        avg = self.average(key, flavor, now)
+        self._state.setdefault(key, {})[flavor] = (avg, level, now)
+
+    def seed(self, key: str, flavor: str, average: float, level: float, now: float) -> None:
+        self._state.setdefault(key, {})[flavor] = (average, level, now)
+
+    def flavors(self, key: str) -> Iterable[str]:
+        return self._state.get(key, {}).keys()
+
+    def total(self, key: str, now: float) -> float:
+        return sum(self.average(key, flavor, now) for flavor in self.flavors(key))
+
+
+def user_key(queue: str, user: str) -> str:
+    return f"{queue}\x00{user}"
+
+
+def queue_shares(
+    *,
+    tree: QuotaTree,
+    usage: QuotaUsage,
+    history: UsageHistory,
+    settings: Mapping[str, QueueSettings],
+    fair: FairSharingConfig,
+    now: float,
+) -> dict[str, float]:
+    """Every queue's fair share (lower goes first); roots have share 0.
+
+    A leaf's history is what the world recorded for it; an inner queue's is the sum of its leaves'.
+    """
+    hist: dict[str, dict[str, float]] = {}
+    for name in _post_order(tree):
+        if tree.is_leaf(name):
+            hist[name] = {f: history.average(name, f, now) for f in history.flavors(name)}
+        else:
+            total: dict[str, float] = {}
+            for child in tree.children[name]:
+                for flavor, value in hist[child].items():
+                    total[flavor] = total.get(flavor, 0.0) + value
+            hist[name] = total
+    shares: dict[str, float] = {}
+    for name, node in tree.nodes.items():
+        if node.parent is None:
+            shares[name] = 0.0
+            continue
+        pool = tree.subtree[node.parent]
+        borrowed = 0.0
+        used_lately = 0.0
+        for flavor, total in pool.items():
+            if total <= 0:
+                continue
+            borrowed = max(borrowed, usage.borrowed(name, flavor) / total)
+            used_lately = max(used_lately, hist[name].get(flavor, 0.0) / total)
+        weight = settings[name].fair_share_weight if name in settings else 1.0
+        value = borrowed + fair.history_weight * used_lately
+        shares[name] = value / weight if weight > 0 else (math.inf if value > 0 else 0.0)
+    return shares
+
+
+def path_shares(tree: QuotaTree, shares: Mapping[str, float], queue: str) -> tuple[float, ...]:
+    """The shares from just below the root down to `queue`: the tournament key of a queue."""
+    path = tree.paths[queue]
+    return tuple(shares[name] for name in reversed(path[:-1]))
+
+
+def _post_order(tree: QuotaTree) -> list[str]:
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        for child in tree.children[name]:
+            visit(child)
+        order.append(name)
+
+    for root in tree.roots():
+        visit(root)
+    return order

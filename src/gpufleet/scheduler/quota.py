@@ -1,0 +1,249 @@
+"""The quota tree: nominal quota, borrowing and lending along a hierarchy of queues of any depth.
+
+Amounts are milli-GPU per flavor (a GPU model, or a MIG profile name where one instance counts 1000).
+The arithmetic is Kueue's hierarchical cohorts, so users moving from Kueue get the same answers:
+
+- `subtree[n]` is a node's own nominal plus what its children may lend it (their lendable part);
+- `guaranteed[n]` is what a node keeps for itself: `subtree - lendingLimit` when a lending limit is set,
+  otherwise nothing (everything it does not use is lent);
+- a node's usage is charged to its parent only above its guaranteed part;
+- `available[n]` is its unused guaranteed part plus what its parent still has, capped by its borrowing
+  limit.
+
+The tree (limits) is immutable; `QuotaUsage` is the mutable part, and every change to it is its own
+inverse (`add` then `add` of the negation), which is what the cycle's undo log relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpufleet.api.errors import ValidationError
+
+UNLIMITED = 1 << 62
+"""Stand-in for an unbounded amount (the implicit `default` queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorLimits:
+    """One flavor's quota of one queue, in milli-GPU; None limits mean unbounded."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaNode:
+    """A queue as the quota tree sees it. `unlimited` marks a queue that may use anything (no quota set)."""
+
+    name: str
+    parent: str | None = None
+    quotas: Mapping[str, FlavorLimits] = field(default_factory=dict)
+    unlimited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaShortfall:
+    """Why a request does not fit: the leaf's numbers and the queue where the limit binds (milli-GPU)."""
+
+    queue: str
+    flavor: str
+    requested: int
+    used: int
+    nominal: int
+    limit: int | None
+    available: int
+    limited_by: str
+
+    def details(self) -> dict[str, object]:
+        """The numbers in GPUs, for a pending reason."""
+        return {
+            "queue": self.queue,
+            "flavor": self.flavor,
+            "requested": _gpus(self.requested),
+            "used": _gpus(self.used),
+            "nominal": _gpus(self.nominal),
+            "limit": None if self.limit is None else _gpus(self.limit),
+            "available": _gpus(self.available),
+            "limitedBy": self.limited_by,
+        }
+
+    def message(self) -> str:
+        limit = "unbounded" if self.limit is None else f"{_gpus(self.limit):g}"
+        text = (
+            f"queue {self.queue} flavor {self.flavor}: requested {_gpus(self.requested):g}, "
+            f"used {_gpus(self.used):g}, nominal {_gpus(self.nominal):g}, limit {limit}, "
+            f"available {_gpus(self.available):g}"
+        )
+        if self.limited_by != self.queue:
+            text += f" (limited by queue {self.limited_by})"
+        return text
+
+
+def _gpus(milli: int) -> float:
+    return milli / 1000
+
+
+class QuotaTree:
+    """The immutable limits of a forest of queues, with each node's subtree and guaranteed quota."""
+
+    def __init__(self, nodes: Iterable[QuotaNode]) -> None:
+        self.nodes: dict[str, QuotaNode] = {}
+        for node in nodes:
+            if node.name in self.nodes:
+                raise ValidationError(f"queue {node.name!r} is declared twice", obj=f"Queue {node.name}")
+            self.nodes[node.name] = node
+        self.children: dict[str, list[str]] = {name: [] for name in self.nodes}
+        for node in self.nodes.values():
+            if node.parent is not None:
+                if node.parent not in self.nodes:
+                    raise ValidationError(
+                        f"unknown queue {node.parent!r}", obj=f"Queue {node.name}", field="parent"
+                    )
+                self.children[node.parent].append(node.name)
+        self.paths: dict[str, tuple[str, ...]] = {name: self._path(name) for name in self.nodes}
+        self.flavors: tuple[str, ...] = tuple(
+            dict.fromkeys(flavor for node in self.nodes.values() for flavor in node.quotas)
+        )
+        self.subtree: dict[str, dict[str, int]] = {}
+        self.guaranteed: dict[str, dict[str, int]] = {}
+        for root in self.roots():
+            self._compute(root)
+
+    def _path(self, name: str) -> tuple[str, ...]:
+        """From the node up to its root; a cycle in `parent` links is a user error."""
+        path = [name]
+        seen = {name}
+        parent = self.nodes[name].parent
+        while parent is not None:
+            if parent in seen:
+                raise ValidationError(
+                    f"parent links form a cycle through {parent!r}", obj=f"Queue {name}", field="parent"
+                )
+            seen.add(parent)
+            path.append(parent)
+            parent = self.nodes[parent].parent
+        return tuple(path)
+
+    def roots(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if node.parent is None]
+
+    def is_leaf(self, name: str) -> bool:
+        return not self.children[name]
+
+    def root_of(self, name: str) -> str:
+        return self.paths[name][-1]
+
+    def _compute(self, name: str) -> None:
+        for child in self.children[name]:
+            self._compute(child)
+        node = self.nodes[name]
+        subtree: dict[str, int] = {}
+        for flavor in self.flavors:
+            limits = node.quotas.get(flavor)
+            total = limits.nominal if limits else 0
+            for child in self.children[name]:
+                total += self.subtree[child][flavor] - self.guaranteed[child][flavor]
+            subtree[flavor] = total
+        self.subtree[name] = subtree
+        self.guaranteed[name] = {
+            flavor: self._guaranteed(node.quotas.get(flavor), subtree[flavor]) for flavor in self.flavors
+        }
+
+    @staticmethod
+    def _guaranteed(limits: FlavorLimits | None, subtree: int) -> int:
+        if limits is None or limits.lending_limit is None:
+            return 0
+        return max(0, subtree - limits.lending_limit)
+
+    def has_flavor(self, queue: str, flavor: str) -> bool:
+        """Whether the queue lists the flavor (a queue without it cannot admit what needs it)."""
+        node = self.nodes[queue]
+        return node.unlimited or flavor in node.quotas
+
+    def nominal(self, queue: str, flavor: str) -> int:
+        return self.subtree[queue].get(flavor, 0)
+
+    def borrowing_limit(self, queue: str, flavor: str) -> int | None:
+        limits = self.nodes[queue].quotas.get(flavor)
+        return None if limits is None else limits.borrowing_limit
+
+
+class QuotaUsage:
+    """Usage per queue and flavor, charged up the tree as Kueue does; changes are their own inverse."""
+
+    def __init__(self, tree: QuotaTree) -> None:
+        self.tree = tree
+        self.used: dict[str, dict[str, int]] = {name: {} for name in tree.nodes}
+
+    def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
+        """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, its parents."""
+        tree = self.tree
+        for flavor, amount in amounts.items():
+            delta = sign * amount
+            for name in tree.paths[queue]:
+                if not delta:
+                    break
+                row = self.used[name]
+                old = row.get(flavor, 0)
+                new = old + delta
+                row[flavor] = new
+                kept = tree.guaranteed[name].get(flavor, 0)
+                delta = max(0, new - kept) - max(0, old - kept)
+
+    def usage(self, queue: str, flavor: str) -> int:
+        return self.used[queue].get(flavor, 0)
+
+    def borrowed(self, queue: str, flavor: str) -> int:
+        """How far the queue is above its nominal (subtree) quota."""
+        return max(0, self.usage(queue, flavor) - self.tree.nominal(queue, flavor))
+
+    def available(self, queue: str, flavor: str) -> int:
+        """How much more of the flavor the queue may take now, borrowing included."""
+        if self.tree.nodes[queue].unlimited:
+            return UNLIMITED
+        return self._available(queue, flavor)[0]
+
+    def _available(self, name: str, flavor: str) -> tuple[int, str]:
+        """Available amount and the queue whose limit binds it."""
+        tree = self.tree
+        node = tree.nodes[name]
+        subtree = tree.subtree[name].get(flavor, 0)
+        used = self.usage(name, flavor)
+        if node.parent is None:
+            return max(0, subtree - used), name
+        kept = tree.guaranteed[name].get(flavor, 0)
+        local = max(0, kept - used)
+        from_parent, binding = self._available(node.parent, flavor)
+        limits = node.quotas.get(flavor)
+        if limits is not None and limits.borrowing_limit is not None:
+            stored = subtree - kept
+            used_in_parent = max(0, used - kept)
+            cap = stored - used_in_parent + limits.borrowing_limit
+            if cap <= from_parent:
+                from_parent, binding = cap, name
+        return local + max(0, from_parent), binding
+
+    def fits(self, queue: str, amounts: Mapping[str, int]) -> QuotaShortfall | None:
+        """None when the leaf queue can take `amounts` now; else the first flavor that does not fit."""
+        tree = self.tree
+        node = tree.nodes[queue]
+        for flavor, amount in amounts.items():
+            if not amount or node.unlimited:
+                continue
+            if flavor not in node.quotas:
+                return QuotaShortfall(queue, flavor, amount, self.usage(queue, flavor), 0, 0, 0, queue)
+            available, binding = self._available(queue, flavor)
+            if amount > available:
+                nominal = tree.nominal(queue, flavor)
+                borrow = tree.borrowing_limit(queue, flavor)
+                limit = None if borrow is None else nominal + borrow
+                used = self.usage(queue, flavor)
+                return QuotaShortfall(queue, flavor, amount, used, nominal, limit, available, binding)
+        return None
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """A copy of the usage table (tests compare it before and after a what-if)."""
+        return {name: {f: v for f, v in row.items() if v} for name, row in self.used.items()}
