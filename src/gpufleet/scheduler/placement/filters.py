@@ -3,21 +3,27 @@
 Each filter is a vectorised mask over node rows. A node is counted against the first filter that rejects
 it, in the order below (the order kube-scheduler users read in "0/5 nodes are available: ..."), so the
 counts of a NoFit reason add up to the number of nodes.
+
+The filters split in two: static ones (node gone, cordon, taints, selector, GPU model) change only when
+the fleet's generation changes, so their combined mask is cached per request shape; capacity ones (CPU,
+memory, GPU) are recomputed per pod, over only the rows the caller names.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.fleet.node import SharingMode
-from gpufleet.fleet.request import GpuKind, PodRequest
-from gpufleet.fleet.state import MODE_CODES, FleetState
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
+from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
+from gpufleet.sharing import mig
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+Rows = npt.NDArray[np.intp] | slice
 
 # Filter names, in evaluation order; they appear in NoFit reasons.
 NODE_GONE = "NodeNotReady"
@@ -30,10 +36,8 @@ MEMORY = "InsufficientMemory"
 GPU = "InsufficientGPU"
 FILTER_ORDER = (NODE_GONE, UNSCHEDULABLE, TAINTS, NODE_SELECTOR, GPU_MODEL, CPU, MEMORY, GPU)
 
-_DYNAMIC = MODE_CODES[SharingMode.DYNAMIC]
-_SHARE_CODES = np.array(
-    [MODE_CODES[m] for m in (SharingMode.DYNAMIC, SharingMode.TIME_SLICING, SharingMode.MPS)]
-)
+# Pods per node when a pod asks for nothing a node can run out of.
+UNBOUNDED = 1 << 30
 
 
 @dataclass(slots=True)
@@ -48,20 +52,28 @@ class FilterResult:
         return np.flatnonzero(self.feasible)
 
 
-def share_fit(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp] | slice) -> BoolArray:
+# ------------------------------------------------------------------ capacity
+
+
+def share_fit(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     """Per row and GPU: could this share pod go on that GPU (enough free milli, a replica left)?"""
+    return share_slots(state, request, rows) > 0
+
+
+def share_slots(state: FleetState, request: PodRequest, rows: Rows) -> IntArray:
+    """Per row and GPU: how many more pods of this share request the GPU could take."""
     free = np.where(state.gpu_ok[rows], state.gpu_free[rows], 0)
-    fits = free >= request.gpu_milli
+    slots = free // max(request.gpu_milli, 1)
     mode = state.mode[rows]
-    limited = mode != _DYNAMIC
+    limited = mode != DYNAMIC_CODE
     if np.any(limited):
-        room = state.gpu_pods[rows] < state.replicas[rows][:, None]
-        fits &= room | ~limited[:, None]
-    fits &= np.isin(mode, _SHARE_CODES)[:, None]
-    return fits
+        room = np.maximum(state.replicas[rows][:, None] - state.gpu_pods[rows], 0)
+        slots = np.where(limited[:, None], np.minimum(slots, room), slots)
+    slots[~SHARE_MODES[mode]] = 0
+    return slots
 
 
-def gpu_fit(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp] | slice) -> BoolArray:
+def gpu_fit(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     """Per row: is there GPU capacity of the requested shape (ignoring CPU, memory and constraints)?"""
     kind = request.kind
     if kind is GpuKind.WHOLE:
@@ -72,10 +84,47 @@ def gpu_fit(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp] |
         assert request.mig is not None
         column = state.mig_profile_column(request.mig)
         if column is None:
-            count = state.whole_free[rows].shape[0]
-            return np.zeros(count, dtype=np.bool_)
+            return np.zeros(state.whole_free[rows].shape[0], dtype=np.bool_)
         return state.mig_free[rows, column] > 0
     return np.ones(state.whole_free[rows].shape[0], dtype=np.bool_)
+
+
+def pods_that_fit(state: FleetState, request: PodRequest, rows: Rows) -> IntArray:
+    """Per row: how many more pods of this request the node could hold, counting capacity only.
+
+    Exact for whole-GPU, MIG and share pods alone on a node; an upper bound when several pod shapes share
+    the node. Used to rank topology domains, never to commit anything.
+    """
+    kind = request.kind
+    if kind is GpuKind.WHOLE:
+        fit = state.whole_free[rows] // request.gpus
+    elif kind is GpuKind.SHARE:
+        fit = share_slots(state, request, rows).sum(axis=1)
+    elif kind is GpuKind.MIG:
+        assert request.mig is not None
+        column = state.mig_profile_column(request.mig)
+        size = state.whole_free[rows].shape[0]
+        fit = np.zeros(size, dtype=np.int64) if column is None else state.mig_free[rows, column].copy()
+    else:
+        fit = np.full(state.whole_free[rows].shape[0], UNBOUNDED, dtype=np.int64)
+    if request.cpu_milli:
+        fit = np.minimum(fit, state.cpu_free[rows] // request.cpu_milli)
+    if request.memory_mib:
+        fit = np.minimum(fit, state.mem_free[rows] // request.memory_mib)
+    return np.asarray(fit, dtype=np.int64)
+
+
+def capacity_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
+    """Per row: enough free CPU, memory and GPU of the requested shape for one more pod."""
+    ok = gpu_fit(state, request, rows)
+    if request.cpu_milli:
+        ok = ok & (state.cpu_free[rows] >= request.cpu_milli)
+    if request.memory_mib:
+        ok = ok & (state.mem_free[rows] >= request.memory_mib)
+    return ok
+
+
+# -------------------------------------------------------------------- static
 
 
 def _taint_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp]) -> BoolArray:
@@ -97,16 +146,14 @@ def _selector_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.in
     )
 
 
-def _model_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp] | slice) -> BoolArray:
+def _model_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     codes = [state.model_id(model) for model in request.gpu_models]
     return np.isin(state.model[rows], np.array(codes, dtype=np.int64))
 
 
-def filter_nodes(state: FleetState, request: PodRequest, *, explain: bool = False) -> FilterResult:
-    """All rows that can hold `request` now; with `explain`, also the rejection count per filter."""
+def _static_steps(state: FleetState, request: PodRequest) -> list[tuple[str, BoolArray]]:
     n = state.n_rows
     sel = slice(0, n)
-    wants_gpu = request.kind is not GpuKind.NONE
     steps: list[tuple[str, BoolArray]] = [
         (NODE_GONE, state.alive[sel].copy()),
         (UNSCHEDULABLE, state.schedulable[sel].copy()),
@@ -122,11 +169,50 @@ def filter_nodes(state: FleetState, request: PodRequest, *, explain: bool = Fals
         candidates = np.flatnonzero(mask)
         selector_mask[candidates] = _selector_ok(state, request, candidates)
     steps.append((NODE_SELECTOR, selector_mask))
-    if wants_gpu and request.gpu_models:
+    if request.kind is not GpuKind.NONE and request.gpu_models:
         steps.append((GPU_MODEL, _model_ok(state, request, sel)))
+    return steps
+
+
+_StaticKey = tuple[object, ...]
+_static_cache: weakref.WeakKeyDictionary[FleetState, tuple[int, dict[_StaticKey, BoolArray]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def static_mask(state: FleetState, request: PodRequest) -> BoolArray:
+    """Rows that pass every filter that does not depend on free capacity (cached per fleet generation).
+
+    The returned array is shared: callers must not modify it.
+    """
+    key: _StaticKey = (
+        request.tolerations,
+        request.node_selector,
+        request.gpu_models if request.kind is not GpuKind.NONE else (),
+    )
+    entry = _static_cache.get(state)
+    if entry is None or entry[0] != state.generation:
+        entry = (state.generation, {})
+        _static_cache[state] = entry
+    masks = entry[1]
+    found = masks.get(key)
+    if found is None:
+        found = np.ones(state.n_rows, dtype=np.bool_)
+        for _, step in _static_steps(state, request):
+            found &= step
+        found.setflags(write=False)
+        masks[key] = found
+    return found
+
+
+def filter_nodes(state: FleetState, request: PodRequest, *, explain: bool = False) -> FilterResult:
+    """All rows that can hold `request` now; with `explain`, also the rejection count per filter."""
+    n = state.n_rows
+    sel = slice(0, n)
+    steps = _static_steps(state, request)
     steps.append((CPU, state.cpu_free[sel] >= request.cpu_milli))
     steps.append((MEMORY, state.mem_free[sel] >= request.memory_mib))
-    if wants_gpu:
+    if request.kind is not GpuKind.NONE:
         steps.append((GPU, gpu_fit(state, request, sel)))
 
     feasible = np.ones(n, dtype=np.bool_)
@@ -138,3 +224,39 @@ def filter_nodes(state: FleetState, request: PodRequest, *, explain: bool = Fals
                 rejected[name] = newly
         feasible &= step
     return FilterResult(feasible, rejected)
+
+
+def never_fits(state: FleetState, request: PodRequest) -> str | None:
+    """Why no node of the fleet could hold this pod even when empty, or None when one could.
+
+    Such a request stays pending with this message; the scheduler never raises for it.
+    """
+    n = state.n_rows
+    live = state.alive[:n]
+    if request.kind is not GpuKind.NONE and request.gpu_models:
+        live = live & _model_ok(state, request, slice(0, n))
+        if not live.any():
+            return f"no node in the fleet has a GPU of model {', '.join(request.gpu_models)}"
+    kind = request.kind
+    if kind is GpuKind.WHOLE:
+        most = int(state.gpu_count[:n][live].max(initial=0))
+        if most < request.gpus:
+            return f"asks for {request.gpus} GPUs per pod; the largest node has {most}"
+    if kind is GpuKind.MIG:
+        assert request.mig is not None
+        column = state.mig_profile_column(request.mig)
+        models = sorted({state.models[m] for m in state.model[:n][live] if m >= 0})
+        if not any(mig.find_profile(model, request.mig) for model in models):
+            return (
+                f"MIG profile {request.mig} is unknown for every GPU model in the fleet "
+                f"({', '.join(models) or 'none'})"
+            )
+        if column is None:
+            return f"no node's MIG layout offers a {request.mig} instance"
+    if kind is GpuKind.SHARE and request.gpu_milli > GPU_MILLI:
+        return f"asks for {request.gpu_milli} milli-GPU of one GPU"
+    if request.cpu_milli > int(state.cpu_cap[:n][live].max(initial=0)):
+        return f"asks for {request.cpu_milli}m CPU per pod; no node has that much"
+    if request.memory_mib > int(state.mem_cap[:n][live].max(initial=0)):
+        return f"asks for {request.memory_mib}Mi memory per pod; no node has that much"
+    return None
