@@ -126,11 +126,11 @@ def queue_shares(
         pool = tree.subtree[node.parent]
         borrowed = 0.0
         used_lately = 0.0
-        for flavor, total in pool.items():
-            if total <= 0:
+        for flavor, held in pool.items():
+            if held <= 0:
                 continue
-            borrowed = max(borrowed, usage.borrowed(name, flavor) / total)
-            used_lately = max(used_lately, hist[name].get(flavor, 0.0) / total)
+            borrowed = max(borrowed, usage.borrowed(name, flavor) / held)
+            used_lately = max(used_lately, hist[name].get(flavor, 0.0) / held)
         weight = settings[name].fair_share_weight if name in settings else 1.0
         value = borrowed + fair.history_weight * used_lately
         shares[name] = value / weight if weight > 0 else (math.inf if value > 0 else 0.0)

@@ -179,7 +179,7 @@ class QuotaUsage:
         self.used: dict[str, dict[str, int]] = {name: {} for name in tree.nodes}
 
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
-        """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, its parents."""
+        """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
         tree = self.tree
         for flavor, amount in amounts.items():
             delta = sign * amount
