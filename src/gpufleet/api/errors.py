@@ -44,3 +44,10 @@ class DataError(GpuFleetError):
         super().__init__(message, obj=obj, field=field)
         self.path = path
         self.line = line
+
+
+class GoneError(GpuFleetError):
+    """A watch asked for changes after a resourceVersion whose events were compacted away.
+
+    As with Kubernetes' 410 Gone, the client lists again and watches from the list's resourceVersion.
+    """

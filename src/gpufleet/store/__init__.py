@@ -1,1 +1,18 @@
-"""The Store protocol and its embedded SQLite implementation."""
+"""The Store protocol and its embedded SQLite implementation.
+
+Write code against `Store` (in `protocol`); open the embedded one with `SqliteStore.open(state_dir)`.
+"""
+
+from gpufleet.store.protocol import EventType, ListResult, Selector, Store, Watch, WatchEvent
+from gpufleet.store.sqlite import SqliteStore, SqliteWatch
+
+__all__ = [
+    "EventType",
+    "ListResult",
+    "Selector",
+    "SqliteStore",
+    "SqliteWatch",
+    "Store",
+    "Watch",
+    "WatchEvent",
+]

@@ -1,0 +1,94 @@
+"""Label selectors in Kubernetes' string syntax: `app=web,tier!=db,env in (a,b),!legacy,gpu`.
+
+Used by the store's list and by anything that matches node or object labels, so the embedded world
+and `kubectl -l` accept the same selectors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from gpufleet.api.errors import ValidationError
+
+Operator = Literal["=", "!=", "in", "notin", "exists", "!exists"]
+
+_SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
+_EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")
+_EXISTS = re.compile(r"^\s*(!?)\s*([^\s!=(),]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One clause of a selector."""
+
+    key: str
+    operator: Operator
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        match self.operator:
+            case "exists":
+                return present
+            case "!exists":
+                return not present
+            case "=" | "in":
+                return present and labels[self.key] in self.values
+            case "!=" | "notin":
+                return not present or labels[self.key] not in self.values
+        return False  # pragma: no cover - the operators above are exhaustive
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """All requirements must hold; the empty selector matches everything."""
+
+    requirements: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def parse(cls, selector: str | Mapping[str, str] | LabelSelector | None) -> LabelSelector:
+        """A selector from Kubernetes syntax, or from a mapping of required equal labels."""
+        if selector is None:
+            return cls()
+        if isinstance(selector, LabelSelector):
+            return selector
+        if isinstance(selector, Mapping):
+            return cls(tuple(Requirement(k, "=", frozenset([v])) for k, v in selector.items()))
+        return cls(tuple(_requirement(clause, selector) for clause in _clauses(selector)))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(requirement.matches(labels) for requirement in self.requirements)
+
+
+def _clauses(text: str) -> list[str]:
+    # Commas separate clauses except inside the parentheses of `in (a,b)`.
+    clauses, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            clauses.append(text[start:index])
+            start = index + 1
+    clauses.append(text[start:])
+    return [clause for clause in clauses if clause.strip()]
+
+
+def _requirement(clause: str, selector: str) -> Requirement:
+    if match := _SET.match(clause):
+        key, operator, raw = match.groups()
+        values = frozenset(value.strip() for value in raw.split(",") if value.strip())
+        return Requirement(key, "in" if operator == "in" else "notin", values)
+    if match := _EQUALITY.match(clause):
+        key, operator, value = match.groups()
+        return Requirement(key, "!=" if operator == "!=" else "=", frozenset([value]))
+    if match := _EXISTS.match(clause):
+        negated, key = match.groups()
+        return Requirement(key, "!exists" if negated else "exists")
+    raise ValidationError(
+        f"cannot parse {clause.strip()!r} in label selector {selector!r}", field="labelSelector"
+    )

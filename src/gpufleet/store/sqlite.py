@@ -1,0 +1,598 @@
+"""The embedded Store: one SQLite file, every write one transaction, an event log for watches.
+
+Durability. The database runs in WAL mode with `synchronous=FULL` by default: a write is
+acknowledged only after its commit record is fsynced, so neither `kill -9` nor a power loss loses an
+acknowledged write. `synchronous=NORMAL` (fsync only at checkpoints) still survives `kill -9`, since
+the WAL is in the OS page cache, but may lose the last commits on power loss; the simulator, whose
+state is throw-away, may choose it (or OFF) for speed.
+
+Atomicity. A write changes the object row, appends its event and advances the resourceVersion
+counter in one `BEGIN IMMEDIATE` transaction: after a crash either all three happened or none.
+
+Threads. One connection is shared under a lock, so controllers and an HTTP server may call the store
+from any thread of the process. Watchers wait on a condition that writers signal; they also re-read
+the log every `POLL_SECONDS`, so writes from another process sharing the file are seen too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+import pydantic
+
+from gpufleet.api.errors import ConflictError, GoneError, NotFoundError, ValidationError
+from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
+from gpufleet.api.labels import LabelSelector
+from gpufleet.api.meta import DEFAULT_NAMESPACE
+from gpufleet.api.resource import KindInfo, Resource, kind_info
+from gpufleet.api.validation import translate_error
+from gpufleet.store.protocol import EventType, ListResult, Selector, Store, WatchEvent
+
+R = TypeVar("R", bound=Resource)
+Json = dict[str, Any]
+Synchronous = Literal["FULL", "NORMAL", "OFF"]
+
+FILE_NAME = "gpufleet.db"
+POLL_SECONDS = 0.5
+COMPACT_EVERY = 256
+"""Writes between two automatic compactions of the event log."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    kind TEXT NOT NULL,
+    namespace TEXT NOT NULL,          -- '' for cluster-wide kinds
+    name TEXT NOT NULL,
+    resource_version INTEGER NOT NULL,
+    body TEXT NOT NULL,               -- the object as JSON, in its YAML field names
+    PRIMARY KEY (kind, namespace, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    resource_version INTEGER PRIMARY KEY,
+    type TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters VALUES ('resource_version', 0), ('compacted_through', 0);
+"""
+
+# Objects read back were validated when written; priority classes are not checked again, so a
+# changed priority-class table cannot make stored objects unreadable.
+_STORED = {PRIORITY_CLASSES_CONTEXT: None}
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqliteStore:
+    """The Store protocol on SQLite (see the module docstring for durability and threads).
+
+    `event_retention` is how many recent events the watch log keeps; a watch from further back
+    raises `GoneError`. `clock` stamps creation and deletion times (the twin passes a virtual one).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        event_retention: int = 10_000,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if event_retention < 1:
+            raise ValueError("event_retention must be at least 1")
+        self._path = str(path)
+        self._retention = event_retention
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.executescript(_SCHEMA)
+        self._head = self._counter("resource_version")
+
+    @classmethod
+    def open(cls, state_dir: str | Path, **options: Any) -> SqliteStore:
+        """The store of a state directory (created if missing), in the file `gpufleet.db`."""
+        directory = Path(state_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        return cls(directory / FILE_NAME, **options)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            self._changed.notify_all()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------- reads
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(self._counter("resource_version"))
+
+    @overload
+    def get(self, kind: type[R], name: str, namespace: str | None = None) -> R: ...
+    @overload
+    def get(self, kind: str, name: str, namespace: str | None = None) -> Resource: ...
+    def get(self, kind: type[R] | str, name: str, namespace: str | None = None) -> Resource:
+        info = _info(kind)
+        ns = _namespace(info, namespace)
+        with self._lock:
+            data = self._current(info, ns, name)
+        return _load(info, data)
+
+    @overload
+    def list(
+        self, kind: type[R], *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[R]: ...
+    @overload
+    def list(
+        self, kind: str, *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[Resource]: ...
+    def list(
+        self, kind: type[R] | str, *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[R] | ListResult[Resource]:
+        info = _info(kind)
+        selector = LabelSelector.parse(label_selector)
+        query = "SELECT body FROM objects WHERE kind = ?"
+        params: builtins.list[str] = [info.kind]
+        if namespace is not None:
+            query += " AND namespace = ?"
+            params.append(_namespace(info, namespace))
+        with self._read() as db:
+            rows = db.execute(query + " ORDER BY namespace, name", params).fetchall()
+            head = self._counter("resource_version")
+        items = []
+        for (body,) in rows:
+            data = json.loads(body)
+            if selector.matches(data["metadata"].get("labels", {})):
+                items.append(_load(info, data))
+        return ListResult(items=items, resource_version=str(head))
+
+    def events_since(
+        self,
+        resource_version: str | int,
+        *,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[WatchEvent]:
+        events, _ = self._read_events(_version(resource_version), kinds, namespace, limit)
+        return events
+
+    def watch(
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+        since: str | int | None = None,
+        timeout: float | None = None,
+    ) -> SqliteWatch:
+        start = self._counter_locked("resource_version") if since is None else _version(since)
+        for kind in kinds or ():
+            _info(kind)
+        return SqliteWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def create(self, obj: R) -> R:
+        info, data = _checked(obj)
+        with self._transaction():
+            created = self._create_locked(info, data)
+        return _same_kind(obj, created)
+
+    def update(self, obj: R) -> R:
+        info, data = _checked(obj)
+        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
+        with self._transaction():
+            current = self._current(info, ns, name)
+            _check_version(info, obj, current)
+            changed = _with_spec_and_meta(info, current, data, finalizers=True)
+            result = self._change_locked(info, ns, name, current, changed)
+        return _same_kind(obj, result)
+
+    def update_status(self, obj: R) -> R:
+        info, data = _checked(obj)
+        if "status" not in info.model.model_fields:
+            raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
+        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
+        with self._transaction():
+            current = self._current(info, ns, name)
+            _check_version(info, obj, current)
+            changed = copy.deepcopy(current)
+            changed["status"] = data.get("status", {})
+            result = self._change_locked(info, ns, name, current, changed)
+        return _same_kind(obj, result)
+
+    def apply(self, obj: R) -> R:
+        info, data = _checked(obj)
+        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
+        with self._transaction():
+            current = self._find(info, ns, name)
+            if current is None:
+                data["metadata"].pop("resourceVersion", None)
+                result = self._create_locked(info, data)
+            else:
+                changed = _with_spec_and_meta(info, current, data, finalizers=False)
+                result = self._change_locked(info, ns, name, current, changed)
+        return _same_kind(obj, result)
+
+    def delete(
+        self,
+        kind: type[Resource] | str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> Resource | None:
+        info = _info(kind)
+        ns = _namespace(info, namespace)
+        with self._transaction():
+            current = self._current(info, ns, name)
+            if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
+                raise _conflict(info, current, resource_version)
+            changed = copy.deepcopy(current)
+            meta = changed["metadata"]
+            meta.setdefault("deletionTimestamp", self._clock())
+            if meta.get("finalizers"):
+                return self._change_locked(info, ns, name, current, changed)
+            self._change_locked(info, ns, name, current, changed, remove=True)
+            return None
+
+    def compact(self, *, keep: int | None = None) -> int:
+        """Drops all but the newest `keep` events (default: the retention); returns the oldest version
+        a watch may still start from."""
+        with self._transaction():
+            return self._compact_locked(self._retention if keep is None else keep)
+
+    # -------------------------------------------------------------------------------- internals
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                self._head = self._counter("resource_version")
+                raise
+            self._changed.notify_all()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        # One read transaction, so rows and the counter come from the same snapshot even when
+        # another process writes to the file.
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    def _counter(self, name: str) -> int:
+        row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        return int(row[0])
+
+    def _counter_locked(self, name: str) -> int:
+        with self._lock:
+            return self._counter(name)
+
+    def _find(self, info: KindInfo, ns: str, name: str) -> Json | None:
+        row = self._db.execute(
+            "SELECT body FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (info.kind, ns, name)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def _current(self, info: KindInfo, ns: str, name: str) -> Json:
+        data = self._find(info, ns, name)
+        if data is None:
+            raise NotFoundError("not found", obj=_describe(info, ns, name))
+        return data
+
+    def _next_version(self) -> int:
+        row = self._db.execute(
+            "UPDATE counters SET value = value + 1 WHERE name = 'resource_version' RETURNING value"
+        ).fetchone()
+        self._head = int(row[0])
+        return self._head
+
+    def _create_locked(self, info: KindInfo, data: Json) -> Resource:
+        meta = data["metadata"]
+        ns, name = _namespace(info, meta.get("namespace")), meta["name"]
+        if meta.get("resourceVersion"):
+            raise ValidationError(
+                "must not be set when creating an object",
+                obj=_describe(info, ns, name),
+                field="metadata.resourceVersion",
+            )
+        if self._find(info, ns, name) is not None:
+            raise ConflictError("already exists", obj=_describe(info, ns, name))
+        version = self._next_version()
+        meta.update(
+            uid=meta.get("uid") or str(uuid.uuid4()),
+            resourceVersion=str(version),
+            generation=1,
+            creationTimestamp=self._clock(),
+        )
+        meta.pop("deletionTimestamp", None)
+        if "status" in info.model.model_fields:
+            data.pop("status", None)  # status is written through update_status, as in Kubernetes
+        created = _load(info, data)
+        self._record(info, ns, name, "ADDED", version, created.to_dict())
+        return created
+
+    def _change_locked(
+        self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
+    ) -> Resource:
+        if not remove and changed == current:
+            return _load(info, current)  # nothing changed: no new version, no event
+        meta = changed["metadata"]
+        if not remove and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            remove = True  # the last finalizer went: the deletion completes
+        version = self._next_version()
+        meta["resourceVersion"] = str(version)
+        result = _load(info, changed)
+        self._record(info, ns, name, "DELETED" if remove else "MODIFIED", version, result.to_dict())
+        return result
+
+    def _record(self, info: KindInfo, ns: str, name: str, event: EventType, version: int, data: Json) -> None:
+        body = json.dumps(data, separators=(",", ":"))
+        if event == "DELETED":
+            self._db.execute(
+                "DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (info.kind, ns, name)
+            )
+        else:
+            self._db.execute(
+                "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)", (info.kind, ns, name, version, body)
+            )
+        self._db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", (version, event, info.kind, ns, name, body)
+        )
+        if version % COMPACT_EVERY == 0:
+            self._compact_locked(self._retention)
+
+    def _compact_locked(self, keep: int) -> int:
+        floor = max(self._counter("compacted_through"), self._counter("resource_version") - max(keep, 0))
+        self._db.execute("DELETE FROM events WHERE resource_version <= ?", (floor,))
+        self._db.execute("UPDATE counters SET value = ? WHERE name = 'compacted_through'", (floor,))
+        return floor
+
+    def _read_events(
+        self, since: int, kinds: Sequence[str] | None, namespace: str | None, limit: int | None
+    ) -> tuple[builtins.list[WatchEvent], int]:
+        query = "SELECT resource_version, type, kind, body FROM events WHERE resource_version > ?"
+        params: builtins.list[Any] = [since]
+        if kinds:
+            query += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params.extend(kinds)
+        if namespace is not None:
+            query += " AND namespace = ?"
+            params.append(namespace)
+        query += " ORDER BY resource_version"
+        if limit is not None:
+            query += " LIMIT ?"
+            params.append(limit)
+        with self._read() as db:
+            compacted = self._counter("compacted_through")
+            head = self._counter("resource_version")
+            if since < compacted:
+                raise GoneError(
+                    f"resourceVersion {since} is too old: events up to {compacted} were compacted; "
+                    "list again",
+                    field="resourceVersion",
+                )
+            rows = db.execute(query, params).fetchall()
+        events = []
+        for version, event, kind, body in rows:
+            info = _info(kind)
+            events.append(
+                WatchEvent(type=event, object=_load(info, json.loads(body)), resource_version=version)
+            )
+        return events, head
+
+    def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._head > after or stop(), timeout)
+
+
+class SqliteWatch:
+    """A watch on a SqliteStore: iterate for events; ends at its timeout, or when closed."""
+
+    BATCH = 256
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        *,
+        kinds: Sequence[str] | None,
+        namespace: str | None,
+        since: int,
+        timeout: float | None,
+    ) -> None:
+        self._store = store
+        self._kinds = list(kinds) if kinds else None
+        self._namespace = namespace
+        self._cursor = since
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._buffer: deque[WatchEvent] = deque()
+        self._closed = False
+
+    @property
+    def resource_version(self) -> str:
+        if self._buffer:
+            return str(self._buffer[0].resource_version - 1)
+        return str(self._cursor)
+
+    def __iter__(self) -> SqliteWatch:
+        return self
+
+    def __next__(self) -> WatchEvent:
+        while True:
+            if self._buffer:
+                return self._buffer.popleft()
+            if self._closed:
+                raise StopIteration
+            events, head = self._store._read_events(self._cursor, self._kinds, self._namespace, self.BATCH)
+            if events:
+                self._buffer.extend(events)
+                full = len(events) == self.BATCH
+                self._cursor = events[-1].resource_version if full else max(head, events[-1].resource_version)
+                continue
+            self._cursor = max(self._cursor, head)
+            remaining = POLL_SECONDS if self._deadline is None else self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise StopIteration
+            self._store._wait_for_change(self._cursor, min(remaining, POLL_SECONDS), lambda: self._closed)
+
+    def close(self) -> None:
+        """Ends the watch; a thread blocked in `next()` returns promptly."""
+        self._closed = True
+        with self._store._changed:
+            self._store._changed.notify_all()
+
+    def __enter__(self) -> SqliteWatch:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _info(kind: type[Resource] | str) -> KindInfo:
+    name = kind if isinstance(kind, str) else _kind_name(kind)
+    info = kind_info(name)
+    if info is None or (not isinstance(kind, str) and info.model is not kind):
+        raise ValidationError(f"kind {name} is not registered (see gpufleet.api.register_kind)", field="kind")
+    return info
+
+
+def _kind_name(model: type[Resource]) -> str:
+    default = model.model_fields["kind"].default
+    return default if isinstance(default, str) else model.__name__
+
+
+def _namespace(info: KindInfo, namespace: str | None) -> str:
+    if info.namespaced:
+        return namespace or DEFAULT_NAMESPACE
+    if namespace:
+        raise ValidationError(
+            f"{info.kind} is cluster-wide and takes no namespace", field="metadata.namespace"
+        )
+    return ""
+
+
+def _describe(info: KindInfo, ns: str, name: str) -> str:
+    return f"{info.kind} {ns}/{name}" if ns else f"{info.kind} {name}"
+
+
+def _version(value: str | int) -> int:
+    try:
+        version = int(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion") from None
+    if version < 0:
+        raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion")
+    return version
+
+
+def _load(info: KindInfo, data: Json) -> Resource:
+    return info.model.model_validate(data, context=_STORED)
+
+
+def _checked(obj: Resource) -> tuple[KindInfo, Json]:
+    """The registration of the object's kind and its JSON form, validated again.
+
+    Models do not validate attribute assignments, so an object changed after it was built could
+    hold an invalid value; it is refused here rather than stored.
+    """
+    info = _info(type(obj))
+    data = obj.to_dict()
+    try:
+        info.model.model_validate(data, context=_STORED)
+    except pydantic.ValidationError as exc:
+        raise translate_error(exc, obj=obj.describe()) from None
+    return info, data
+
+
+def _check_version(info: KindInfo, obj: Resource, current: Json) -> None:
+    given = obj.metadata.resource_version
+    if given is not None and given != current["metadata"]["resourceVersion"]:
+        raise _conflict(info, current, given)
+
+
+def _conflict(info: KindInfo, current: Json, given: str) -> ConflictError:
+    meta = current["metadata"]
+    return ConflictError(
+        f"the object has been modified (resourceVersion {given}, now {meta['resourceVersion']}); "
+        "read it again and retry",
+        obj=_describe(info, meta.get("namespace") or "", meta["name"]),
+        field="metadata.resourceVersion",
+    )
+
+
+def _with_spec_and_meta(info: KindInfo, current: Json, new: Json, *, finalizers: bool) -> Json:
+    """`current` with the spec, labels, annotations (and finalizers) of `new`; generation follows spec."""
+    changed = copy.deepcopy(current)
+    if "spec" in new:
+        changed["spec"] = new["spec"]
+    else:
+        changed.pop("spec", None)
+    meta, new_meta = changed["metadata"], new["metadata"]
+    keys = ("labels", "annotations", "finalizers") if finalizers else ("labels", "annotations")
+    for key in keys:
+        if new_meta.get(key):
+            meta[key] = new_meta[key]
+        else:
+            meta.pop(key, None)
+    if meta.get("deletionTimestamp"):
+        added = set(meta.get("finalizers", [])) - set(current["metadata"].get("finalizers", []))
+        if added:
+            raise ValidationError(
+                f"cannot add finalizers {sorted(added)} to an object being deleted",
+                obj=_describe(info, meta.get("namespace") or "", meta["name"]),
+                field="metadata.finalizers",
+            )
+    if changed.get("spec") != current.get("spec"):
+        meta["generation"] = int(meta.get("generation", 0)) + 1
+    return changed
+
+
+def _same_kind(obj: R, result: Resource) -> R:
+    if not isinstance(result, type(obj)):  # pragma: no cover - _info checks the registration
+        raise TypeError(f"store returned {type(result).__name__} for {type(obj).__name__}")
+    return result
+
+
+if TYPE_CHECKING:  # mypy proves that SqliteStore implements the Store protocol
+
+    def _implements_store(store: SqliteStore) -> Store:
+        return store
