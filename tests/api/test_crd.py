@@ -100,6 +100,9 @@ def test_free_form_only_where_the_model_is_free_form() -> None:
     assert worker["cpu"][INT_OR_STRING] is True
     assert worker["gpus"] == {"minimum": 0, "type": "integer"}
     assert FREE_FORM not in spec and FREE_FORM not in spec["properties"]["worker"]
+    assert worker["mig"]["pattern"].startswith("^")
+    quota = schema_of("Queue")["properties"]["spec"]["properties"]["quotas"]["additionalProperties"]
+    assert quota["properties"]["nominal"] == {"minimum": 0, "type": "number"}
 
 
 def schema_of(kind: str) -> dict[str, Any]:
@@ -132,7 +135,7 @@ def test_crd_schema_rejects_what_the_model_rejects(
     for part in path[:-1]:
         target = target[part]
     target[path[-1]] = value
-    if path[-1] == "gpuMilli":
+    if path[-1] in ("gpuMilli", "mig"):
         del target["gpus"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(schema_of("TrainingJob")).validate(job)

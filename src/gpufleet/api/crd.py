@@ -31,6 +31,12 @@ _KEPT = (
     "required",
 )
 _INT_OR_STRING = "x-kubernetes-int-or-string"
+_UNION_BOUNDS = {
+    "ge": ("minimum", False),
+    "le": ("maximum", False),
+    "gt": ("minimum", True),
+    "lt": ("maximum", True),
+}
 _FREE_FORM = "x-kubernetes-preserve-unknown-fields"
 
 
@@ -148,7 +154,14 @@ def _union(node: dict[str, Any], definitions: dict[str, Any], *, path: str) -> d
         return {**inner, **outer}
     kinds = {_resolve(option, definitions).get("type") for option in options}
     if kinds <= {"integer", "number"}:
-        return {**outer, "type": "number"}
+        # `int | float` with bounds: pydantic leaves them on the union as `ge`/`le`/`gt`/`lt`.
+        bounds: dict[str, Any] = {}
+        for key, (flag, exclusive) in _UNION_BOUNDS.items():
+            if key in node:
+                bounds[flag] = node[key]
+                if exclusive:
+                    bounds[f"exclusive{flag.capitalize()}"] = True
+        return {**outer, **bounds, "type": "number"}
     raise ValueError(f"{path}: a union of {sorted(map(str, kinds))} has no structural form")
 
 

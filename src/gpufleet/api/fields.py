@@ -75,7 +75,11 @@ Quantity = Annotated[
 ]
 """A Kubernetes quantity (`32`, `500m`, `256Gi`) kept as written; convert with `gpufleet.api.quantity`."""
 
-MigProfileName = Annotated[str, AfterValidator(_check_mig_profile)]
+MigProfileName = Annotated[
+    str,
+    AfterValidator(_check_mig_profile),
+    WithJsonSchema({"type": "string", "pattern": _MIG_PROFILE.pattern}),
+]
 """A MIG profile name, checked for shape only (see the module docstring)."""
 
 PriorityClassName = Annotated[str, AfterValidator(_check_priority_class)]

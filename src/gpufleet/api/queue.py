@@ -17,8 +17,8 @@ GpuCount = int | float
 class FlavorQuota(ApiModel):
     """Quota of one flavor (a GPU model, a MIG profile, optionally with a capacity type), in GPUs.
 
-    `borrowing_limit` absent: may borrow without limit from the cohort; `lending_limit` absent: lends
-    all its unused nominal quota.
+    No borrowingLimit: may borrow without limit from the cohort; no lendingLimit: lends all its
+    unused nominal quota.
     """
 
     nominal: GpuCount = Field(ge=0)

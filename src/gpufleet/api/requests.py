@@ -16,8 +16,8 @@ MILLI_PER_GPU = 1000
 class PodRequest(ApiModel):
     """The per-pod request of a TrainingJob worker or an InferenceService replica.
 
-    At most one of `gpus`, `gpu_milli` and `mig` is set; none of them means a CPU-only pod.
-    `gpu_model` is one model or a list of acceptable models.
+    At most one of gpus, gpuMilli and mig is set; none of them means a CPU-only pod.
+    gpuModel is one model or a list of acceptable models.
     """
 
     gpus: int | None = Field(default=None, ge=0)
