@@ -15,6 +15,7 @@ from gpufleet.api.fields import (
     priority_value,
 )
 from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
+from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.model_version import ModelVersion, ModelVersionSpec, ModelVersionStatus
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, GPUPoolStatus
@@ -54,6 +55,7 @@ __all__ = [
     "InferenceServiceStatus",
     "JobPhase",
     "KindInfo",
+    "LabelSelector",
     "MigProfileName",
     "ModelVersion",
     "ModelVersionSpec",
