@@ -180,7 +180,16 @@ def get_policy(name: str, **config: Any) -> ScorePolicy:
 
 
 # The built-in policies, in the order tables and plots show them.
-POLICY_NAMES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "spread")
+POLICY_NAMES: tuple[str, ...] = (
+    "random",
+    "dotprod",
+    "clustering",
+    "packing",
+    "bestfit",
+    "fgd",
+    "fgd+",
+    "spread",
+)
 
 
 def policy_names() -> tuple[str, ...]:
@@ -199,4 +208,6 @@ def _load_builtin() -> None:
     if _loaded:
         return
     _loaded = True
-    import gpufleet.scheduler.placement.score_basic  # noqa: F401
+    import gpufleet.scheduler.placement.score_basic
+    import gpufleet.scheduler.placement.score_fgd
+    import gpufleet.scheduler.placement.score_fgdplus  # noqa: F401

@@ -1,0 +1,270 @@
+"""Fragmentation gradient descent (FGD, Weng et al., USENIX ATC 2023).
+
+The fragmentation of a node, measured against a typical workload, is the expected amount of idle GPU
+milli that a typical pod could not use there. For a pod shape p with frequency f_p:
+frag_p(node) = all idle GPU milli if p cannot fit on the node at all (CPU, GPU count, model) or p asks for
+no GPU, else the idle milli of the GPUs whose free milli is below p's per-GPU request.
+F(node) = sum_p f_p * frag_p(node). FGD places a pod where F grows the least: score = F_before - F_after,
+and a sharing pod takes the GPU with the best score on that node.
+
+Per node the policy caches, per typical shape, the number of GPUs that could host the shape and the
+idle milli of those that could not; `observe` refreshes one row after an allocation, so scoring a pod
+costs O(candidates x shapes) without rebuilding anything.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement.scoring import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    Rows,
+    Scored,
+    gpu_choices,
+    register,
+    share_gpu_free,
+    usable_free,
+)
+
+MAX_SCORE = 100
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodShape:
+    """What fragmentation looks at in a pod: CPU, per-GPU milli, GPU count and allowed models."""
+
+    cpu_milli: int
+    gpu_milli: int
+    gpus: int
+    models: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, request: PodRequest) -> PodShape:
+        if request.kind is GpuKind.WHOLE:
+            return cls(request.cpu_milli, GPU_MILLI, request.gpus, request.gpu_models)
+        if request.kind is GpuKind.SHARE:
+            return cls(request.cpu_milli, request.gpu_milli, 1, request.gpu_models)
+        return cls(request.cpu_milli, 0, 0, ())
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalWorkload:
+    """Pod shapes with their frequencies (summing to 1): the workload fragmentation is measured against."""
+
+    shapes: tuple[PodShape, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_counts(cls, counts: dict[PodShape, float], coverage: float = 0.95) -> TypicalWorkload:
+        """The most frequent shapes covering `coverage` of the total count, renormalised.
+
+        Equal counts are ordered by the larger shape first, so the cut does not depend on input order.
+        """
+        total = float(sum(counts.values()))
+        if total <= 0:
+            return cls((), ())
+        ranked = sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        chosen: list[tuple[PodShape, float]] = []
+        covered = 0.0
+        for shape, count in ranked:
+            if covered >= coverage * total:
+                break
+            chosen.append((shape, count))
+            covered += count
+        return cls(tuple(s for s, _ in chosen), tuple(c / covered for _, c in chosen))
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[PodRequest], coverage: float = 0.95) -> TypicalWorkload:
+        """The typical workload of a list of pod requests ("the shapes covering 95% of the pods")."""
+        counts = Counter(PodShape.of(r) for r in requests)
+        return cls.from_counts(dict(counts), coverage)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+class FragmentationModel:
+    """Per-node fragmentation against one typical workload, cached and refreshed row by row."""
+
+    def __init__(self, typical: TypicalWorkload) -> None:
+        self.typical = typical
+        shapes = typical.shapes
+        self.weights = np.array(typical.weights, dtype=np.float64)
+        self.cpu = np.array([s.cpu_milli for s in shapes], dtype=np.int64)
+        self.milli = np.array([s.gpu_milli for s in shapes], dtype=np.int64)
+        self.count = np.array([s.gpus for s in shapes], dtype=np.int64)
+        self.cpu_only = self.milli == 0
+        self._state: FleetState | None = None
+        self._rows = 0
+        k = len(shapes)
+        self.access = np.zeros((0, k), dtype=np.bool_)
+        self.fit_gpus = np.zeros((0, k), dtype=np.int64)
+        self.stranded = np.zeros((0, k), dtype=np.int64)
+        self.idle = np.zeros(0, dtype=np.int64)
+        self.frag = np.zeros(0, dtype=np.float64)
+
+    # ------------------------------------------------------------------ cache
+    def sync(self, state: FleetState) -> None:
+        """Computes the cache for rows not seen yet (all rows for a new state)."""
+        if self._state is not state:
+            self._state, self._rows = state, 0
+        n = state.n_rows
+        if n <= self._rows:
+            return
+        if self.idle.size < n:
+            self._grow(max(n, 2 * self.idle.size))
+        new = np.arange(self._rows, n, dtype=np.intp)
+        self.access[new] = self._access(state, new)
+        self._refresh(state, new)
+        self._rows = n
+
+    def refresh(self, state: FleetState, row: int) -> None:
+        """Recomputes one row after an allocation or a release there."""
+        self.sync(state)
+        self._refresh(state, np.array([row], dtype=np.intp))
+
+    def _grow(self, size: int) -> None:
+        def grown(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+            out = np.zeros((size, *arr.shape[1:]), dtype=arr.dtype)
+            out[: arr.shape[0]] = arr
+            return out
+
+        self.access = grown(self.access)  # type: ignore[assignment]
+        self.fit_gpus = grown(self.fit_gpus)  # type: ignore[assignment]
+        self.stranded = grown(self.stranded)  # type: ignore[assignment]
+        self.idle = grown(self.idle)  # type: ignore[assignment]
+        self.frag = grown(self.frag)  # type: ignore[assignment]
+
+    def _access(self, state: FleetState, rows: Rows) -> BoolArray:
+        access = np.ones((rows.size, len(self.typical)), dtype=np.bool_)
+        node_models = state.model[rows]
+        for k, shape in enumerate(self.typical.shapes):
+            if shape.models:
+                codes = np.array([state.model_id(m) for m in shape.models], dtype=np.int64)
+                access[:, k] = np.isin(node_models, codes[codes >= 0])
+        access &= (state.gpu_count[rows] > 0)[:, None]
+        return access
+
+    def _refresh(self, state: FleetState, rows: Rows) -> None:
+        free = usable_free(state, rows)
+        enough = free[:, :, None] >= self.milli[None, None, :]
+        self.fit_gpus[rows] = enough.sum(axis=1)
+        self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
+        self.idle[rows] = free.sum(axis=1)
+        self.frag[rows] = self.amount(
+            self.idle[rows], state.cpu_free[rows], self.fit_gpus[rows], self.stranded[rows], self.access[rows]
+        )
+
+    # ------------------------------------------------------------- formula
+    def amount(
+        self, idle: IntArray, cpu_free: IntArray, fit_gpus: IntArray, stranded: IntArray, access: BoolArray
+    ) -> FloatArray:
+        """F for nodes described by their idle milli, free CPU and per-shape GPU counts (leading dims)."""
+        fits = access & ~self.cpu_only & (cpu_free[..., None] >= self.cpu) & (fit_gpus >= self.count)
+        per_shape = np.where(fits, stranded, idle[..., None])
+        return np.asarray(per_shape @ self.weights, dtype=np.float64)
+
+    def gain(self, state: FleetState, request: PodRequest, rows: Rows) -> FloatArray:
+        """Per row, F_before - F_after of placing a pod that takes no share (whole GPUs, CPU only)."""
+        self.sync(state)
+        cpu_after = state.cpu_free[rows] - request.cpu_milli
+        fit, stranded, idle = self.fit_gpus[rows], self.stranded[rows], self.idle[rows]
+        if request.kind is GpuKind.WHOLE:
+            # Whole GPUs come from fully free ones, which count as usable for every shape.
+            fit = fit - request.gpus
+            idle = idle - request.gpus * GPU_MILLI
+        elif request.kind is not GpuKind.NONE:
+            return np.zeros(rows.size, dtype=np.float64)
+        return self.frag[rows] - self.amount(idle, cpu_after, fit, stranded, self.access[rows])
+
+    def share_gains(
+        self, state: FleetState, request: PodRequest, rows: Rows
+    ) -> tuple[IntArray, IntArray, FloatArray]:
+        """For a sharing pod: candidate (row index, GPU) pairs and F_before - F_after of each.
+
+        GPUs of one node with the same free milli give the same result, so only the lowest index of
+        each free value is a candidate.
+        """
+        self.sync(state)
+        free = share_gpu_free(state, request, rows)
+        order = np.argsort(-free, axis=1, kind="stable")
+        ranked = np.take_along_axis(free, order, axis=1)
+        first = np.ones(ranked.shape, dtype=np.bool_)
+        first[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+        keep = np.zeros(first.shape, dtype=np.bool_)
+        np.put_along_axis(keep, order, first, axis=1)
+        cand_row, cand_gpu = np.nonzero(keep & (free >= 0))
+        f_old = free[cand_row, cand_gpu][:, None]
+        f_new = f_old - request.gpu_milli
+        m = self.milli
+        sub = rows[cand_row]
+        fit = self.fit_gpus[sub] - (f_old >= m) + (f_new >= m)
+        stranded = self.stranded[sub] - np.where(f_old < m, f_old, 0) + np.where(f_new < m, f_new, 0)
+        idle = self.idle[sub] - request.gpu_milli
+        cpu_after = state.cpu_free[sub] - request.cpu_milli
+        after = self.amount(idle, cpu_after, fit, stranded, self.access[sub])
+        return cand_row, cand_gpu.astype(np.int64), self.frag[sub] - after
+
+
+def best_per_row(
+    count: int, cand_row: IntArray, cand_gpu: IntArray, values: FloatArray
+) -> tuple[FloatArray, IntArray]:
+    """Per row, the highest candidate value and its GPU (the lowest index among equal values)."""
+    order = np.lexsort((cand_gpu, -values, cand_row))
+    rows_sorted = cand_row[order]
+    starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
+    best = np.full(count, -np.inf, dtype=np.float64)
+    gpu = np.zeros(count, dtype=np.int64)
+    best[rows_sorted[starts]] = values[order][starts]
+    gpu[rows_sorted[starts]] = cand_gpu[order][starts]
+    return best, gpu
+
+
+def reference_points(gain: FloatArray) -> FloatArray:
+    """The reference simulator's integer node score: int(sigmoid(gain / 1000) * 100)."""
+    return np.asarray(np.floor(MAX_SCORE / (1.0 + np.exp(-gain / GPU_MILLI))), dtype=np.float64)
+
+
+class FgdPolicy:
+    """FGD against a fixed typical workload (the trace's, as in the paper).
+
+    With `integer_scores` (default) scores are the reference simulator's integer points, computed per
+    GPU, so a sharing pod takes the lowest-index GPU among those with the best points; otherwise gains.
+    """
+
+    name = "fgd"
+
+    def __init__(
+        self, typical: TypicalWorkload | None = None, integer_scores: bool = True, seed: int | None = None
+    ) -> None:
+        if typical is None or not len(typical):
+            raise ValueError("fgd needs a typical workload; pass typical=TypicalWorkload.from_requests(...)")
+        self.model = FragmentationModel(typical)
+        self.integer_scores = integer_scores
+        self.seed = seed
+
+    def observe(self, state: FleetState, row: int) -> None:
+        self.model.refresh(state, row)
+
+    def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored:
+        share_gpu: IntArray | None = None
+        if request.kind is GpuKind.SHARE:
+            cand_row, cand_gpu, gains = self.model.share_gains(state, request, rows)
+            values = reference_points(gains) if self.integer_scores else gains
+            scores, share_gpu = best_per_row(rows.size, cand_row, cand_gpu, values)
+        else:
+            gains = self.model.gain(state, request, rows)
+            scores = reference_points(gains) if self.integer_scores else gains
+        return Scored(scores, gpu_choices(state, request, rows, share_gpu))
+
+
+register("fgd", FgdPolicy)
