@@ -1,9 +1,120 @@
-"""CLI command: gpufleet bench fgd."""
+"""CLI command: gpufleet bench fgd — the FGD placement protocol on an openb trace."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpufleet.scheduler.placement.scoring import POLICY_NAMES, get_policy
+from gpufleet.sim import datasets
+from gpufleet.sim.fgd import Job, PolicySummary, RunResult, run_job, summarise
+from gpufleet.sim.openb import load_nodes, load_pods
+
+
+def _policies(spec: str) -> list[str]:
+    if spec == "all":
+        return list(POLICY_NAMES)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    for name in names:
+        if name not in POLICY_NAMES:
+            get_policy(name)  # raises GpuFleetError listing the valid names
+    return names
+
+
+def _run(jobs: list[Job], workers: int, quiet: bool) -> list[RunResult]:
+    console = Console(stderr=True)
+    results: list[RunResult] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=quiet, transient=True) as progress:
+        task = progress.add_task("FGD protocol runs", total=len(jobs))
+        if workers <= 1:
+            for job in jobs:
+                results.append(run_job(job))
+                progress.advance(task)
+            return results
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_job, job) for job in jobs]
+            for future in as_completed(futures):
+                results.append(future.result())
+                progress.advance(task)
+    return results
+
+
+def _table(trace: str, summaries: list[PolicySummary], published: dict[str, dict[int, float]]) -> Table:
+    table = Table(title=f"FGD protocol, trace {trace}: unallocated GPU % at 100% arrived (lower is better)")
+    for header in ("policy", "seeds", "ours", "published", "difference", "wall s"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for s in summaries:
+        ref = published.get(s.policy, {}).get(100)
+        diff = "" if ref is None else f"{s.unallocated_pct - ref:+.2f}"
+        table.add_row(
+            s.policy,
+            str(s.seeds),
+            f"{s.unallocated_pct:.2f} ± {s.unallocated_std:.2f}",
+            "" if ref is None else f"{ref:.2f}",
+            diff,
+            f"{s.wall_s:.1f}",
+        )
+    return table
+
+
+def fgd(
+    trace: str = typer.Option("default", help="Trace name (default, cpu050, ...) or a pod list CSV path."),
+    policy: str = typer.Option("all", help="'all', a policy name, or a comma-separated list."),
+    seeds: int = typer.Option(10, min=1, help="Seeds per policy (0 .. N-1)."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per policy on stdout."),
+    plot: Path | None = typer.Option(None, help="Write the unallocated-vs-arrived plot to this file."),
+    data: Path | None = typer.Option(None, help="Data directory (default $GPUFLEET_DATA or ../shared/data)."),
+    workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
+) -> None:
+    """Runs the FGD placement protocol and compares with the published figures."""
+    files = datasets.resolve_trace(trace, data)
+    names = _policies(policy)
+    # Read once here so a bad file fails fast with its line and field, before any worker starts.
+    load_nodes(files.nodes)
+    load_pods(files.pods)
+    jobs = [Job(str(files.pods), str(files.nodes), p, s) for p in names for s in range(seeds)]
+    count = workers if workers > 0 else (os.cpu_count() or 1)
+    started = time.perf_counter()
+    results = _run(jobs, min(count, len(jobs)), quiet=json_out)
+    elapsed = time.perf_counter() - started
+    summaries = summarise(names, results)
+    published = datasets.load_published(files.name, data)
+    console = Console()
+    if json_out:
+        for s in summaries:
+            ref = published.get(s.policy, {}).get(100)
+            record = {
+                "trace": files.name,
+                "policy": s.policy,
+                "seeds": s.seeds,
+                "unallocated_pct": round(s.unallocated_pct, 4),
+                "unallocated_std": round(s.unallocated_std, 4),
+                "published_pct": ref,
+                "wall_s": round(s.wall_s, 3),
+            }
+            print(json.dumps(record))
+    else:
+        console.print(_table(files.name, summaries, published))
+        console.print(f"{len(jobs)} runs in {elapsed:.1f} s wall ({min(count, len(jobs))} workers)")
+    if plot is not None:
+        from gpufleet.sim.plots import plot_fgd
+
+        written = plot_fgd(files.name, summaries, plot, published)
+        Console(stderr=json_out).print(f"plot: {written}")
 
 
 def register(bench: typer.Typer) -> None:
     """Adds this benchmark's command to the bench group."""
+    bench.command("fgd")(fgd)
+
+
+__all__ = ["register"]

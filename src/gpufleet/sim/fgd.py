@@ -52,11 +52,13 @@ def build_fleet(nodes: Sequence[NodeSpec]) -> FleetState:
     return state
 
 
-def workload(pods: Sequence[TracePod], cluster_milli: int, seed: int, ratio: float = TUNE_RATIO) -> list[TracePod]:
+def workload(
+    pods: Sequence[TracePod], cluster_milli: int, seed: int, ratio: float = TUNE_RATIO
+) -> list[TracePod]:
     """The pods of one seed: shuffled from name order, then resized to `ratio` x the cluster's GPU milli.
 
-    Below the target, pods drawn at random (with replacement) from the original list are appended until
-    the total GPU request reaches it; above it, random pods are dropped until the total fits.
+    Below the target, pods drawn at random (with replacement) from the original list are appended
+    while the next one still fits under it; above it, random pods are dropped until the total fits.
     """
     rng = np.random.default_rng(seed)
     ordered = sorted(pods, key=lambda p: p.name)
@@ -65,8 +67,10 @@ def workload(pods: Sequence[TracePod], cluster_milli: int, seed: int, ratio: flo
     total = sum(p.request.total_gpu_milli for p in shuffled)
     if total < target and any(p.request.total_gpu_milli for p in ordered):
         copies = 0
-        while total < target:
+        while True:
             extra = ordered[int(rng.integers(len(ordered)))]
+            if total + extra.request.total_gpu_milli > target:
+                break
             copies += 1
             shuffled.append(TracePod(f"{extra.name}-copy{copies}", extra.request))
             total += extra.request.total_gpu_milli
@@ -145,3 +149,73 @@ def allocation_curve(sums: dict[int, float], counts: dict[int, int]) -> dict[int
         if pct <= max(counts):
             curve[pct] = last
     return curve
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One run to do: which files, which policy, which seed."""
+
+    pods: str
+    nodes: str
+    policy: str
+    seed: int
+
+
+@dataclass(slots=True)
+class PolicySummary:
+    """The runs of one policy on one trace, summarised over seeds."""
+
+    policy: str
+    runs: list[RunResult]
+
+    @property
+    def seeds(self) -> int:
+        return len(self.runs)
+
+    @property
+    def unallocated_pct(self) -> float:
+        return float(np.mean([r.unallocated_pct for r in self.runs]))
+
+    @property
+    def unallocated_std(self) -> float:
+        return float(np.std([r.unallocated_pct for r in self.runs]))
+
+    @property
+    def wall_s(self) -> float:
+        return float(sum(r.wall_s for r in self.runs))
+
+    def curve(self) -> dict[int, float]:
+        """Mean unallocated % per arrived %, over the seeds that reached it."""
+        points: dict[int, list[float]] = {}
+        for run in self.runs:
+            for pct, alloc in run.curve.items():
+                points.setdefault(pct, []).append(100.0 - alloc)
+        return {pct: float(np.mean(v)) for pct, v in sorted(points.items())}
+
+
+_loaded: dict[tuple[str, str], tuple[list[NodeSpec], list[TracePod]]] = {}
+
+
+def _trace(pods: str, nodes: str) -> tuple[list[NodeSpec], list[TracePod]]:
+    # Each worker process reads a trace once, however many runs it does on it.
+    key = (pods, nodes)
+    if key not in _loaded:
+        from gpufleet.sim.openb import load_nodes, load_pods
+
+        _loaded[key] = (load_nodes(nodes), load_pods(pods))
+    return _loaded[key]
+
+
+def run_job(job: Job) -> RunResult:
+    """Runs one job (in this process or in a worker)."""
+    nodes, pods = _trace(job.pods, job.nodes)
+    return run_once(nodes, pods, job.policy, job.seed)
+
+
+def summarise(policies: Sequence[str], results: Sequence[RunResult]) -> list[PolicySummary]:
+    """Groups run results by policy, in the order of `policies`, each sorted by seed."""
+    return [PolicySummary(p, sorted((r for r in results if r.policy == p), key=_seed)) for p in policies]
+
+
+def _seed(result: RunResult) -> int:
+    return result.seed
