@@ -95,6 +95,68 @@ def user_key(queue: str, user: str) -> str:
     return f"{queue}\x00{user}"
 
 
+class FairShare:
+    """Every queue's fair share (lower goes first; roots 0), kept up to date along one path at a time.
+
+    A leaf's history is what the world recorded for it; an inner queue's is the sum of its leaves'.
+    History does not change inside a cycle, so it is summed once; current borrowing does, and `refresh`
+    recomputes the queues on one path after an admission or an eviction there.
+    """
+
+    def __init__(
+        self,
+        *,
+        tree: QuotaTree,
+        usage: QuotaUsage,
+        history: UsageHistory,
+        settings: Mapping[str, QueueSettings],
+        fair: FairSharingConfig,
+        now: float,
+    ) -> None:
+        self.tree = tree
+        self.usage = usage
+        self.settings = settings
+        self.fair = fair
+        self.hist: dict[str, dict[str, float]] = {}
+        for name in _post_order(tree):
+            if tree.is_leaf(name):
+                self.hist[name] = {f: history.average(name, f, now) for f in history.flavors(name)}
+            else:
+                total: dict[str, float] = {}
+                for child in tree.children[name]:
+                    for flavor, value in self.hist[child].items():
+                        total[flavor] = total.get(flavor, 0.0) + value
+                self.hist[name] = total
+        self.shares: dict[str, float] = {name: self._share(name) for name in tree.nodes}
+
+    def _share(self, name: str) -> float:
+        node = self.tree.nodes[name]
+        if node.parent is None:
+            return 0.0
+        pool = self.tree.subtree[node.parent]
+        borrowed = 0.0
+        used_lately = 0.0
+        for flavor, held in pool.items():
+            if held <= 0:
+                continue
+            borrowed = max(borrowed, self.usage.borrowed(name, flavor) / held)
+            used_lately = max(used_lately, self.hist[name].get(flavor, 0.0) / held)
+        weight = self.settings[name].fair_share_weight if name in self.settings else 1.0
+        value = borrowed + self.fair.history_weight * used_lately
+        if weight > 0:
+            return value / weight
+        return math.inf if value > 0 else 0.0
+
+    def refresh(self, queue: str) -> None:
+        for name in self.tree.paths[queue]:
+            self.shares[name] = self._share(name)
+
+    def path(self, queue: str) -> tuple[float, ...]:
+        """The shares from just below the root down to `queue`: the tournament key of a queue."""
+        path = self.tree.paths[queue]
+        return tuple(self.shares[name] for name in reversed(path[:-1]))
+
+
 def queue_shares(
     *,
     tree: QuotaTree,
@@ -104,37 +166,8 @@ def queue_shares(
     fair: FairSharingConfig,
     now: float,
 ) -> dict[str, float]:
-    """Every queue's fair share (lower goes first); roots have share 0.
-
-    A leaf's history is what the world recorded for it; an inner queue's is the sum of its leaves'.
-    """
-    hist: dict[str, dict[str, float]] = {}
-    for name in _post_order(tree):
-        if tree.is_leaf(name):
-            hist[name] = {f: history.average(name, f, now) for f in history.flavors(name)}
-        else:
-            total: dict[str, float] = {}
-            for child in tree.children[name]:
-                for flavor, value in hist[child].items():
-                    total[flavor] = total.get(flavor, 0.0) + value
-            hist[name] = total
-    shares: dict[str, float] = {}
-    for name, node in tree.nodes.items():
-        if node.parent is None:
-            shares[name] = 0.0
-            continue
-        pool = tree.subtree[node.parent]
-        borrowed = 0.0
-        used_lately = 0.0
-        for flavor, held in pool.items():
-            if held <= 0:
-                continue
-            borrowed = max(borrowed, usage.borrowed(name, flavor) / held)
-            used_lately = max(used_lately, hist[name].get(flavor, 0.0) / held)
-        weight = settings[name].fair_share_weight if name in settings else 1.0
-        value = borrowed + fair.history_weight * used_lately
-        shares[name] = value / weight if weight > 0 else (math.inf if value > 0 else 0.0)
-    return shares
+    """Every queue's fair share now (lower goes first); roots have share 0."""
+    return FairShare(tree=tree, usage=usage, history=history, settings=settings, fair=fair, now=now).shares
 
 
 def path_shares(tree: QuotaTree, shares: Mapping[str, float], queue: str) -> tuple[float, ...]:

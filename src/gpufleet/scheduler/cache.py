@@ -1,0 +1,232 @@
+"""The scheduler's authoritative cache and the per-cycle snapshot over it (Kueue's split).
+
+`ClusterCache` is what the world feeds: the fleet, the quota tree and its usage, queue settings, usage
+history, admitted and pending workloads. Only the world changes it, by applying decisions (`admit`,
+`evict`, `shrink`) or reporting facts (`submit`, `finish`, `checkpoint`).
+
+`Snapshot` is the cycle's view: it changes the same objects in place through an undo log (the fleet
+through a `Statement`, the rest through inverse operations) and is rolled back to its start before the
+cycle returns. Copying a 5,000-node fleet each cycle would cost more than the cycle itself; an undo log
+gives the same guarantee (the cache is unchanged by a cycle) without the copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpufleet.fleet.state import Allocation, FleetState
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.queueing import QueueSettings, UsageHistory, user_key
+from gpufleet.scheduler.quota import QuotaTree, QuotaUsage
+from gpufleet.scheduler.statement import Statement
+from gpufleet.scheduler.workload import Workload
+
+
+@dataclass(slots=True)
+class Admitted:
+    """An admitted workload: the flavor and counts it runs with, and what each of its pods holds."""
+
+    workload: Workload
+    assignment: Assignment
+    pods: dict[str, Allocation] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    @property
+    def queue(self) -> str:
+        return self.workload.queue
+
+    def lost_gpu_seconds(self, now: float, milli: int | None = None) -> float:
+        """GPU-seconds of work lost if `milli` of its GPUs (all of them by default) stop now."""
+        since = self.workload.last_checkpoint_at
+        if since is None:
+            since = self.workload.admitted_at if self.workload.admitted_at is not None else now
+        gpus = (self.assignment.gpu_milli if milli is None else milli) / 1000
+        return gpus * max(0.0, now - since)
+
+
+class ClusterCache:
+    """The state the scheduler decides on, fed and changed only by the world."""
+
+    def __init__(
+        self,
+        *,
+        fleet: FleetState,
+        tree: QuotaTree,
+        settings: Mapping[str, QueueSettings],
+        history: UsageHistory,
+    ) -> None:
+        self.fleet = fleet
+        self.tree = tree
+        self.usage = QuotaUsage(tree)
+        self.settings = dict(settings)
+        self.history = history
+        self.admitted: dict[str, Admitted] = {}
+        self.pending: dict[str, Workload] = {}
+        self.user_usage: dict[str, int] = {}
+
+    # ------------------------------------------------------------ world facts
+    def submit(self, workload: Workload) -> None:
+        if workload.name in self.pending or workload.name in self.admitted:
+            raise ValueError(f"workload {workload.name} is already known")
+        self.pending[workload.name] = workload
+
+    def admit(
+        self, workload: Workload, assignment: Assignment, allocations: Iterable[Allocation], *, now: float
+    ) -> Admitted:
+        """Records an admission decision: the pods take their allocations, the queue is charged."""
+        self.pending.pop(workload.name, None)
+        pods = {}
+        for alloc in allocations:
+            pods[alloc.pod] = self.fleet.reinstate(alloc)
+        admitted = Admitted(dataclasses.replace(workload, admitted_at=now), assignment, pods)
+        self._charge(admitted, 1)
+        self.admitted[workload.name] = admitted
+        self._record_history(admitted.queue, admitted.workload.user, now)
+        return admitted
+
+    def evict(self, name: str, *, now: float) -> Workload:
+        """Evicts an admitted workload back to its queue, keeping its submission time and checkpoint."""
+        admitted = self.admitted.pop(name)
+        for pod in admitted.pods:
+            self.fleet.release(pod)
+        self._charge(admitted, -1)
+        workload = dataclasses.replace(admitted.workload, admitted_at=None)
+        self.pending[name] = workload
+        self._record_history(admitted.queue, admitted.workload.user, now)
+        return workload
+
+    def shrink(self, name: str, pods: Iterable[str], counts: tuple[int, ...], *, now: float) -> None:
+        """Removes some pods of an elastic workload (never below its minimum)."""
+        admitted = self.admitted[name]
+        self._charge(admitted, -1)
+        for pod in pods:
+            self.fleet.release(pod)
+            del admitted.pods[pod]
+        admitted.assignment = _with_counts(admitted, counts)
+        self._charge(admitted, 1)
+        self._record_history(admitted.queue, admitted.workload.user, now)
+
+    def finish(self, name: str, *, now: float) -> None:
+        """A workload ended: its pods and quota are freed."""
+        admitted = self.admitted.pop(name)
+        for pod in admitted.pods:
+            self.fleet.release(pod)
+        self._charge(admitted, -1)
+        self._record_history(admitted.queue, admitted.workload.user, now)
+
+    def checkpoint(self, name: str, *, now: float) -> None:
+        admitted = self.admitted[name]
+        admitted.workload = dataclasses.replace(admitted.workload, last_checkpoint_at=now)
+
+    # ------------------------------------------------------------- internals
+    def _charge(self, admitted: Admitted, sign: int) -> None:
+        self.usage.add(admitted.queue, admitted.assignment.usage, sign)
+        key = user_key(admitted.queue, admitted.workload.user)
+        self.user_usage[key] = self.user_usage.get(key, 0) + sign * admitted.assignment.gpu_milli
+
+    def _record_history(self, queue: str, user: str, now: float) -> None:
+        for flavor in set(self.usage.used[queue]) | set(self.history.flavors(queue)):
+            self.history.record(queue, flavor, self.usage.usage(queue, flavor), now)
+        key = user_key(queue, user)
+        self.history.record(key, "*", self.user_usage.get(key, 0), now)
+
+    def user_used(self, queue: str, user: str) -> int:
+        return self.user_usage.get(user_key(queue, user), 0)
+
+
+def _with_counts(admitted: Admitted, counts: tuple[int, ...]) -> Assignment:
+    from gpufleet.scheduler.flavors import usage_of
+
+    usage = usage_of(admitted.workload, admitted.assignment.model, counts)
+    return Assignment(admitted.assignment.model, counts, usage)
+
+
+Undo = Callable[[], None]
+
+
+class Snapshot:
+    """The cycle's view of the cache: every change is logged and undone by `restore`."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.statement = Statement(cache.fleet)
+        self._undo: list[Undo] = []
+
+    @property
+    def fleet(self) -> FleetState:
+        return self.cache.fleet
+
+    def mark(self) -> tuple[int, int]:
+        return self.statement.checkpoint(), len(self._undo)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        fleet_mark, undo_mark = mark
+        while len(self._undo) > undo_mark:
+            self._undo.pop()()
+        self.statement.rollback(fleet_mark)
+
+    def restore(self) -> None:
+        """Undoes everything; the cache is as the cycle found it."""
+        self.rollback((0, 0))
+        self.statement.discard()
+
+    def remove(self, name: str) -> Admitted:
+        """What-if: the workload is evicted."""
+        cache = self.cache
+        admitted = cache.admitted.pop(name)
+        for pod in admitted.pods:
+            self.statement.release(pod)
+        cache._charge(admitted, -1)
+
+        def undo() -> None:
+            cache._charge(admitted, 1)
+            cache.admitted[name] = admitted
+
+        self._undo.append(undo)
+        return admitted
+
+    def shrink(self, name: str, pods: list[str], counts: tuple[int, ...]) -> Admitted:
+        """What-if: `pods` of an elastic workload are removed, leaving `counts` per pod set."""
+        cache = self.cache
+        before = cache.admitted[name]
+        cache._charge(before, -1)
+        kept = {pod: alloc for pod, alloc in before.pods.items() if pod not in set(pods)}
+        for pod in pods:
+            self.statement.release(pod)
+        after = Admitted(before.workload, _with_counts(before, counts), kept)
+        cache.admitted[name] = after
+        cache._charge(after, 1)
+
+        def undo() -> None:
+            cache._charge(after, -1)
+            cache._charge(before, 1)
+            cache.admitted[name] = before
+
+        self._undo.append(undo)
+        return after
+
+    def assume(
+        self, workload: Workload, assignment: Assignment, allocations: list[Allocation], *, now: float
+    ) -> Admitted:
+        """What-if: the workload is admitted with pods the statement already allocated."""
+        cache = self.cache
+        admitted = Admitted(
+            dataclasses.replace(workload, admitted_at=now), assignment, {a.pod: a for a in allocations}
+        )
+        cache._charge(admitted, 1)
+        cache.admitted[workload.name] = admitted
+        pending = cache.pending.pop(workload.name, None)
+
+        def undo() -> None:
+            cache._charge(admitted, -1)
+            del cache.admitted[workload.name]
+            if pending is not None:
+                cache.pending[workload.name] = pending
+
+        self._undo.append(undo)
+        return admitted

@@ -1,0 +1,383 @@
+"""The scheduling cycle: pending workloads in, decisions out (admit+placement, preempt, pending+reason).
+
+`Scheduler.cycle(cache, now=...)` is pure as far as its caller can tell: it works on a `Snapshot` of
+the cache (an undo log over it) and leaves the cache exactly as it found it. Each world (the scenario
+runner, the simulator, the embedded control plane, Kubernetes) applies the decisions its own way;
+`apply_decisions` is how the in-memory worlds do it.
+
+Steps, each a call:
+1. heads: per leaf queue, its pending workloads in queue order (priority, the user's fair share inside
+   the queue, submission time, name);
+2. order: queues in a heap keyed by their next workload (priority, the queue tree's fair share from the
+   root down, submission time, name), re-keyed lazily as fair shares move during the cycle;
+3. quota: for each flavor the workload accepts, in order, the queue's quota along its path (and the
+   per-user limit); an elastic workload may be admitted with fewer pods, down to its minimum;
+4. placement: the first flavor that passes quota and placement wins;
+5. preemption: if none did, the cheapest victim set after which the workload fits; the victims are
+   evicted and the workload waits for them (its capacity is held for the rest of the cycle);
+6. decisions: everything left pending carries its reason.
+
+StrictFIFO queues stop at a head that cannot start; BestEffortFIFO queues go on with the next workload.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.fleet.state import Allocation
+from gpufleet.scheduler import explain
+from gpufleet.scheduler.cache import ClusterCache, Snapshot
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.scheduler.explain import Admit, Pending, Preempt, Reason
+from gpufleet.scheduler.flavors import (
+    Assignment,
+    candidate_models,
+    counts_at,
+    pinned,
+    shrink_steps,
+    usage_of,
+)
+from gpufleet.scheduler.placement.place import place_workload
+from gpufleet.scheduler.placement.result import PlacementResult
+from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.preemption import VictimSet, apply_victims, select_victims
+from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, user_key
+from gpufleet.scheduler.workload import Workload
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """What one cycle decided. `preempted` come first when applied, then `admitted`."""
+
+    admitted: list[Admit] = field(default_factory=list)
+    preempted: list[Preempt] = field(default_factory=list)
+    pending: dict[str, Pending] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted or self.preempted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    assignment: Assignment
+    allocations: tuple[Allocation, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Preemption:
+    victims: VictimSet
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: Reason
+
+
+Outcome = _Admission | _Preemption | _Failure
+
+
+class Scheduler:
+    """The scheduling core: built once from a configuration, then asked for one cycle at a time."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        self.rng = np.random.default_rng(self.config.seed)
+        get_policy(self.config.placement)  # an unknown policy name fails here, at construction
+
+    def cycle(self, cache: ClusterCache, *, now: float) -> CycleResult:
+        snapshot = Snapshot(cache)
+        try:
+            return _Cycle(self, snapshot, now).run()
+        finally:
+            snapshot.restore()
+
+
+class _Cycle:
+    """One cycle's working state: the snapshot, fair shares, memos of failures, the result."""
+
+    def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float) -> None:
+        self.config = scheduler.config
+        self.rng = scheduler.rng
+        self.policy: ScorePolicy = get_policy(self.config.placement)
+        self.snapshot = snapshot
+        self.cache = snapshot.cache
+        self.now = now
+        self.result = CycleResult()
+        cache = self.cache
+        self.fair = FairShare(
+            tree=cache.tree,
+            usage=cache.usage,
+            history=cache.history,
+            settings=cache.settings,
+            fair=self.config.fair_sharing,
+            now=now,
+        )
+        # Admissions only take capacity, so a shape that did not fit stays unfit until a preemption
+        # frees some: remembered per shape, forgotten after each preemption.
+        self.no_fit: dict[tuple[object, ...], Reason] = {}
+        self.no_victims: set[tuple[object, ...]] = set()
+
+    # ---------------------------------------------------------------- steps
+    def run(self) -> CycleResult:
+        queues = self._heads()
+        heap: list[tuple[tuple[object, ...], str]] = []
+        for queue, ordered in queues.items():
+            first = next(ordered, None)
+            if first is not None:
+                self._current[queue] = first
+                heapq.heappush(heap, (self._key(first), queue))
+        while heap:
+            key, queue = heapq.heappop(heap)
+            workload = self._current[queue]
+            fresh = self._key(workload)
+            if fresh != key and heap and fresh > heap[0][0]:
+                heapq.heappush(heap, (fresh, queue))  # its queue's share moved: wait its turn
+                continue
+            outcome = self._attempt(workload)
+            blocked = self._record(workload, outcome)
+            strict = self.cache.settings[queue].strategy is QueueingStrategy.STRICT_FIFO
+            following = queues[queue]
+            if blocked and strict:
+                for behind in following:
+                    self.result.pending[behind.name] = Pending(
+                        behind.name, explain.queued(head=workload.name, queue=queue)
+                    )
+                continue
+            nxt = next(following, None)
+            if nxt is not None:
+                self._current[queue] = nxt
+                heapq.heappush(heap, (self._key(nxt), queue))
+        return self.result
+
+    def _heads(self) -> dict[str, Iterator[Workload]]:
+        """Step 1: per leaf queue, its pending workloads in queue order."""
+        cache = self.cache
+        self._current: dict[str, Workload] = {}
+        by_queue: dict[str, list[Workload]] = {}
+        for workload in cache.pending.values():
+            if workload.queue not in cache.tree.nodes or not cache.tree.is_leaf(workload.queue):
+                message = f"queue {workload.queue!r} is not a leaf queue of the quota tree"
+                self.result.pending[workload.name] = Pending(
+                    workload.name, Reason(explain.QUOTA_EXCEEDED, message, {"queue": workload.queue})
+                )
+                continue
+            by_queue.setdefault(workload.queue, []).append(workload)
+        weight = self.config.fair_sharing.history_weight
+        out: dict[str, Iterator[Workload]] = {}
+        for queue, items in by_queue.items():
+            users = {w.user for w in items}
+            if len(users) > 1:
+                share = {
+                    u: cache.user_used(queue, u)
+                    + weight * cache.history.average(user_key(queue, u), "*", self.now)
+                    for u in users
+                }
+                items.sort(key=lambda w: (-w.priority, share[w.user], w.submitted_at, w.name))
+            else:
+                items.sort(key=lambda w: (-w.priority, w.submitted_at, w.name))
+            out[queue] = iter(items)
+        return out
+
+    def _key(self, workload: Workload) -> tuple[object, ...]:
+        """Step 2: the global order of queues by their next workload."""
+        return (-workload.priority, self.fair.path(workload.queue), workload.submitted_at, workload.name)
+
+    def _record(self, workload: Workload, outcome: Outcome) -> bool:
+        """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""
+        name = workload.name
+        if isinstance(outcome, _Admission):
+            self.snapshot.assume(workload, outcome.assignment, list(outcome.allocations), now=self.now)
+            self.result.admitted.append(Admit(name, outcome.assignment, outcome.allocations, outcome.nodes))
+            self.fair.refresh(workload.queue)
+            return False
+        if isinstance(outcome, _Preemption):
+            victims = outcome.victims.victims
+            names = []
+            for candidate in victims:
+                whole = candidate.kind == "evict"
+                message = (
+                    f"{'evicted' if whole else 'shrunk'} for {name} ({candidate.cause}): "
+                    f"priority {candidate.priority} vs {workload.priority}, "
+                    f"{candidate.lost_gpu_seconds:g} GPU-seconds since the last checkpoint"
+                )
+                self.result.preempted.append(
+                    Preempt(
+                        candidate.name,
+                        name,
+                        candidate.cause,
+                        message,
+                        candidate.lost_gpu_seconds,
+                        () if whole else candidate.pods,
+                        () if whole else candidate.counts,
+                    )
+                )
+                names.append(candidate.name)
+                self.fair.refresh(candidate.admitted.queue)
+            self.fair.refresh(workload.queue)
+            self.result.pending[name] = Pending(name, explain.waiting_for_preemption(names))
+            self.no_fit.clear()
+            self.no_victims.clear()
+            return True
+        self.result.pending[name] = Pending(name, outcome.reason)
+        return True
+
+    # ------------------------------------------------------------- attempt
+    def _attempt(self, workload: Workload) -> Outcome:
+        """Steps 3-5 for one workload."""
+        cache = self.cache
+        queue = workload.queue
+        node = cache.tree.nodes[queue]
+        models = candidate_models(
+            workload,
+            queue_flavors=list(node.quotas),
+            fleet_models=cache.fleet.models,
+            unlimited=node.unlimited,
+        )
+        if not models:
+            wanted = sorted({m for ps in workload.pod_sets for m in ps.request.gpu_models})
+            return _Failure(explain.no_flavor(workload.name, queue, wanted))
+        first: Reason | None = None
+        for model in models:
+            found = self._admit_with(workload, model)
+            if isinstance(found, _Admission):
+                return found
+            first = first or found.reason
+        assert first is not None
+        if first.type == explain.NO_FIT and first.details.get("never"):
+            return _Failure(first)
+        for model in models:
+            preemption = self._preempt_for(workload, model)
+            if preemption is not None:
+                return preemption
+        return _Failure(first)
+
+    def _admit_with(self, workload: Workload, model: str | None) -> _Admission | _Failure:
+        counts = self._quota_counts(workload, model)
+        if isinstance(counts, Reason):
+            return _Failure(counts)
+        shape = _shape(workload, model, counts)
+        known = self.no_fit.get(shape)
+        if known is not None:
+            return _Failure(known)
+        mark = self.snapshot.mark()
+        placed = self._place(workload, model, counts)
+        if placed.no_fit is not None:
+            self.snapshot.rollback(mark)
+            reason = explain.no_fit(placed.no_fit)
+            if placed.no_fit.never:
+                reason = Reason(reason.type, reason.message, {**reason.details, "never": True})
+            self.no_fit[shape] = reason
+            return _Failure(reason)
+        return self._admission(workload, model, placed)
+
+    def _admission(self, workload: Workload, model: str | None, placed: PlacementResult) -> _Admission:
+        fleet = self.snapshot.fleet
+        got = placed.counts()
+        counts = tuple(got.get(ps.name, 0) for ps in workload.pod_sets)
+        assignment = Assignment(model, counts, usage_of(workload, model, counts))
+        allocations = tuple(fleet.allocations[p.pod] for p in placed.placements)
+        nodes = tuple(p.node for p in placed.placements)
+        return _Admission(assignment, allocations, nodes)
+
+    def _place(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> PlacementResult:
+        return place_workload(
+            self.snapshot.fleet,
+            pinned(workload, model, counts),
+            policy=self.policy,
+            rng=self.rng,
+            statement=self.snapshot.statement,
+        )
+
+    def _quota_counts(self, workload: Workload, model: str | None) -> tuple[int, ...] | Reason:
+        """The most pods per pod set the queue's quota and the user's limit allow (elastic: >= minimum)."""
+        steps = shrink_steps(workload)
+        full = counts_at(workload, 0)
+        problem = self._quota_problem(workload, model, full)
+        if problem is None:
+            return full
+        if steps == 0 or self._quota_problem(workload, model, counts_at(workload, steps)) is not None:
+            return problem
+        low, high = 0, steps  # counts_at(high) fits, counts_at(low) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self._quota_problem(workload, model, counts_at(workload, mid)) is None:
+                high = mid
+            else:
+                low = mid
+        return counts_at(workload, high)
+
+    def _quota_problem(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> Reason | None:
+        cache = self.cache
+        usage = usage_of(workload, model, counts)
+        short = cache.usage.fits(workload.queue, usage)
+        if short is not None:
+            return explain.quota_exceeded(short)
+        limit = cache.settings[workload.queue].user_gpu_limit
+        if limit is not None and workload.user:
+            used = cache.user_used(workload.queue, workload.user)
+            requested = sum(usage.values())
+            if used + requested > limit:
+                return explain.user_limit_exceeded(
+                    queue=workload.queue, user=workload.user, used=used, requested=requested, limit=limit
+                )
+        return None
+
+    def _preempt_for(self, workload: Workload, model: str | None) -> _Preemption | None:
+        counts = counts_at(workload, 0)
+        newer_matters = (
+            self.cache.settings[workload.queue].preemption.within_queue == "LowerOrNewerEqualPriority"
+        )
+        memo = (
+            workload.queue,
+            workload.priority,
+            workload.submitted_at if newer_matters else None,
+            _shape(workload, model, counts),
+        )
+        if memo in self.no_victims:
+            return None
+        assignment = Assignment(model, counts, usage_of(workload, model, counts))
+
+        def fits() -> bool:
+            if self._quota_problem(workload, model, counts) is not None:
+                return False
+            mark = self.snapshot.mark()
+            placed = self._place(workload, model, counts)
+            self.snapshot.rollback(mark)
+            return placed.no_fit is None
+
+        victims = select_victims(self.snapshot, workload, assignment, fits, now=self.now)
+        if victims is None:
+            self.no_victims.add(memo)
+            return None
+        apply_victims(self.snapshot, victims)
+        placed = self._place(workload, model, counts)
+        if placed.no_fit is None:
+            admission = self._admission(workload, model, placed)
+            self.snapshot.assume(workload, admission.assignment, list(admission.allocations), now=self.now)
+        return _Preemption(victims)
+
+
+def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:
+    """What placement sees of a workload, for the per-cycle memo of shapes that do not fit."""
+    sets = tuple((ps.request, count, ps.minimum) for ps, count in zip(workload.pod_sets, counts, strict=True))
+    return (model, sets, workload.topology)
+
+
+def apply_decisions(cache: ClusterCache, result: CycleResult, *, now: float) -> None:
+    """How an in-memory world carries out a cycle: evictions and shrinks first, then admissions."""
+    for preempt in result.preempted:
+        if preempt.victim not in cache.admitted:
+            continue
+        if preempt.whole:
+            cache.evict(preempt.victim, now=now)
+        else:
+            cache.shrink(preempt.victim, preempt.pods, preempt.counts, now=now)
+    for admit in result.admitted:
+        workload = cache.pending[admit.workload]
+        cache.admit(workload, admit.assignment, admit.allocations, now=now)

@@ -1,0 +1,109 @@
+"""Pending reasons and decisions: the scheduler's answer to "why is my job pending?" and "who evicted me?".
+
+Every workload the cycle leaves pending carries exactly one reason, built here so the wording and the
+numbers are the same wherever they appear (scenario output, status.pendingReason, the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.fleet.state import Allocation
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.placement.result import NoFit
+from gpufleet.scheduler.quota import QuotaShortfall
+
+QUOTA_EXCEEDED = "QuotaExceeded"
+NO_FIT = "NoFit"
+WAITING_FOR_PREEMPTION = "WaitingForPreemption"
+QUEUED = "Queued"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """`type` is one of the constants above; `details` carries the numbers behind the message."""
+
+    type: str
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, **dict(self.details)}
+
+
+def quota_exceeded(short: QuotaShortfall) -> Reason:
+    return Reason(QUOTA_EXCEEDED, short.message(), short.details())
+
+
+def user_limit_exceeded(*, queue: str, user: str, used: int, requested: int, limit: int) -> Reason:
+    message = (
+        f"queue {queue} user {user}: requested {requested / 1000:g} GPUs, holds {used / 1000:g}, "
+        f"per-user limit {limit / 1000:g}"
+    )
+    details = {
+        "queue": queue,
+        "user": user,
+        "used": used / 1000,
+        "requested": requested / 1000,
+        "limit": limit / 1000,
+        "scope": "user",
+    }
+    return Reason(QUOTA_EXCEEDED, message, details)
+
+
+def no_fit(found: NoFit) -> Reason:
+    details = found.to_reason()
+    details.pop("type", None)
+    details.pop("message", None)
+    return Reason(NO_FIT, found.message, details)
+
+
+def no_flavor(workload: str, queue: str, models: Sequence[str]) -> Reason:
+    wanted = ", ".join(models) if models else "any GPU model"
+    message = f"queue {queue} has no quota for the flavors {workload} accepts ({wanted})"
+    return Reason(QUOTA_EXCEEDED, message, {"queue": queue, "flavors": list(models), "nominal": 0})
+
+
+def waiting_for_preemption(victims: Sequence[str]) -> Reason:
+    message = "waiting for " + ", ".join(victims) + " to be preempted"
+    return Reason(WAITING_FOR_PREEMPTION, message, {"victims": list(victims)})
+
+
+def queued(*, head: str, queue: str) -> Reason:
+    message = f"behind {head}, the head of StrictFIFO queue {queue}"
+    return Reason(QUEUED, message, {"queue": queue, "head": head})
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Admit `workload` with `assignment`; its pods take `allocations`."""
+
+    workload: str
+    assignment: Assignment
+    allocations: tuple[Allocation, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Evict `victim` (or only `pods` of it, shrinking an elastic workload to `counts`) for `preemptor`."""
+
+    victim: str
+    preemptor: str
+    cause: str
+    message: str
+    lost_gpu_seconds: float
+    pods: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.pods
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    workload: str
+    reason: Reason

@@ -1,0 +1,103 @@
+"""Flavors: what quota a workload is counted in, and which flavor it is given.
+
+A whole-GPU or shared pod counts in its GPU model (1000 milli per GPU, or its `gpu_milli` share); a MIG
+pod counts one instance (1000) of its profile name. A workload whose pods accept several GPU models gets
+one model for all its pod sets, chosen as Kueue's flavor assignment does: the models are tried in order
+(the pod's own list when it gives one, else the order of the queue's quotas) and the first that both
+fits the quota and can be placed wins; a model the queue has no quota for is never tried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
+from gpufleet.scheduler.workload import PodSet, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """The flavor and the number of pods per pod set a workload is admitted (or tried) with."""
+
+    model: str | None
+    counts: tuple[int, ...]
+    usage: Mapping[str, int]
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(self.usage.values())
+
+
+def pod_usage(request: PodRequest, model: str | None) -> tuple[str, int] | None:
+    """The flavor and milli-GPU one pod is counted for; None for a CPU-only pod."""
+    kind = request.kind
+    if kind is GpuKind.MIG:
+        assert request.mig is not None
+        return request.mig, GPU_MILLI
+    if kind is GpuKind.NONE or model is None:
+        return None
+    return model, request.total_gpu_milli
+
+
+def usage_of(workload: Workload, model: str | None, counts: Sequence[int]) -> dict[str, int]:
+    """Milli-GPU per flavor of `counts` pods of each pod set with the given model."""
+    usage: dict[str, int] = {}
+    for pod_set, count in zip(workload.pod_sets, counts, strict=True):
+        found = pod_usage(pod_set.request, model)
+        if found is not None:
+            flavor, milli = found
+            usage[flavor] = usage.get(flavor, 0) + milli * count
+    return usage
+
+
+def needs_model(workload: Workload) -> bool:
+    return any(ps.request.kind in (GpuKind.WHOLE, GpuKind.SHARE) for ps in workload.pod_sets)
+
+
+def candidate_models(
+    workload: Workload, *, queue_flavors: Sequence[str], fleet_models: Sequence[str], unlimited: bool
+) -> list[str | None]:
+    """The models to try, in order. [None] when the workload needs no GPU model."""
+    if not needs_model(workload):
+        return [None]
+    listed: list[str] | None = None
+    for pod_set in workload.pod_sets:
+        if pod_set.request.kind in (GpuKind.WHOLE, GpuKind.SHARE) and pod_set.request.gpu_models:
+            allowed = list(pod_set.request.gpu_models)
+            listed = allowed if listed is None else [m for m in listed if m in allowed]
+    if listed is None:
+        listed = list(queue_flavors) if not unlimited else list(fleet_models)
+    if unlimited:
+        return list(listed)
+    return [model for model in listed if model in queue_flavors]
+
+
+def pinned(workload: Workload, model: str | None, counts: Sequence[int]) -> Workload:
+    """The workload as placement should see it: every GPU pod on `model`, `counts` pods per pod set."""
+    pod_sets: list[PodSet] = []
+    for pod_set, count in zip(workload.pod_sets, counts, strict=True):
+        request = pod_set.request
+        if model is not None and request.kind in (GpuKind.WHOLE, GpuKind.SHARE):
+            request = dataclasses.replace(request, gpu_models=(model,))
+        min_count = None if pod_set.min_count is None else min(pod_set.min_count, count)
+        pod_sets.append(dataclasses.replace(pod_set, count=count, request=request, min_count=min_count))
+    return dataclasses.replace(workload, pod_sets=tuple(pod_sets))
+
+
+def shrink_steps(workload: Workload) -> int:
+    """How many steps an elastic workload can be shrunk by (0 when it is not elastic)."""
+    return max(ps.count - ps.minimum for ps in workload.pod_sets)
+
+
+def counts_at(workload: Workload, step: int) -> tuple[int, ...]:
+    """Pod counts after shrinking `step` steps toward the minimum, all pod sets in proportion."""
+    total = shrink_steps(workload)
+    if total == 0 or step <= 0:
+        return tuple(ps.count for ps in workload.pod_sets)
+    out = []
+    for ps in workload.pod_sets:
+        spare = ps.count - ps.minimum
+        out.append(ps.count - (spare * min(step, total) + total - 1) // total)
+    return tuple(out)

@@ -1,0 +1,318 @@
+"""Preemption: which admitted workloads to evict (or shrink) so that a pending one can start.
+
+Steps (ARCHITECTURE.md, Scheduling cycle step 4):
+1. candidates: workloads the preemptor's queue policy allows it to evict (`withinQueue`,
+   `reclaimWithinCohort` when it would stay within its nominal quota, `borrowWithinCohort` when it
+   would borrow); never a non-preemptible one, never one inside its queue's `minRuntimeSeconds`, never
+   one in another tree; from another queue only while that queue borrows (so a queue within its
+   nominal quota is never a reclaim target);
+2. scopes: a workload that requires a topology domain is tried domain by domain (the candidates with
+   pods in that domain), so victims free one domain rather than scattered capacity; a one-pod workload
+   is tried node by node; any other workload over the whole fleet;
+3. in each scope, candidates are given up in `victim_order` until the preemptor fits (quota and
+   placement), then those not needed are added back in reverse order (a minimal set, as Kueue does);
+4. the cheapest set over all scopes wins (lost work, then highest victim priority, then count).
+
+Everything is tried on the snapshot and rolled back; the caller re-applies the chosen set. A preemption
+is proposed only when the preemptor then fits: no loops of evictions that admit nobody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from gpufleet.scheduler.cache import Admitted, Snapshot
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.queueing import QueueSettings
+from gpufleet.scheduler.workload import Workload
+
+RECLAIM = "Reclaim"
+WITHIN_QUEUE = "WithinQueue"
+BORROW = "BorrowWithinCohort"
+
+Kind = Literal["shrink", "evict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One way to free capacity: shrink an elastic workload to its minimum, or evict it whole."""
+
+    admitted: Admitted
+    kind: Kind
+    cause: str
+    lost_gpu_seconds: float
+    pods: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.admitted.name
+
+    @property
+    def priority(self) -> int:
+        return self.admitted.workload.priority
+
+
+def victim_order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+    """The one order in which candidates are given up, first = cheapest to lose.
+
+    1. shrinking an elastic workload toward its minimum comes before evicting anything whole;
+    2. reclaiming from another queue that borrows comes before evicting from the preemptor's own queue;
+    3. less lost work first: GPUs x seconds since the last checkpoint (or since admission);
+    4. lower priority first;
+    5. newer first: the later admitted has run for less time;
+    6. name, a deterministic tie-break (names are unique in a cluster, like Kueue's uid).
+    """
+    workload = candidate.admitted.workload
+    admitted_at = workload.admitted_at if workload.admitted_at is not None else 0.0
+    return (
+        0 if candidate.kind == "shrink" else 1,
+        1 if candidate.cause == WITHIN_QUEUE else 0,
+        candidate.lost_gpu_seconds,
+        workload.priority,
+        -admitted_at,
+        workload.name,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VictimSet:
+    preemptor: str
+    victims: tuple[Candidate, ...]
+
+    def cost(self) -> tuple[float, int, int]:
+        lost = sum(c.lost_gpu_seconds for c in self.victims)
+        top = max((c.priority for c in self.victims), default=-(1 << 62))
+        return lost, top, len(self.victims)
+
+
+Fits = Callable[[], bool]
+
+
+def _cause(*, victim: Admitted, preemptor: Workload, settings: QueueSettings, borrowing: bool) -> str | None:
+    """Why `preemptor` may evict `victim` under its queue's policy, or None when it may not."""
+    policy = settings.preemption
+    vp, pp = victim.workload.priority, preemptor.priority
+    if victim.queue == preemptor.queue:
+        if policy.within_queue == "LowerPriority" and vp < pp:
+            return WITHIN_QUEUE
+        if policy.within_queue == "LowerOrNewerEqualPriority" and (
+            vp < pp or (vp == pp and victim.workload.submitted_at > preemptor.submitted_at)
+        ):
+            return WITHIN_QUEUE
+        return None
+    if not borrowing:
+        rule = policy.reclaim_within_cohort
+        if rule == "Any" or (rule == "LowerPriority" and vp < pp):
+            return RECLAIM
+        return None
+    if policy.borrow_within_cohort == "LowerPriority" and vp < pp:
+        return BORROW
+    return None
+
+
+def candidates(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
+) -> list[Candidate]:
+    """Every workload the preemptor may take capacity from, as shrink and/or evict candidates."""
+    cache = snapshot.cache
+    tree = cache.tree
+    own_settings = cache.settings[preemptor.queue]
+    root = tree.root_of(preemptor.queue)
+    borrowing = any(
+        cache.usage.usage(preemptor.queue, flavor) + amount > tree.nominal(preemptor.queue, flavor)
+        for flavor, amount in assignment.usage.items()
+    )
+    flavors = set(assignment.usage)
+    out: list[Candidate] = []
+    for admitted in cache.admitted.values():
+        workload = admitted.workload
+        if not workload.preemptible or workload.name == preemptor.name:
+            continue
+        if flavors and not flavors & set(admitted.assignment.usage):
+            continue
+        if tree.root_of(admitted.queue) != root:
+            continue
+        victim_settings = cache.settings[admitted.queue]
+        started = workload.admitted_at if workload.admitted_at is not None else now
+        if now - started < victim_settings.min_runtime_seconds:
+            continue
+        cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
+        if cause is None:
+            continue
+        if cause != WITHIN_QUEUE and not _borrows(snapshot, admitted.queue, flavors):
+            continue
+        shrink = _shrink_of(admitted)
+        if shrink is not None:
+            pods, counts = shrink
+            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
+            lost = admitted.lost_gpu_seconds(now, removed)
+            out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
+        out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
+    out.sort(key=victim_order)
+    return out
+
+
+def _borrows(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:
+    usage = snapshot.cache.usage
+    return any(usage.borrowed(queue, flavor) > 0 for flavor in flavors)
+
+
+def _milli_at(admitted: Admitted, counts: Sequence[int]) -> int:
+    from gpufleet.scheduler.flavors import usage_of
+
+    return sum(usage_of(admitted.workload, admitted.assignment.model, counts).values())
+
+
+def _shrink_of(admitted: Admitted) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+    """The pods beyond each pod set's minimum (highest indices go first) and the counts left."""
+    workload = admitted.workload
+    pods: list[str] = []
+    counts: list[int] = []
+    for pod_set, count in zip(workload.pod_sets, admitted.assignment.counts, strict=True):
+        keep = min(count, pod_set.minimum)
+        held = sorted(
+            (pod for pod in admitted.pods if pod.startswith(f"{workload.name}/{pod_set.name}/")),
+            key=lambda pod: int(pod.rpartition("/")[2]),
+        )
+        pods.extend(held[keep:])
+        counts.append(keep)
+    return (tuple(pods), tuple(counts)) if pods else None
+
+
+def _apply(snapshot: Snapshot, candidate: Candidate) -> None:
+    if candidate.kind == "shrink":
+        snapshot.shrink(candidate.name, list(candidate.pods), candidate.counts)
+    else:
+        snapshot.remove(candidate.name)
+
+
+def _still_applicable(snapshot: Snapshot, candidate: Candidate, flavors: set[str], removed: set[str]) -> bool:
+    if candidate.name in removed:
+        return False
+    if candidate.kind == "evict" and candidate.name not in snapshot.cache.admitted:
+        return False
+    return candidate.cause == WITHIN_QUEUE or _borrows(snapshot, candidate.admitted.queue, flavors)
+
+
+def _greedy(
+    snapshot: Snapshot, ordered: Sequence[Candidate], fits: Fits, flavors: set[str]
+) -> list[Candidate] | None:
+    """Gives up candidates in order until `fits`, then adds back the unneeded; rolls everything back."""
+    start = snapshot.mark()
+    taken: list[Candidate] = []
+    removed: set[str] = set()
+    found = False
+    for candidate in ordered:
+        if not _still_applicable(snapshot, candidate, flavors, removed):
+            continue
+        if candidate.kind == "evict" and any(c.name == candidate.name for c in taken):
+            # Evicting a workload already shrunk here: undo nothing, evict what is left of it.
+            pass
+        _apply(snapshot, candidate)
+        if candidate.kind == "evict":
+            removed.add(candidate.name)
+        taken.append(candidate)
+        if fits():
+            found = True
+            break
+    snapshot.rollback(start)
+    if not found:
+        return None
+    return _minimal(snapshot, taken, fits)
+
+
+def _minimal(snapshot: Snapshot, taken: list[Candidate], fits: Fits) -> list[Candidate]:
+    """Drops every candidate the preemptor does not need, trying the most expensive first."""
+    needed = list(taken)
+    for candidate in reversed(taken[:-1]):
+        trial = [c for c in needed if c is not candidate]
+        # A shrink of a workload that is evicted anyway adds nothing; an evict without its shrink works.
+        start = snapshot.mark()
+        for c in trial:
+            if c.kind == "evict" or c.name in snapshot.cache.admitted:
+                _apply_if_held(snapshot, c)
+        ok = fits()
+        snapshot.rollback(start)
+        if ok:
+            needed = trial
+    return needed
+
+
+def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
+    admitted = snapshot.cache.admitted.get(candidate.name)
+    if admitted is None:
+        return
+    if candidate.kind == "shrink":
+        if all(pod in admitted.pods for pod in candidate.pods):
+            snapshot.shrink(candidate.name, list(candidate.pods), candidate.counts)
+    else:
+        snapshot.remove(candidate.name)
+
+
+def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[list[Candidate]]:
+    """The candidate lists to try: one per domain of the required level (or per node for one pod)."""
+    fleet = snapshot.fleet
+    level = preemptor.topology.required
+    if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
+        level = "host"
+    if level is None:
+        return [list(pool)]
+    level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
+    by_domain: dict[int, list[Candidate]] = {}
+    for candidate in pool:
+        domains: set[int] = set()
+        for alloc in candidate.admitted.pods.values():
+            if candidate.kind == "shrink" and alloc.pod not in candidate.pods:
+                continue
+            if level_no is None:
+                domains.add(alloc.node)
+            else:
+                domain = int(fleet.domain[level_no, alloc.node])
+                if domain >= 0:
+                    domains.add(domain)
+        for domain in domains:
+            by_domain.setdefault(domain, []).append(candidate)
+    if not by_domain and level_no is None and level in ("host", "nvlink"):
+        return []
+    return [by_domain[d] for d in sorted(by_domain)]
+
+
+def select_victims(
+    snapshot: Snapshot,
+    preemptor: Workload,
+    assignment: Assignment,
+    fits: Fits,
+    *,
+    now: float,
+    max_scopes: int = 64,
+) -> VictimSet | None:
+    """The cheapest minimal victim set after which `fits()` holds, or None; the snapshot is unchanged."""
+    pool = candidates(snapshot, preemptor, assignment, now=now)
+    if not pool:
+        return None
+    flavors = set(assignment.usage)
+    best: VictimSet | None = None
+    scopes = _scopes(snapshot, preemptor, pool)
+    if len(scopes) > max_scopes:
+        # Try first the domains whose candidates are cheapest to lose.
+        scopes.sort(key=lambda group: float(np.sum([c.lost_gpu_seconds for c in group[:4]])))
+        scopes = scopes[:max_scopes]
+    for scoped in scopes:
+        found = _greedy(snapshot, scoped, fits, flavors)
+        if found is None:
+            continue
+        option = VictimSet(preemptor.name, tuple(found))
+        if best is None or option.cost() < best.cost():
+            best = option
+    return best
+
+
+def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
+    """Applies a chosen set to the snapshot (its capacity is then the preemptor's for the cycle)."""
+    for candidate in victims.victims:
+        _apply_if_held(snapshot, candidate)
