@@ -116,6 +116,9 @@ class ScenarioWorkload(ApiModel):
     preemptible: bool = True
     topology: TopologyRequest = Field(default_factory=TopologyRequest)
     pod_sets: list[ScenarioPodSet] = Field(min_length=1)
+    submitted_seconds_ago: float | None = Field(
+        default=None, ge=0, description="Absent: running ones just before admission, arrivals in list order."
+    )
 
     @model_validator(mode="after")
     def _one_priority(self) -> ScenarioWorkload:
