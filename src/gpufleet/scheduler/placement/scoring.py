@@ -108,8 +108,6 @@ def whole_gpus(state: FleetState, row: int, count: int) -> Gpus:
     free = np.flatnonzero((state.gpu_free[row, :gpus] == GPU_MILLI) & state.gpu_ok[row, :gpus])
     if free.size < count:
         raise ValueError(f"row {row} has only {free.size} free GPUs, {count} asked")
-    if count <= 1:
-        return tuple(int(g) for g in free[:count])
     domains = state.nvlink[row, free]
     best: Gpus | None = None
     best_size = 0
