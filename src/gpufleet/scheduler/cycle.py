@@ -8,8 +8,9 @@ runner, the simulator, the embedded control plane, Kubernetes) applies the decis
 Steps, each a call:
 1. heads: per leaf queue, its pending workloads in queue order (priority, the user's fair share inside
    the queue, submission time, name);
-2. order: queues in a heap keyed by their next workload (priority, the queue tree's fair share from the
-   root down, submission time, name), re-keyed lazily as fair shares move during the cycle;
+2. order: queues in a heap keyed by their next workload (within nominal quota before borrowing, then
+   priority, the queue tree's fair share from the root down, submission time, name), re-keyed lazily
+   as usage and fair shares move during the cycle;
 3. quota: for each flavor the workload accepts, in order, the queue's quota along its path (and the
    per-user limit); an elastic workload may be admitted with fewer pods, down to its minimum;
 4. placement: the first flavor that passes quota and placement wins;
@@ -185,8 +186,35 @@ class _Cycle:
         return out
 
     def _key(self, workload: Workload) -> tuple[object, ...]:
-        """Step 2: the global order of queues by their next workload."""
-        return (-workload.priority, self.fair.path(workload.queue), workload.submitted_at, workload.name)
+        """Step 2: the global order of queues by their next workload.
+
+        As in Kueue, a workload that fits its queue's nominal quota goes before one that would borrow,
+        whatever their priorities: a queue reclaiming its own quota must not lose it again to the
+        borrower it just evicted (that would be a preemption loop).
+        """
+        return (
+            self._borrows(workload),
+            -workload.priority,
+            self.fair.path(workload.queue),
+            workload.submitted_at,
+            workload.name,
+        )
+
+    def _borrows(self, workload: Workload) -> bool:
+        cache = self.cache
+        node = cache.tree.nodes[workload.queue]
+        if node.unlimited:
+            return False
+        models = candidate_models(
+            workload, queue_flavors=list(node.quotas), fleet_models=cache.fleet.models, unlimited=False
+        )
+        if not models:
+            return False
+        usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
+        return any(
+            cache.usage.usage(workload.queue, flavor) + amount > cache.tree.nominal(workload.queue, flavor)
+            for flavor, amount in usage.items()
+        )
 
     def _record(self, workload: Workload, outcome: Outcome) -> bool:
         """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""
