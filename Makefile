@@ -26,6 +26,7 @@ contracts: $(STAMP)
 	$(BIN)/lint-imports
 
 unit: $(STAMP)
+	@scripts/ensure-prometheus.sh
 	$(BIN)/pytest -m "not k8s"
 
 test: lint typecheck contracts unit

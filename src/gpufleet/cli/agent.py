@@ -1,9 +1,179 @@
-"""CLI commands: agent."""
+"""CLI commands: agent (`gpufleet agent` runs the node agent; `gpufleet agent inspect` shows what it sees)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.agent.config import load_config
+from gpufleet.agent.deviceplugin.resources import build_resources
+from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
+from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
+from gpufleet.agent.labels import gfd_labels, node_label_patch
+from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
+from gpufleet.agent.runtime import Agent
+
+DEFAULT_FEATURE_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+
+app = typer.Typer(
+    name="agent",
+    help="The node agent: GPU discovery, kubelet device plugin, XID health, DCGM-style metrics, node labels.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+_PROFILE_HELP = "a recorded node profile (JSON file, or a bundled name: {}); default: real NVML"
 
 
-def register(app: typer.Typer) -> None:
+def register(parent: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
+    parent.add_typer(app, name="agent")
+
+
+@app.callback()
+def run(
+    ctx: typer.Context,
+    node_name: str = typer.Option(
+        None, "--node-name", envvar="NODE_NAME", help="this node's name in Kubernetes"
+    ),
+    profile: str = typer.Option(None, "--profile", help=_PROFILE_HELP.format(", ".join(bundled_profiles()))),
+    config: Path = typer.Option(None, "--config", help="config file in the NVIDIA device plugin's format"),
+    plugin_dir: Path = typer.Option(
+        Path(DEVICE_PLUGIN_PATH), "--plugin-dir", help="kubelet's device-plugin dir"
+    ),
+    metrics_port: int = typer.Option(DEFAULT_PORT, "--metrics-port", help="port of the DCGM-style /metrics"),
+    metrics_address: str = typer.Option("", "--metrics-address", help="address to listen on (default: all)"),
+    pod_resources_socket: Path = typer.Option(
+        Path(POD_RESOURCES_SOCKET), "--pod-resources-socket", help="kubelet PodResources socket"
+    ),
+    feature_file: str = typer.Option(
+        DEFAULT_FEATURE_FILE,
+        "--feature-file",
+        help="node-feature-discovery file for the labels ('' for none)",
+    ),
+    label_node: bool = typer.Option(
+        None, "--label-node/--no-label-node", help="apply the labels to the Node (default: when in a cluster)"
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+) -> None:
+    """Runs discovery, the device plugin, health checks and the exporter until SIGTERM or SIGINT."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not node_name:
+        raise typer.BadParameter("--node-name (or NODE_NAME) is required", param_hint="--node-name")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    cfg = load_config(config, env=os.environ)
+    backend = open_backend(profile)
+    if label_node is None:
+        label_node = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    labeler = None
+    if label_node:
+        from gpufleet.kube.node_labels import node_labeler
+
+        labeler = node_labeler(node_label_patch)
+    agent = Agent(
+        backend,
+        cfg,
+        node_name=node_name,
+        plugin_dir=plugin_dir,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+        pod_resources_socket=pod_resources_socket,
+        feature_file=feature_file or None,
+        node_labeler=labeler,
+    )
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            threading.Thread(target=agent.plugins.restart, daemon=True).start()
+            return
+        done.set()
+        agent.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    agent.start()
+    try:
+        agent.run()
+    finally:
+        if not done.is_set():
+            agent.stop()
+
+
+@app.command()
+def inspect(
+    profile: str = typer.Option(None, "--profile", help=_PROFILE_HELP.format(", ".join(bundled_profiles()))),
+    config: Path = typer.Option(None, "--config", help="config file in the NVIDIA device plugin's format"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object: node, labels, resources"),
+    record: Path = typer.Option(None, "--record", help="write what was discovered as a node profile JSON"),
+) -> None:
+    """Prints what discovery found, the labels and the devices the agent would advertise."""
+    cfg = load_config(config, env=os.environ)
+    backend = open_backend(profile)
+    try:
+        node = backend.discover()
+        resources = build_resources(node, cfg)
+        labels = gfd_labels(node, cfg, resources)
+        if record is not None:
+            readings = {uuid: backend.telemetry(uuid) for uuid in uuids(node)}
+            profile_json = node_to_json(node, telemetry=readings)
+            source = "real NVML" if isinstance(backend, RealNvml) else f"profile {profile}"
+            profile_json["description"] = (
+                f"recorded by gpufleet agent inspect from {source} on {node.hostname}"
+            )
+            record.write_text(json.dumps(profile_json, indent=1) + "\n")
+    finally:
+        backend.close()
+    advertised = {r.name: [d.id for d in r.devices] for r in resources}
+    if as_json:
+        typer.echo(
+            json.dumps({"node": node_to_json(node), "labels": labels, "resources": advertised}, indent=1)
+        )
+        return
+    # Piped output gets room for full UUIDs instead of an 80-column wrap.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(
+        f"[bold]{node.hostname}[/] ({node.machine}): driver {node.driver_version}, "
+        f"CUDA {node.cuda_version[0]}.{node.cuda_version[1]}, {len(node.gpus)} GPUs, "
+        f"NVLink domains {node.nvlink_domains()}"
+    )
+    gpus = Table("index", "UUID", "model", "memory MiB", "PCI bus", "NUMA", "CC", "MIG", "NVLinks")
+    for gpu in node.gpus:
+        links = (
+            f"{gpu.nvlink_switch_links} to NVSwitch"
+            if gpu.nvlink_switch_links
+            else (", ".join(f"{n} to {p}" for p, n in sorted(gpu.nvlink_peers.items())) or "-")
+        )
+        mig_text = (
+            ", ".join(m.profile for m in gpu.mig_devices)
+            if gpu.mig_enabled
+            else ("capable" if gpu.mig_capable else "-")
+        )
+        gpus.add_row(
+            str(gpu.index), gpu.uuid, gpu.name, str(gpu.memory_mib), gpu.pci_bus_id,
+            "-" if gpu.numa_node is None else str(gpu.numa_node),
+            f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}", mig_text, links,
+        )  # fmt: skip
+    console.print(gpus)
+    label_table = Table("label", "value")
+    for key, value in sorted(labels.items()):
+        label_table.add_row(key, value)
+    console.print(label_table)
+    res_table = Table("resource", "devices", "IDs")
+    for name, ids in advertised.items():
+        shown = ", ".join(ids[:4]) + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
+        res_table.add_row(name, str(len(ids)), shown)
+    console.print(res_table)

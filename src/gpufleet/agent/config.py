@@ -1,0 +1,233 @@
+"""The agent's configuration file, in the NVIDIA device plugin's format.
+
+A file written for NVIDIA's k8s-device-plugin (`version: v1`, `flags:`, `sharing:`) configures the
+gpufleet agent unchanged: the fields below are read, others that NVIDIA's plugin knows are accepted
+and ignored. The `health:` section follows the unreleased `api/config/v1/health.go` of that plugin
+(`disabled`, `ignoredXIDs`, `criticalXIDs`) plus one gpufleet field, `recoverAfterReset`. The
+environment variables DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS work as in NVIDIA's plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+from pydantic.alias_generators import to_camel
+
+from gpufleet.api.errors import ValidationError
+
+RESOURCE_PREFIX = "nvidia.com/"
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+# XIDs that are the application's fault, not the GPU's (NVIDIA plugin's defaults).
+DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+DeviceListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
+
+
+# NVIDIA's spellings that are not plain camelCase of the Python name.
+_ALIASES = {
+    "device_id_strategy": "deviceIDStrategy",
+    "ignored_xids": "ignoredXIDs",
+    "critical_xids": "criticalXIDs",
+}
+
+
+def _alias(name: str) -> str:
+    return _ALIASES.get(name, to_camel(name))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore", alias_generator=_alias, validate_by_name=True, validate_by_alias=True, frozen=True
+    )
+
+
+class PluginFlags(_Model):
+    pass_device_specs: bool = False
+    device_list_strategy: tuple[DeviceListStrategy, ...] = ("envvar",)
+    device_id_strategy: Literal["uuid", "index"] = "uuid"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    shared_devices_allocation_policy: Literal["distributed", "packed"] = "distributed"
+
+    @field_validator("device_list_strategy", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+
+class GfdFlags(_Model):
+    output_file: str = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+    sleep_interval: str = "60s"
+    no_timestamp: bool = False
+
+
+class Flags(_Model):
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    fail_on_init_error: bool = True
+    nvidia_driver_root: str = "/"
+    mps_root: str = "/run/nvidia/mps"
+    gds_enabled: bool = False
+    mofed_enabled: bool = False
+    plugin: PluginFlags = PluginFlags()
+    gfd: GfdFlags = GfdFlags()
+
+
+class ReplicatedResource(_Model):
+    name: str
+    replicas: int
+    # NVIDIA's per-resource `rename` and `devices` are ignored with a warning by its plugin too.
+    rename: str | None = None
+    devices: Any = None
+
+    @field_validator("name")
+    @classmethod
+    def _prefixed(cls, value: str) -> str:
+        if not value.startswith(RESOURCE_PREFIX):
+            raise ValueError(f"resource names start with {RESOURCE_PREFIX!r}, got {value!r}")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"replicas must be at least 1, got {value}")
+        return value
+
+
+class Replication(_Model):
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool | None = None
+    resources: tuple[ReplicatedResource, ...] = ()
+
+    def replicas(self, resource: str) -> int:
+        """The replica count configured for a resource, 1 when it is not replicated."""
+        for entry in self.resources:
+            if entry.name == resource:
+                return entry.replicas
+        return 1
+
+
+class Sharing(_Model):
+    time_slicing: Replication | None = None
+    mps: Replication | None = None
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> Sharing:
+        if self.time_slicing is not None and self.time_slicing.resources and self.mps and self.mps.resources:
+            raise ValueError("timeSlicing and mps are mutually exclusive")
+        return self
+
+    @property
+    def strategy(self) -> Literal["none", "time-slicing", "mps"]:
+        if self.mps is not None and any(r.replicas > 1 for r in self.mps.resources):
+            return "mps"
+        if self.time_slicing is not None and any(r.replicas > 1 for r in self.time_slicing.resources):
+            return "time-slicing"
+        return "none"
+
+    @property
+    def replication(self) -> Replication | None:
+        """The active sharing section, whichever kind it is."""
+        strategy = self.strategy
+        if strategy == "mps":
+            return self.mps
+        if strategy == "time-slicing":
+            return self.time_slicing
+        return None
+
+    @property
+    def fail_requests_greater_than_one(self) -> bool:
+        replication = self.replication
+        if replication is None:
+            return False
+        if replication.fail_requests_greater_than_one is not None:
+            return replication.fail_requests_greater_than_one
+        return self.strategy == "mps"  # NVIDIA: defaults to true for MPS, false for time-slicing
+
+
+class Health(_Model):
+    disabled: bool = False
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    # "all" (every XID not ignored is critical) or an explicit list that overrides the ignored ones.
+    critical_xids: Literal["all"] | frozenset[int] = "all"
+    recover_after_reset: bool = True
+    wait_timeout_ms: int = 5000
+
+    @field_validator("ignored_xids", mode="before")
+    @classmethod
+    def _with_defaults(cls, value: Any) -> Any:
+        """Listed XIDs are added to NVIDIA's defaults, as DP_DISABLE_HEALTHCHECKS adds them."""
+        if isinstance(value, list | tuple | set | frozenset):
+            return DEFAULT_IGNORED_XIDS | {int(v) for v in value}
+        return value
+
+    def is_critical(self, xid: int) -> bool:
+        if self.critical_xids == "all":
+            return xid not in self.ignored_xids
+        return xid in self.critical_xids
+
+    def with_env(self, env: Mapping[str, str]) -> Health:
+        """NVIDIA's DP_DISABLE_HEALTHCHECKS (`all`, `xids`, or extra XIDs to ignore) and
+        DP_ENABLE_HEALTHCHECKS (XIDs to treat as critical even if ignored)."""
+        health = self
+        disable = env.get("DP_DISABLE_HEALTHCHECKS", "").strip()
+        if disable:
+            words = {w.strip() for w in disable.split(",") if w.strip()}
+            if words & {"all", "xids"}:
+                health = health.model_copy(update={"disabled": True})
+            extra = {int(w) for w in words if w.isdigit()}
+            if extra:
+                health = health.model_copy(update={"ignored_xids": health.ignored_xids | extra})
+        enable = env.get("DP_ENABLE_HEALTHCHECKS", "").strip()
+        if enable:
+            listed = {int(w) for w in enable.split(",") if w.strip().isdigit()}
+            if listed:
+                update: dict[str, Any] = {"ignored_xids": health.ignored_xids - listed}
+                if health.critical_xids != "all":
+                    update["critical_xids"] = health.critical_xids | listed
+                health = health.model_copy(update=update)
+        return health
+
+
+class AgentConfig(_Model):
+    version: Literal["v1"] = "v1"
+    flags: Flags = Flags()
+    sharing: Sharing = Sharing()
+    health: Health = Health()
+
+
+def parse_config(data: Mapping[str, Any] | None, *, where: str = "config") -> AgentConfig:
+    """Validates a config document; errors name the file and the field path."""
+    try:
+        return AgentConfig.model_validate(dict(data or {}))
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(part) for part in first["loc"])
+        raise ValidationError(first["msg"], obj=where, field=path or None) from exc
+
+
+def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> AgentConfig:
+    """The config in `path` (YAML or JSON), or the defaults when no file is named."""
+    if path is None:
+        config = AgentConfig()
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ValidationError(f"cannot read config: {exc.strerror}", obj=str(path)) from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValidationError(f"not YAML: {exc}", obj=str(path)) from exc
+        if data is not None and not isinstance(data, dict):
+            raise ValidationError("the config is a mapping", obj=str(path))
+        config = parse_config(data, where=str(path))
+    if env:
+        config = config.model_copy(update={"health": config.health.with_env(env)})
+    return config

@@ -1,0 +1,130 @@
+"""The node agent as one process: discovery, device plugins, health, exporter and labels together."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gpufleet.agent.config import AgentConfig
+from gpufleet.agent.deviceplugin.resources import Resource, build_resources
+from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH, PluginManager
+from gpufleet.agent.exporter import (
+    DEFAULT_PORT,
+    POD_RESOURCES_SOCKET,
+    DcgmCollector,
+    MetricsServer,
+    PodResourcesClient,
+)
+from gpufleet.agent.health import HealthMonitor, HealthState
+from gpufleet.agent.labels import gfd_labels, write_feature_file
+from gpufleet.agent.nvml import NodeInfo, NvmlBackend
+
+log = logging.getLogger("gpufleet.agent")
+
+# Applies labels to the Node in Kubernetes; given by the CLI (only `kube` may use the client).
+NodeLabeler = Callable[[str, Mapping[str, str]], None]
+
+
+def parse_duration(text: str) -> float:
+    """Go-style durations as NVIDIA's flags write them: `60s`, `5m`, `1h`, or plain seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = text.strip()
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            return float(text.removesuffix(suffix)) * units[suffix]
+    return float(text)
+
+
+class Agent:
+    """Starts every part, relabels every GFD sleep interval, and stops them in reverse order."""
+
+    def __init__(
+        self,
+        backend: NvmlBackend,
+        config: AgentConfig,
+        *,
+        node_name: str,
+        plugin_dir: str | Path = DEVICE_PLUGIN_PATH,
+        metrics_port: int | None = DEFAULT_PORT,
+        metrics_address: str = "",
+        pod_resources_socket: str | Path = POD_RESOURCES_SOCKET,
+        feature_file: str | Path | None = None,
+        node_labeler: NodeLabeler | None = None,
+        kubelet_poll_interval: float = 1.0,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.node_name = node_name
+        self.node: NodeInfo = backend.discover()
+        self.resources: list[Resource] = build_resources(self.node, config)
+        self.health = HealthState()
+        self.monitor = HealthMonitor(backend, self.node, config.health, self.health)
+        self.plugins = PluginManager(
+            node=self.node,
+            config=config,
+            health=self.health,
+            plugin_dir=plugin_dir,
+            poll_interval=kubelet_poll_interval,
+        )
+        self.collector = DcgmCollector(
+            backend,
+            self.node,
+            hostname=node_name,
+            health=self.health,
+            pod_resources=PodResourcesClient(pod_resources_socket),
+        )
+        self.metrics = (
+            MetricsServer([self.collector], port=metrics_port, address=metrics_address)
+            if metrics_port is not None
+            else None
+        )
+        self.feature_file = feature_file
+        self.node_labeler = node_labeler
+        self.label_interval = parse_duration(config.flags.gfd.sleep_interval)
+        self._stop = threading.Event()
+
+    def labels(self) -> dict[str, str]:
+        return gfd_labels(self.node, self.config, self.resources, timestamp=int(time.time()))
+
+    def publish_labels(self) -> None:
+        labels = self.labels()
+        if self.feature_file:
+            try:
+                write_feature_file(labels, self.feature_file)
+            except OSError as exc:
+                log.error("cannot write node-feature file %s: %s", self.feature_file, exc)
+        if self.node_labeler is not None:
+            try:
+                self.node_labeler(self.node_name, labels)
+            except Exception as exc:  # the API server may be away for a while; try again next interval
+                log.error("cannot label node %s: %s", self.node_name, exc)
+
+    def start(self) -> None:
+        log.info(
+            "node %s: %d GPUs (%s), resources %s",
+            self.node_name,
+            len(self.node.gpus),
+            ", ".join(sorted({g.name for g in self.node.gpus})) or "none",
+            [r.name for r in self.resources],
+        )
+        self.monitor.start()
+        self.plugins.start()
+        if self.metrics is not None:
+            self.metrics.start()
+        self.publish_labels()
+
+    def run(self) -> None:
+        """Blocks until `stop()`; relabels every GFD sleep interval."""
+        while not self._stop.wait(self.label_interval):
+            self.publish_labels()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.metrics is not None:
+            self.metrics.stop()
+        self.plugins.stop()
+        self.monitor.stop()
+        self.backend.close()

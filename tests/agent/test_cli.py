@@ -1,0 +1,100 @@
+"""`gpufleet agent` and `gpufleet agent inspect`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.cli.main import app
+
+from .fakes import FakeKubelet
+from .test_exporter import _free_port
+
+runner = CliRunner()
+
+
+def test_inspect_prints_node_labels_and_devices() -> None:
+    result = runner.invoke(app, ["agent", "inspect", "--profile", "hgx-h100"])
+    assert result.exit_code == 0, result.output
+    assert "hgx-h100-0" in result.output
+    assert "NVLink domains [[0, 1, 2, 3, 4, 5, 6, 7]]" in result.output
+    assert "nvidia.com/gpu.product" in result.output and "NVIDIA-H100-80GB-HBM3" in result.output
+    assert "nvidia.com/gpu " in result.output or "nvidia.com/gpu│" in result.output.replace(" ", "")
+
+
+def test_inspect_json_with_a_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("version: v1\nflags: {migStrategy: mixed}\n")
+    result = runner.invoke(
+        app, ["agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(config), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert sorted(data["resources"]) == [
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-2g.20gb",
+        "nvidia.com/mig-3g.40gb",
+    ]
+    assert data["labels"]["nvidia.com/mig.strategy"] == "mixed"
+    assert len(data["node"]["gpus"]) == 8
+
+
+def test_inspect_record_writes_a_profile_that_loads(tmp_path: Path) -> None:
+    out = tmp_path / "node.json"
+    result = runner.invoke(app, ["agent", "inspect", "--profile", "pcie-l4", "--record", str(out)])
+    assert result.exit_code == 0, result.output
+    assert RecordedNvml.from_profile(out).discover() == RecordedNvml.from_profile("pcie-l4").discover()
+
+
+def _gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_user_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "c.yaml"
+    bad.write_text("flags: {migStrategy: single}\n")
+    result = _gpufleet("agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(bad))
+    stderr = " ".join(result.stderr.split())  # rich wraps long lines
+    assert result.returncode == 2
+    assert "field flags.migStrategy: MIG strategy 'single' needs one MIG profile on every GPU" in stderr
+    assert "Traceback" not in stderr
+    result = _gpufleet("agent", "inspect", "--profile", "nope")
+    assert result.returncode == 2 and "bundled: a100-80gb-mig" in " ".join(result.stderr.split())
+
+
+def test_agent_runs_until_sigterm(kubelet: FakeKubelet, short_dir: Path) -> None:
+    port = _free_port()
+    features = short_dir / "features.d" / "gfd"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "agent", "--node-name", "node-a", "--profile", "hgx-h100",
+         "--plugin-dir", str(kubelet.dir), "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+         "--feature-file", str(features), "--no-label-node",
+         "--pod-resources-socket", str(short_dir / "none.sock")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert kubelet.registration(timeout=30).resource_name == "nvidia.com/gpu"
+        assert len(kubelet.next_list("nvidia.com/gpu").devices) == 8
+        deadline = time.monotonic() + 10
+        while not features.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "nvidia.com/gpu.count=8\n" in features.read_text()
+        scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert 'Hostname="node-a"' in scrape
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    assert not (kubelet.dir / "nvidia-gpu.sock").exists()

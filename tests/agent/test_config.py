@@ -1,0 +1,89 @@
+"""The NVIDIA-format config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.agent.config import DEFAULT_IGNORED_XIDS, load_config, parse_config
+from gpufleet.api.errors import ValidationError
+
+NVIDIA_EXAMPLE = """\
+version: v1
+flags:
+  migStrategy: mixed
+  failOnInitError: true
+  nvidiaDriverRoot: /run/nvidia/driver
+  plugin:
+    passDeviceSpecs: true
+    deviceListStrategy: envvar,cdi-annotations
+    deviceIDStrategy: uuid
+  gfd:
+    oneshot: false
+    noTimestamp: true
+    sleepInterval: 30s
+  useNodeFeatureAPI: false
+sharing:
+  timeSlicing:
+    renameByDefault: false
+    failRequestsGreaterThanOne: false
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 10
+"""
+
+
+def test_reads_a_file_written_for_the_nvidia_plugin(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NVIDIA_EXAMPLE)
+    config = load_config(path)
+    assert config.flags.mig_strategy == "mixed"
+    assert config.flags.plugin.device_list_strategy == ("envvar", "cdi-annotations")
+    assert config.flags.gfd.no_timestamp
+    assert config.sharing.strategy == "time-slicing"
+    assert config.sharing.replication is not None
+    assert config.sharing.replication.replicas("nvidia.com/gpu") == 10
+    assert not config.sharing.fail_requests_greater_than_one
+
+
+def test_defaults() -> None:
+    config = load_config(None)
+    assert config.flags.mig_strategy == "none"
+    assert config.flags.plugin.device_list_strategy == ("envvar",)
+    assert config.sharing.strategy == "none"
+    assert config.health.ignored_xids == DEFAULT_IGNORED_XIDS
+    assert config.health.is_critical(79) and not config.health.is_critical(13)
+
+
+def test_mps_rejects_more_than_one_unit_by_default() -> None:
+    config = parse_config({"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}})
+    assert config.sharing.strategy == "mps"
+    assert config.sharing.fail_requests_greater_than_one
+
+
+def test_errors_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"field flags.migStrategy"):
+        parse_config({"flags": {"migStrategy": "half"}})
+    with pytest.raises(ValidationError, match=r"replicas must be at least 1"):
+        parse_config({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 0}]}}})
+    with pytest.raises(ValidationError, match="mutually exclusive"):
+        both = {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
+        parse_config({"sharing": {"timeSlicing": both, "mps": both}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(ValidationError, match=r"bad\.yaml: the config is a mapping"):
+        load_config(bad)
+
+
+def test_health_section_and_nvidia_environment_variables() -> None:
+    health = parse_config({"health": {"ignoredXIDs": [94]}}).health
+    assert health.ignored_xids == DEFAULT_IGNORED_XIDS | {94}
+    assert not health.is_critical(94)
+    only = parse_config({"health": {"criticalXIDs": [48, 79]}}).health
+    assert only.is_critical(79) and not only.is_critical(63)
+
+    env = health.with_env({"DP_DISABLE_HEALTHCHECKS": "63,64"})
+    assert {63, 64} <= env.ignored_xids and not env.disabled
+    assert health.with_env({"DP_DISABLE_HEALTHCHECKS": "all"}).disabled
+    assert health.with_env({"DP_ENABLE_HEALTHCHECKS": "13"}).is_critical(13)
