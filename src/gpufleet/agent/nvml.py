@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import queue
 import socket
 import threading
@@ -821,8 +820,3 @@ def iter_devices(node: NodeInfo) -> Iterator[tuple[Gpu, MigDevice | None]]:
 def uuids(node: NodeInfo) -> Iterable[str]:
     for gpu, device in iter_devices(node):
         yield device.uuid if device else gpu.uuid
-
-
-def env_flag(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value.strip() if value and value.strip() else None

@@ -16,14 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.agent.config import load_config
-from gpufleet.agent.deviceplugin.resources import build_resources
+from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
 from gpufleet.agent.labels import gfd_labels, node_label_patch
 from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
 from gpufleet.agent.runtime import Agent
-
-DEFAULT_FEATURE_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 
 app = typer.Typer(
     name="agent",
@@ -57,9 +55,9 @@ def run(
         Path(POD_RESOURCES_SOCKET), "--pod-resources-socket", help="kubelet PodResources socket"
     ),
     feature_file: str = typer.Option(
-        DEFAULT_FEATURE_FILE,
+        None,
         "--feature-file",
-        help="node-feature-discovery file for the labels ('' for none)",
+        help="node-feature-discovery file for the labels ('' for none; default: config flags.gfd.outputFile)",
     ),
     label_node: bool = typer.Option(
         None, "--label-node/--no-label-node", help="apply the labels to the Node (default: when in a cluster)"
@@ -91,7 +89,7 @@ def run(
         metrics_port=metrics_port,
         metrics_address=metrics_address,
         pod_resources_socket=pod_resources_socket,
-        feature_file=feature_file or None,
+        feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
         node_labeler=labeler,
     )
     done = threading.Event()
@@ -137,7 +135,7 @@ def inspect(
             record.write_text(json.dumps(profile_json, indent=1) + "\n")
     finally:
         backend.close()
-    advertised = {r.name: [d.id for d in r.devices] for r in resources}
+    advertised = device_ids(resources)
     if as_json:
         typer.echo(
             json.dumps({"node": node_to_json(node), "labels": labels, "resources": advertised}, indent=1)
