@@ -61,6 +61,8 @@ _ROW_ARRAYS = (
     "gpu_pods",
     "nvlink",
     "whole_free",
+    "free_milli",
+    "share_free",
     "mig_free",
     "tainted",
 )
@@ -176,6 +178,12 @@ class FleetState:
         self.gpu_pods = np.zeros((cap, g), dtype=np.int64)
         self.nvlink = np.full((cap, g), -1, dtype=np.int64)
         self.whole_free = np.zeros(cap, dtype=np.int64)
+        # Free milli per node over its healthy GPUs: what fill-level scores read, kept so that scoring
+        # thousands of rows need not gather and sum the per-GPU matrix for every pod.
+        self.free_milli = np.zeros(cap, dtype=np.int64)
+        # The most free milli on one healthy GPU that can take one more share pod (replicas left): a
+        # share pod fits a node iff its milli is at most this.
+        self.share_free = np.zeros(cap, dtype=np.int64)
         self.domain = np.full((len(self.levels), cap), -1, dtype=np.int64)
         self.domain_whole_free: list[IntArray] = [np.zeros(16, dtype=np.int64) for _ in self.levels]
         self.mig_free = np.zeros((cap, 0), dtype=np.int64)
@@ -337,6 +345,7 @@ class FleetState:
             self.release(pod)
         del self.index[name]
         self._set_whole_free(row, 0)
+        self.free_milli[row] = self.share_free[row] = 0
         self.alive[row] = False
         self.schedulable[row] = False
         self.cpu_free[row] = self.mem_free[row] = 0
@@ -375,10 +384,24 @@ class FleetState:
 
     # ---------------------------------------------------------- aggregates
     def _refresh_whole_free(self, row: int) -> None:
+        """Recounts a node's GPU totals (free whole GPUs, free milli) after its GPUs changed."""
         count = 0
-        if self.alive[row] and WHOLE_MODES[self.mode[row]]:
-            count = int(np.count_nonzero((self.gpu_free[row] == GPU_MILLI) & self.gpu_ok[row]))
+        self.share_free[row] = self.free_milli[row] = 0
+        if self.alive[row]:
+            usable = self.gpu_free[row] * self.gpu_ok[row]
+            self.free_milli[row] = int(usable.sum())
+            self.share_free[row] = self._share_room(row, usable)
+            if WHOLE_MODES[self.mode[row]]:
+                count = int(np.count_nonzero(usable == GPU_MILLI))
         self._set_whole_free(row, count)
+
+    def _share_room(self, row: int, usable: IntArray) -> int:
+        mode = self.mode[row]
+        if not SHARE_MODES[mode]:
+            return 0
+        if mode != DYNAMIC_CODE:
+            usable = np.where(self.gpu_pods[row] < self.replicas[row], usable, 0)
+        return int(usable.max(initial=0))
 
     def _set_whole_free(self, row: int, count: int) -> None:
         delta = count - int(self.whole_free[row])
@@ -655,6 +678,10 @@ class FleetState:
             if WHOLE_MODES[self.mode[row]]:
                 whole = int(np.count_nonzero((self.gpu_free[row] == GPU_MILLI) & self.gpu_ok[row]))
             assert self.whole_free[row] == whole, f"row {row} whole_free drift"
+            usable = int(np.where(self.gpu_ok[row], self.gpu_free[row], 0).sum())
+            assert self.free_milli[row] == usable, f"row {row} free_milli drift"
+            room = self._share_room(row, np.where(self.gpu_ok[row], self.gpu_free[row], 0))
+            assert self.share_free[row] == room, f"row {row} share_free drift"
         for level_no in range(len(self.levels)):
             totals = np.zeros(len(self.domain_keys[level_no]), dtype=np.int64)
             for row in range(n):

@@ -79,7 +79,7 @@ def gpu_fit(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     if kind is GpuKind.WHOLE:
         return state.whole_free[rows] >= request.gpus
     if kind is GpuKind.SHARE:
-        return np.asarray(share_fit(state, request, rows).any(axis=1), dtype=np.bool_)
+        return state.share_free[rows] >= request.gpu_milli
     if kind is GpuKind.MIG:
         assert request.mig is not None
         column = state.mig_profile_column(request.mig)
@@ -178,6 +178,9 @@ _StaticKey = tuple[object, ...]
 _static_cache: weakref.WeakKeyDictionary[FleetState, tuple[int, dict[_StaticKey, BoolArray]]] = (
     weakref.WeakKeyDictionary()
 )
+_never_cache: weakref.WeakKeyDictionary[FleetState, tuple[int, dict[PodRequest, str | None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def static_mask(state: FleetState, request: PodRequest) -> BoolArray:
@@ -229,8 +232,19 @@ def filter_nodes(state: FleetState, request: PodRequest, *, explain: bool = Fals
 def never_fits(state: FleetState, request: PodRequest) -> str | None:
     """Why no node of the fleet could hold this pod even when empty, or None when one could.
 
-    Such a request stays pending with this message; the scheduler never raises for it.
+    Such a request stays pending with this message; the scheduler never raises for it. The answer
+    depends only on the nodes, so it is cached per fleet generation.
     """
+    entry = _never_cache.get(state)
+    if entry is None or entry[0] != state.generation:
+        entry = (state.generation, {})
+        _never_cache[state] = entry
+    if request not in entry[1]:
+        entry[1][request] = _never_fits(state, request)
+    return entry[1][request]
+
+
+def _never_fits(state: FleetState, request: PodRequest) -> str | None:
     n = state.n_rows
     live = state.alive[:n]
     if request.kind is not GpuKind.NONE and request.gpu_models:
