@@ -1,0 +1,176 @@
+"""The FastAPI application: per-kind resource paths plus a few that span kinds.
+
+GET  /healthz                           liveness, no token needed
+GET  /apis/gpufleet.io/v1alpha1         discovery: the kinds served, their plurals and short names
+POST /v1/apply                          many objects (JSON list or multi-document YAML), all or none
+GET  /v1/changes                        the change log after a resourceVersion (long poll)
+POST /v1/tokens                         a queue-scoped token (admin only)
+GET  /v1/whoami                         what the caller's token may do
+GET  /openapi.json, /docs               the OpenAPI document and its browser
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time.
+from typing import Annotated, Any
+
+import pydantic
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic.json_schema import models_json_schema
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.api.resource import API_VERSION, KindInfo, kind_info, registered_kinds
+from gpufleet.server.auth import Principal, TokenRegistry
+from gpufleet.server.bodies import documents, parse_documents
+from gpufleet.server.errors import ForbiddenError, install_error_handlers
+from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
+from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes
+from gpufleet.store.protocol import Store
+
+# Kinds that describe a what-if rather than state; nothing stores them.
+_NOT_SERVED = frozenset({"Scenario"})
+
+
+class TokenRequest(pydantic.BaseModel):
+    queue: str = pydantic.Field(description="The queue the token may submit to and read.")
+
+
+def served_kinds() -> list[KindInfo]:
+    return [info for info in registered_kinds() if info.kind not in _NOT_SERVED]
+
+
+def create_app(store: Store, tokens: TokenRegistry) -> FastAPI:
+    """The HTTP API over `store`, with requests authenticated against `tokens`."""
+    app = FastAPI(
+        title="gpufleet",
+        version="v1alpha1",
+        description="The embedded control plane's API: Kubernetes-style paths for gpufleet's kinds.",
+    )
+    install_error_handlers(app)
+    ops = Operations(store)
+    bearer = HTTPBearer(auto_error=False, description="The admin token or a queue's token.")
+
+    def authenticate(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> Principal:
+        header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
+        return tokens.authenticate(header)
+
+    Who = Annotated[Principal, Depends(authenticate)]
+    kinds = served_kinds()
+
+    @app.get("/healthz", tags=["server"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(PREFIX, tags=["server"], summary="The kinds this server serves")
+    def discovery(who: Who) -> dict[str, Any]:
+        return {
+            "kind": "APIResourceList",
+            "groupVersion": API_VERSION,
+            "resources": [_resource(info) for info in kinds],
+        }
+
+    @app.get("/v1/whoami", tags=["server"], summary="What the caller's token may do")
+    def whoami(who: Who) -> dict[str, Any]:
+        return {"admin": who.admin, "queue": who.queue}
+
+    @app.post(
+        "/v1/apply",
+        tags=["server"],
+        summary="Apply many objects, all or none",
+        openapi_extra=_apply_body(kinds),
+    )
+    async def apply(request: Request, who: Who) -> dict[str, Any]:
+        objects = parse_documents(documents(await request.body(), request.headers.get("content-type")))
+        unserved = [obj for obj in objects if obj.kind in _NOT_SERVED]
+        if unserved:
+            raise ValidationError(f"{unserved[0].kind} objects are not stored", obj=unserved[0].describe())
+        applied = await run_in_threadpool(ops.apply, who, objects)
+        return {"items": [{"action": a.action, "object": a.object.to_dict()} for a in applied]}
+
+    @app.get("/v1/changes", tags=["server"], summary="Changes after a resourceVersion (long poll)")
+    def changes(
+        who: Who,
+        kind: Annotated[list[str] | None, Query(max_length=32)] = None,
+        namespace: Annotated[str | None, Query(max_length=253)] = None,
+        resource_version: Annotated[str | None, Query(alias="resourceVersion", max_length=32)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_EVENTS)] = 100,
+        timeout_seconds: Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WATCH_SECONDS)] = 0.0,
+    ) -> dict[str, Any]:
+        infos = [_served(name) for name in kind or ()]
+        events, cursor = ops.events(
+            who, infos, since=resource_version, namespace=namespace, limit=limit, timeout=timeout_seconds
+        )
+        return {"resourceVersion": cursor, "items": [event_dict(event) for event in events]}
+
+    @app.post("/v1/tokens", tags=["server"], status_code=201, summary="Create a queue-scoped token")
+    def create_token(request: TokenRequest, who: Who) -> JSONResponse:
+        if not who.admin:
+            raise ForbiddenError(f"{who.describe()} may not create tokens")
+        token = tokens.create(request.queue)
+        return JSONResponse({"token": token, "queue": request.queue}, status_code=201)
+
+    for info in kinds:
+        add_kind_routes(app, ops, info, authenticate)
+    _add_kind_schemas(app, kinds)
+    return app
+
+
+def _served(name: str) -> KindInfo:
+    info = kind_info(name)
+    if info is None or info.kind in _NOT_SERVED:
+        known = ", ".join(sorted(k.kind for k in served_kinds()))
+        raise ValidationError(f"unknown kind {name!r} (known: {known})", field="kind")
+    return info
+
+
+def _resource(info: KindInfo) -> dict[str, Any]:
+    return {
+        "name": info.plural,
+        "singularName": info.singular,
+        "kind": info.kind,
+        "namespaced": info.namespaced,
+        "shortNames": list(info.short_names),
+        "printerColumns": [
+            {"name": c.name, "jsonPath": c.json_path, "type": c.type, "priority": c.priority}
+            for c in info.printer_columns
+        ],
+    }
+
+
+def _apply_body(kinds: list[KindInfo]) -> dict[str, Any]:
+    one = {"anyOf": [{"$ref": f"#/components/schemas/{info.kind}"} for info in kinds]}
+    many = {"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": one}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": many},
+                "application/yaml": {"schema": {"type": "string", "description": "multi-document YAML"}},
+            },
+        }
+    }
+
+
+def _add_kind_schemas(app: FastAPI, kinds: list[KindInfo]) -> None:
+    """Puts each kind's JSON schema (and the models it uses) into the OpenAPI components."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        _, definitions = models_json_schema(
+            [(info.model, "validation") for info in kinds], ref_template="#/components/schemas/{model}"
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in definitions.get("$defs", {}).items():
+            components.setdefault(name, definition)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,95 @@
+"""Request bodies: JSON or YAML (one or many documents) in, validated objects out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.api.validation import parse_object
+from gpufleet.server.errors import BadRequestError
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+_YAML_TYPES = ("yaml", "yml")
+
+
+def documents(body: bytes, content_type: str | None) -> list[Any]:
+    """The documents of a body: a JSON value (a list or a `{"items": [...]}` list is many) or YAML.
+
+    YAML is read when the content type says so; a body without a content type may be either.
+    """
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequestError(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    media = (content_type or "").split(";")[0].strip().lower()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequestError("the body is not UTF-8 text") from None
+    if any(media.endswith(suffix) for suffix in _YAML_TYPES) or not media:
+        docs = _yaml_documents(text)
+    else:
+        docs = [_json_value(text)]
+    if len(docs) == 1 and isinstance(docs[0], list):
+        docs = docs[0]
+    elif len(docs) == 1 and isinstance(docs[0], dict) and isinstance(docs[0].get("items"), list):
+        docs = docs[0]["items"]
+    return [doc for doc in docs if doc is not None]
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequestError(f"the body is not valid JSON: {exc}") from None
+
+
+def _yaml_documents(text: str) -> list[Any]:
+    try:
+        return list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise BadRequestError(f"the body is not valid YAML: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def parse_documents(docs: list[Any]) -> list[Resource]:
+    """Every document as a validated object; the first invalid one fails them all, naming itself."""
+    if not docs:
+        raise ValidationError("the body holds no objects")
+    objects = []
+    for index, doc in enumerate(docs, start=1):
+        where = f"document {index}" if len(docs) > 1 else None
+        try:
+            objects.append(parse_object(doc, where=where))
+        except RecursionError:
+            raise BadRequestError("the object is nested too deeply", obj=where) from None
+    seen: set[tuple[str, str | None, str]] = set()
+    for obj in objects:
+        key = (obj.kind, obj.namespace, obj.name)
+        if key in seen:
+            raise ValidationError("appears twice in one request", obj=obj.describe())
+        seen.add(key)
+    return objects
+
+
+def one_object(body: bytes, content_type: str | None, info: KindInfo, namespace: str | None) -> Resource:
+    """The single object of a body sent to a path of kind `info` (in `namespace`, if namespaced).
+
+    An object that names no namespace takes the path's, as with `kubectl -n`.
+    """
+    docs = documents(body, content_type)
+    if len(docs) != 1:
+        raise ValidationError(f"expected one {info.kind}, got {len(docs)} objects")
+    doc = docs[0]
+    if isinstance(doc, dict):
+        if doc.get("kind") != info.kind:
+            raise ValidationError(f"this path takes a {info.kind}, not {doc.get('kind')!r}", field="kind")
+        metadata = doc.get("metadata")
+        if namespace is not None and isinstance(metadata, dict) and metadata.get("namespace") is None:
+            doc["metadata"] = {**metadata, "namespace": namespace}
+    return parse_documents(docs)[0]

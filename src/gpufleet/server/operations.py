@@ -1,0 +1,249 @@
+"""What each request does to the store, apart from HTTP: read, list, create, apply, delete, events.
+
+Every operation takes the principal and applies `access`'s rules. Writes go through one lock so a
+multi-object apply is never interleaved with another request's write to the same objects, and an
+apply that fails part-way is undone before the error is reported: a request is applied whole or
+not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.resource import API_VERSION, KindInfo, Resource
+from gpufleet.server import access
+from gpufleet.server.auth import Principal
+from gpufleet.store.protocol import Store, Watch, WatchEvent
+
+log = logging.getLogger("gpufleet.server")
+
+Action = Literal["created", "configured", "unchanged"]
+MAX_EVENTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    object: Resource
+    action: Action
+
+
+class Operations:
+    """The API's verbs on a store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._writes = threading.Lock()
+
+    # ----------------------------------------------------------------------------------- reads
+
+    def get(self, principal: Principal, info: KindInfo, name: str, namespace: str | None) -> Resource:
+        access.check_kind_readable(principal, info)
+        obj = self.store.get(info.kind, name, namespace)
+        access.check_readable(principal, obj)
+        return obj
+
+    def list_objects(
+        self, principal: Principal, info: KindInfo, namespace: str | None, selector: str | None
+    ) -> dict[str, Any]:
+        access.check_kind_readable(principal, info)
+        result = self.store.list(info.kind, namespace=namespace, label_selector=selector)
+        items = [obj.to_dict() for obj in result.items if access.may_read(principal, obj)]
+        return {
+            "apiVersion": API_VERSION,
+            "kind": f"{info.kind}List",
+            "metadata": {"resourceVersion": result.resource_version},
+            "items": items,
+        }
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def create(self, principal: Principal, obj: Resource) -> Resource:
+        with self._writes:
+            access.check_writable(principal, obj, None)
+            return self.store.create(obj)
+
+    def put(self, principal: Principal, obj: Resource) -> Applied:
+        """An update when the object names a resourceVersion (refused if stale), else an apply."""
+        if obj.metadata.resource_version is None:
+            return self.apply(principal, [obj])[0]
+        with self._writes:
+            existing = self._find(obj)
+            if existing is None:
+                raise NotFoundError(
+                    "not found; leave out metadata.resourceVersion to create it", obj=obj.describe()
+                )
+            access.check_writable(principal, obj, existing)
+            updated = self.store.update(obj)
+        return Applied(updated, _action(existing, updated))
+
+    def apply(self, principal: Principal, objects: Sequence[Resource]) -> list[Applied]:
+        """Creates or updates every object, or none: checks all first, and undoes a failure part-way."""
+        with self._writes:
+            previous = [self._find(obj) for obj in objects]
+            for obj, existing in zip(objects, previous, strict=True):
+                access.check_writable(principal, obj, existing)
+            done: list[Applied] = []
+            try:
+                for obj, existing in zip(objects, previous, strict=True):
+                    result = self.store.apply(obj)
+                    done.append(Applied(result, _action(existing, result)))
+            except BaseException:
+                self._undo(done, previous)
+                raise
+            return done
+
+    def delete(
+        self,
+        principal: Principal,
+        info: KindInfo,
+        name: str,
+        namespace: str | None,
+        resource_version: str | None,
+    ) -> Resource | None:
+        with self._writes:
+            existing = self.get(principal, info, name, namespace)
+            access.check_writable(principal, existing, existing)
+            return self.store.delete(info.kind, name, namespace, resource_version=resource_version)
+
+    # ---------------------------------------------------------------------------------- events
+
+    def events(
+        self,
+        principal: Principal,
+        kinds: Sequence[KindInfo],
+        *,
+        since: str | None,
+        namespace: str | None,
+        limit: int,
+        timeout: float,
+    ) -> tuple[list[WatchEvent], str]:
+        """Events after `since` (None: the latest `limit`) and where to continue from.
+
+        With a timeout, waits until at least one event is there (a long poll).
+        """
+        for info in kinds:
+            access.check_kind_readable(principal, info)
+        if since is not None:
+            check_version(since)
+        names = [info.kind for info in kinds] or None
+        limit = max(1, min(limit, MAX_EVENTS))
+        # Read the head first: every event up to it is in the answer below, so continuing from it
+        # misses nothing even when writes happen meanwhile.
+        head = self.store.resource_version
+        start = since if since is not None else str(max(0, int(head) - limit))
+        events = self.store.events_since(start, kinds=names, namespace=namespace, limit=limit)
+        if events:
+            last = events[-1].resource_version
+            # A full page may stop short of the head; otherwise the answer covers up to the head.
+            cursor = str(last if len(events) == limit else max(last, int(head)))
+        elif timeout > 0:
+            events, cursor = self._wait_for_events(start, names, namespace, limit, timeout)
+        else:
+            cursor = str(max(int(head), int(start)))
+        return [e for e in events if access.may_read(principal, e.object)], cursor
+
+    def watch(
+        self,
+        principal: Principal,
+        info: KindInfo,
+        *,
+        since: str | None,
+        namespace: str | None,
+        timeout: float,
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events as JSON-ready dicts, then a BOOKMARK with where to resume."""
+        access.check_kind_readable(principal, info)
+        if since is not None:
+            check_version(since)
+            # Raises GoneError now, before the answer starts, if `since` was compacted away.
+            self.store.events_since(since, kinds=[info.kind], namespace=namespace, limit=1)
+        watch = self.store.watch(kinds=[info.kind], namespace=namespace, since=since, timeout=timeout)
+        return _stream(principal, watch)
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _find(self, obj: Resource) -> Resource | None:
+        try:
+            return self.store.get(obj.kind, obj.name, obj.namespace)
+        except NotFoundError:
+            return None
+
+    def _wait_for_events(
+        self, since: str, kinds: list[str] | None, namespace: str | None, limit: int, timeout: float
+    ) -> tuple[list[WatchEvent], str]:
+        watch = self.store.watch(kinds=kinds, namespace=namespace, since=since, timeout=timeout)
+        try:
+            first = next(iter(watch), None)
+            if first is None:
+                return [], watch.resource_version
+        finally:
+            watch.close()
+        rest = self.store.events_since(
+            first.resource_version, kinds=kinds, namespace=namespace, limit=limit - 1
+        )
+        events = [first, *rest]
+        return events, str(events[-1].resource_version)
+
+    def _undo(self, done: list[Applied], previous: list[Resource | None]) -> None:
+        """Puts back what a failed apply changed, newest first."""
+        for applied, existing in reversed(list(zip(done, previous, strict=False))):
+            obj = applied.object
+            try:
+                if existing is None:
+                    self.store.delete(obj.kind, obj.name, obj.namespace)
+                elif applied.action != "unchanged":
+                    self.store.apply(existing)
+            except Exception:  # keep undoing the others; the original error is what the user sees
+                log.exception("could not undo the apply of %s", obj.describe())
+
+
+def _action(existing: Resource | None, result: Resource) -> Action:
+    if existing is None:
+        return "created"
+    if existing.metadata.resource_version == result.metadata.resource_version:
+        return "unchanged"
+    return "configured"
+
+
+def _stream(principal: Principal, watch: Watch) -> Iterator[dict[str, Any]]:
+    try:
+        for event in watch:
+            if access.may_read(principal, event.object):
+                yield {"type": event.type, "object": event.object.to_dict()}
+        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": watch.resource_version}}}
+    finally:
+        watch.close()
+
+
+def event_dict(event: WatchEvent) -> dict[str, Any]:
+    return {
+        "type": event.type,
+        "resourceVersion": str(event.resource_version),
+        "object": event.object.to_dict(),
+    }
+
+
+def check_namespace(info: KindInfo, obj: Resource, namespace: str | None, name: str | None) -> None:
+    """The object's namespace and name agree with the path it was sent to."""
+    if info.namespaced and namespace is not None and obj.namespace != namespace:
+        raise ValidationError(
+            f"the path is in namespace {namespace}, the object in {obj.namespace}",
+            obj=obj.describe(),
+            field="metadata.namespace",
+        )
+    if name is not None and obj.name != name:
+        raise ValidationError(
+            f"the path names {name}, the object {obj.name}", obj=obj.describe(), field="metadata.name"
+        )
+
+
+def check_version(value: str) -> int:
+    """A resourceVersion given by a client: a non-negative integer."""
+    if not value.isdigit() or len(value) > 18:
+        raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion")
+    return int(value)

@@ -1,0 +1,192 @@
+"""Kubernetes-style paths for every registered kind.
+
+    /apis/gpufleet.io/v1alpha1/{plural}                                   list (all namespaces), watch
+    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}                   list, watch, create (POST)
+    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}            get, apply (PUT), delete
+    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}/status     the status alone
+
+Cluster-wide kinds (pools, queues) drop the `namespaces/{ns}` part. Routes are made per kind, not
+from one `{plural}` pattern, so that the OpenAPI document gives each path its kind's body schema.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at run
+# time, and those that name the per-app dependency are local to `add_kind_routes`.
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from enum import Enum
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gpufleet.api.resource import API_VERSION, KindInfo, Resource
+from gpufleet.server.auth import Principal
+from gpufleet.server.bodies import one_object
+from gpufleet.server.operations import Operations, check_namespace
+
+PREFIX = f"/apis/{API_VERSION}"
+MAX_WATCH_SECONDS = 600.0
+
+Authenticate = Callable[..., Principal]
+Endpoint = Callable[..., Awaitable[Any]]
+Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
+Watch = Annotated[bool, Query()]
+Version = Annotated[str | None, Query(alias="resourceVersion", max_length=32)]
+Timeout = Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WATCH_SECONDS)]
+
+
+def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate: Authenticate) -> None:
+    """Registers the paths of one kind."""
+    Who = Annotated[Principal, Depends(authenticate)]
+    tag: list[str | Enum] = [info.kind]
+    body = _body_schema(info)
+    base = (
+        f"{PREFIX}/namespaces/{{namespace}}/{info.plural}" if info.namespaced else f"{PREFIX}/{info.plural}"
+    )
+    item = base + "/{name}"
+
+    async def list_all(
+        who: Who,
+        label_selector: Selector = None,
+        watch: Watch = False,
+        resource_version: Version = None,
+        timeout_seconds: Timeout = 60.0,
+    ) -> Any:
+        if watch:
+            return await _watch(ops, who, info, None, resource_version, timeout_seconds)
+        return await run_in_threadpool(ops.list_objects, who, info, None, label_selector)
+
+    async def list_in(
+        namespace: str,
+        who: Who,
+        label_selector: Selector = None,
+        watch: Watch = False,
+        resource_version: Version = None,
+        timeout_seconds: Timeout = 60.0,
+    ) -> Any:
+        if watch:
+            return await _watch(ops, who, info, namespace, resource_version, timeout_seconds)
+        return await run_in_threadpool(ops.list_objects, who, info, namespace, label_selector)
+
+    async def create(request: Request, who: Who, namespace: str | None = None) -> JSONResponse:
+        obj = one_object(await request.body(), request.headers.get("content-type"), info, namespace)
+        check_namespace(info, obj, namespace, None)
+        created = await run_in_threadpool(ops.create, who, obj)
+        return JSONResponse(created.to_dict(), status_code=201)
+
+    async def get(name: str, who: Who, namespace: str | None = None) -> dict[str, Any]:
+        obj = await run_in_threadpool(ops.get, who, info, name, namespace)
+        return obj.to_dict()
+
+    async def get_status(name: str, who: Who, namespace: str | None = None) -> dict[str, Any]:
+        obj = await run_in_threadpool(ops.get, who, info, name, namespace)
+        return _status_view(obj)
+
+    async def put(name: str, request: Request, who: Who, namespace: str | None = None) -> JSONResponse:
+        obj = one_object(await request.body(), request.headers.get("content-type"), info, namespace)
+        check_namespace(info, obj, namespace, name)
+        applied = await run_in_threadpool(ops.put, who, obj)
+        code = 201 if applied.action == "created" else 200
+        return JSONResponse(
+            applied.object.to_dict(), status_code=code, headers={"X-Gpufleet-Action": applied.action}
+        )
+
+    async def delete(
+        name: str, who: Who, namespace: str | None = None, resource_version: Version = None
+    ) -> dict[str, Any]:
+        held = await run_in_threadpool(ops.delete, who, info, name, namespace, resource_version)
+        if held is not None:  # finalizers keep it until they are removed
+            return held.to_dict()
+        return {
+            "kind": "Status",
+            "status": "Success",
+            "details": {"kind": info.kind, "name": name, "namespace": namespace},
+        }
+
+    def route(path: str, endpoint: Endpoint, method: str, operation: str, summary: str, **extra: Any) -> None:
+        if not info.namespaced:
+            endpoint = _without_namespace(endpoint)
+        app.add_api_route(
+            path,
+            endpoint,
+            methods=[method],
+            tags=tag,
+            summary=summary,
+            operation_id=operation + info.kind,
+            **extra,
+        )
+
+    if info.namespaced:
+        app.add_api_route(
+            f"{PREFIX}/{info.plural}",
+            list_all,
+            methods=["GET"],
+            tags=tag,
+            summary=f"List or watch {info.plural} of all namespaces",
+            operation_id=f"list{info.kind}AllNamespaces",
+        )
+        route(base, list_in, "GET", "list", f"List or watch {info.plural}")
+    else:
+        app.add_api_route(
+            base,
+            list_all,
+            methods=["GET"],
+            tags=tag,
+            summary=f"List or watch {info.plural}",
+            operation_id=f"list{info.kind}",
+        )
+    route(base, create, "POST", "create", f"Create a {info.kind}", status_code=201, openapi_extra=body)
+    route(item, get, "GET", "read", f"Read a {info.kind}")
+    route(item + "/status", get_status, "GET", "readStatus", f"Read the status of a {info.kind}")
+    route(
+        item, put, "PUT", "apply", f"Apply a {info.kind}: create it or replace its spec", openapi_extra=body
+    )
+    route(item, delete, "DELETE", "delete", f"Delete a {info.kind}")
+
+
+def _without_namespace(endpoint: "Endpoint") -> "Endpoint":
+    """The endpoint for a cluster-wide kind: the same handler, with no namespace parameter."""
+
+    async def cluster_wide(**kwargs: Any) -> Any:
+        return await endpoint(namespace=None, **kwargs)
+
+    signature = inspect.signature(endpoint)
+    params = [p for p in signature.parameters.values() if p.name != "namespace"]
+    cluster_wide.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return cluster_wide
+
+
+async def _watch(
+    ops: Operations, who: Principal, info: KindInfo, namespace: str | None, since: str | None, timeout: float
+) -> StreamingResponse:
+    # The watch is opened (and its resourceVersion checked) before answering, so that a bad or
+    # compacted resourceVersion is a 4xx rather than a broken stream.
+    events = await run_in_threadpool(ops.watch, who, info, since=since, namespace=namespace, timeout=timeout)
+    return StreamingResponse(_lines(events), media_type="application/x-ndjson")
+
+
+def _lines(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+    for event in events:
+        yield json.dumps(event).encode() + b"\n"
+
+
+def _status_view(obj: Resource) -> dict[str, Any]:
+    data = obj.to_dict()
+    return {
+        "apiVersion": data["apiVersion"],
+        "kind": data["kind"],
+        "metadata": data["metadata"],
+        "status": data.get("status", {}),
+    }
+
+
+def _body_schema(info: KindInfo) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{info.kind}"}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ref}, "application/yaml": {"schema": ref}},
+        }
+    }
