@@ -1,0 +1,349 @@
+"""An in-memory stand-in for the few API-server endpoints gpufleet uses, behind the Transport protocol.
+
+It keeps the semantics the kubernetes world relies on, as a 1.3x API server has them: a global
+resourceVersion, `generation` moving with spec, optimistic concurrency (409 on a stale
+resourceVersion, in PUT and in patches that carry one), the status subresource, finalizers, watches
+from a resourceVersion with 410 Expired once the history is compacted, bookmarks, Bindings (409 for
+a pod already bound) and Evictions (429 while a disruption budget forbids). Like a bare API server it
+runs no controllers: bound pods deleted with a grace period stay, with a deletionTimestamp.
+
+It is a unit-test tool, not the e2e proof (that is `pytest -m k8s`).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gpufleet.api.labels import LabelSelector
+from gpufleet.kube.transport import JSON_PATCH, ApiError, Json
+
+NOW = "2026-11-29T12:00:00Z"
+
+
+def _status(code: int, reason: str, message: str) -> ApiError:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+            "reason": reason, "code": code}  # fmt: skip
+    return ApiError(code, reason, message, body)
+
+
+def _parse(path: str) -> tuple[str, str | None, str | None, str | None]:
+    """(resource key `group/version/plural`, namespace, name, subresource) of a path."""
+    parts = [p for p in path.split("/") if p]
+    if parts[0] == "api":
+        group_version, rest = f"/{parts[1]}", parts[2:]
+    else:
+        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    plural = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    return f"{group_version}/{plural}", namespace, name, sub
+
+
+def _json_patch(doc: Json, ops: list[Json]) -> Json:
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        parent = doc
+        for key in keys[:-1]:
+            parent = parent[int(key)] if isinstance(parent, list) else parent.setdefault(key, {})
+        last = keys[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                parent.insert(len(parent) if last == "-" else int(last), op["value"])
+            else:
+                parent[last] = op["value"]
+        elif op["op"] == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        elif op["op"] == "test" and parent.get(last) != op["value"]:
+            raise _status(422, "Invalid", f"test of {op['path']} failed")
+    return doc
+
+
+def _merge_patch(doc: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
+class FakeApiServer:
+    """The Transport protocol over dictionaries. Thread-safe; watches block on a condition."""
+
+    STATUS_SUBRESOURCE = ("/v1/pods", "/v1/nodes", "/v1/services")
+
+    def __init__(self, *, retention: int = 1000) -> None:
+        self.objects: dict[str, dict[tuple[str, str], Json]] = {}
+        self.log: list[tuple[int, str, str, Json]] = []  # (rv, resource key, type, object)
+        self.rv = itertools.count(100)
+        self.head = 99
+        self.compacted = 0
+        self.retention = retention
+        self.lock = threading.Condition()
+        self.requests: list[tuple[str, str]] = []
+        self.failures: list[ApiError] = []
+        self.blocked_evictions: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ test helpers
+    def fail_next(self, count: int, status: int = 503) -> None:
+        """The next `count` requests (and watches) fail as an unavailable server would."""
+        with self.lock:
+            self.failures.extend(_status(status, "ServiceUnavailable", "unavailable") for _ in range(count))
+
+    def compact(self) -> None:
+        """Drops the watch history: a watch from any older resourceVersion gets 410."""
+        with self.lock:
+            self.compacted = self.head
+            self.log.clear()
+
+    def put(self, path: str, obj: Json) -> Json:
+        """Creates an object at a collection path, as a client would (status kept: test setup)."""
+        status = obj.get("status")
+        created = self.request("POST", path, body=obj)
+        if status is not None:
+            created["status"] = status
+            key, ns, name, _ = _parse(path + "/" + created["metadata"]["name"])
+            with self.lock:
+                stored = self.objects[key][(ns or "", name or "")]
+                stored["status"] = copy.deepcopy(status)
+                self._bump(key, "MODIFIED", stored)
+            created = copy.deepcopy(stored)
+        return created
+
+    def get(self, path: str) -> Json:
+        return self.request("GET", path)
+
+    # ------------------------------------------------------------------ transport
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Json:
+        query = dict(query or {})
+        with self.lock:
+            self.requests.append((method, path))
+            if self.failures:
+                raise self.failures.pop(0)
+            key, ns, name, sub = _parse(path)
+            if method == "GET" and name is None:
+                return self._list(key, ns, query)
+            if method == "GET":
+                return copy.deepcopy(self._find(key, ns, name))
+            if method == "POST" and sub == "binding":
+                return self._bind(key, ns or "", name or "", body)
+            if method == "POST" and sub == "eviction":
+                return self._evict(key, ns or "", name or "", body)
+            if method == "POST":
+                return self._create(key, ns, body)
+            if method == "PUT":
+                return self._replace(key, ns, name or "", body, sub)
+            if method == "PATCH":
+                current = self._find(key, ns, name)
+                if content_type == JSON_PATCH:
+                    patched = _json_patch(current, body)
+                else:
+                    patched = _merge_patch(current, body)
+                return self._replace(key, ns, name or "", patched, sub)
+            if method == "DELETE":
+                return self._delete(key, ns or "", name or "", body or {})
+        raise AssertionError(f"unsupported {method} {path}")
+
+    def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
+        key, ns, _, _ = _parse(path)
+        with self.lock:
+            self.requests.append(("WATCH", path))
+            if self.failures:
+                raise self.failures.pop(0)
+        since = int(query.get("resourceVersion") or self.head)
+        selector = LabelSelector.parse(str(query.get("labelSelector", "")) or None)
+        bookmarks = bool(query.get("allowWatchBookmarks"))
+        deadline = time.monotonic() + min(timeout, float(query.get("timeoutSeconds", timeout)))
+        while True:
+            with self.lock:
+                if since < self.compacted:
+                    raise _status(410, "Expired", f"too old resource version: {since} ({self.compacted})")
+                batch = [
+                    (rv, kind, obj) for rv, k, kind, obj in self.log
+                    if rv > since and k == key and (ns is None or obj["metadata"].get("namespace") == ns)
+                ]  # fmt: skip
+                if not batch:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        if bookmarks:
+                            mark = {"metadata": {"resourceVersion": str(self.head)}}
+                            yield {"type": "BOOKMARK", "object": mark}
+                        return
+                    self.lock.wait(min(remaining, 0.05))
+                    continue
+            for rv, kind, obj in batch:
+                since = rv
+                if selector.matches(obj["metadata"].get("labels", {})):
+                    yield {"type": kind, "object": copy.deepcopy(obj)}
+
+    # ------------------------------------------------------------------ internals
+    def _find(self, key: str, ns: str | None, name: str | None) -> Json:
+        found = self.objects.get(key, {}).get((ns or "", name or ""))
+        if found is None:
+            raise _status(404, "NotFound", f'{key.rsplit("/", 1)[-1]} "{name}" not found')
+        return found
+
+    def _list(self, key: str, ns: str | None, query: Mapping[str, Any]) -> Json:
+        selector = LabelSelector.parse(str(query.get("labelSelector", "")) or None)
+        items = [
+            copy.deepcopy(obj) for (o_ns, _), obj in sorted(self.objects.get(key, {}).items())
+            if (ns is None or o_ns == ns) and selector.matches(obj["metadata"].get("labels", {}))
+        ]  # fmt: skip
+        limit = int(query.get("limit", 0) or 0)
+        if limit:
+            items = items[:limit]
+        return {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.head)},
+                "items": items}  # fmt: skip
+
+    def _bump(self, key: str, kind: str, obj: Json) -> None:
+        rv = next(self.rv)
+        self.head = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self.log.append((rv, key, kind, copy.deepcopy(obj)))
+        if len(self.log) > self.retention:
+            dropped = self.log.pop(0)
+            self.compacted = dropped[0]
+        self.lock.notify_all()
+
+    def _create(self, key: str, ns: str | None, body: Json) -> Json:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if ns is not None:
+            meta["namespace"] = ns
+        if meta.get("resourceVersion"):
+            raise _status(400, "BadRequest", "resourceVersion should not be set on objects to be created")
+        table = self.objects.setdefault(key, {})
+        where = (meta.get("namespace") or "", meta["name"])
+        if where in table:
+            raise _status(409, "AlreadyExists", f'"{meta["name"]}" already exists')
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=NOW, generation=1)
+        if key == "/v1/pods":
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+        elif key == "/v1/nodes":
+            obj.pop("status", None)
+            # What every bare API server does to a new Node: nothing ever lifts this taint.
+            taints = obj.setdefault("spec", {}).setdefault("taints", [])
+            taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+        else:
+            obj.pop("status", None)
+        table[where] = obj
+        self._bump(key, "ADDED", obj)
+        return copy.deepcopy(obj)
+
+    def _has_status(self, key: str) -> bool:
+        return key in self.STATUS_SUBRESOURCE or not key.startswith("/")
+
+    def _replace(self, key: str, ns: str | None, name: str, body: Json, sub: str | None) -> Json:
+        current = self._find(key, ns, name)
+        given = body.get("metadata", {}).get("resourceVersion")
+        if given is not None and given != current["metadata"]["resourceVersion"]:
+            raise _status(409, "Conflict", "the object has been modified; please apply your changes to "
+                          "the latest version and try again")  # fmt: skip
+        new = copy.deepcopy(current)
+        if sub == "status":
+            new["status"] = copy.deepcopy(body.get("status", {}))
+        else:
+            for field, value in body.items():
+                if field in ("metadata", "status"):
+                    continue
+                new[field] = copy.deepcopy(value)
+            for field in [f for f in new if f not in body and f not in ("metadata", "status", "kind",
+                                                                         "apiVersion")]:  # fmt: skip
+                del new[field]
+            meta = body.get("metadata", {})
+            for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+                if meta.get(field):
+                    new["metadata"][field] = copy.deepcopy(meta[field])
+                else:
+                    new["metadata"].pop(field, None)
+            if not self._has_status(key) and "status" in body:
+                new["status"] = copy.deepcopy(body["status"])
+            if new.get("spec") != current.get("spec"):
+                new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        if new == current:
+            return copy.deepcopy(current)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            del self.objects[key][(ns or "", name)]
+            self._bump(key, "DELETED", new)
+            return copy.deepcopy(new)
+        self.objects[key][(ns or "", name)] = new
+        self._bump(key, "MODIFIED", new)
+        return copy.deepcopy(new)
+
+    def _delete(self, key: str, ns: str, name: str, options: Json) -> Json:
+        current = self._find(key, ns, name)
+        pre = options.get("preconditions", {})
+        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise _status(409, "Conflict", "Precondition failed: ResourceVersion mismatch")
+        grace = options.get("gracePeriodSeconds")
+        graceful = key == "/v1/pods" and current.get("spec", {}).get("nodeName") and grace != 0
+        if current["metadata"].get("finalizers") or graceful:
+            if current["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            new = copy.deepcopy(current)
+            new["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if graceful:
+                new["metadata"]["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+            self.objects[key][(ns, name)] = new
+            self._bump(key, "MODIFIED", new)
+            return copy.deepcopy(new)
+        del self.objects[key][(ns, name)]
+        gone = copy.deepcopy(current)
+        self._bump(key, "DELETED", gone)
+        return gone
+
+    def _bind(self, key: str, ns: str, name: str, body: Json) -> Json:
+        pod = self._find(key, ns, name)
+        if pod["spec"].get("nodeName"):
+            raise _status(
+                409, "Conflict", f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            )
+        target = body["target"]["name"]
+        new = copy.deepcopy(pod)
+        new["spec"]["nodeName"] = target
+        conditions = new["status"].setdefault("conditions", [])
+        conditions[:] = [c for c in conditions if c["type"] != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW})
+        self.objects[key][(ns, name)] = new
+        self._bump(key, "MODIFIED", new)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    def _evict(self, key: str, ns: str, name: str, body: Json) -> Json:
+        self._find(key, ns, name)
+        if (ns, name) in self.blocked_evictions:
+            raise _status(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        self._delete(key, ns, name, body.get("deleteOptions") or {})
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+
+def dumps(obj: Json) -> str:
+    return json.dumps(obj, sort_keys=True)
