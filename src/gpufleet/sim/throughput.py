@@ -183,8 +183,12 @@ class _Bench:
         times: list[float] = []
         by_kind: dict[str, list[float]] = {"rack": [], "block": [], "33-64": []}
         placed = pods = 0
+        # Small fleets (smoke runs) get gangs that can fit: at most one block, and within the budget.
+        largest = max(
+            2, min(cfg.max_gang, cfg.nodes_per_rack * cfg.racks_per_block, budget // cfg.gpus_per_node)
+        )
         for i in range(cfg.gangs):
-            size = int(self.rng.integers(2, cfg.max_gang + 1))
+            size = int(self.rng.integers(2, largest + 1))
             need = size * cfg.gpus_per_node
             level = "rack" if size <= cfg.nodes_per_rack and self.rng.random() < 0.5 else "block"
             while running and held + need > budget:
