@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufleet.cli import bench_fgd, bench_throughput
+from gpufleet.cli import bench_admission, bench_fgd, bench_throughput
 
 
 def register(app: typer.Typer) -> None:
@@ -12,4 +12,5 @@ def register(app: typer.Typer) -> None:
     bench = typer.Typer(help="Benchmarks: placement quality on real traces and scheduler throughput.")
     bench_fgd.register(bench)
     bench_throughput.register(bench)
+    bench_admission.register(bench)
     app.add_typer(bench, name="bench")

@@ -68,6 +68,10 @@ class ClusterCache:
         self.admitted: dict[str, Admitted] = {}
         self.pending: dict[str, Workload] = {}
         self.user_usage: dict[str, int] = {}
+        self.by_queue: dict[str, set[str]] = {}
+        # Workloads that had victims evicted for them and wait to start: tried first in the next cycle,
+        # so that the capacity freed for them is not taken by another workload (no preemption loops).
+        self.nominated: list[str] = []
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:
@@ -125,6 +129,11 @@ class ClusterCache:
 
     # ------------------------------------------------------------- internals
     def _charge(self, admitted: Admitted, sign: int) -> None:
+        members = self.by_queue.setdefault(admitted.queue, set())
+        if sign > 0:
+            members.add(admitted.name)
+        else:
+            members.discard(admitted.name)
         self.usage.add(admitted.queue, admitted.assignment.usage, sign)
         key = user_key(admitted.queue, admitted.workload.user)
         self.user_usage[key] = self.user_usage.get(key, 0) + sign * admitted.assignment.gpu_milli
@@ -156,6 +165,8 @@ class Snapshot:
         self.cache = cache
         self.statement = Statement(cache.fleet)
         self._undo: list[Undo] = []
+        # Admitted in this cycle only: not yet carried out by the world, so never a victim.
+        self.assumed: set[str] = set()
 
     @property
     def fleet(self) -> FleetState:
@@ -221,8 +232,10 @@ class Snapshot:
         cache._charge(admitted, 1)
         cache.admitted[workload.name] = admitted
         pending = cache.pending.pop(workload.name, None)
+        self.assumed.add(workload.name)
 
         def undo() -> None:
+            self.assumed.discard(workload.name)
             cache._charge(admitted, -1)
             del cache.admitted[workload.name]
             if pending is not None:

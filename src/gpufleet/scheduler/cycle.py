@@ -57,6 +57,7 @@ class CycleResult:
     admitted: list[Admit] = field(default_factory=list)
     preempted: list[Preempt] = field(default_factory=list)
     pending: dict[str, Pending] = field(default_factory=dict)
+    nominated: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -126,6 +127,7 @@ class _Cycle:
 
     # ---------------------------------------------------------------- steps
     def run(self) -> CycleResult:
+        self._nominated_first()
         queues = self._heads()
         heap: list[tuple[tuple[object, ...], str]] = []
         for queue, ordered in queues.items():
@@ -155,6 +157,26 @@ class _Cycle:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (self._key(nxt), queue))
         return self.result
+
+    def _nominated_first(self) -> None:
+        """Step 0: workloads whose victims were evicted last cycle start first, on the capacity freed."""
+        cache = self.cache
+        for name in cache.nominated:
+            workload = cache.pending.get(name)
+            if workload is None or workload.queue not in cache.tree.nodes:
+                continue
+            node = cache.tree.nodes[workload.queue]
+            models = candidate_models(
+                workload,
+                queue_flavors=list(node.quotas),
+                fleet_models=cache.fleet.models,
+                unlimited=node.unlimited,
+            )
+            for model in models:
+                found = self._admit_with(workload, model)
+                if isinstance(found, _Admission):
+                    self._record(workload, found)
+                    break
 
     def _heads(self) -> dict[str, Iterator[Workload]]:
         """Step 1: per leaf queue, its pending workloads in queue order."""
@@ -248,6 +270,7 @@ class _Cycle:
                 names.append(candidate.name)
                 self.fair.refresh(candidate.admitted.queue)
             self.fair.refresh(workload.queue)
+            self.result.nominated.append(name)
             self.result.pending[name] = Pending(name, explain.waiting_for_preemption(names))
             self.no_fit.clear()
             self.no_victims.clear()
@@ -409,3 +432,4 @@ def apply_decisions(cache: ClusterCache, result: CycleResult, *, now: float) -> 
     for admit in result.admitted:
         workload = cache.pending[admit.workload]
         cache.admit(workload, admit.assignment, admit.allocations, now=now)
+    cache.nominated = list(result.nominated)

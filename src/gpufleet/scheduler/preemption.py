@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from gpufleet.fleet.request import GpuKind
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.queueing import QueueSettings
@@ -129,30 +130,48 @@ def candidates(
     )
     flavors = set(assignment.usage)
     out: list[Candidate] = []
-    for admitted in cache.admitted.values():
-        workload = admitted.workload
-        if not workload.preemptible or workload.name == preemptor.name:
-            continue
-        if flavors and not flavors & set(admitted.assignment.usage):
-            continue
-        if tree.root_of(admitted.queue) != root:
-            continue
-        victim_settings = cache.settings[admitted.queue]
-        started = workload.admitted_at if workload.admitted_at is not None else now
-        if now - started < victim_settings.min_runtime_seconds:
-            continue
-        cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
-        if cause is None:
-            continue
-        if cause != WITHIN_QUEUE and not _borrows(snapshot, admitted.queue, flavors):
-            continue
-        shrink = _shrink_of(admitted)
-        if shrink is not None:
-            pods, counts = shrink
-            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
-            lost = admitted.lost_gpu_seconds(now, removed)
-            out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
-        out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
+    queues = []
+    if own_settings.preemption.within_queue != "Never":
+        queues.append(preemptor.queue)
+    policy = own_settings.preemption
+    if (borrowing and policy.borrow_within_cohort != "Never") or (
+        not borrowing and policy.reclaim_within_cohort != "Never"
+    ):
+        queues.extend(
+            name
+            for name in cache.by_queue
+            if name != preemptor.queue and tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+        )
+    for queue in queues:
+        for name in sorted(cache.by_queue.get(queue, ())):
+            admitted = cache.admitted[name]
+            workload = admitted.workload
+            if (
+                not workload.preemptible
+                or workload.name == preemptor.name
+                or workload.name in snapshot.assumed
+            ):
+                continue
+            if flavors and not flavors & set(admitted.assignment.usage):
+                continue
+            if tree.root_of(admitted.queue) != root:
+                continue
+            victim_settings = cache.settings[admitted.queue]
+            started = workload.admitted_at if workload.admitted_at is not None else now
+            if now - started < victim_settings.min_runtime_seconds:
+                continue
+            cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
+            if cause is None:
+                continue
+            if cause != WITHIN_QUEUE and not _borrows(snapshot, admitted.queue, flavors):
+                continue
+            shrink = _shrink_of(admitted)
+            if shrink is not None:
+                pods, counts = shrink
+                removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
+                lost = admitted.lost_gpu_seconds(now, removed)
+                out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
+            out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
     out.sort(key=victim_order)
     return out
 
@@ -293,7 +312,9 @@ def select_victims(
 ) -> VictimSet | None:
     """The cheapest minimal victim set after which `fits()` holds, or None; the snapshot is unchanged."""
     pool = candidates(snapshot, preemptor, assignment, now=now)
-    if not pool:
+    if not pool or not _quota_feasible(snapshot, preemptor, assignment, pool):
+        return None
+    if not _capacity_feasible(snapshot, preemptor, assignment, pool):
         return None
     flavors = set(assignment.usage)
     best: VictimSet | None = None
@@ -310,6 +331,45 @@ def select_victims(
         if best is None or option.cost() < best.cost():
             best = option
     return best
+
+
+def _quota_feasible(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
+) -> bool:
+    """Whether evicting candidates in order ever makes quota fit (cheap: quota arithmetic only)."""
+    usage = snapshot.cache.usage
+    done: list[Admitted] = []
+    ok = usage.fits(preemptor.queue, assignment.usage) is None
+    for candidate in pool:
+        if ok:
+            break
+        if candidate.kind != "evict":
+            continue
+        usage.add(candidate.admitted.queue, candidate.admitted.assignment.usage, -1)
+        done.append(candidate.admitted)
+        ok = usage.fits(preemptor.queue, assignment.usage) is None
+    for admitted in reversed(done):
+        usage.add(admitted.queue, admitted.assignment.usage, 1)
+    return ok
+
+
+def _capacity_feasible(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
+) -> bool:
+    """For whole-GPU workloads: free GPUs of the model plus the candidates' cover the need."""
+    if assignment.model is None:
+        return True
+    needed = 0
+    for pod_set, count in zip(preemptor.pod_sets, assignment.counts, strict=True):
+        if pod_set.request.kind is not GpuKind.WHOLE:
+            return True
+        needed += pod_set.request.gpus * pod_set.minimum if count else 0
+    fleet = snapshot.fleet
+    code = fleet.model_id(assignment.model)
+    rows = slice(0, fleet.n_rows)
+    free = int(np.sum(fleet.whole_free[rows][fleet.model[rows] == code]))
+    held = sum(c.admitted.assignment.usage.get(assignment.model, 0) for c in pool if c.kind == "evict") // 1000
+    return free + held >= needed
 
 
 def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:

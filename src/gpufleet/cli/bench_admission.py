@@ -1,0 +1,38 @@
+"""CLI command: gpufleet bench admission."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def register(bench: typer.Typer) -> None:
+    """Adds this benchmark's command to the bench group."""
+    bench.command("admission")(admission)
+
+
+def admission(
+    queues: Annotated[int, typer.Option(help="Leaf queues (organisations x teams x queues).")] = 1000,
+    workloads: Annotated[int, typer.Option(help="Workloads submitted, beyond capacity.")] = 50_000,
+    nodes: Annotated[int, typer.Option(help="Nodes of 8 GPUs.")] = 5000,
+    arrivals: Annotated[int, typer.Option(help="High-priority arrivals into the full fleet.")] = 1000,
+    seed: Annotated[int, typer.Option()] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Admission decisions per second and preemption latency on a quota tree over a synthetic fleet."""
+    from gpufleet.sim.admission import run
+
+    result = run(queues=queues, workloads=workloads, nodes=nodes, arrivals=arrivals, seed=seed)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    table = Table(title="Admission and preemption")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.to_dict().items():
+        table.add_row(key, str(value))
+    Console().print(table)

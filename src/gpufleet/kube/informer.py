@@ -1,0 +1,251 @@
+"""Informers: one shared, always-current cache per kind, fed by list-then-watch.
+
+The loop is client-go's reflector: list (which gives a resourceVersion), watch from it with bookmarks
+(which move the resourceVersion on without changes), list again when the server answers 410 Gone,
+and back off exponentially while the server cannot be reached. Handlers see every change once, in
+order; after a relist they see the difference between the old cache and the new list.
+
+The client's own `kubernetes.informer.SharedInformer` is not used: it decodes into generated model
+classes, has no backoff, and is tied to the generated list functions; this one works on the JSON the
+rest of `kube/` uses and runs against the in-memory stand-in in unit tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.kube.resources import ResourceType
+from gpufleet.kube.transport import ApiError, Json, Transport
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, Json | None, Json | None], None]
+"""Called as `handler(event, old, new)` with event ADDED (old None), MODIFIED or DELETED (new None)."""
+
+WATCH_SECONDS = 300
+
+
+def key_of(obj: Json) -> str:
+    """`namespace/name`, or `name` for cluster-wide objects (client-go's MetaNamespaceKey)."""
+    meta = obj["metadata"]
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Exponential delays with full jitter: `initial`, doubling up to `maximum`; `reset` after success."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+    factor: float = 2.0
+    rng: random.Random = field(default_factory=random.Random)
+    _next: float = 0.0
+
+    def delay(self) -> float:
+        self._next = self.initial if self._next == 0 else min(self._next * self.factor, self.maximum)
+        return self._next * (0.5 + self.rng.random() / 2)
+
+    def reset(self) -> None:
+        self._next = 0.0
+
+
+class Informer:
+    """List-then-watch of one resource (optionally one namespace, label and field selector)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        resource: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        backoff: Backoff | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
+        self.resource = resource
+        self._api = transport
+        self._namespace = namespace
+        self._selectors: dict[str, str | int | bool] = {}
+        if label_selector:
+            self._selectors["labelSelector"] = label_selector
+        if field_selector:
+            self._selectors["fieldSelector"] = field_selector
+        self._backoff = backoff or Backoff()
+        self._watch_seconds = watch_seconds
+        self._lock = threading.RLock()
+        self._items: dict[str, Json] = {}
+        self._handlers: list[Handler] = []
+        self._synced = threading.Event()
+        self.resource_version: str | None = None
+        self.relists = 0
+
+    # ------------------------------------------------------------------ the cache
+    def get(self, key: str) -> Json | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def items(self) -> list[Json]:
+        """Every cached object (shared: treat as read-only)."""
+        with self._lock:
+            return list(self._items.values())
+
+    def add_handler(self, handler: Handler) -> None:
+        """Registers a handler; it is told about objects already cached as ADDED."""
+        with self._lock:
+            self._handlers.append(handler)
+            for obj in self._items.values():
+                handler("ADDED", None, obj)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, stop: threading.Event) -> None:
+        """Lists and watches until `stop` is set, recovering from every failure."""
+        while not stop.is_set():
+            try:
+                self.step(stop)
+                self._backoff.reset()
+            except ApiError as exc:
+                if exc.status == 410:
+                    log.info("%s: watch expired (%s); listing again", self.resource.plural, exc.message)
+                    self.resource_version = None
+                    continue
+                self._pause(stop, exc)
+            except Exception as exc:  # a dropped connection or a malformed line: start over
+                self._pause(stop, exc)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self.run, args=(stop,), daemon=True, name=f"informer-{self.resource.plural}"
+        )
+        thread.start()
+        return thread
+
+    def step(self, stop: threading.Event | None = None) -> None:
+        """One round: a list if there is no resourceVersion yet, then one watch until the server ends it."""
+        if self.resource_version is None:
+            self.relist()
+        query: dict[str, str | int | bool] = {
+            **self._selectors,
+            "watch": True,
+            "resourceVersion": self.resource_version or "0",
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": self._watch_seconds,
+        }
+        path = self.resource.collection(self._namespace)
+        for line in self._api.watch(path, query=query, timeout=self._watch_seconds + 10):
+            self._apply(line)
+            if stop is not None and stop.is_set():
+                return
+
+    def relist(self) -> None:
+        """Replaces the cache with a fresh list, telling handlers what changed."""
+        answer = self._api.request(
+            "GET", self.resource.collection(self._namespace), query=dict(self._selectors)
+        )
+        fresh = {key_of(item): _with_kind(item, self.resource) for item in answer.get("items", [])}
+        with self._lock:
+            old = self._items
+            self._items = fresh
+            self.resource_version = str(answer.get("metadata", {}).get("resourceVersion", "0"))
+            self.relists += 1
+            for key, obj in old.items():
+                if key not in fresh:
+                    self._fire("DELETED", obj, None)
+            for key, obj in fresh.items():
+                before = old.get(key)
+                if before is None:
+                    self._fire("ADDED", None, obj)
+                elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                    self._fire("MODIFIED", before, obj)
+        self._synced.set()
+
+    # ------------------------------------------------------------------ internals
+    def _apply(self, line: Json) -> None:
+        kind, obj = line["type"], line["object"]
+        version = obj.get("metadata", {}).get("resourceVersion")
+        with self._lock:
+            if kind == "BOOKMARK":
+                self.resource_version = version or self.resource_version
+                return
+            obj = _with_kind(obj, self.resource)
+            key = key_of(obj)
+            before = self._items.get(key)
+            if kind == "DELETED":
+                self._items.pop(key, None)
+                self._fire("DELETED", before or obj, None)
+            else:
+                self._items[key] = obj
+                self._fire("ADDED" if before is None else "MODIFIED", before, obj)
+            self.resource_version = version or self.resource_version
+
+    def _fire(self, event: str, old: Json | None, new: Json | None) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event, old, new)
+            except Exception:  # one broken handler must not stop the cache from following the server
+                log.exception("%s: handler failed on %s", self.resource.plural, event)
+
+    def _pause(self, stop: threading.Event, exc: BaseException) -> None:
+        delay = self._backoff.delay()
+        log.warning("%s: %s; retrying in %.1fs", self.resource.plural, exc, delay)
+        stop.wait(delay)
+
+
+def _with_kind(obj: Json, resource: ResourceType) -> Json:
+    # Items of a list carry no kind or apiVersion; watch events do. Make both look the same.
+    if "kind" not in obj:
+        obj = {"kind": resource.kind, "apiVersion": resource.api_version, **obj}
+    return obj
+
+
+class Informers:
+    """One informer per (resource, namespace, selectors), shared by everything in the process."""
+
+    def __init__(self, transport: Transport, **options: Any) -> None:
+        self._api = transport
+        self._options = options
+        self._informers: dict[tuple[str, str | None, str | None, str | None], Informer] = {}
+        self._threads: list[threading.Thread] = []
+
+    def informer(
+        self,
+        resource: ResourceType,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Informer:
+        key = (resource.collection(namespace), namespace, label_selector, field_selector)
+        found = self._informers.get(key)
+        if found is None:
+            found = Informer(
+                self._api,
+                resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                **self._options,
+            )
+            self._informers[key] = found
+        return found
+
+    def start(self, stop: threading.Event) -> None:
+        """Starts every informer made so far that is not running yet."""
+        for informer in list(self._informers.values())[len(self._threads) :]:
+            self._threads.append(informer.start(stop))
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return all(informer.wait_for_sync(timeout) for informer in self._informers.values())

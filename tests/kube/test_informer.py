@@ -1,0 +1,113 @@
+"""Informers: list then watch, bookmarks, relist on 410, backoff while the server is away."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from gpufleet.kube.informer import Backoff, Informer, Informers
+from gpufleet.kube.resources import NODE, POD
+
+from .fakeapi import FakeApiServer
+
+
+def node(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def recorder(informer: Informer) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    informer.add_handler(lambda event, old, new: seen.append((event, (new or old)["metadata"]["name"])))
+    return seen
+
+
+def test_list_then_watch_keeps_the_cache_and_tells_handlers_in_order(api: FakeApiServer) -> None:
+    api.put("/api/v1/nodes", node("a"))
+    informer = Informer(api, NODE, watch_seconds=1)
+    seen = recorder(informer)
+    informer.relist()
+    assert informer.synced and [n["metadata"]["name"] for n in informer.items()] == ["a"]
+    assert informer.items()[0]["kind"] == "Node"  # list items get their kind back
+    api.put("/api/v1/nodes", node("b"))
+    api.request("PATCH", "/api/v1/nodes/a", body={"metadata": {"labels": {"rack": "r1"}}},
+                content_type="application/merge-patch+json")  # fmt: skip
+    api.request("DELETE", "/api/v1/nodes/b")
+    informer.step()
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert informer.get("a")["metadata"]["labels"] == {"rack": "r1"}
+    assert informer.get("b") is None
+
+
+def test_bookmarks_move_the_resource_version_without_events(api: FakeApiServer) -> None:
+    informer = Informer(api, NODE, watch_seconds=1)
+    seen = recorder(informer)
+    informer.relist()
+    api.put("/api/v1/pods".replace("pods", "namespaces"), {"metadata": {"name": "elsewhere"}})
+    informer.step()  # nothing about nodes happened; the watch ends with a bookmark
+    assert seen == [] and informer.resource_version == str(api.head)
+
+
+def test_a_410_relists_and_reports_the_difference(api: FakeApiServer) -> None:
+    api.put("/api/v1/nodes", node("a"))
+    api.put("/api/v1/nodes", node("b"))
+    informer = Informer(api, NODE, watch_seconds=1, backoff=Backoff(initial=0.01, rng=random.Random(0)))
+    seen = recorder(informer)
+    informer.relist()
+    api.request("DELETE", "/api/v1/nodes/a")
+    api.put("/api/v1/nodes", node("c"))
+    api.compact()  # the informer's resourceVersion is now too old
+    stop = threading.Event()
+    thread = informer.start(stop)
+    deadline = time.monotonic() + 5
+    while informer.relists < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(5)
+    assert informer.relists == 2
+    assert seen[2:] == [("DELETED", "a"), ("ADDED", "c")]
+    assert sorted(informer.get(k)["metadata"]["name"] for k in ("b", "c")) == ["b", "c"]
+
+
+def test_unavailable_server_is_retried_with_growing_delays(api: FakeApiServer) -> None:
+    api.put("/api/v1/nodes", node("a"))
+    delays: list[float] = []
+
+    class Recording(Backoff):
+        def delay(self) -> float:
+            delays.append(Backoff.delay(self))
+            return 0.001
+
+    informer = Informer(
+        api, NODE, watch_seconds=1, backoff=Recording(initial=1, maximum=4, rng=random.Random(1))
+    )
+    api.fail_next(4)
+    stop = threading.Event()
+    thread = informer.start(stop)
+    assert informer.wait_for_sync(5)
+    stop.set()
+    thread.join(5)
+    assert len(delays) == 4
+    assert delays[0] <= 1 and 1 <= delays[2] <= 4 and delays[3] <= 4  # doubling, with jitter, capped
+    assert informer.get("a") is not None
+
+
+def test_backoff_doubles_caps_and_resets() -> None:
+    backoff = Backoff(initial=1, maximum=8, rng=random.Random(3))
+    upper = [1, 2, 4, 8, 8]
+    for bound in upper:
+        assert bound / 2 <= backoff.delay() <= bound
+    backoff.reset()
+    assert backoff.delay() <= 1
+
+
+def test_shared_informers_are_one_per_resource(api: FakeApiServer) -> None:
+    informers = Informers(api, watch_seconds=1)
+    assert informers.informer(POD) is informers.informer(POD)
+    assert informers.informer(POD, namespace="a") is not informers.informer(POD)
+    api.put("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    stop = threading.Event()
+    informers.start(stop)
+    assert informers.wait_for_sync(5)
+    assert informers.informer(POD).get("a/p") is not None
+    stop.set()
