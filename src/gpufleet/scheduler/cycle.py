@@ -124,6 +124,9 @@ class _Cycle:
         # frees some: remembered per shape, forgotten after each preemption.
         self.no_fit: dict[tuple[object, ...], Reason] = {}
         self.no_victims: set[tuple[object, ...]] = set()
+        # Kueue's rule: per queue and cycle, only the first workload that cannot start may preempt.
+        self.preempted_for: set[str] = set()
+        self._usage_memo: dict[str, dict[str, int]] = {}
 
     # ---------------------------------------------------------------- steps
     def run(self) -> CycleResult:
@@ -224,15 +227,16 @@ class _Cycle:
 
     def _borrows(self, workload: Workload) -> bool:
         cache = self.cache
-        node = cache.tree.nodes[workload.queue]
-        if node.unlimited:
-            return False
-        models = candidate_models(
-            workload, queue_flavors=list(node.quotas), fleet_models=cache.fleet.models, unlimited=False
-        )
-        if not models:
-            return False
-        usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
+        usage = self._usage_memo.get(workload.name)
+        if usage is None:
+            node = cache.tree.nodes[workload.queue]
+            models = candidate_models(
+                workload, queue_flavors=list(node.quotas), fleet_models=cache.fleet.models, unlimited=False
+            )
+            usage = {}
+            if models and not node.unlimited:
+                usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
+            self._usage_memo[workload.name] = usage
         return any(
             cache.usage.usage(workload.queue, flavor) + amount > cache.tree.nominal(workload.queue, flavor)
             for flavor, amount in usage.items()
@@ -302,6 +306,9 @@ class _Cycle:
         assert first is not None
         if first.type == explain.NO_FIT and first.details.get("never"):
             return _Failure(first)
+        if queue in self.preempted_for:
+            return _Failure(first)
+        self.preempted_for.add(queue)
         for model in models:
             preemption = self._preempt_for(workload, model)
             if preemption is not None:

@@ -368,7 +368,9 @@ def _capacity_feasible(
     code = fleet.model_id(assignment.model)
     rows = slice(0, fleet.n_rows)
     free = int(np.sum(fleet.whole_free[rows][fleet.model[rows] == code]))
-    held = sum(c.admitted.assignment.usage.get(assignment.model, 0) for c in pool if c.kind == "evict") // 1000
+    held = (
+        sum(c.admitted.assignment.usage.get(assignment.model, 0) for c in pool if c.kind == "evict") // 1000
+    )
     return free + held >= needed
 
 

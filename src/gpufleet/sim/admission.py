@@ -106,7 +106,9 @@ def build_tree(leaves: int, total_gpus: int) -> tuple[QuotaTree, list[str]]:
     return QuotaTree(nodes), leaf_names
 
 
-def make_workloads(count: int, queues: list[str], rng: np.random.Generator, *, start: float = 0.0) -> list[Workload]:
+def make_workloads(
+    count: int, queues: list[str], rng: np.random.Generator, *, start: float = 0.0
+) -> list[Workload]:
     sizes = rng.choice(len(SIZES), size=count, p=SIZE_WEIGHTS)
     prios = rng.choice(len(PRIORITIES), size=count, p=(0.3, 0.5, 0.2))
     picks = rng.integers(len(queues), size=count)
@@ -159,7 +161,13 @@ def run(*, queues: int, workloads: int, nodes: int, arrivals: int, seed: int = 0
         request = PodRequest(cpu_milli=64_000, memory_mib=512 * 1024, gpus=8)
         queue = leaves[int(rng.integers(len(leaves)))]
         cache.submit(
-            Workload(f"urgent-{i}", (PodSet("main", 1, request),), queue=queue, priority=1_000_000, submitted_at=now)
+            Workload(
+                f"urgent-{i}",
+                (PodSet("main", 1, request),),
+                queue=queue,
+                priority=1_000_000,
+                submitted_at=now,
+            )
         )
         began = time.perf_counter()
         result = scheduler.cycle(cache, now=now)
