@@ -263,13 +263,17 @@ def build_world(scenario: Scenario, *, source: str) -> World:
         ckpt = (
             None if running.last_checkpoint_seconds_ago is None else now - running.last_checkpoint_seconds_ago
         )
-        submitted = started - 1.0 if running.submitted_seconds_ago is None else now - running.submitted_seconds_ago
+        submitted = (
+            started - 1.0 if running.submitted_seconds_ago is None else now - running.submitted_seconds_ago
+        )
         workload = dataclasses.replace(workload, submitted_at=submitted, last_checkpoint_at=ckpt)
         _admit_running(cache, workload, running, started, source, f"spec.running[{i}]", config)
     submit = []
     for i, item in enumerate(spec.submit):
         workload = _workload(item, classes, source, f"spec.submit[{i}]")
-        submitted = START + 0.001 * i if item.submitted_seconds_ago is None else now - item.submitted_seconds_ago
+        submitted = (
+            START + 0.001 * i if item.submitted_seconds_ago is None else now - item.submitted_seconds_ago
+        )
         submit.append(dataclasses.replace(workload, submitted_at=submitted))
     return World(cache, config, submit, now)
 
