@@ -1,0 +1,62 @@
+"""Malformed scenarios fail with the file and the field, before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.sim.scenario import load_scenarios
+
+GOOD = """\
+apiVersion: gpufleet.io/v1alpha1
+kind: Scenario
+metadata: {name: s}
+spec:
+  nodes: [{name: n1, gpus: 8, gpuModel: H100-80GB}]
+  queues:
+    - {name: root}
+    - {name: a, parent: root, quotas: {H100-80GB: {nominal: 4}}}
+  running:
+    - {name: r, queue: a, podSets: [{gpus: 1}], nodes: [n1]}
+  submit:
+    - {name: w, queue: a, podSets: [{gpus: 1}]}
+  expect: {admitted: [w]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("parent: root", "parent: nope", "spec.queues[1].parent", "unknown queue 'nope'"),
+        ("{name: w, queue: a,", "{name: w, queue: b,", "spec.submit[0].queue", "unknown queue 'b'"),
+        ("nodes: [n1]", "nodes: [n9]", "spec.running[0].nodes[0]", "unknown node 'n9'"),
+        (
+            "{gpus: 1}], nodes",
+            "{gpus: 1, gpuz: 2}], nodes",
+            "spec.running[0].podSets[0].gpuz",
+            "unknown field",
+        ),
+        ("gpuModel: H100-80GB}", "gpuModel: H100-80GB, memory: 12Qi}", "spec.nodes[0].memory", "unit"),
+        ("admitted: [w]", "admitted: [zz]", "spec.expect.admitted", "unknown workload 'zz'"),
+        ("{name: w, queue: a,", "{name: w, queue: root,", "spec.submit[0].queue", "not a leaf"),
+    ],
+)
+def test_errors_name_file_and_field(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:
+    assert old in GOOD
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace(old, new))
+    (tmp_path / "good.yaml").write_text(GOOD.replace("name: s}", "name: other}"))
+    with pytest.raises(ValidationError) as err:
+        load_scenarios([tmp_path])
+    message = str(err.value)
+    assert str(path) in message
+    assert field in message
+    assert words in message
+
+
+def test_good_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    assert [item.name for item in load_scenarios([path])] == ["s"]
