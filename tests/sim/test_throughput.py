@@ -66,4 +66,4 @@ def test_cli_table() -> None:
         app, ["bench", "throughput", "--nodes", "300", "--pods", "100", "--gangs", "5", "--share-pods", "50"]
     )
     assert out.exit_code == 0, out.output
-    assert "single-GPU pods" in out.stdout and "gangs" in out.stdout
+    assert "1-GPU pods" in out.stdout and "gangs" in out.stdout and "share pods" in out.stdout
