@@ -1,9 +1,258 @@
-"""CLI commands: control."""
+"""CLI commands of the control plane: up, apply, get, describe, delete, top, events, token create.
+
+All but `up` talk to the HTTP API (see `gpufleet.cli.client` for how they find the server and the
+token); `up` runs the server and the runtime. Errors print as one line and exit non-zero.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+
+from gpufleet.api.documents import load_objects
+from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.resource import Resource
+from gpufleet.cli.client import Client, ResourceType
+from gpufleet.cli.output import FORMATS, console, lookup, objects_table, print_objects
+
+Server = Annotated[
+    str | None, typer.Option("--server", help="API URL [env GPUFLEET_SERVER; default http://127.0.0.1:8765].")
+]
+Token = Annotated[
+    str | None, typer.Option("--token", help="Bearer token [env GPUFLEET_TOKEN; default: admin].")
+]
+State = Annotated[
+    str | None, typer.Option("--state", help="State directory [env GPUFLEET_STATE; ~/.local/share/gpufleet].")
+]
+Namespace = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace [default: default].")]
+AllNamespaces = Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")]
+Files = Annotated[
+    list[str] | None, typer.Option("--filename", "-f", help="YAML file, directory of them, or - for stdin.")
+]
 
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
+    from gpufleet.cli import describe, top, up
+
+    up.register(app)
+    app.command("apply")(apply)
+    app.command("get")(get)
+    describe.register(app)
+    app.command("delete")(delete)
+    top.register(app)
+    app.command("events")(events)
+    tokens = typer.Typer(help="Access tokens for the API.", no_args_is_help=True)
+    tokens.command("create")(token_create)
+    app.add_typer(tokens, name="token")
+
+
+def connect(server: str | None, token: str | None, state: str | None) -> Client:
+    return Client.from_options(server=server, token_option=token, state=state)
+
+
+def namespace_of(namespace: str | None, all_namespaces: bool) -> str | None:
+    """The namespace to look in; None means all of them."""
+    if all_namespaces:
+        return None
+    return namespace or os.environ.get("GPUFLEET_NAMESPACE") or "default"
+
+
+def read_objects(files: list[str]) -> list[Resource]:
+    """Every object of the files, validated here first so errors name the file and the document."""
+    objects: list[Resource] = []
+    for name in files:
+        if name == "-":
+            objects.extend(load_objects(sys.stdin.read()))
+            continue
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+            objects.extend(obj for p in found for obj in load_objects(p))
+        elif path.exists():
+            objects.extend(load_objects(path))
+        else:
+            raise ValidationError("no such file", obj=name)
+    if not objects:
+        raise ValidationError("no objects in " + ", ".join(files))
+    return objects
+
+
+# ------------------------------------------------------------------------------------------ apply
+
+
+def apply(filename: Files = None, server: Server = None, token: Token = None, state: State = None) -> None:
+    """Creates or updates the objects of YAML files, all of them or none."""
+    if not filename:
+        raise ValidationError("say which file to apply: -f FILE (or -f - for stdin)", field="-f")
+    objects = read_objects(filename)
+    client = connect(server, token, state)
+    out = console()
+    with out.status(f"applying {len(objects)} objects", spinner="dots"):
+        results = client.apply([obj.to_dict() for obj in objects])
+    for item in results:
+        obj = item["object"]
+        out.print(f"{_ref(obj)} [bold]{item['action']}[/]")
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{str(obj.get('kind', '?')).lower()}/{where}{meta.get('name', '?')}"
+
+
+# -------------------------------------------------------------------------------------------- get
+
+
+def get(
+    kind: Annotated[str, typer.Argument(help="Kind, plural or short name: trainingjobs, tj, queues, gq...")],
+    name: Annotated[str | None, typer.Argument(help="One object's name.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table, wide, yaml or json.")] = "table",
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    selector: Annotated[str | None, typer.Option("--selector", "-l", help="Label selector.")] = None,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Lists objects of a kind, or shows one."""
+    if output not in FORMATS:
+        raise ValidationError(f"must be one of {', '.join(FORMATS)}, got {output!r}", field="--output")
+    if name and all_namespaces:
+        raise ValidationError(
+            "name one namespace (-n) to get an object by name, not -A", field="--all-namespaces"
+        )
+    client = connect(server, token, state)
+    rtype = client.resource_type(kind)
+    ns = namespace_of(namespace, all_namespaces) if rtype.namespaced else None
+    items = [client.read(rtype, name, ns)] if name else client.list_objects(rtype, ns, selector)
+    if output in ("yaml", "json"):
+        print_objects(items, output, single=name is not None)
+        return
+    if not items:
+        where = f" in namespace {ns}" if rtype.namespaced and ns else ""
+        console(stderr=True).print(f"No {rtype.plural} found{where}.")
+        return
+    table = objects_table(rtype, items, namespaces=rtype.namespaced and ns is None, wide=output == "wide")
+    console().print(table)
+
+
+# ----------------------------------------------------------------------------------------- delete
+
+
+def delete(
+    kind: Annotated[str | None, typer.Argument(help="Kind, plural or short name.")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="Names of the objects.")] = None,
+    filename: Files = None,
+    namespace: Namespace = None,
+    ignore_not_found: Annotated[
+        bool, typer.Option("--ignore-not-found", help="Missing is not an error.")
+    ] = False,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Deletes objects by kind and name, or those of YAML files."""
+    client = connect(server, token, state)
+    targets: list[tuple[ResourceType, str, str | None]] = []
+    if filename:
+        if kind:
+            raise ValidationError("give either -f FILE or KIND NAME, not both", field="-f")
+        for obj in read_objects(filename):
+            targets.append((client.resource_type(obj.kind), obj.name, obj.namespace))
+    else:
+        if not kind or not names:
+            raise ValidationError("say what to delete: KIND NAME... or -f FILE", field="NAME")
+        rtype = client.resource_type(kind)
+        ns = namespace_of(namespace, False) if rtype.namespaced else None
+        targets = [(rtype, name, ns) for name in names]
+    out = console()
+    missing: list[NotFoundError] = []
+    for rtype, name, ns in targets:
+        ref = f"{rtype.singular}/{ns + '/' if ns else ''}{name}"
+        try:
+            answer = client.delete(rtype, name, ns)
+        except NotFoundError as exc:
+            if not ignore_not_found:
+                missing.append(exc)
+            continue
+        held = answer.get("metadata", {}).get("finalizers") if answer.get("kind") != "Status" else None
+        out.print(f"{ref} [bold]{'deleting (finalizers: ' + ', '.join(held) + ')' if held else 'deleted'}[/]")
+    if missing:
+        raise (
+            missing[0]
+            if len(missing) == 1
+            else NotFoundError(f"{len(missing)} objects not found: {missing[0]}")
+        )
+
+
+# ----------------------------------------------------------------------------------------- events
+
+
+def events(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace [default: all].")
+    ] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep printing new events.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="How many of the latest to show.", min=1)] = 50,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """What happened lately: admissions, placements, failures, checkpoints, restarts."""
+    from gpufleet.cli.describe import events_table, sort_events
+
+    client = connect(server, token, state)
+    out = console()
+    ns = namespace
+    kind = "Event" if client.has_kind("Event") else None
+    answer = client.get("/v1/changes", kind=kind, namespace=ns, limit=max(limit, 1))
+    items = [change["object"] for change in answer["items"]] if kind else answer["items"]
+    if not items:
+        console(stderr=True).print("No events yet." + (" Waiting for new ones (Ctrl-C to stop)." if watch else ""))
+    elif kind:
+        out.print(events_table(sort_events(items)[-limit:], with_object=True))
+    else:
+        _print_changes(out, items)
+    cursor = answer["resourceVersion"]
+    while watch:
+        answer = client.get("/v1/changes", kind=kind, namespace=ns, resourceVersion=cursor, timeoutSeconds=30)
+        cursor = answer["resourceVersion"]
+        if not answer["items"]:
+            continue
+        if kind:
+            new = [change["object"] for change in answer["items"] if change["type"] == "ADDED"]
+            if new:
+                out.print(events_table(sort_events(new), with_object=True, header=False))
+        else:
+            _print_changes(out, answer["items"])
+
+
+def _print_changes(out: Console, changes: list[dict[str, Any]]) -> None:
+    for change in changes:
+        obj = change["object"]
+        phase = lookup(obj, ".status.phase")
+        out.print(f"{change['resourceVersion']:>8} {change['type']:<9} {_ref(obj)} {phase or ''}")
+
+
+# ------------------------------------------------------------------------------------------ token
+
+
+def token_create(
+    queue: Annotated[str, typer.Option("--queue", "-q", help="The queue the token may submit to and read.")],
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Creates a token that may only submit to, and read, one queue. It is shown once."""
+    client = connect(server, token, state)
+    answer = client.request("POST", "/v1/tokens", json={"queue": queue})
+    sys.stdout.write(answer["token"] + "\n")
+    console(stderr=True).print(
+        f"[dim]token for queue {queue}; use it with --token or GPUFLEET_TOKEN (it is not shown again)[/]"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -24,6 +25,14 @@ DEFAULT_PORT = 8765
 
 class ServerError(GpuFleetError):
     """The server cannot start, e.g. its port is taken."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 class ApiServer:
@@ -80,9 +89,16 @@ class ApiServer:
         assert self._socket is not None
         watcher = threading.Thread(target=self._announce, name="gpufleet-api-started", daemon=True)
         watcher.start()
+        # uvicorn handles SIGINT and SIGTERM itself, shuts down, then raises the signal again once it
+        # has put back the handlers it found: these turn it into KeyboardInterrupt, ending here.
+        previous = signal.signal(signal.SIGTERM, _interrupt) if _main_thread() else None
         try:
             self._server.run(sockets=[self._socket])
+        except KeyboardInterrupt:
+            pass
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             self._server.should_exit = True
             with contextlib.suppress(OSError):
                 url_file = self._state_dir / URL_FILE

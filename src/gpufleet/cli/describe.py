@@ -1,0 +1,172 @@
+"""`gpufleet describe KIND NAME`: an object for people: status, why it waits, conditions, events.
+
+The pending reason is printed with its details (quota asked for and left, nodes rejected per filter),
+since "why is my job pending?" is the question describe is for.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.cli.client import AuthError, Client
+from gpufleet.cli.output import age, cell, console
+
+
+def register(app: typer.Typer) -> None:
+    app.command("describe")(describe)
+
+
+def describe(
+    kind: Annotated[str, typer.Argument(help="Kind, plural or short name.")],
+    name: Annotated[str, typer.Argument(help="The object's name.")],
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace [default: default].")
+    ] = None,
+    server: Annotated[str | None, typer.Option("--server", help="API URL.")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="State directory.")] = None,
+) -> None:
+    """Shows one object: spec, status, pending reason with its details, conditions and events."""
+    from gpufleet.cli.control import connect, namespace_of
+
+    client = connect(server, token, state)
+    rtype = client.resource_type(kind)
+    ns = namespace_of(namespace, False) if rtype.namespaced else None
+    obj = client.read(rtype, name, ns)
+    related = _events_of(client, obj)
+    console().print(render(obj, related))
+
+
+def render(obj: dict[str, Any], events: list[dict[str, Any]]) -> RenderableType:
+    """The description of an object and its events."""
+    meta = obj.get("metadata", {})
+    status = obj.get("status") or {}
+    parts: list[RenderableType] = [_fields(obj, meta, status)]
+    reason = status.get("pendingReason")
+    if reason:
+        parts.append(_pending(reason))
+    spec = obj.get("spec")
+    if spec:
+        parts.append(Text("Spec:", style="bold"))
+        parts.append(Text(_indented(spec)))
+    conditions = status.get("conditions") or []
+    parts.append(Text("Conditions:", style="bold"))
+    parts.append(_conditions(conditions) if conditions else Text("  <none>"))
+    parts.append(Text("Events:", style="bold"))
+    parts.append(events_table(sort_events(events), with_object=False) if events else Text("  <none>"))
+    return Group(*parts)
+
+
+def _fields(obj: dict[str, Any], meta: dict[str, Any], status: dict[str, Any]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("Name:", str(meta.get("name")))
+    if meta.get("namespace"):
+        table.add_row("Namespace:", str(meta["namespace"]))
+    table.add_row("Kind:", f"{obj.get('kind')} ({obj.get('apiVersion')})")
+    if meta.get("labels"):
+        table.add_row("Labels:", ", ".join(f"{k}={v}" for k, v in meta["labels"].items()))
+    table.add_row(
+        "Created:", f"{meta.get('creationTimestamp', '-')} ({age(meta.get('creationTimestamp'))} ago)"
+    )
+    if meta.get("deletionTimestamp"):
+        table.add_row("Deleting since:", str(meta["deletionTimestamp"]))
+    table.add_row(
+        "Version:", f"resourceVersion {meta.get('resourceVersion')}, generation {meta.get('generation')}"
+    )
+    for key, value in status.items():
+        if key in ("conditions", "pendingReason") or value in (None, [], {}):
+            continue
+        label = _words(key) + ":"
+        if isinstance(value, dict):
+            table.add_row(label, ", ".join(f"{k}={cell(v, 'string')}" for k, v in value.items()))
+        else:
+            table.add_row(label, cell(value, "string"))
+    return table
+
+
+def _pending(reason: dict[str, Any]) -> RenderableType:
+    lines = [Text.assemble(("Pending: ", "bold yellow"), (str(reason.get("type")), "yellow"))]
+    if reason.get("message"):
+        lines.append(Text(f"  {reason['message']}"))
+    details = reason.get("details") or {}
+    if details:
+        lines.append(Text(_indented(details)))
+    return Group(*lines)
+
+
+def _conditions(conditions: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
+    for header in ("  TYPE", "STATUS", "REASON", "AGE", "MESSAGE"):
+        table.add_column(header)
+    for condition in conditions:
+        table.add_row(
+            "  " + str(condition.get("type")),
+            str(condition.get("status")),
+            cell(condition.get("reason"), "string"),
+            age(condition.get("lastTransitionTime")),
+            cell(condition.get("message"), "string"),
+        )
+    return table
+
+
+def events_table(events: list[dict[str, Any]], *, with_object: bool, header: bool = True) -> Table:
+    """Events (objects of kind Event) as a table, oldest first."""
+    table = Table(box=None, header_style="bold", pad_edge=False, show_header=header, padding=(0, 2, 0, 0))
+    for column in ("  AGE", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE"):
+        table.add_column(column)
+    for event in events:
+        spec = event.get("spec", {})
+        kind_style = "yellow" if spec.get("type") == "Warning" else ""
+        row: list[str | Text] = [
+            "  " + age(spec.get("time")),
+            Text(str(spec.get("type", "")), style=kind_style),
+            str(spec.get("reason")),
+        ]
+        if with_object:
+            row.append(f"{str(spec.get('involvedKind', '')).lower()}/{spec.get('involvedName', '')}")
+        row.append(str(spec.get("message", "")))
+        table.add_row(*row)
+    return table
+
+
+def sort_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        events, key=lambda e: (str(e.get("spec", {}).get("time", "")), e["metadata"].get("name", ""))
+    )
+
+
+def _events_of(client: Client, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Event objects about `obj`, where the server has them and the token may read them."""
+    if not client.has_kind("Event"):
+        return []
+    rtype = client.resource_type("Event")
+    meta = obj.get("metadata", {})
+    try:
+        events = client.list_objects(rtype, meta.get("namespace") if rtype.namespaced else None)
+    except AuthError:
+        return []
+    return [
+        event
+        for event in events
+        if event.get("spec", {}).get("involvedKind") == obj.get("kind")
+        and event.get("spec", {}).get("involvedName") == meta.get("name")
+    ]
+
+
+def _indented(data: Any) -> str:
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip("\n")
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _words(key: str) -> str:
+    """`lostGpuSeconds` -> `Lost gpu seconds`."""
+    spaced = "".join(" " + c.lower() if c.isupper() else c for c in key)
+    return spaced[:1].upper() + spaced[1:]

@@ -1,0 +1,138 @@
+"""`gpufleet top`: GPU use per pool and per queue, from the statuses the controllers keep."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.cli.client import AuthError, Client
+from gpufleet.cli.output import console, lookup
+
+BAR_WIDTH = 20
+
+
+def register(app: typer.Typer) -> None:
+    app.command("top")(top)
+
+
+def top(
+    server: Annotated[str | None, typer.Option("--server", help="API URL.")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="State directory.")] = None,
+) -> None:
+    """GPU utilisation per pool and per queue, with workloads pending and running."""
+    from gpufleet.cli.control import connect
+
+    client = connect(server, token, state)
+    pools = _list_or_none(client, "GPUPool")
+    queues = _list_or_none(client, "Queue") or []
+    work = (_list_or_none(client, "TrainingJob") or []) + (_list_or_none(client, "InferenceService") or [])
+    parts = []
+    if pools is not None:
+        parts.append(pools_table(pools))
+    parts.append(queues_table(queues, work))
+    console().print(Group(*parts))
+
+
+def _list_or_none(client: Client, kind: str) -> list[dict[str, Any]] | None:
+    """All objects of a kind, or None when the token may not read them."""
+    try:
+        return client.list_objects(client.resource_type(kind), None)
+    except AuthError:
+        return None
+
+
+def bar(used: float, total: float) -> Text:
+    """A utilisation bar with its percentage; green, then yellow, then red as it fills."""
+    share = 0.0 if total <= 0 else min(1.0, used / total)
+    filled = round(share * BAR_WIDTH)
+    style = "green" if share < 0.7 else "yellow" if share < 0.9 else "red"
+    return Text.assemble(("█" * filled, style), ("░" * (BAR_WIDTH - filled), "dim"), f" {share * 100:5.1f}%")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def pools_table(pools: list[dict[str, Any]]) -> Table:
+    table = Table(title="GPU pools", title_justify="left", header_style="bold", box=None, pad_edge=False)
+    for column in ("POOL", "MODEL", "CAPACITY", "NODES", "GPUS", "ALLOCATED", "UTILISATION"):
+        table.add_column(column, justify="right" if column in ("NODES", "GPUS", "ALLOCATED") else "left")
+    total_gpus = total_used = 0.0
+    for pool in pools:
+        spec, status = pool.get("spec", {}), pool.get("status", {})
+        gpus = float(status.get("gpus", 0))
+        used = float(status.get("allocatedGpuMilli", 0)) / 1000
+        total_gpus += gpus
+        total_used += used
+        mode = _sharing_mode(spec.get("sharing") or {})
+        table.add_row(
+            pool["metadata"]["name"],
+            f"{spec.get('gpuModel')}{' (' + mode + ')' if mode else ''}",
+            str(spec.get("capacityType", "on-demand")),
+            f"{status.get('readyNodes', 0)}/{status.get('nodes', 0)}",
+            _number(gpus),
+            _number(used),
+            bar(used, gpus),
+        )
+    if len(pools) > 1:
+        table.add_row(
+            "[bold]total[/]",
+            "",
+            "",
+            "",
+            _number(total_gpus),
+            _number(total_used),
+            bar(total_used, total_gpus),
+        )
+    return table
+
+
+def _sharing_mode(sharing: dict[str, Any]) -> str:
+    for key in ("mig", "timeSlicing", "mps"):
+        if sharing.get(key):
+            return key
+    return ""
+
+
+def queues_table(queues: list[dict[str, Any]], work: list[dict[str, Any]]) -> Table:
+    """Per queue: its nominal quota, what it uses (of its nominal quota) and its workloads by phase."""
+    phases: dict[str, Counter[str]] = {}
+    for obj in work:
+        queue = str(lookup(obj, ".spec.queue") or "default")
+        phases.setdefault(queue, Counter())[str(lookup(obj, ".status.phase") or "Pending")] += 1
+    table = Table(title="Queues", title_justify="left", header_style="bold", box=None, pad_edge=False)
+    for column in ("QUEUE", "PARENT", "NOMINAL", "IN USE", "OF NOMINAL", "PENDING", "RUNNING", "DONE"):
+        table.add_column(
+            column,
+            justify="right" if column in ("NOMINAL", "IN USE", "PENDING", "RUNNING", "DONE") else "left",
+        )
+    for item in queues:
+        name = item["metadata"]["name"]
+        quotas = item.get("spec", {}).get("quotas", {})
+        usage = item.get("status", {}).get("usage", {})
+        nominal = sum(float(q.get("nominal", 0)) for q in quotas.values())
+        used = sum(float(v) for v in usage.values())
+        counts = phases.get(name, Counter())
+        table.add_row(
+            name,
+            str(item.get("spec", {}).get("parent") or "-"),
+            _flavors({f: float(q.get("nominal", 0)) for f, q in quotas.items()}),
+            _flavors({f: float(v) for f, v in usage.items()}),
+            bar(used, nominal) if nominal else Text("-"),
+            str(counts["Pending"]),
+            str(counts["Running"] + counts["Admitted"]),
+            str(counts["Succeeded"] + counts["Failed"]),
+        )
+    return table
+
+
+def _flavors(amounts: dict[str, float]) -> str:
+    if not amounts:
+        return "-"
+    return ", ".join(f"{_number(v)} {flavor}" for flavor, v in amounts.items())
