@@ -59,7 +59,10 @@ def throughput(
 ) -> None:
     """Places streams of single pods, gangs and share pods on a synthetic fleet; reports rates, latency
     percentiles and peak memory."""
-    get_policy(policy)  # an unknown name fails here, listing the valid ones
+    try:
+        get_policy(policy)  # an unknown name fails here, listing the valid ones
+    except ValueError as exc:  # a policy that needs settings this benchmark cannot give (fgd's workload)
+        raise ValidationError(f"policy {policy!r} cannot run here: {exc}", field="--policy") from exc
     if nodes < 1:
         raise ValidationError("must be at least 1", field="--nodes")
     config = ThroughputConfig(
