@@ -1,0 +1,65 @@
+"""What the kubernetes world is configured with: scheduler name, topology labels, label names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEDULER_NAME = "gpufleet"
+
+# Labels and annotations gpufleet reads on Pods (and on the pod templates of Jobs).
+QUEUE_LABEL = "gpufleet.io/queue"
+GANG_LABEL = "gpufleet.io/gang"
+GANG_SIZE_LABEL = "gpufleet.io/gang-size"
+GANG_MIN_LABEL = "gpufleet.io/gang-min-size"
+POD_SET_LABEL = "gpufleet.io/pod-set"
+USER_LABEL = "gpufleet.io/user"
+PRIORITY_CLASS_LABEL = "gpufleet.io/priority-class"
+GPU_MILLI_ANNOTATION = "gpufleet.io/gpu-milli"
+TOPOLOGY_REQUIRED_ANNOTATION = "gpufleet.io/topology-required"
+TOPOLOGY_PREFERRED_ANNOTATION = "gpufleet.io/topology-preferred"
+PREEMPTIBLE_ANNOTATION = "gpufleet.io/preemptible"
+CHECKPOINT_ANNOTATION = "gpufleet.io/last-checkpoint-time"
+GPUS_ANNOTATION = "gpufleet.io/gpus"
+"""Written at bind time: the GPU indices (or `mig:<gpu>:<profile>:<start>`) the scheduler chose."""
+
+# Labels and annotations gpufleet reads on Nodes.
+GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
+NVLINK_DOMAINS_ANNOTATION = "gpufleet.io/nvlink-domains"
+MIG_LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
+UNHEALTHY_GPUS_ANNOTATION = "gpufleet.io/unhealthy-gpus"
+INTERRUPTION_ANNOTATION = "gpufleet.io/interruption-time"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLevel:
+    """A topology level: its name in workloads' topology requests and the node label that holds it."""
+
+    name: str
+    label: str
+
+
+DEFAULT_LEVELS = (
+    TopologyLevel("zone", "topology.kubernetes.io/zone"),
+    TopologyLevel("block", "gpufleet.io/block"),
+    TopologyLevel("rack", "gpufleet.io/rack"),
+    TopologyLevel("clique", "nvidia.com/gpu.clique"),
+)
+"""Coarse to fine. `clique` is NVIDIA's multi-node NVLink domain (GB200 NVL72 racks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeConfig:
+    scheduler_name: str = SCHEDULER_NAME
+    topology_levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
+    nvlink_level: str | None = "clique"
+    """The level whose domains are rack-scale NVLink fabrics, if any."""
+    default_queue: str = "default"
+    shared_gpu_milli: int = 100
+    """The share of a GPU a pod asking for `nvidia.com/gpu.shared` holds when it does not say."""
+    eviction_grace_seconds: int | None = 30
+    namespace: str = "gpufleet-system"
+    lease_name: str = "gpufleet-scheduler"
+    priority_classes: dict[str, int] = field(default_factory=dict)
+
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.topology_levels)

@@ -1,0 +1,288 @@
+"""Real Pods as the scheduling core's workloads: requests, gangs, queues, priorities.
+
+A Pod is gpufleet's when `spec.schedulerName` is the configured name. Pods that carry the same
+`gpufleet.io/gang` label in a namespace form one gang of `gpufleet.io/gang-size` pods (elastic down to
+`gpufleet.io/gang-min-size`), grouped into pod sets by `gpufleet.io/pod-set` (default `main`); the
+TrainingJob operator labels its workers so, and a Job's pod template may too. Any other pod is a
+workload of its own. A gang is submitted only once all its members exist, so it is placed all or
+nothing.
+
+Requests are the pod's effective requests as kube-scheduler computes them: the sum over containers,
+at least the largest init container, plus the pod overhead; limits stand for requests where only
+limits are given (extended resources always work so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
+from gpufleet.fleet.request import PodRequest, Toleration
+from gpufleet.kube.config import (
+    CHECKPOINT_ANNOTATION,
+    GANG_LABEL,
+    GANG_MIN_LABEL,
+    GANG_SIZE_LABEL,
+    GPU_MILLI_ANNOTATION,
+    GPU_MODEL_LABEL,
+    POD_SET_LABEL,
+    PREEMPTIBLE_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+    USER_LABEL,
+    KubeConfig,
+)
+from gpufleet.kube.informer import key_of
+from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, PRODUCT_LABEL, SHARED_RESOURCE, model_of_product
+from gpufleet.kube.transport import Json
+from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
+
+
+def is_ours(pod: Json, config: KubeConfig) -> bool:
+    return bool(pod.get("spec", {}).get("schedulerName") == config.scheduler_name)
+
+
+def is_bound(pod: Json) -> bool:
+    return bool(pod.get("spec", {}).get("nodeName"))
+
+
+def is_finished(pod: Json) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def holds_resources(pod: Json) -> bool:
+    """Bound and not finished: what a node's capacity must account for."""
+    return is_bound(pod) and not is_finished(pod)
+
+
+def _requests(container: Mapping[str, Any]) -> dict[str, Any]:
+    resources = container.get("resources") or {}
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return merged
+
+
+def effective_requests(pod: Json) -> dict[str, int]:
+    """Resource name -> amount (cpu in milli, memory in MiB, others as counts)."""
+    spec = pod.get("spec", {})
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, amount in _amounts(pod, _requests(container)).items():
+            total[name] = total.get(name, 0) + amount
+    for container in spec.get("initContainers") or []:
+        for name, amount in _amounts(pod, _requests(container)).items():
+            if container.get("restartPolicy") == "Always":  # a sidecar runs beside the containers
+                total[name] = total.get(name, 0) + amount
+            else:
+                total[name] = max(total.get(name, 0), amount)
+    for name, amount in _amounts(pod, spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _amounts(pod: Json, resources: Mapping[str, Any]) -> dict[str, int]:
+    where = f"pod {key_of(pod)}"
+    out: dict[str, int] = {}
+    for name, value in resources.items():
+        if name == "cpu":
+            out[name] = cpu_milli(value, field=f"{where}: cpu")
+        elif name == "memory":
+            out[name] = memory_mib(value, field=f"{where}: memory")
+        else:
+            out[name] = int(parse_quantity(value, field=f"{where}: {name}"))
+    return out
+
+
+def pod_request(pod: Json, config: KubeConfig) -> PodRequest:
+    """What one pod asks of a node, in the core's terms."""
+    meta, spec = pod["metadata"], pod.get("spec", {})
+    annotations = meta.get("annotations") or {}
+    where = f"Pod {key_of(pod)}"
+    requests = effective_requests(pod)
+    whole = requests.get(GPU_RESOURCE, 0)
+    shared = requests.get(SHARED_RESOURCE, 0)
+    migs = [name[len(MIG_PREFIX) :] for name, n in requests.items() if name.startswith(MIG_PREFIX) and n > 0]
+    if (
+        sum((whole > 0, shared > 0, bool(migs))) > 1
+        or len(migs) > 1
+        or any(requests[MIG_PREFIX + m] > 1 for m in migs)
+    ):
+        raise ValidationError(
+            "asks for more than one kind of GPU (whole GPUs, a shared GPU or one MIG instance)",
+            obj=where,
+            field="spec.containers[].resources",
+        )
+    gpus, milli = whole, 0
+    if GPU_MILLI_ANNOTATION in annotations and whole <= 1:
+        milli, gpus = _milli(annotations[GPU_MILLI_ANNOTATION], where), 0
+    elif shared:
+        milli = config.shared_gpu_milli
+    selector = dict(spec.get("nodeSelector") or {})
+    models: tuple[str, ...] = ()
+    if GPU_MODEL_LABEL in selector:
+        models = (selector.pop(GPU_MODEL_LABEL),)
+    elif PRODUCT_LABEL in selector:
+        models = (model_of_product(selector.pop(PRODUCT_LABEL)),)
+    return PodRequest(
+        cpu_milli=requests.get("cpu", 0),
+        memory_mib=requests.get("memory", 0),
+        gpus=gpus,
+        gpu_milli=milli if milli < 1000 else 0,
+        mig=migs[0] if migs else None,
+        gpu_models=models,
+        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
+        node_selector=tuple(sorted(selector.items())),
+    )
+
+
+def _milli(value: str, where: str) -> int:
+    try:
+        milli = int(value)
+    except ValueError:
+        milli = -1
+    if not 0 < milli < 1000:
+        raise ValidationError(
+            f"must be a whole number of milli-GPU between 1 and 999, got {value!r}",
+            obj=where,
+            field=f"metadata.annotations[{GPU_MILLI_ANNOTATION}]",
+        )
+    return milli
+
+
+def _toleration(raw: Mapping[str, Any]) -> Toleration:
+    return Toleration(
+        key=raw.get("key") or "",
+        operator=raw.get("operator") or "Equal",
+        value=raw.get("value") or "",
+        effect=raw.get("effect") or "",
+    )
+
+
+# ------------------------------------------------------------------------------- workloads
+@dataclass(slots=True)
+class Group:
+    """The pods of one workload as found in the cluster, and what the workload is."""
+
+    key: str
+    """`namespace/gang` or `namespace/pod`: the core workload's name."""
+    namespace: str
+    size: int
+    min_size: int | None
+    members: list[Json] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.members) >= self.size
+
+    def pod_name(self, pod: Json) -> str:
+        """The core's name of a member: `{workload}/{podSet}/{index}` (index among its pod set's pods)."""
+        pod_set = pod_set_of(pod)
+        same = sorted(p["metadata"]["name"] for p in self.members if pod_set_of(p) == pod_set)
+        return f"{self.key}/{pod_set}/{same.index(pod['metadata']['name'])}"
+
+    def by_core_name(self) -> dict[str, Json]:
+        return {self.pod_name(pod): pod for pod in self.members}
+
+
+def pod_set_of(pod: Json) -> str:
+    return str((pod["metadata"].get("labels") or {}).get(POD_SET_LABEL, "main"))
+
+
+def group_pods(pods: Iterable[Json], config: KubeConfig) -> dict[str, Group]:
+    """gpufleet's live (not finished, not being deleted) pods grouped into workloads."""
+    groups: dict[str, Group] = {}
+    for pod in pods:
+        if not is_ours(pod, config) or is_finished(pod) or pod["metadata"].get("deletionTimestamp"):
+            continue
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        namespace = meta.get("namespace") or "default"
+        gang = labels.get(GANG_LABEL)
+        if gang:
+            key = f"{namespace}/{gang}"
+            size = _size(labels.get(GANG_SIZE_LABEL), pod, GANG_SIZE_LABEL) or 1
+            minimum = _size(labels.get(GANG_MIN_LABEL), pod, GANG_MIN_LABEL)
+        else:
+            key, size, minimum = f"{namespace}/{meta['name']}", 1, None
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(key, namespace, size, minimum)
+        group.members.append(pod)
+    return groups
+
+
+def _size(raw: str | None, pod: Json, label: str) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValidationError(
+            f"must be a positive whole number, got {raw!r}",
+            obj=f"Pod {key_of(pod)}",
+            field=f"metadata.labels[{label}]",
+        )
+    return int(raw)
+
+
+def workload(group: Group, config: KubeConfig, priorities: Mapping[str, int]) -> Workload:
+    """The core's Workload for a complete gang (or a single pod)."""
+    first = min(
+        group.members, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+    )
+    meta = first["metadata"]
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    sets: dict[str, list[Json]] = {}
+    for pod in group.members:
+        sets.setdefault(pod_set_of(pod), []).append(pod)
+    pod_sets = []
+    for name in sorted(sets):
+        members = sets[name]
+        request = pod_request(members[0], config)
+        for other in members[1:]:
+            if pod_request(other, config) != request:
+                raise ValidationError(
+                    f"pod {key_of(other)} asks for other resources than {key_of(members[0])}; "
+                    "pods of one pod set must be alike",
+                    obj=f"gang {group.key}",
+                    field=f"metadata.labels[{POD_SET_LABEL}]",
+                )
+        count = len(members) if len(sets) > 1 else max(group.size, len(members))
+        minimum = None
+        if group.min_size is not None and len(sets) == 1:
+            minimum = min(group.min_size, count)
+        pod_sets.append(PodSet(name, count, request, minimum))
+    return Workload(
+        name=group.key,
+        pod_sets=tuple(pod_sets),
+        queue=labels.get(QUEUE_LABEL, config.default_queue),
+        priority=_priority(first, priorities),
+        topology=TopologyRequest(
+            annotations.get(TOPOLOGY_REQUIRED_ANNOTATION), annotations.get(TOPOLOGY_PREFERRED_ANNOTATION)
+        ),
+        preemptible=annotations.get(PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
+        user=labels.get(USER_LABEL, ""),
+        submitted_at=_seconds(meta.get("creationTimestamp")) or 0.0,
+        last_checkpoint_at=_seconds(annotations.get(CHECKPOINT_ANNOTATION)),
+    )
+
+
+def _priority(pod: Json, priorities: Mapping[str, int]) -> int:
+    spec = pod.get("spec", {})
+    label = (pod["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+    if label is not None and label in priorities:
+        return priorities[label]
+    if spec.get("priority") is not None:
+        return int(spec["priority"])  # resolved from priorityClassName by the API server's admission
+    name = spec.get("priorityClassName")
+    return priorities.get(name, 0) if name else 0
+
+
+def _seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
