@@ -84,3 +84,7 @@ __all__ = [
     "registered_kinds",
     "set_condition",
 ]
+
+# The embedded world's internal kinds (Node, Pod, Workload, Event, ServiceLoad) are registered with the
+# others, so every process that opens a store can read whatever the control plane wrote into it.
+from gpufleet.api import runtime as _runtime  # noqa: E402, F401

@@ -142,6 +142,8 @@ class GPUPoolStatus(ObjectStatus):
     ready_nodes: int = Field(default=0, ge=0)
     gpus: int = Field(default=0, ge=0)
     allocated_gpu_milli: int = Field(default=0, ge=0)
+    idle_gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours ready but unallocated, so far.")
+    idle_cost: float = Field(default=0.0, ge=0, description="What the idle GPU-hours cost at the pool's price.")
 
 
 class GPUPool(Resource):

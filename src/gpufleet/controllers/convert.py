@@ -1,0 +1,166 @@
+"""Translations between stored objects (Node, Pod, Workload, Queue) and the scheduling core's types.
+
+Names. A Workload `ns/name` is the core workload `ns/name`; its pods are the core's
+`ns/name/{podSet}/{index}` and the stored Pods `{name}-{podSet}-{index}` in namespace `ns`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.api.queue import Queue
+from gpufleet.api.requests import PodRequest as ApiPodRequest
+from gpufleet.api.runtime import Node, Pod
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.fleet.node import NodeSpec, SharingMode
+from gpufleet.fleet.request import PodRequest, Taint
+from gpufleet.fleet.state import Allocation, FleetState, MigSlot
+from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings
+from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
+from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
+
+DEFAULT_QUEUE = "default"
+
+
+def workload_key(namespace: str | None, name: str) -> str:
+    return f"{namespace or 'default'}/{name}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def pod_object_name(workload_name: str, pod_set: str, index: int) -> str:
+    return f"{workload_name}-{pod_set}-{index}"
+
+
+def core_pod_name(pod: Pod) -> str:
+    return f"{workload_key(pod.namespace, pod.spec.workload)}/{pod.spec.pod_set}/{pod.spec.index}"
+
+
+def split_core_pod(name: str) -> tuple[str, str, int]:
+    """`ns/workload/podSet/index` -> (workload key, pod set, index)."""
+    workload, pod_set, index = name.rsplit("/", 2)
+    return workload, pod_set, int(index)
+
+
+def pod_request(request: ApiPodRequest) -> PodRequest:
+    return PodRequest(
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+        gpus=request.gpus or 0,
+        gpu_milli=request.gpu_milli or 0,
+        mig=request.mig,
+        gpu_models=request.gpu_models,
+    )
+
+
+def core_workload(obj: WorkloadObject) -> Workload:
+    spec = obj.spec
+    created = obj.metadata.creation_timestamp
+    admitted = obj.status.admitted_time if obj.status.phase == "Admitted" else None
+    checkpoint = spec.last_checkpoint_time
+    return Workload(
+        name=workload_key(obj.namespace, obj.name),
+        pod_sets=tuple(
+            PodSet(ps.name, ps.count, pod_request(ps.request), ps.min_count) for ps in spec.pod_sets
+        ),
+        queue=spec.queue,
+        priority=spec.priority,
+        topology=TopologyRequest(spec.topology.required, spec.topology.preferred),
+        preemptible=spec.preemptible,
+        user=spec.user,
+        submitted_at=created.timestamp() if created else 0.0,
+        admitted_at=admitted.timestamp() if admitted else None,
+        last_checkpoint_at=checkpoint.timestamp() if checkpoint else None,
+    )
+
+
+def node_spec(node: Node) -> NodeSpec:
+    spec = node.spec
+    sharing = spec.sharing
+    mode, replicas, layouts = SharingMode.EXCLUSIVE, 1, {}
+    if sharing.time_slicing is not None:
+        mode, replicas = SharingMode.TIME_SLICING, sharing.time_slicing.replicas
+    elif sharing.mps is not None:
+        mode, replicas = SharingMode.MPS, sharing.mps.replicas
+    elif sharing.mig is not None:
+        mode = SharingMode.MIG
+        for gpu in range(spec.gpus):
+            layout = sharing.mig.get(str(gpu), sharing.mig.get("*"))
+            if layout is not None:
+                layouts[gpu] = tuple(layout)
+    return NodeSpec(
+        name=node.name,
+        gpu_model=spec.gpu_model,
+        gpus=spec.gpus,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        labels=dict(node.metadata.labels),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.taints),
+        unschedulable=not schedulable(node),
+        nvlink_domains=None if spec.nvlink_domains is None else tuple(tuple(d) for d in spec.nvlink_domains),
+        sharing=mode,
+        replicas=replicas,
+        mig_layouts=layouts,
+        unhealthy_gpus=tuple(node.status.unhealthy_indices),
+    )
+
+
+def schedulable(node: Node) -> bool:
+    """New pods may land on a node that is Ready, not cordoned and not about to be taken back."""
+    return (
+        node.status.phase == "Ready" and not node.spec.unschedulable and node.status.interruption_time is None
+    )
+
+
+def same_shape(a: NodeSpec, b: NodeSpec) -> bool:
+    """Whether two specs differ only in what the fleet can change in place (cordon, health)."""
+    keep = ("gpu_model", "gpus", "cpu_milli", "memory_mib", "labels", "taints", "nvlink_domains", "sharing")
+    return all(getattr(a, f) == getattr(b, f) for f in keep) and a.mig_layouts == b.mig_layouts
+
+
+def allocation(pod: Pod, fleet: FleetState) -> Allocation:
+    """The allocation a bound pod holds (its node must be in the fleet)."""
+    spec = pod.spec
+    mig = None if spec.mig is None else MigSlot(spec.mig.gpu, spec.mig.profile, spec.mig.start)
+    return Allocation(
+        pod=core_pod_name(pod),
+        node=fleet.row_of(spec.node_name),
+        gpus=tuple(spec.gpus),
+        milli=spec.gpu_milli,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        mig=mig,
+    )
+
+
+def quota_tree(queues: Iterable[Queue]) -> tuple[QuotaTree, dict[str, QueueSettings]]:
+    """The quota tree of the stored queues; none at all means one unlimited queue `default`."""
+    items = list(queues)
+    if not items:
+        return QuotaTree([QuotaNode(DEFAULT_QUEUE, unlimited=True)]), {
+            DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE)
+        }
+    nodes = []
+    settings = {}
+    for queue in items:
+        spec = queue.spec
+        quotas = {
+            flavor: FlavorLimits(round(q.nominal * 1000), _milli(q.borrowing_limit), _milli(q.lending_limit))
+            for flavor, q in spec.quotas.items()
+        }
+        nodes.append(QuotaNode(queue.name, spec.parent, quotas))
+        p = spec.preemption
+        settings[queue.name] = QueueSettings(
+            name=queue.name,
+            fair_share_weight=spec.fair_share_weight,
+            preemption=PreemptionPolicy(p.within_queue, p.reclaim_within_cohort, p.borrow_within_cohort),
+            min_runtime_seconds=spec.min_runtime_seconds,
+        )
+    return QuotaTree(nodes), settings
+
+
+def _milli(gpus: float | None) -> int | None:
+    return None if gpus is None else round(gpus * 1000)

@@ -1,0 +1,28 @@
+"""The embedded control plane's controllers, built and wired in one call.
+
+    manager = build_manager(store)                  # all controllers, scheduling first
+    runtime = Runtime(store, clock=clock, participants=[twin, manager])
+
+Scheduling runs first in each round so that the other controllers see its admissions in the same
+round (the pool autoscaler must not grow a pool for a workload that was just placed).
+"""
+
+from __future__ import annotations
+
+from gpufleet.controllers.health import HealthController
+from gpufleet.controllers.manager import Controller, ControllerManager
+from gpufleet.controllers.pools import PoolController
+from gpufleet.controllers.scheduling import SchedulingController
+from gpufleet.controllers.training import TrainingJobController
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.store.protocol import Store
+
+
+def build_manager(store: Store, *, config: SchedulerConfig | None = None) -> ControllerManager:
+    controllers: list[Controller] = [
+        SchedulingController(store, config=config),
+        HealthController(store),
+        TrainingJobController(store),
+        PoolController(store),
+    ]
+    return ControllerManager(store, controllers)

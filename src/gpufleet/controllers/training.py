@@ -1,0 +1,255 @@
+"""The TrainingJob controller: a job's Workload, and the job's status read back from it and its pods.
+
+The job owns one Workload named `job-{name}`, the gang of its workers (`minReplicas` makes it
+elastic). Everything else is derived, level-triggered, from what the store holds now:
+
+- phase: `Pending` while the workload waits (with the scheduler's reason), `Admitted` once it holds
+  capacity, `Running` when every worker runs, `Succeeded` when they have all finished their work,
+  `Failed` when the workload was evicted more than `restartPolicy.maxRestarts` times;
+- `restarts` and `lostGpuSeconds`: the evictions the scheduler recorded in the workload's status
+  (GPU failure, node loss, spot interruption, preemption), each with the GPU-seconds since the last
+  checkpoint it threw away;
+- `lastCheckpoint`: the newest complete Checkpoint of the job, whose time is also handed to the
+  workload so that preemption can prefer victims that lose little.
+
+Restarts resume from the last checkpoint: the workload is queued again after `backoffSeconds`, and
+the twin (or the real job) resumes from the checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.errors import NotFoundError
+from gpufleet.api.fields import priority_value
+from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.runtime import (
+    JOB_LABEL,
+    OwnerRef,
+    Pod,
+    WorkloadPodSet,
+    WorkloadSpec,
+)
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.api.status import CheckpointRef
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
+from gpufleet.controllers import events
+from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.store.protocol import WatchEvent
+
+PREFIX = "job-"
+
+
+def workload_name(job: str) -> str:
+    return f"{PREFIX}{job}"
+
+
+class TrainingJobController(Reconciler):
+    name = "trainingjob"
+    kinds: tuple[str, ...] = ("TrainingJob", "Workload", "Pod", "Checkpoint")
+    primary = "TrainingJob"
+
+    def keys_for(self, event: WatchEvent) -> list[Key]:
+        obj = event.object
+        ns = obj.namespace or ""
+        if isinstance(obj, TrainingJob):
+            return [(ns, obj.name)]
+        if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "TrainingJob":
+            return [(ns, obj.spec.owner.name)]
+        if isinstance(obj, Pod) and JOB_LABEL in obj.metadata.labels:
+            return [(ns, obj.metadata.labels[JOB_LABEL])]
+        if isinstance(obj, Checkpoint):
+            return [(ns, obj.spec.job)]
+        return []
+
+    def reconcile(self, key: Key, now: float) -> float | None:
+        namespace, name = key
+        try:
+            job = self.store.get(TrainingJob, name, namespace)
+        except NotFoundError:
+            self._collect(namespace, name)
+            return None
+        checkpoint = self._latest_checkpoint(job)
+        workload = self._ensure_workload(job, checkpoint)
+        pods = [
+            p
+            for p in self.store.list(Pod, namespace=namespace, label_selector={JOB_LABEL: name})
+            if p.spec.attempt == workload.status.attempts
+        ]
+        status = self._status(job, workload, pods, checkpoint, now)
+        if status.phase in ("Succeeded", "Failed") and workload.spec.active:
+            spec = workload.spec.model_copy(update={"active": False})
+            self.store.update(workload.model_copy(update={"spec": spec}))
+        if status != job.status:
+            self._announce(job, status, now)
+            self.store.update_status(job.model_copy(update={"status": status}))
+        return None
+
+    # ----------------------------------------------------------------- workload
+    def _desired_spec(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
+        spec = job.spec
+        return WorkloadSpec(
+            owner=OwnerRef(kind="TrainingJob", name=job.name),
+            queue=spec.queue,
+            priority=priority_value(spec.priority_class),
+            user=spec.user or "",
+            pod_sets=[
+                WorkloadPodSet(
+                    name="worker",
+                    count=spec.replicas,
+                    min_count=spec.min_replicas if spec.elastic else None,
+                    request=spec.worker,
+                )
+            ],
+            topology=spec.topology,
+            preemptible=spec.preemptible,
+            active=job.status.phase not in ("Succeeded", "Failed"),
+            last_checkpoint_time=checkpoint.spec.time if checkpoint else None,
+            backoff_seconds=spec.restart_policy.backoff_seconds,
+            max_restarts=spec.restart_policy.max_restarts,
+        )
+
+    def _ensure_workload(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadObject:
+        namespace = job.namespace or "default"
+        desired = self._desired_spec(job, checkpoint)
+        try:
+            workload = self.store.get(WorkloadObject, workload_name(job.name), namespace)
+        except NotFoundError:
+            return self.store.create(
+                WorkloadObject(
+                    metadata=ObjectMeta(
+                        name=workload_name(job.name), namespace=namespace, labels={JOB_LABEL: job.name}
+                    ),
+                    spec=desired,
+                )
+            )
+        current = workload.spec
+        if workload.status.phase != "Pending":
+            # An admitted gang keeps its shape; only the facts about it move.
+            desired = current.model_copy(
+                update={
+                    "last_checkpoint_time": desired.last_checkpoint_time,
+                    "active": current.active and desired.active,
+                }
+            )
+        if desired != current:
+            workload = self.store.update(workload.model_copy(update={"spec": desired}))
+        return workload
+
+    def _latest_checkpoint(self, job: TrainingJob) -> Checkpoint | None:
+        best: Checkpoint | None = None
+        for ckpt in self.store.list(Checkpoint, namespace=job.namespace):
+            if ckpt.spec.job != job.name or ckpt.status.phase != "Complete":
+                continue
+            if best is None or (ckpt.spec.time, ckpt.spec.step) > (best.spec.time, best.spec.step):
+                best = ckpt
+        return best
+
+    def _collect(self, namespace: str, name: str) -> None:
+        """The job is gone: so are its workload and pods (the scheduler frees their capacity)."""
+        with contextlib.suppress(NotFoundError):
+            self.store.delete(WorkloadObject, workload_name(name), namespace)
+
+    # ------------------------------------------------------------------- status
+    def _status(
+        self,
+        job: TrainingJob,
+        workload: WorkloadObject,
+        pods: list[Pod],
+        checkpoint: Checkpoint | None,
+        now: float,
+    ) -> TrainingJobStatus:
+        wl = workload.status
+        status = job.status.model_copy(deep=True)
+        status.observed_generation = job.metadata.generation
+        status.restarts = len(wl.evictions)
+        status.lost_gpu_seconds = round(sum(e.lost_gpu_seconds for e in wl.evictions), 3)
+        if checkpoint is not None:
+            status.last_checkpoint = CheckpointRef(
+                name=checkpoint.name,
+                step=checkpoint.spec.step,
+                time=checkpoint.spec.time,
+                uri=checkpoint.spec.uri,
+            )
+        expected = sum(wl.admission.counts) if wl.admission else 0
+        running = [p for p in pods if p.status.phase == "Running"]
+        succeeded = [p for p in pods if p.status.phase == "Succeeded"]
+        status.replicas = expected
+        status.ready_replicas = len(running)
+        when = to_datetime(now)
+        if job.status.phase in ("Succeeded", "Failed"):
+            return job.status
+        if wl.phase == "Failed":
+            last = wl.evictions[-1] if wl.evictions else None
+            status.phase = "Failed"
+            status.completion_time = when
+            status.pending_reason = None
+            message = f"evicted {len(wl.evictions)} times, more than maxRestarts"
+            if last is not None:
+                message += f"; last: {last.reason}: {last.message}"
+            status.conditions = set_condition(
+                status.conditions,
+                Condition(type="Failed", status="True", reason="RestartLimitExceeded", message=message),
+                now=when,
+            )
+        elif succeeded and len(succeeded) >= max(expected, 1):
+            status.phase = "Succeeded"
+            status.completion_time = when
+            status.ready_replicas = 0
+            status.conditions = set_condition(
+                status.conditions,
+                Condition(
+                    type="Succeeded", status="True", reason="Completed", message="all workers finished"
+                ),
+                now=when,
+            )
+        elif wl.phase == "Admitted":
+            status.pending_reason = None
+            status.admitted_time = status.admitted_time or wl.admitted_time
+            status.conditions = set_condition(
+                status.conditions,
+                Condition(type="Admitted", status="True", reason="Admitted", message="capacity reserved"),
+                now=when,
+            )
+            if expected and len(running) == expected:
+                status.phase = "Running"
+                status.start_time = status.start_time or when
+                status.conditions = set_condition(
+                    status.conditions,
+                    Condition(type="Running", status="True", reason="AllWorkersRunning", message=""),
+                    now=when,
+                )
+            else:
+                status.phase = "Admitted"
+        else:
+            status.phase = "Pending"
+            reason = wl.pending_reason
+            status.pending_reason = (
+                PendingReason(type=reason.type, message=reason.message, details=reason.details)
+                if reason
+                else PendingReason(type="Queued", message="waiting for the scheduler")
+            )
+            status.conditions = set_condition(
+                status.conditions,
+                Condition(type="Running", status="False", reason=status.pending_reason.type, message=""),
+                now=when,
+            )
+        return status
+
+    def _announce(self, job: TrainingJob, status: TrainingJobStatus, now: float) -> None:
+        old = job.status
+        if status.restarts > old.restarts:
+            events.record(
+                self.store,
+                job,
+                reason="Restarting",
+                message=f"restart {status.restarts}, {status.lost_gpu_seconds:g} GPU-seconds lost so far",
+                now=now,
+                type="Warning",
+            )
+        if status.phase != old.phase:
+            events.record(
+                self.store, job, reason=status.phase, message=f"{old.phase} -> {status.phase}", now=now
+            )
