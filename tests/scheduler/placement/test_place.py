@@ -125,6 +125,20 @@ CASES = [
         same_domain="block",
     ),
     Case(
+        "preferred host inside a required rack",
+        two_racks,
+        workload("w", ("p", 2, gpus(4)), required="rack", preferred="host"),
+        running=[("x", "c0", gpus(4), (0, 1, 2, 3))],
+        nodes=["a0", "a0"],  # c0 has only 4 free; among whole hosts the first
+    ),
+    Case(
+        "preferred host falls back to the required rack",
+        two_racks,
+        workload("w", ("p", 2, gpus(6)), required="rack", preferred="host"),
+        nodes=["c0", "c1"],
+        same_domain="rack",
+    ),
+    Case(
         "required host",
         lambda: fleet(node("n0", 4), node("n1")),
         workload("w", ("p", 2, gpus(4)), required="host"),
