@@ -10,6 +10,7 @@ round (the pool autoscaler must not grow a pool for a workload that was just pla
 from __future__ import annotations
 
 from gpufleet.controllers.health import HealthController
+from gpufleet.controllers.inference import AutoscalerConfig, InferenceServiceController
 from gpufleet.controllers.manager import Controller, ControllerManager
 from gpufleet.controllers.pools import PoolController
 from gpufleet.controllers.scheduling import SchedulingController
@@ -18,11 +19,14 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.store.protocol import Store
 
 
-def build_manager(store: Store, *, config: SchedulerConfig | None = None) -> ControllerManager:
+def build_manager(
+    store: Store, *, config: SchedulerConfig | None = None, autoscaler: AutoscalerConfig | None = None
+) -> ControllerManager:
     controllers: list[Controller] = [
         SchedulingController(store, config=config),
         HealthController(store),
         TrainingJobController(store),
         PoolController(store),
+        InferenceServiceController(store, config=autoscaler),
     ]
     return ControllerManager(store, controllers)

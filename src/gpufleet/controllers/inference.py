@@ -1,0 +1,321 @@
+"""The InferenceService controller: replicas kept placed, autoscaled, and rolled out without downtime.
+
+Replicas. Each replica is its own Workload `svc-{service}-{n}` (one pod), so replicas are admitted,
+placed and evicted one by one, and labelled with the model version (revision) they serve.
+
+Autoscaling. The desired count is the largest of: requests per second over `targetRequestsPerReplica`;
+one more than the ready replicas while p99 latency is above `targetLatencyP99Ms`; and, with
+`predictive`, the load forecast for the next `lead_seconds` from the same time one season (a day)
+earlier, so capacity is in place before a known daily peak. It is clamped to [min, max]. Scaling up is
+immediate; scaling down follows the highest recommendation of the last `stabilization_seconds` (as
+Kubernetes' HPA does), so noise does not make replicas come and go.
+
+Rollout. When `spec.modelVersion` names another version, replicas of the new revision are added while
+the total stays within desired + maxSurge, and replicas of the old one are removed only while the
+ready replicas stay at least desired - maxUnavailable. A version that does not exist yet is not
+rolled out to (the service keeps serving the old one).
+
+The forecast and the stabilization window are kept in memory: after a restart the controller starts
+with no history and behaves reactively until it has seen a season again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpufleet.api.errors import NotFoundError
+from gpufleet.api.fields import priority_value
+from gpufleet.api.inference import InferenceService, InferenceServiceStatus
+from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.model_version import ModelVersion
+from gpufleet.api.runtime import (
+    REVISION_LABEL,
+    SERVICE_LABEL,
+    OwnerRef,
+    Pod,
+    ServiceLoad,
+    WorkloadPodSet,
+    WorkloadSpec,
+)
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.controllers import events
+from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.store.protocol import Store, WatchEvent
+
+PREFIX = "svc-"
+NO_VERSION = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalerConfig:
+    stabilization_seconds: float = 300.0
+    season_seconds: float = 86400.0
+    bucket_seconds: float = 300.0
+    lead_seconds: float = 900.0
+    """How far ahead the predictive option looks (long enough to place and load a replica)."""
+    replica_backoff_seconds: float = 5.0
+
+
+@dataclass(slots=True)
+class _Memory:
+    recent: deque[tuple[float, int]] = field(default_factory=deque)
+    season: dict[int, float] = field(default_factory=dict)
+    """bucket of the season -> the latest requests/s observed in it."""
+    last_load: float | None = None
+
+
+@dataclass(slots=True)
+class _Replica:
+    workload: WorkloadObject
+    revision: str
+    index: int
+    ready: bool
+
+    @property
+    def placed(self) -> bool:
+        return self.workload.status.phase == "Admitted"
+
+
+class InferenceServiceController(Reconciler):
+    name = "inferenceservice"
+    kinds: tuple[str, ...] = ("InferenceService", "Workload", "Pod", "ServiceLoad", "ModelVersion")
+    primary = "InferenceService"
+
+    def __init__(self, store: Store, *, config: AutoscalerConfig | None = None) -> None:
+        super().__init__(store)
+        self.config = config or AutoscalerConfig()
+        self.memory: dict[Key, _Memory] = {}
+
+    def keys_for(self, event: WatchEvent) -> list[Key]:
+        obj = event.object
+        ns = obj.namespace or ""
+        if isinstance(obj, InferenceService | ServiceLoad):
+            return [(ns, obj.name)]
+        if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "InferenceService":
+            return [(ns, obj.spec.owner.name)]
+        if isinstance(obj, Pod) and SERVICE_LABEL in obj.metadata.labels:
+            return [(ns, obj.metadata.labels[SERVICE_LABEL])]
+        if isinstance(obj, ModelVersion):
+            return [
+                (s.namespace or "", s.name)
+                for s in self.store.list(InferenceService)
+                if s.spec.model_version == obj.name
+            ]
+        return []
+
+    # ------------------------------------------------------------------ reconcile
+    def reconcile(self, key: Key, now: float) -> float | None:
+        namespace, name = key
+        try:
+            service = self.store.get(InferenceService, name, namespace)
+        except NotFoundError:
+            for workload in self._workloads(namespace, name):
+                with contextlib.suppress(NotFoundError):
+                    self.store.delete(WorkloadObject, workload.name, namespace)
+            self.memory.pop(key, None)
+            return None
+        replicas = self._replicas(service)
+        for replica in [r for r in replicas if r.workload.status.phase in ("Failed", "Inactive")]:
+            self.store.delete(WorkloadObject, replica.workload.name, namespace)
+            replicas.remove(replica)
+        target, missing = self._target_revision(service, replicas)
+        desired = self._desired(service, key, replicas, now)
+        new = [r for r in replicas if r.revision == target]
+        old = [r for r in replicas if r.revision != target]
+        next_index = max((r.index for r in replicas), default=-1) + 1
+        rollout = service.spec.rollout
+        if not old:
+            for _ in range(desired - len(new)):
+                self._create(service, target, next_index)
+                next_index += 1
+            for replica in _removal_order(new)[: max(0, len(new) - desired)]:
+                self._delete(replica)
+                new.remove(replica)
+        else:
+            room = desired + rollout.max_surge - len(new) - len(old)
+            for _ in range(max(0, min(room, desired - len(new)))):
+                self._create(service, target, next_index)
+                next_index += 1
+            floor = desired - rollout.max_unavailable
+            ready = sum(r.ready for r in replicas)
+            for replica in _removal_order(old):
+                if replica.ready and ready - 1 < floor:
+                    continue
+                self._delete(replica)
+                old.remove(replica)
+                ready -= replica.ready
+        self._write_status(service, new + old, desired, target, missing, bool(old), now)
+        return None
+
+    def _workloads(self, namespace: str, name: str) -> list[WorkloadObject]:
+        return self.store.list(
+            WorkloadObject, namespace=namespace, label_selector={SERVICE_LABEL: name}
+        ).items
+
+    def _replicas(self, service: InferenceService) -> list[_Replica]:
+        namespace = service.namespace or "default"
+        pods = self.store.list(Pod, namespace=namespace, label_selector={SERVICE_LABEL: service.name}).items
+        ready = {p.spec.workload for p in pods if p.status.phase == "Running" and p.status.ready}
+        out = []
+        for workload in self._workloads(namespace, service.name):
+            index = int(workload.name.rsplit("-", 1)[1])
+            revision = workload.metadata.labels.get(REVISION_LABEL, NO_VERSION)
+            out.append(_Replica(workload, revision, index, workload.name in ready))
+        return out
+
+    def _target_revision(self, service: InferenceService, replicas: list[_Replica]) -> tuple[str, str | None]:
+        """The revision to run, and the name of a requested version that does not exist (if any)."""
+        wanted = service.spec.model_version or NO_VERSION
+        if wanted == NO_VERSION:
+            return wanted, None
+        try:
+            self.store.get(ModelVersion, wanted, service.namespace)
+        except NotFoundError:
+            current = {r.revision for r in replicas}
+            return (next(iter(sorted(current))) if current else wanted), wanted
+        return wanted, None
+
+    def _create(self, service: InferenceService, revision: str, index: int) -> None:
+        spec = service.spec
+        namespace = service.namespace or "default"
+        self.store.create(
+            WorkloadObject(
+                metadata=ObjectMeta(
+                    name=f"{PREFIX}{service.name}-{index}",
+                    namespace=namespace,
+                    labels={SERVICE_LABEL: service.name, REVISION_LABEL: revision},
+                ),
+                spec=WorkloadSpec(
+                    owner=OwnerRef(kind="InferenceService", name=service.name),
+                    queue=spec.queue,
+                    priority=priority_value(spec.priority_class),
+                    pod_sets=[WorkloadPodSet(name="server", count=1, request=spec.replica)],
+                    preemptible=spec.preemptible,
+                    backoff_seconds=self.config.replica_backoff_seconds,
+                ),
+            )
+        )
+
+    def _delete(self, replica: _Replica) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.store.delete(WorkloadObject, replica.workload.name, replica.workload.namespace)
+
+    # ----------------------------------------------------------------- autoscale
+    def _desired(self, service: InferenceService, key: Key, replicas: list[_Replica], now: float) -> int:
+        spec = service.spec
+        low, high = spec.replicas.min, spec.replicas.max
+        scaling = spec.autoscaling
+        if scaling.target_requests_per_replica is None and scaling.target_latency_p99_ms is None:
+            return low
+        memory = self.memory.setdefault(key, _Memory())
+        try:
+            load = self.store.get(ServiceLoad, service.name, service.namespace).spec
+        except NotFoundError:
+            load = None
+        current = service.status.desired_replicas or low
+        wanted = current
+        if load is not None and memory.last_load != load.time.timestamp():
+            memory.last_load = load.time.timestamp()
+            wanted = 0
+            target = scaling.target_requests_per_replica
+            if target is not None:
+                wanted = math.ceil(load.requests_per_second / target)
+                if scaling.predictive:
+                    memory.season[self._bucket(now)] = load.requests_per_second
+                    wanted = max(wanted, math.ceil(self._forecast(memory, now) / target))
+            ready = sum(r.ready for r in replicas)
+            latency = scaling.target_latency_p99_ms
+            if latency is not None and load.p99_latency_ms > latency:
+                wanted = max(wanted, ready + 1)
+            elif latency is not None and target is None:
+                wanted = current if load.p99_latency_ms > latency / 2 else current - 1
+        wanted = min(max(wanted, low), high)
+        window = memory.recent
+        window.append((now, wanted))
+        while window and window[0][0] < now - self.config.stabilization_seconds:
+            window.popleft()
+        if wanted >= current:
+            return wanted
+        return min(current, max(w for _, w in window))
+
+    def _bucket(self, t: float) -> int:
+        cfg = self.config
+        return int((t % cfg.season_seconds) // cfg.bucket_seconds)
+
+    def _forecast(self, memory: _Memory, now: float) -> float:
+        """The most requests/s seen a season ago in the coming `lead_seconds` (0 without history)."""
+        cfg = self.config
+        steps = int(cfg.lead_seconds // cfg.bucket_seconds)
+        ahead = [memory.season.get(self._bucket(now + (i + 1) * cfg.bucket_seconds)) for i in range(steps)]
+        return max((v for v in ahead if v is not None), default=0.0)
+
+    # -------------------------------------------------------------------- status
+    def _write_status(
+        self,
+        service: InferenceService,
+        replicas: list[_Replica],
+        desired: int,
+        target: str,
+        missing: str | None,
+        rolling: bool,
+        now: float,
+    ) -> None:
+        when = to_datetime(now)
+        ready = sum(r.ready for r in replicas)
+        status: InferenceServiceStatus = service.status.model_copy(deep=True)
+        status.observed_generation = service.metadata.generation
+        status.desired_replicas = desired
+        status.ready_replicas = ready
+        status.phase = "Running" if ready else "Pending"
+        waiting = [r for r in replicas if r.workload.status.phase == "Pending"]
+        reason = waiting[0].workload.status.pending_reason if waiting and not ready else None
+        status.pending_reason = (
+            PendingReason(type=reason.type, message=reason.message, details=reason.details)
+            if reason
+            else None
+        )
+        minimum = service.spec.replicas.min
+        status.conditions = set_condition(
+            status.conditions,
+            Condition(
+                type="Ready",
+                status="True" if ready >= minimum and ready else "False",
+                reason="MinimumReplicasReady" if ready >= minimum else "ReplicasNotReady",
+                message=f"{ready}/{desired} replicas ready",
+            ),
+            now=when,
+        )
+        if missing is not None:
+            rolled = Condition(
+                type="RolledOut",
+                status="False",
+                reason="ModelVersionNotFound",
+                message=f"no ModelVersion {missing}",
+            )
+        elif rolling:
+            rolled = Condition(type="RolledOut", status="False", reason="RollingOut", message=f"to {target}")
+        else:
+            rolled = Condition(
+                type="RolledOut", status="True", reason="Complete", message=f"serving {target}"
+            )
+        status.conditions = set_condition(status.conditions, rolled, now=when)
+        if status == service.status:
+            return
+        if status.desired_replicas != service.status.desired_replicas:
+            events.record(
+                self.store,
+                service,
+                reason="Scaled",
+                message=f"desired replicas {service.status.desired_replicas} -> {desired}",
+                now=now,
+            )
+        self.store.update_status(service.model_copy(update={"status": status}))
+
+
+def _removal_order(replicas: list[_Replica]) -> list[_Replica]:
+    """Which replicas go first: unplaced, then not ready, then the newest."""
+    return sorted(replicas, key=lambda r: (r.placed, r.ready, -r.index))
