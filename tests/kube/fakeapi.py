@@ -112,18 +112,23 @@ class FakeApiServer:
             self.log.clear()
 
     def put(self, path: str, obj: Json) -> Json:
-        """Creates an object at a collection path, as a client would (status kept: test setup)."""
-        status = obj.get("status")
-        created = self.request("POST", path, body=obj)
-        if status is not None:
-            created["status"] = status
-            key, ns, name, _ = _parse(path + "/" + created["metadata"]["name"])
-            with self.lock:
-                stored = self.objects[key][(ns or "", name or "")]
-                stored["status"] = copy.deepcopy(status)
+        """Creates a real-shaped object at a collection path (test setup: its status and creation
+        time are kept, the server-owned uid and resourceVersion are replaced)."""
+        body = copy.deepcopy(obj)
+        meta = body.setdefault("metadata", {})
+        for server_owned in ("resourceVersion", "uid", "managedFields"):
+            meta.pop(server_owned, None)
+        created = self.request("POST", path, body=body)
+        key, ns, name, _ = _parse(path + "/" + created["metadata"]["name"])
+        with self.lock:
+            stored = self.objects[key][(ns or "", name or "")]
+            if "status" in obj:
+                stored["status"] = copy.deepcopy(obj["status"])
+            if "creationTimestamp" in meta:
+                stored["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
+            if stored != created:
                 self._bump(key, "MODIFIED", stored)
-            created = copy.deepcopy(stored)
-        return created
+            return copy.deepcopy(stored)
 
     def get(self, path: str) -> Json:
         return self.request("GET", path)
