@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from gpufleet.api.meta import Condition, ObjectMeta, set_condition
+from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
 from gpufleet.api.runtime import (
     BLOCK_LABEL,
@@ -132,7 +132,7 @@ class PoolController(Reconciler):
             status = workload.status
             if status.phase != "Pending" or not workload.spec.active:
                 continue
-            if status.pending_reason is None or status.pending_reason.type != "NoFit":
+            if not _waits_for_nodes(status.pending_reason):
                 continue
             chosen = _cheapest_pool(workload, pools)
             if chosen != pool.name:
@@ -204,6 +204,16 @@ def _comparable(status: GPUPoolStatus) -> dict[str, object]:
     data.pop("idleCost", None)
     data["hours"] = round(status.idle_gpu_hours, 2)
     return data
+
+
+def _waits_for_nodes(reason: PendingReason | None) -> bool:
+    """Whether more nodes would help: no room (NoFit), or a fleet with no GPU model at all yet (the
+    core then finds no flavor for a workload that names none: scaling from zero)."""
+    if reason is None:
+        return False
+    if reason.type == "NoFit":
+        return True
+    return reason.type == "QuotaExceeded" and reason.details.get("flavors") == []
 
 
 def _node(pool: GPUPool, name: str, index: int) -> Node:
