@@ -75,7 +75,7 @@ def test_a_failed_write_is_forgotten_and_retried(store: SqliteStore, monkeypatch
     real = store.update_status
     calls = {"n": 0}
 
-    def flaky(obj):  # noqa: ANN001, ANN202
+    def flaky(obj):
         if isinstance(obj, Workload) and obj.status.phase == "Admitted" and calls["n"] == 0:
             calls["n"] += 1
             raise ConflictError("lost a race")
