@@ -256,6 +256,15 @@ class FakeApiServer:
             # What every bare API server does to a new Node: nothing ever lifts this taint.
             taints = obj.setdefault("spec", {}).setdefault("taints", [])
             taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+        elif key == "apiextensions.k8s.io/v1/customresourcedefinitions":
+            names = obj["spec"]["names"]
+            obj["status"] = {
+                "acceptedNames": names,
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True"},
+                    {"type": "Established", "status": "True"},
+                ],
+            }
         else:
             obj.pop("status", None)
         table[where] = obj

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from gpufleet.api.errors import GpuFleetError
-from gpufleet.cli import agent, bench, control, manifests, scenario
+from gpufleet.cli import agent, bench, control, kube, manifests, scenario
 
 app = typer.Typer(
     name="gpufleet",
@@ -18,7 +18,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for area in (bench, scenario, agent, manifests, control):
+for area in (bench, scenario, agent, manifests, control, kube):
     area.register(app)
 
 

@@ -1,0 +1,102 @@
+"""CLI commands: `gpufleet kube ...` runs gpufleet in a Kubernetes cluster (the kubernetes world)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+import typer
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
+from gpufleet.kube.crds import install_crds
+from gpufleet.kube.leader import LeaderElector, LeaseConfig
+from gpufleet.kube.scheduler import KubeScheduler
+from gpufleet.kube.transport import Transport
+from gpufleet.scheduler.config import SchedulerConfig
+
+kube_app = typer.Typer(help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True)
+
+KUBECONFIG = typer.Option(
+    None, "--kubeconfig", help="Kubeconfig file (default: in-cluster, then KUBECONFIG)."
+)
+CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+
+
+def _transport(kubeconfig: str | None, context: str | None) -> Transport:
+    from gpufleet.kube.client import KubeTransport
+
+    return KubeTransport.from_environment(kubeconfig=kubeconfig, context=context)
+
+
+def parse_levels(values: list[str]) -> tuple[TopologyLevel, ...]:
+    """`name=label-key` pairs, coarse to fine."""
+    levels = []
+    for value in values:
+        name, sep, label = value.partition("=")
+        if not sep or not name or not label:
+            raise ValidationError(f"expected NAME=LABEL, got {value!r}", field="--topology-level")
+        levels.append(TopologyLevel(name, label))
+    return tuple(levels)
+
+
+@kube_app.command("scheduler")
+def scheduler(
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    name: str = typer.Option("gpufleet", "--scheduler-name", help="Pods with this schedulerName are ours."),
+    placement: str = typer.Option("bestfit", help="Placement scoring policy."),
+    topology_level: list[str] = typer.Option(
+        [],
+        "--topology-level",
+        help="NAME=LABEL, coarse to fine, repeatable (default: zone, block, rack, clique).",
+    ),
+    namespace: str = typer.Option("gpufleet-system", help="Namespace of the leader-election Lease."),
+    lease: str = typer.Option("gpufleet-scheduler", help="Name of the leader-election Lease."),
+    identity: str = typer.Option("", help="This replica's identity (default: POD_NAME or the host name)."),
+    leader_elect: bool = typer.Option(
+        True, help="Run only while holding the Lease (two replicas: one active)."
+    ),
+    grace_seconds: int = typer.Option(30, help="Grace period given to preempted pods."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+    who = identity or os.environ.get("POD_NAME") or socket.gethostname()
+    levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
+    config = KubeConfig(
+        scheduler_name=name,
+        topology_levels=levels,
+        nvlink_level="clique" if any(level.name == "clique" for level in levels) else None,
+        eviction_grace_seconds=grace_seconds,
+        namespace=namespace,
+        lease_name=lease,
+    )
+    api = _transport(kubeconfig, context)
+    sched = KubeScheduler(api, config=config, scheduler=SchedulerConfig(placement=placement), identity=who)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sched.informers.start(stop)
+    if not leader_elect:
+        sched.run(stop)
+        return
+    elector = LeaderElector(api, LeaseConfig(lease, namespace, who))
+    elector.run(stop, on_started=sched.run)
+
+
+@kube_app.command("install-crds")
+def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) -> None:
+    """Creates or updates gpufleet's CustomResourceDefinitions and waits until they are served."""
+    for crd in install_crds(_transport(kubeconfig, context)):
+        typer.echo(f"customresourcedefinition/{crd} established")
+
+
+def register(app: typer.Typer) -> None:
+    """Adds this area's commands to the gpufleet app."""
+    app.add_typer(kube_app, name="kube")
