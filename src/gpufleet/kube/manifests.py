@@ -1,0 +1,360 @@
+"""Everything gpufleet needs in a cluster as plain objects: what `gpufleet manifests all` prints.
+
+The Helm chart in `deploy/helm/gpufleet` renders the same objects from the same defaults
+(`values.yaml` holds `Values`' defaults; a test keeps the two in step).
+
+RBAC is least privilege and every rule says why it exists (`RULES`); the reasons are also put on
+each ClusterRole as an annotation so `kubectl describe` shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpufleet.api.crd import custom_resource_definitions
+from gpufleet.api.errors import ValidationError
+from gpufleet.kube.transport import Json
+
+APP = "gpufleet"
+WHY_ANNOTATION = "gpufleet.io/rbac-reasons"
+
+
+@dataclass
+class Image:
+    repository: str = "ghcr.io/gpufleet/gpufleet"
+    tag: str = "0.1.0"
+    pullPolicy: str = "IfNotPresent"
+
+
+@dataclass
+class Scheduler:
+    replicas: int = 2
+    schedulerName: str = "gpufleet"
+    placement: str = "bestfit"
+    topologyLevels: list[str] = field(
+        default_factory=lambda: [
+            "zone=topology.kubernetes.io/zone",
+            "block=gpufleet.io/block",
+            "rack=gpufleet.io/rack",
+            "clique=nvidia.com/gpu.clique",
+        ]
+    )
+    evictionGraceSeconds: int = 30
+    resources: dict[str, Any] = field(
+        default_factory=lambda: {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+    )
+
+
+@dataclass
+class Agent:
+    enabled: bool = True
+    privileged: bool = False
+    """True only where the agent must reconfigure MIG (NVML's create/destroy need it); reading
+    devices, health and metrics work with the NVIDIA container runtime's device injection."""
+    runtimeClassName: str = "nvidia"
+    nodeSelector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+    tolerations: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    metricsPort: int = 9400
+    resources: dict[str, Any] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        }
+    )
+
+
+@dataclass
+class ServiceMonitor:
+    enabled: bool = False
+    interval: str = "30s"
+
+
+@dataclass
+class Values:
+    """The chart's values; field names are the YAML keys."""
+
+    namespace: str = "gpufleet-system"
+    installCRDs: bool = True
+    image: Image = field(default_factory=Image)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    agent: Agent = field(default_factory=Agent)
+    serviceMonitor: ServiceMonitor = field(default_factory=ServiceMonitor)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Rule = tuple[str, tuple[str, ...], tuple[str, ...], str]
+"""(API group, resources, verbs, why)."""
+
+SCHEDULER_RULES: tuple[Rule, ...] = (
+    (
+        "",
+        ("pods",),
+        ("get", "list", "watch"),
+        "informer cache: pending pods to schedule, bound pods' capacity",
+    ),
+    ("", ("pods",), ("patch",), "note the chosen GPUs on a pod before binding it"),
+    ("", ("pods/binding",), ("create",), "bind pods to nodes through the Binding subresource"),
+    ("", ("pods/eviction",), ("create",), "preempt through the Eviction API so disruption budgets apply"),
+    ("", ("pods/status",), ("patch",), "PodScheduled and DisruptionTarget conditions with the reason"),
+    ("", ("nodes",), ("get", "list", "watch"), "informer cache: capacity, topology labels, taints"),
+    ("", ("events",), ("create",), "FailedScheduling and Preempted events"),
+    ("gpufleet.io", ("queues",), ("get", "list", "watch"), "the quota tree"),
+    (
+        "gpufleet.io",
+        ("trainingjobs/status", "inferenceservices/status"),
+        ("patch",),
+        "pending reasons in the owner's status",
+    ),
+)
+LEASE_RULES: tuple[Rule, ...] = (
+    ("coordination.k8s.io", ("leases",), ("get", "create", "update"), "leader election between the replicas"),
+)
+AGENT_RULES: tuple[Rule, ...] = (
+    ("", ("nodes",), ("get", "patch"), "GPU Feature Discovery labels on the agent's own Node"),
+)
+
+
+def render_all(values: Values | None = None) -> list[Json]:
+    """Every object, in the order `kubectl apply` needs them (namespace and CRDs first)."""
+    v = values or Values()
+    objects: list[Json] = [_meta("v1", "Namespace", v.namespace, None)]
+    if v.installCRDs:
+        objects.extend(custom_resource_definitions())
+    objects.extend(_scheduler(v))
+    if v.agent.enabled:
+        objects.extend(_agent(v))
+    return objects
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": APP,
+    }
+
+
+def _meta(api_version: str, kind: str, name: str, namespace: str | None, component: str = "") -> Json:
+    meta: Json = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    if component:
+        meta["labels"] = _labels(component)
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+def _rules(rules: tuple[Rule, ...]) -> list[Json]:
+    return [
+        {"apiGroups": [group], "resources": list(res), "verbs": list(verbs)} for group, res, verbs, _ in rules
+    ]
+
+
+def _reasons(rules: tuple[Rule, ...]) -> str:
+    return "; ".join(f"{'/'.join(res)} {','.join(verbs)}: {why}" for _, res, verbs, why in rules)
+
+
+def _role(kind: str, name: str, namespace: str | None, component: str, rules: tuple[Rule, ...]) -> Json:
+    role = _meta("rbac.authorization.k8s.io/v1", kind, name, namespace, component)
+    role["metadata"]["annotations"] = {WHY_ANNOTATION: _reasons(rules)}
+    role["rules"] = _rules(rules)
+    return role
+
+
+def _binding(
+    kind: str, name: str, namespace: str | None, component: str, account: str, account_ns: str
+) -> Json:
+    binding = _meta("rbac.authorization.k8s.io/v1", kind, name, namespace, component)
+    role_kind = "ClusterRole" if kind == "ClusterRoleBinding" else "Role"
+    binding["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}]
+    return binding
+
+
+def _image(v: Values) -> str:
+    return f"{v.image.repository}:{v.image.tag}"
+
+
+def _scheduler(v: Values) -> list[Json]:
+    name, ns, s = "gpufleet-scheduler", v.namespace, v.scheduler
+    args = [
+        "kube",
+        "scheduler",
+        f"--scheduler-name={s.schedulerName}",
+        f"--placement={s.placement}",
+        f"--namespace={ns}",
+        f"--lease={name}",
+        f"--grace-seconds={s.evictionGraceSeconds}",
+    ]
+    args += [f"--topology-level={level}" for level in s.topologyLevels]
+    deployment = _meta("apps/v1", "Deployment", name, ns, "scheduler")
+    selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "scheduler"}
+    deployment["spec"] = {
+        "replicas": s.replicas,
+        "selector": {"matchLabels": selector},
+        "template": {
+            "metadata": {"labels": _labels("scheduler")},
+            "spec": {
+                "serviceAccountName": name,
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 100,
+                                "podAffinityTerm": {
+                                    "labelSelector": {"matchLabels": selector},
+                                    "topologyKey": "kubernetes.io/hostname",
+                                },
+                            }
+                        ]
+                    }
+                },
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "scheduler",
+                        "image": _image(v),
+                        "imagePullPolicy": v.image.pullPolicy,
+                        "command": ["gpufleet"],
+                        "args": args,
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                        ],
+                        "resources": s.resources,
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        },
+    }
+    return [
+        _meta("v1", "ServiceAccount", name, ns, "scheduler"),
+        _role("ClusterRole", name, None, "scheduler", SCHEDULER_RULES),
+        _binding("ClusterRoleBinding", name, None, "scheduler", name, ns),
+        _role("Role", f"{name}-leader-election", ns, "scheduler", LEASE_RULES),
+        _binding("RoleBinding", f"{name}-leader-election", ns, "scheduler", name, ns),
+        deployment,
+    ]
+
+
+def _agent(v: Values) -> list[Json]:
+    name, ns, a = "gpufleet-agent", v.namespace, v.agent
+    security: Json = (
+        {"privileged": True}
+        if a.privileged
+        else {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0}
+    )
+    selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "agent"}
+    pod_spec: Json = {
+        "serviceAccountName": name,
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": a.nodeSelector,
+        "tolerations": a.tolerations,
+        "containers": [
+            {
+                "name": "agent",
+                "image": _image(v),
+                "imagePullPolicy": v.image.pullPolicy,
+                "command": ["gpufleet"],
+                "args": ["agent", f"--metrics-port={a.metricsPort}", "--label-node"],
+                "env": [
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                ],
+                "ports": [{"name": "metrics", "containerPort": a.metricsPort}],
+                "resources": a.resources,
+                "securityContext": security,
+                "volumeMounts": [
+                    {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+                    {
+                        "name": "pod-resources",
+                        "mountPath": "/var/lib/kubelet/pod-resources",
+                        "readOnly": True,
+                    },
+                ],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "device-plugins",
+                "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+            },
+            {
+                "name": "pod-resources",
+                "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+            },
+        ],
+    }
+    if a.runtimeClassName:
+        pod_spec["runtimeClassName"] = a.runtimeClassName
+    daemonset = _meta("apps/v1", "DaemonSet", name, ns, "agent")
+    daemonset["spec"] = {
+        "selector": {"matchLabels": selector},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {"metadata": {"labels": _labels("agent")}, "spec": pod_spec},
+    }
+    service = _meta("v1", "Service", f"{name}-metrics", ns, "agent")
+    service["spec"] = {
+        "selector": selector,
+        "clusterIP": "None",
+        "ports": [{"name": "metrics", "port": a.metricsPort, "targetPort": "metrics"}],
+    }
+    objects = [
+        _meta("v1", "ServiceAccount", name, ns, "agent"),
+        _role("ClusterRole", name, None, "agent", AGENT_RULES),
+        _binding("ClusterRoleBinding", name, None, "agent", name, ns),
+        daemonset,
+        service,
+    ]
+    if v.serviceMonitor.enabled:
+        monitor = _meta("monitoring.coreos.com/v1", "ServiceMonitor", name, ns, "agent")
+        monitor["spec"] = {
+            "selector": {"matchLabels": _labels("agent")},
+            "endpoints": [{"port": "metrics", "interval": v.serviceMonitor.interval}],
+        }
+        objects.append(monitor)
+    return objects
+
+
+def values_from(overrides: Any, *, source: str = "values") -> Values:
+    """Values with `overrides` (a parsed values file) merged over the defaults; unknown keys refused."""
+    merged = _merge(Values().as_dict(), overrides or {}, source, "")
+    return Values(
+        namespace=merged["namespace"],
+        installCRDs=merged["installCRDs"],
+        image=Image(**merged["image"]),
+        scheduler=Scheduler(**merged["scheduler"]),
+        agent=Agent(**merged["agent"]),
+        serviceMonitor=ServiceMonitor(**merged["serviceMonitor"]),
+    )
+
+
+def _merge(base: dict[str, Any], over: Any, source: str, path: str) -> dict[str, Any]:
+    if not isinstance(over, dict):
+        raise ValidationError("must be a mapping", obj=source, field=path or ".")
+    out = dict(base)
+    for key, value in over.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in base:
+            raise ValidationError(
+                f"unknown value (known: {', '.join(sorted(base))})", obj=source, field=where
+            )
+        # Free-form maps (resources, nodeSelector) are replaced whole; the chart's own sections merge.
+        if isinstance(base[key], dict) and key not in ("resources", "nodeSelector"):
+            out[key] = _merge(base[key], value, source, where)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,99 @@
+"""`gpufleet manifests all`, the Helm chart and their agreement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpufleet.api.crd import custom_resource_definitions
+from gpufleet.api.errors import ValidationError
+from gpufleet.cli.main import app
+from gpufleet.kube.manifests import SCHEDULER_RULES, Values, render_all, values_from
+
+from .helm_subset import Chart
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufleet"
+
+
+def by_key(objects: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects if o}
+
+
+def helm(values: dict) -> dict[tuple[str, str], dict]:
+    rendered = list(yaml.safe_load_all(Chart(CHART, values).render()))
+    crds = list(yaml.safe_load_all((CHART / "crds" / "gpufleet-crds.yaml").read_text()))
+    return by_key(rendered + crds)
+
+
+def test_values_yaml_holds_the_renderers_defaults() -> None:
+    assert yaml.safe_load((CHART / "values.yaml").read_text()) == Values().as_dict()
+
+
+def test_the_chart_renders_what_manifests_all_prints() -> None:
+    assert helm(Values().as_dict()) == by_key(render_all())
+
+
+def test_with_other_values_too() -> None:
+    overrides = {
+        "namespace": "gpu",
+        "serviceMonitor": {"enabled": True},
+        "scheduler": {"replicas": 3},
+        "agent": {"privileged": True, "runtimeClassName": ""},
+    }
+    values = values_from(overrides)
+    assert helm(values.as_dict()) == by_key(render_all(values))
+    rendered = by_key(render_all(values))
+    assert rendered[("ServiceMonitor", "gpufleet-agent")]["metadata"]["namespace"] == "gpu"
+    agent = rendered[("DaemonSet", "gpufleet-agent")]["spec"]["template"]["spec"]
+    assert (
+        agent["containers"][0]["securityContext"] == {"privileged": True} and "runtimeClassName" not in agent
+    )
+    without = by_key(render_all(values_from({"agent": {"enabled": False}})))
+    assert ("DaemonSet", "gpufleet-agent") not in without
+
+
+def test_the_charts_crds_are_the_generated_ones() -> None:
+    shipped = list(yaml.safe_load_all((CHART / "crds" / "gpufleet-crds.yaml").read_text()))
+    assert shipped == custom_resource_definitions(), "regenerate with: gpufleet manifests crds -o " + str(
+        CHART / "crds" / "gpufleet-crds.yaml"
+    )
+
+
+def test_rbac_is_least_privilege_and_justified() -> None:
+    objects = by_key(render_all())
+    role = objects[("ClusterRole", "gpufleet-scheduler")]
+    verbs = {(r["apiGroups"][0], res, v) for r in role["rules"] for res in r["resources"] for v in r["verbs"]}
+    assert ("", "pods/binding", "create") in verbs and ("", "pods/eviction", "create") in verbs
+    assert not any(v in ("*", "delete", "deletecollection", "update") for _, _, v in verbs)
+    assert not any("*" in res for _, res, _ in verbs)
+    assert all(why for *_, why in SCHEDULER_RULES)
+    assert "Binding subresource" in role["metadata"]["annotations"]["gpufleet.io/rbac-reasons"]
+    lease = objects[("Role", "gpufleet-scheduler-leader-election")]
+    assert lease["metadata"]["namespace"] == "gpufleet-system"  # leases only in gpufleet's namespace
+
+
+def test_the_scheduler_runs_two_replicas_with_leader_election() -> None:
+    deployment = by_key(render_all())[("Deployment", "gpufleet-scheduler")]
+    assert deployment["spec"]["replicas"] == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["kube", "scheduler"]
+    assert "--topology-level=clique=nvidia.com/gpu.clique" in container["args"]
+    assert container["env"][0]["name"] == "POD_NAME"
+
+
+def test_unknown_values_are_refused_with_their_path() -> None:
+    with pytest.raises(ValidationError, match=r"field scheduler\.replica"):
+        values_from({"scheduler": {"replica": 3}})
+
+
+def test_the_cli_prints_the_same_objects(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["manifests", "all"])
+    assert result.exit_code == 0
+    assert by_key(list(yaml.safe_load_all(result.output))) == by_key(render_all())
+    values = tmp_path / "values.yaml"
+    values.write_text("installCRDs: false\n")
+    result = CliRunner().invoke(app, ["manifests", "all", "-f", str(values)])
+    assert "CustomResourceDefinition" not in result.output and "Deployment" in result.output
