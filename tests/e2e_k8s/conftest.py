@@ -1,0 +1,290 @@
+"""The e2e proof: against the cluster KUBECONFIG names (`make e2e`), a bare API server or a real one.
+
+Without KUBECONFIG every test here is skipped, with that reason in pytest's summary. On a bare API
+server (no controller manager, no kubelets) the suite plays the missing parts itself: it creates the
+namespace's `default` ServiceAccount, creates Nodes with GPU capacity and topology labels, marks
+them Ready and lifts the `node.kubernetes.io/not-ready` taint, and finishes pods that were asked to
+stop (a graceful delete never completes without a kubelet). Everything it creates is named after
+one run id, and its pods select only its own Nodes, so it can share a real cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+
+RUN = uuid.uuid4().hex[:6]
+SKIP_REASON = "KUBECONFIG is not set: the k8s e2e suite needs a cluster (see README, Kubernetes)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.k8s)
+            if not os.environ.get("KUBECONFIG"):
+                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+class Cluster:
+    """The test run's objects on the API server, and the node lifecycle a bare server lacks."""
+
+    def __init__(self, api: Transport, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.nodes: list[str] = []
+        self.queue = f"e2e-{RUN}"
+        self.scheduler_name = f"gpufleet-e2e-{RUN}"
+        self.selector = {"gpufleet.io/e2e-run": RUN}
+
+    def node(self, name: str, *, gpus: int = 8, labels: dict[str, str] | None = None) -> str:
+        full = f"e2e-{RUN}-{name}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": full,
+                "labels": {
+                    **self.selector,
+                    "kubernetes.io/hostname": full,
+                    "gpufleet.io/gpu-model": "H100-80GB",
+                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                    "nvidia.com/gpu.count": str(gpus),
+                    **(labels or {}),
+                },
+            },
+        }
+        self.api.request("POST", "/api/v1/nodes", body=body)
+        self.nodes.append(full)
+        resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        status = {
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "e2e plays the kubelet",
+                        "lastHeartbeatTime": _now(),
+                        "lastTransitionTime": _now(),
+                    }
+                ],
+            }
+        }
+        self.api.request("PATCH", f"/api/v1/nodes/{full}/status", body=status, content_type=MERGE_PATCH)
+        self.lift_not_ready(full)
+        return full
+
+    def lift_not_ready(self, node: str) -> None:
+        """The node lifecycle controller's part: a Ready node loses the not-ready taint."""
+
+        def lifted() -> bool:
+            current = self.api.request("GET", f"/api/v1/nodes/{node}")
+            taints = current.get("spec", {}).get("taints") or []
+            keep = [t for t in taints if not t["key"].startswith("node.kubernetes.io/not-ready")]
+            if len(keep) == len(taints):
+                return True
+            patch = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "spec": {"taints": keep},
+            }
+            try:
+                self.api.request("PATCH", f"/api/v1/nodes/{node}", body=patch, content_type=MERGE_PATCH)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+            return False
+
+        wait_for(f"node {node} without the not-ready taint", lifted, timeout=10)
+
+    def pod(
+        self,
+        name: str,
+        *,
+        gpus: int = 8,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> Json:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {"gpufleet.io/queue": self.queue, **(labels or {})},
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "schedulerName": self.scheduler_name,
+                "nodeSelector": dict(self.selector),
+                "terminationGracePeriodSeconds": 5,
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": str(gpus)},
+                            "requests": {"cpu": "1", "memory": "1Gi"},
+                        },
+                    }
+                ],
+            },
+        }
+        return self.api.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", body=body)
+
+    def gang(self, name: str, size: int, *, gpus: int = 8, **extra: Any) -> list[str]:
+        labels = {"gpufleet.io/gang": name, "gpufleet.io/gang-size": str(size), **extra.pop("labels", {})}
+        return [
+            self.pod(f"{name}-{i}", gpus=gpus, labels=labels, **extra)["metadata"]["name"]
+            for i in range(size)
+        ]
+
+    def get_pod(self, name: str) -> Json:
+        return self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}")
+
+    def node_of(self, name: str) -> str | None:
+        return self.get_pod(name).get("spec", {}).get("nodeName") or None
+
+    def condition(self, name: str, kind: str) -> Json | None:
+        conditions = self.get_pod(name).get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c.get("type") == kind), None)
+
+    def events(self, reason: str) -> list[Json]:
+        items = self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/events").get("items", [])
+        return [e for e in items if e.get("reason") == reason]
+
+    def finish_deleting(self) -> None:
+        """The kubelet's part: pods asked to stop are gone once their containers would have stopped."""
+        items = self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods").get("items", [])
+        for pod in items:
+            if pod["metadata"].get("deletionTimestamp"):
+                self.delete_pod(pod["metadata"]["name"])
+
+    def delete_pod(self, name: str) -> None:
+        try:
+            self.api.request(
+                "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{name}", body={"gracePeriodSeconds": 0}
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def clear_pods(self) -> None:
+        items = self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods").get("items", [])
+        for pod in items:
+            self.delete_pod(pod["metadata"]["name"])
+        wait_for(
+            "pods gone",
+            lambda: not self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")["items"],
+        )
+
+    def clear_nodes(self) -> None:
+        for node in self.nodes:
+            try:
+                self.api.request("DELETE", f"/api/v1/nodes/{node}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        self.nodes.clear()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@pytest.fixture(scope="session")
+def api() -> Transport:
+    from gpufleet.kube.client import KubeTransport
+
+    return KubeTransport.from_environment(kubeconfig=os.environ["KUBECONFIG"])
+
+
+@pytest.fixture(scope="session")
+def namespace(api: Transport) -> Iterator[str]:
+    name = f"gpufleet-e2e-{RUN}"
+    api.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    )
+    try:  # pods are refused until the namespace has a default ServiceAccount (no controller makes it)
+        api.request(
+            "POST",
+            f"/api/v1/namespaces/{name}/serviceaccounts",
+            body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+        )
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    yield name
+    with contextlib.suppress(ApiError):
+        api.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+def crds(api: Transport) -> None:
+    from gpufleet.kube.crds import install_crds
+
+    install_crds(api)
+
+
+@pytest.fixture(scope="session")
+def queue(api: Transport, crds: None) -> Iterator[str]:
+    name = f"e2e-{RUN}"
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"quotas": {"H100-80GB": {"nominal": 1000}}},
+    }
+    api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
+    yield name
+    with contextlib.suppress(ApiError):
+        api.request("DELETE", f"/apis/gpufleet.io/v1alpha1/queues/{name}")
+
+
+@pytest.fixture
+def cluster(api: Transport, namespace: str, queue: str) -> Iterator[Cluster]:
+    made = Cluster(api, namespace)
+    yield made
+    made.clear_pods()
+    made.clear_nodes()
+
+
+@pytest.fixture
+def scheduler(api: Transport, cluster: Cluster) -> Iterator[Any]:
+    """gpufleet's scheduler in this process, for this run's scheduler name (no leader election)."""
+    from gpufleet.kube.config import KubeConfig
+    from gpufleet.kube.scheduler import KubeScheduler
+
+    config = KubeConfig(scheduler_name=cluster.scheduler_name, eviction_grace_seconds=5)
+    sched = KubeScheduler(api, config=config, identity=f"e2e-{RUN}", period=1.0)
+    stop = threading.Event()
+    sched.informers.start(stop)
+    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    thread.start()
+    yield sched
+    stop.set()
+    thread.join(10)

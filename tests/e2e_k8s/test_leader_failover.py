@@ -1,0 +1,63 @@
+"""Two scheduler processes share one Lease: one schedules; kill it and the other takes over within 15 s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import RUN, Cluster, wait_for
+
+pytestmark = pytest.mark.k8s
+
+
+def _replica(cluster: Cluster, identity: str, lease: str) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "gpufleet.cli.main",
+        "kube",
+        "scheduler",
+        f"--scheduler-name={cluster.scheduler_name}",
+        f"--namespace={cluster.namespace}",
+        f"--lease={lease}",
+        f"--identity={identity}",
+        f"--kubeconfig={os.environ['KUBECONFIG']}",
+    ]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_failover_within_15_seconds(cluster: Cluster) -> None:
+    lease = f"gpufleet-e2e-{RUN}"
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{cluster.namespace}/leases/{lease}"
+
+    def holder() -> str | None:
+        try:
+            return cluster.api.request("GET", path).get("spec", {}).get("holderIdentity") or None
+        except Exception:
+            return None
+
+    cluster.node("a")
+    replicas = {name: _replica(cluster, name, lease) for name in ("one", "two")}
+    try:
+        leader = wait_for("a leader", holder, timeout=60)
+        cluster.pod("before", gpus=1)
+        assert wait_for("pod bound by the leader", lambda: cluster.node_of("before"), timeout=60)
+        replicas[leader].send_signal(signal.SIGKILL)  # no release: the Lease must expire
+        killed = time.monotonic()
+        standby = wait_for(
+            "the standby to take the Lease", lambda: (h := holder()) != leader and h, timeout=30
+        )
+        took = time.monotonic() - killed
+        assert standby != leader and took <= 15, f"failover took {took:.1f}s"
+        cluster.pod("after", gpus=1)
+        assert wait_for("pod bound by the new leader", lambda: cluster.node_of("after"), timeout=30)
+    finally:
+        for process in replicas.values():
+            if process.poll() is None:
+                process.terminate()
+                process.wait(15)

@@ -1,0 +1,75 @@
+"""Bindings, gangs, topology, preemption through evictions and pending reasons on a real API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.k8s
+
+
+def test_a_pod_is_bound_through_the_binding_subresource(cluster: Cluster, scheduler: Any) -> None:
+    node = cluster.node("a")
+    cluster.pod("single", gpus=2)
+    assert wait_for("pod bound", lambda: cluster.node_of("single")) == node
+    annotations = cluster.get_pod("single")["metadata"].get("annotations") or {}
+    assert "gpufleet.io/gpus" in annotations
+
+
+def test_a_gang_is_bound_only_when_all_members_fit(cluster: Cluster, scheduler: Any) -> None:
+    for name in ("a", "b", "c"):
+        cluster.node(name)
+    members = cluster.gang("llm", 4)
+    reason = wait_for("pending reason", lambda: cluster.condition(members[0], "PodScheduled"))
+    assert reason["status"] == "False" and reason["reason"] == "Unschedulable"
+    assert reason["message"].startswith("NoFit"), reason["message"]
+    assert all(cluster.node_of(m) is None for m in members)
+    assert wait_for("FailedScheduling events", lambda: cluster.events("FailedScheduling"))
+    cluster.node("d")
+    nodes = wait_for(
+        "gang bound",
+        lambda: all(cluster.node_of(m) for m in members) and [cluster.node_of(m) for m in members],
+    )
+    assert len(set(nodes)) == 4
+
+
+def test_required_topology_keeps_the_gang_in_one_rack(cluster: Cluster, scheduler: Any) -> None:
+    r1 = [cluster.node(f"r1-{i}", labels={"gpufleet.io/rack": "r1"}) for i in range(2)]
+    r2 = [cluster.node(f"r2-{i}", labels={"gpufleet.io/rack": "r2"}) for i in range(3)]
+    members = cluster.gang("ring", 3, annotations={"gpufleet.io/topology-required": "rack"})
+    wait_for("gang bound", lambda: all(cluster.node_of(m) for m in members), timeout=60)
+    assert {cluster.node_of(m) for m in members} == set(r2)
+    assert not {cluster.node_of(m) for m in members} & set(r1)
+
+
+def test_preemption_goes_through_evictions_and_the_preemptor_follows(
+    cluster: Cluster, scheduler: Any
+) -> None:
+    cluster.node("a")
+    low = cluster.gang("low", 2, gpus=4, labels={"gpufleet.io/priority-class": "research"})
+    wait_for("low bound", lambda: all(cluster.node_of(m) for m in low))
+    cluster.pod("urgent", gpus=8, labels={"gpufleet.io/priority-class": "production-training"})
+    wait_for(
+        "victims asked to stop",
+        lambda: all(cluster.get_pod(m)["metadata"].get("deletionTimestamp") for m in low),
+    )
+    target = cluster.condition(low[0], "DisruptionTarget")
+    assert target and target["status"] == "True" and target["reason"] == "PreemptedByGpufleet"
+    assert wait_for("Preempted events", lambda: cluster.events("Preempted"))
+    why = wait_for("preemptor's reason", lambda: cluster.condition("urgent", "PodScheduled"))
+    assert why["message"].startswith("WaitingForPreemption"), why["message"]
+    cluster.finish_deleting()  # without kubelets the victims never finish on their own
+    assert wait_for("preemptor bound", lambda: cluster.node_of("urgent"), timeout=60)
+
+
+def test_not_ready_nodes_are_left_alone(cluster: Cluster, scheduler: Any) -> None:
+    name = f"e2e-{cluster.selector['gpufleet.io/e2e-run']}-fresh"
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(cluster.selector)}}
+    cluster.api.request("POST", "/api/v1/nodes", body=body)
+    cluster.nodes.append(name)
+    cluster.pod("waits", gpus=1)
+    why = wait_for("pending reason", lambda: cluster.condition("waits", "PodScheduled"))
+    assert why["status"] == "False" and cluster.node_of("waits") is None
