@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import yaml
@@ -13,6 +14,8 @@ from gpufleet.api.validation import parse_object
 from gpufleet.server.errors import BadRequestError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_VALUES = 200_000
 _YAML_TYPES = ("yaml", "yml")
 
 
@@ -36,7 +39,36 @@ def documents(body: bytes, content_type: str | None) -> list[Any]:
         docs = docs[0]
     elif len(docs) == 1 and isinstance(docs[0], dict) and isinstance(docs[0].get("items"), list):
         docs = docs[0]["items"]
-    return [doc for doc in docs if doc is not None]
+    docs = [doc for doc in docs if doc is not None]
+    for index, doc in enumerate(docs, start=1):
+        _check_values(doc, f"document {index}" if len(docs) > 1 else None)
+    return docs
+
+
+def _check_values(doc: Any, where: str | None) -> None:
+    """Refuses what no field takes and what could not be answered: values nested deeper than
+    `MAX_DEPTH` (also YAML aliases that refer to themselves), more than `MAX_VALUES` values (YAML
+    aliases can multiply a small text), and NaN or infinities (no JSON form)."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    seen = 0
+    while stack:
+        value, path, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH:
+            shown = path if len(path) <= 120 else path[:120] + "..."
+            raise BadRequestError(
+                f"values are nested more than {MAX_DEPTH} levels deep", obj=where, field=shown
+            )
+        if seen > MAX_VALUES:
+            raise BadRequestError(f"the object holds more than {MAX_VALUES} values", obj=where)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(f"must be a finite number, got {value}", obj=where, field=path or None)
+        if isinstance(value, dict):
+            stack.extend(
+                (child, f"{path}.{key}" if path else str(key), depth + 1) for key, child in value.items()
+            )
+        elif isinstance(value, list):
+            stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(value))
 
 
 def _json_value(text: str) -> Any:
