@@ -1,0 +1,61 @@
+"""The e2e suite's scheduling tests, run against the in-memory API server.
+
+Not the e2e proof (that is `pytest -m k8s` against a cluster): this keeps the suite's own helpers
+(node lifecycle, waits, reading reasons) working between the runs that have a cluster.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from e2e_k8s import test_scheduling as e2e
+from e2e_k8s.conftest import Cluster
+from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.scheduler import KubeScheduler
+
+from .fakeapi import FakeApiServer
+
+
+@pytest.fixture
+def cluster(api: FakeApiServer) -> Iterator[Cluster]:
+    made = Cluster(api, "e2e")
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": made.queue},
+        "spec": {"quotas": {"H100-80GB": {"nominal": 1000}}},
+    }
+    api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
+    yield made
+
+
+@pytest.fixture
+def scheduler(api: FakeApiServer, cluster: Cluster) -> Iterator[KubeScheduler]:
+    sched = KubeScheduler(api, config=KubeConfig(scheduler_name=cluster.scheduler_name), period=0.2)
+    for informer in (sched.nodes, sched.pods, sched.queues):
+        informer._watch_seconds = 1
+    stop = threading.Event()
+    sched.informers.start(stop)
+    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    thread.start()
+    yield sched
+    stop.set()
+    thread.join(5)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        e2e.test_a_pod_is_bound_through_the_binding_subresource,
+        e2e.test_a_gang_is_bound_only_when_all_members_fit,
+        e2e.test_required_topology_keeps_the_gang_in_one_rack,
+        e2e.test_preemption_goes_through_evictions_and_the_preemptor_follows,
+        e2e.test_not_ready_nodes_are_left_alone,
+    ],
+    ids=lambda case: case.__name__.removeprefix("test_"),
+)
+def test_e2e_case_on_the_stand_in(case, cluster: Cluster, scheduler: KubeScheduler) -> None:
+    case(cluster, scheduler)
