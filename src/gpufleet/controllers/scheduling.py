@@ -17,6 +17,11 @@ Evictions. A gang with a failed or vanished pod, or one on a lost node, is evict
 eviction is recorded in the Workload's status with its cause and the work it lost (GPUs times the
 seconds since the later of the last checkpoint and the start of the run); the workload then waits
 `backoffSeconds` before it is queued again, or fails once it was evicted more than `maxRestarts` times.
+
+Elastic workloads. The core admits one with as many pods as fit (at least its minimum) and shrinks it
+toward the minimum before evicting anyone; a shrink deletes only the pods it takes and is not an
+eviction. The core never grows an admitted workload, so this controller does, by restart at the
+larger size right after the workload checkpoints, and only while nothing else waits (`_grow`).
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ class SchedulingController:
         self.backoff: dict[str, float] = {}
         self.broken: dict[str, Broken] = {}
         self.reasons: dict[str, dict[str, object]] = {}
+        self.grow: set[str] = set()
+        """Elastic workloads running short that just checkpointed: candidates to restart larger."""
         self.dirty = True
         self.needs_rebuild = True
         self.next_periodic = 0.0
@@ -139,6 +146,8 @@ class SchedulingController:
                 self._evict(name, now, reason=cause.reason, message=cause.message)
         if self.dirty or now >= self.next_periodic:
             self._schedule(now)
+        if self.grow:
+            self._grow(now)
         wakes = list(self.backoff.values())
         assert self.cache is not None
         if self.cache.pending:
@@ -327,6 +336,8 @@ class SchedulingController:
             checkpoint = to_seconds(obj.spec.last_checkpoint_time)
             if checkpoint is not None and checkpoint != admitted.workload.last_checkpoint_at:
                 cache.checkpoint(key, now=checkpoint)
+                if sum(admitted.assignment.counts) < admitted.workload.pod_count:
+                    self.grow.add(key)
             return
         if key in cache.admitted:
             return  # our eviction is being written; the pending state follows
@@ -409,6 +420,9 @@ class SchedulingController:
                 self._preempt(preempt, now)
             for admit in result.admitted:
                 self._admit(admit, now)
+            # Preemptors whose victims were just evicted go first next cycle (the core's rule against
+            # preemption loops; an in-memory world does the same in `apply_decisions`).
+            cache.nominated = [name for name in result.nominated if name in cache.pending]
             if not result.changed:
                 break
         self._write_reasons(last, now)
@@ -462,6 +476,74 @@ class SchedulingController:
         self.stats.admitted += 1
         self.stats.decisions.append(f"admit {key}")
         events.record(self.store, written, reason="Admitted", message=_where(admit), now=now, source=SOURCE)
+
+    # ======================================================================== growth
+    def _grow(self, now: float) -> None:
+        """Restarts elastic workloads that run short at a larger size, right after a checkpoint.
+
+        The core admits an elastic gang with as many pods as fit (at least its minimum) and never
+        grows an admitted one. So the controller does, by restart: when such a workload has just
+        checkpointed (nothing to lose) and nothing waits (growing must not take room from waiting
+        work), a trial cycle with the workload's own capacity freed says how many pods it would get
+        now. If more, its pods are replaced by the larger gang; the restart is not an eviction (no
+        restart counted, no backoff). Jobs without a checkpoint policy keep the size they started with.
+        """
+        cache = self.cache
+        assert cache is not None
+        candidates, self.grow = sorted(self.grow), set()
+        if cache.pending or self.backoff:
+            return
+        for key in candidates:
+            admit = self._trial_admission(key, now)
+            if admit is not None:
+                self._resize(key, admit, now)
+
+    def _trial_admission(self, key: str, now: float) -> Admit | None:
+        """The admission the workload would get if it were waiting now; None unless it is larger.
+
+        The cache is left exactly as it was (the workload keeps its pods and admission time)."""
+        cache = self.cache
+        assert cache is not None
+        admitted = cache.admitted.get(key)
+        if admitted is None or sum(admitted.assignment.counts) >= admitted.workload.pod_count:
+            return None
+        workload, assignment = admitted.workload, admitted.assignment
+        allocations = [alloc for pod, alloc in admitted.pods.items() if pod in cache.fleet.allocations]
+        cache.evict(key, now=now)
+        try:
+            result = self.scheduler.cycle(cache, now=now)
+        finally:
+            cache.pending.pop(key, None)
+            restored = cache.admit(workload, assignment, allocations, now=now)
+            restored.workload = workload  # keeps its admission time (minimum runtime, lost work)
+        admit = next((a for a in result.admitted if a.workload == key), None)
+        if admit is None or sum(admit.assignment.counts) <= sum(assignment.counts):
+            return None
+        return admit
+
+    def _resize(self, key: str, admit: Admit, now: float) -> None:
+        """Replaces the workload's pods with the larger gang of `admit` (a new attempt, not an eviction)."""
+        cache = self.cache
+        assert cache is not None
+        obj = self.workloads.get(key)
+        if obj is None or obj.status.admission is None:
+            return
+        before = sum(obj.status.admission.counts)
+        cache.evict(key, now=now)
+        for pod in list(self.pods.pop(key, {}).values()):
+            if not _gone(pod):
+                self._delete_pod(pod)
+        self._admit(admit, now)
+        after = sum(admit.assignment.counts)
+        self.stats.decisions.append(f"grow {key} {before}->{after}")
+        events.record(
+            self.store,
+            self.workloads.get(key, obj),
+            reason="Resized",
+            message=f"restarted from its last checkpoint with {after} pods (was {before})",
+            now=now,
+            source=SOURCE,
+        )
 
     def _pod_for(self, obj: WorkloadObject, alloc: Allocation, attempt: int) -> Pod:
         assert self.cache is not None
