@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The embedded control plane with the built-in demo fleet, in the foreground until Ctrl-C.
+# RUN_ARGS passes options on, e.g. `make run RUN_ARGS="--time-scale 60 --port 9000"`.
 run: $(STAMP)
-	$(BIN)/gpufleet bench fgd --trace default --policy all --seeds 1 --plot out/fgd-default.png
+	$(BIN)/gpufleet up --demo $(RUN_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -23,12 +23,14 @@ import httpx
 
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError, ValidationError
 from gpufleet.api.resource import API_VERSION
+from gpufleet.cli.output import set_server_time
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 DEFAULT_STATE = Path("~/.local/share/gpufleet")
 URL_FILE = "server.url"
 ADMIN_TOKEN_FILE = "admin-token"
 PREFIX = f"/apis/{API_VERSION}"
+TIME_HEADER = "X-Gpufleet-Time"
 
 
 class ServerUnreachableError(GpuFleetError):
@@ -142,6 +144,7 @@ class Client:
             raise ServerUnreachableError(f"the server at {self.server} did not answer in time") from None
         except httpx.HTTPError as exc:
             raise ServerUnreachableError(f"cannot talk to the server at {self.server}: {exc}") from None
+        set_server_time(response.headers.get(TIME_HEADER))
         return _answer(response)
 
     def get(self, path: str, **params: Any) -> Any:

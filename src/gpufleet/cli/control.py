@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
     app.command("delete")(delete)
     top.register(app)
     app.command("events")(events)
+    app.command("fault")(fault)
     tokens = typer.Typer(help="Access tokens for the API.", no_args_is_help=True)
     tokens.command("create")(token_create)
     app.add_typer(tokens, name="token")
@@ -209,28 +210,28 @@ def events(
 
     client = connect(server, token, state)
     out = console()
-    ns = namespace
-    kind = "Event" if client.has_kind("Event") else None
-    answer = client.get("/v1/changes", kind=kind, namespace=ns, limit=max(limit, 1))
-    items = [change["object"] for change in answer["items"]] if kind else answer["items"]
-    if not items:
-        console(stderr=True).print("No events yet." + (" Waiting for new ones (Ctrl-C to stop)." if watch else ""))
-    elif kind:
-        out.print(events_table(sort_events(items)[-limit:], with_object=True))
+    if not client.has_kind("Event"):  # a server without the runtime's Event kind: its change log
+        answer = client.get("/v1/changes", namespace=namespace, limit=limit)
+        _print_changes(out, answer["items"])
+        return
+    rtype = client.resource_type("Event")
+    listed = client.get(rtype.path(namespace))
+    latest = sort_events(listed["items"])[-limit:]
+    if latest:
+        out.print(events_table(latest, with_object=True))
     else:
-        _print_changes(out, items)
-    cursor = answer["resourceVersion"]
+        console(stderr=True).print(
+            "No events yet." + (" Waiting for new ones (Ctrl-C to stop)." if watch else "")
+        )
+    cursor = listed["metadata"]["resourceVersion"]
     while watch:
-        answer = client.get("/v1/changes", kind=kind, namespace=ns, resourceVersion=cursor, timeoutSeconds=30)
+        answer = client.get(
+            "/v1/changes", kind="Event", namespace=namespace, resourceVersion=cursor, timeoutSeconds=30
+        )
         cursor = answer["resourceVersion"]
-        if not answer["items"]:
-            continue
-        if kind:
-            new = [change["object"] for change in answer["items"] if change["type"] == "ADDED"]
-            if new:
-                out.print(events_table(sort_events(new), with_object=True, header=False))
-        else:
-            _print_changes(out, answer["items"])
+        new = [change["object"] for change in answer["items"] if change["type"] == "ADDED"]
+        if new:
+            out.print(events_table(sort_events(new), with_object=True, header=False))
 
 
 def _print_changes(out: Console, changes: list[dict[str, Any]]) -> None:
@@ -256,3 +257,34 @@ def token_create(
     console(stderr=True).print(
         f"[dim]token for queue {queue}; use it with --token or GPUFLEET_TOKEN (it is not shown again)[/]"
     )
+
+
+# ------------------------------------------------------------------------------------------ fault
+
+_FAULTS = {
+    "gpu-failure": "GpuFailure",
+    "gpu-repair": "GpuRepair",
+    "node-loss": "NodeLoss",
+    "spot-interruption": "SpotInterruption",
+}
+
+
+def fault(
+    kind: Annotated[str, typer.Argument(help="gpu-failure, gpu-repair, node-loss or spot-interruption.")],
+    node: Annotated[str, typer.Argument(help="The node (see `gpufleet get nodes`).")],
+    gpu: Annotated[
+        int | None, typer.Option("--gpu", help="The GPU's index, for gpu-failure and gpu-repair.")
+    ] = None,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Makes the digital twin play a fault: what the controllers do about it shows in describe and events."""
+    if kind not in _FAULTS:
+        raise ValidationError(f"must be one of {', '.join(_FAULTS)}, got {kind!r}", field="KIND")
+    client = connect(server, token, state)
+    body: dict[str, Any] = {"type": _FAULTS[kind], "node": node}
+    if gpu is not None:
+        body["gpu"] = gpu
+    client.request("POST", "/v1/faults", json=body)
+    console().print(f"{kind} injected on node/{node}" + (f" GPU {gpu}" if gpu is not None else ""))

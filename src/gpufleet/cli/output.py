@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.client import ResourceType
+if TYPE_CHECKING:  # client imports this module to hand over the server's time
+    from gpufleet.cli.client import ResourceType
 
 FORMATS = ("table", "wide", "yaml", "json")
 PIPE_WIDTH = 240
@@ -35,8 +36,23 @@ def lookup(obj: Any, json_path: str) -> Any:
     return value
 
 
+_server_now: list[datetime] = []
+
+
+def set_server_time(value: str | None) -> None:
+    """Remembers the server's clock (it may run faster than real time) for `age`."""
+    if not value:
+        return
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return
+    _server_now[:] = [parsed]
+
+
 def age(timestamp: str | None, now: datetime | None = None) -> str:
-    """`3d4h`, `12m`, `40s`: how long ago, kubectl-style."""
+    """`3d4h`, `12m`, `40s`: how long ago, kubectl-style, by the server's clock when it told it."""
+    now = now or (_server_now[0] if _server_now else None)
     if not timestamp:
         return "-"
     try:

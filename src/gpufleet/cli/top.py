@@ -32,10 +32,11 @@ def top(
     pools = _list_or_none(client, "GPUPool")
     queues = _list_or_none(client, "Queue") or []
     work = (_list_or_none(client, "TrainingJob") or []) + (_list_or_none(client, "InferenceService") or [])
+    workloads = (_list_or_none(client, "Workload") or []) if client.has_kind("Workload") else []
     parts = []
     if pools is not None:
         parts.append(pools_table(pools))
-    parts.append(queues_table(queues, work))
+    parts.append(queues_table(queues, work, workloads))
     console().print(Group(*parts))
 
 
@@ -100,8 +101,27 @@ def _sharing_mode(sharing: dict[str, Any]) -> str:
     return ""
 
 
-def queues_table(queues: list[dict[str, Any]], work: list[dict[str, Any]]) -> Table:
-    """Per queue: its nominal quota, what it uses (of its nominal quota) and its workloads by phase."""
+def usage_by_queue(workloads: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """GPUs charged per queue and flavor by the admitted workloads (their admission's milli-GPU)."""
+    usage: dict[str, dict[str, float]] = {}
+    for workload in workloads:
+        admission = lookup(workload, ".status.admission")
+        if lookup(workload, ".status.phase") != "Admitted" or not isinstance(admission, dict):
+            continue
+        per_flavor = usage.setdefault(str(lookup(workload, ".spec.queue") or "default"), {})
+        for flavor, milli in (admission.get("usage") or {}).items():
+            per_flavor[flavor] = per_flavor.get(flavor, 0.0) + float(milli) / 1000
+    return usage
+
+
+def queues_table(
+    queues: list[dict[str, Any]], work: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None
+) -> Table:
+    """Per queue: its nominal quota, what it uses (of its nominal quota) and its workloads by phase.
+
+    Use is the queue's status when a controller keeps it there, else the sum of admitted workloads.
+    """
+    admitted = usage_by_queue(workloads or [])
     phases: dict[str, Counter[str]] = {}
     for obj in work:
         queue = str(lookup(obj, ".spec.queue") or "default")
@@ -115,7 +135,7 @@ def queues_table(queues: list[dict[str, Any]], work: list[dict[str, Any]]) -> Ta
     for item in queues:
         name = item["metadata"]["name"]
         quotas = item.get("spec", {}).get("quotas", {})
-        usage = item.get("status", {}).get("usage", {})
+        usage = item.get("status", {}).get("usage") or admitted.get(name, {})
         nominal = sum(float(q.get("nominal", 0)) for q in quotas.values())
         used = sum(float(v) for v in usage.values())
         counts = phases.get(name, Counter())

@@ -8,6 +8,8 @@ state survives restarts: running `up` again continues where it stopped.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -19,11 +21,17 @@ from gpufleet.api.documents import load_objects
 from gpufleet.api.resource import Resource
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir
 from gpufleet.cli.output import console
-from gpufleet.server.app import create_app
+from gpufleet.cli.timescale import clock_for
+from gpufleet.controllers.plane import build_manager
+from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer
 from gpufleet.store import SqliteStore
+from gpufleet.twin import twin as twin_faults
+from gpufleet.twin.clock import Clock
+from gpufleet.twin.driver import Runtime
+from gpufleet.twin.twin import Twin
 
 DEMO_FLEET = "demo_fleet.yaml"
 _ADMIN = Principal(queue=None, token_id="gpufleet-up")
@@ -53,28 +61,85 @@ def up(
         int, typer.Option("--port", help="Port of the API (0: any free one).", min=0, max=65535)
     ] = DEFAULT_PORT,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = DEFAULT_HOST,
+    time_scale: Annotated[
+        float,
+        typer.Option("--time-scale", help="Seconds of fleet time per real second (60: a minute a second)."),
+    ] = 1.0,
+    runtime: Annotated[
+        bool, typer.Option("--runtime/--no-runtime", help="Run the digital twin and the controllers.")
+    ] = True,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = console()
     directory = state_dir(state)
+    directory.mkdir(parents=True, exist_ok=True)
     objects = (demo_objects() if demo else []) + [obj for path in fleet or [] for obj in load_objects(path)]
-    with SqliteStore.open(directory) as store:
+    clock = clock_for(directory, time_scale)
+    with SqliteStore.open(directory, clock=clock.datetime) as store:
         tokens = TokenRegistry(directory)
-        server = ApiServer(create_app(store, tokens), state_dir=directory, host=host, port=port)
+        twin = Twin(store, clock=clock) if runtime else None
+        app = create_app(
+            store, tokens, faults=None if twin is None else _fault_sink(twin), now=clock.datetime
+        )
+        server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed
         if objects:
             with out.status(f"applying {len(objects)} objects", spinner="dots"):
                 applied = Operations(store).apply(_ADMIN, objects)
             changed = sum(1 for a in applied if a.action != "unchanged")
             out.print(f"[green]✓[/] fleet: {len(applied)} objects ({changed} created or changed)")
-        _banner(out, server.url, directory, tokens.admin_token_path, state is not None)
-        server.run()
+        stop = threading.Event()
+        thread = _start_runtime(store, clock, twin, stop) if twin is not None else None
+        _banner(
+            out,
+            server.url,
+            directory,
+            tokens.admin_token_path,
+            state is not None,
+            time_scale,
+            thread is not None,
+        )
+        try:
+            server.run()
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=10)
     out.print("stopped; the state is kept in " + str(directory))
 
 
-def _banner(out: Console, url: str, directory: Path, token_path: Path, state_given: bool) -> None:
+def _start_runtime(store: SqliteStore, clock: Clock, twin: Twin, stop: threading.Event) -> threading.Thread:
+    """The twin and the controllers on one driver, in a background thread."""
+    runtime = Runtime(store, clock=clock, participants=[twin, build_manager(store)])
+    return runtime.start(stop)
+
+
+def _fault_sink(twin: Twin) -> Callable[[FaultRequest], None]:
+    def inject(request: FaultRequest) -> None:
+        fault: twin_faults.Fault
+        if request.type == "GpuFailure":
+            fault = twin_faults.GpuFailure(request.node, request.gpu or 0)
+        elif request.type == "GpuRepair":
+            fault = twin_faults.GpuRepair(request.node, request.gpu or 0)
+        elif request.type == "NodeLoss":
+            fault = twin_faults.NodeLoss(request.node)
+        else:
+            fault = twin_faults.SpotInterruption(request.node)
+        twin.inject(fault)
+
+    return inject
+
+
+def _banner(
+    out: Console, url: str, directory: Path, token_path: Path, state_given: bool, scale: float, runtime: bool
+) -> None:
     out.print(f"[bold green]gpufleet is up[/] at [bold]{url}[/]")
+    if runtime:
+        speed = "real time" if scale == 1 else f"{scale:g}x real time"
+        out.print(f"  runtime      digital twin and controllers, {speed}")
+    else:
+        out.print("  runtime      off (--no-runtime): the API and the store only")
     out.print(f"  API docs     {url}/docs   (OpenAPI: {url}/openapi.json)")
     out.print(f"  state        {directory}")
     out.print(f"  admin token  {token_path}")
@@ -93,6 +158,7 @@ def _banner(out: Console, url: str, directory: Path, token_path: Path, state_giv
         ("gpufleet top", "GPU use per pool and queue"),
         ("gpufleet events -w", "what happens, as it happens"),
         ("gpufleet token create --queue team-a", "a token that only sees team-a"),
+        ("gpufleet fault gpu-failure NODE --gpu 0", "fail a GPU; its job restarts from a checkpoint"),
     ):
         out.print(f"  [cyan]{command:<44}[/] [dim]{why}[/]")
     out.print("\nCtrl-C stops it.")

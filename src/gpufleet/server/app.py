@@ -10,17 +10,19 @@ GET  /openapi.json, /docs               the OpenAPI document and its browser
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time.
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 import pydantic
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic.json_schema import models_json_schema
 
-from gpufleet.api.errors import ValidationError
+from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.resource import API_VERSION, KindInfo, kind_info, registered_kinds
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import documents, parse_documents
@@ -28,6 +30,8 @@ from gpufleet.server.errors import ForbiddenError, install_error_handlers
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes
 from gpufleet.store.protocol import Store
+
+TIME_HEADER = "X-Gpufleet-Time"
 
 # Kinds that describe a what-if rather than state; nothing stores them.
 _NOT_SERVED = frozenset({"Scenario"})
@@ -37,18 +41,51 @@ class TokenRequest(pydantic.BaseModel):
     queue: str = pydantic.Field(description="The queue the token may submit to and read.")
 
 
+class FaultRequest(pydantic.BaseModel):
+    """A fault of the digital twin: a GPU fails or is repaired, a node is lost or a spot node reclaimed."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    type: Literal["GpuFailure", "GpuRepair", "NodeLoss", "SpotInterruption"]
+    node: str = pydantic.Field(max_length=253)
+    gpu: int | None = pydantic.Field(default=None, ge=0, le=71, description="For GpuFailure and GpuRepair.")
+
+
+FaultSink = Callable[[FaultRequest], None]
+"""Hands a checked fault to the runtime; given by whoever runs a digital twin next to the server."""
+
+
 def served_kinds() -> list[KindInfo]:
     return [info for info in registered_kinds() if info.kind not in _NOT_SERVED]
 
 
-def create_app(store: Store, tokens: TokenRegistry) -> FastAPI:
-    """The HTTP API over `store`, with requests authenticated against `tokens`."""
+def create_app(
+    store: Store,
+    tokens: TokenRegistry,
+    *,
+    faults: FaultSink | None = None,
+    now: Callable[[], datetime] | None = None,
+) -> FastAPI:
+    """The HTTP API over `store`, with requests authenticated against `tokens`.
+
+    `faults` receives the faults posted to /v1/faults; without it (no digital twin) they are refused.
+    `now` is the clock that stamps the store's objects (the twin's, which may run faster than real
+    time); every answer carries it in `X-Gpufleet-Time` so clients show ages on the same time line.
+    """
     app = FastAPI(
         title="gpufleet",
         version="v1alpha1",
         description="The embedded control plane's API: Kubernetes-style paths for gpufleet's kinds.",
     )
     install_error_handlers(app)
+    clock = now or (lambda: datetime.now(UTC))
+
+    @app.middleware("http")
+    async def stamp_time(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        response.headers[TIME_HEADER] = clock().isoformat()
+        return response
+
     ops = Operations(store)
     bearer = HTTPBearer(auto_error=False, description="The admin token or a queue's token.")
 
@@ -112,6 +149,21 @@ def create_app(store: Store, tokens: TokenRegistry) -> FastAPI:
             raise ForbiddenError(f"{who.describe()} may not create tokens")
         token = tokens.create(request.queue)
         return JSONResponse({"token": token, "queue": request.queue}, status_code=201)
+
+    @app.post("/v1/faults", tags=["server"], status_code=202, summary="Make the digital twin play a fault")
+    def inject_fault(request: FaultRequest, who: Who) -> JSONResponse:
+        if not who.admin:
+            raise ForbiddenError(f"{who.describe()} may not inject faults")
+        if faults is None:
+            raise NotFoundError("this server runs no digital twin to inject faults into")
+        if request.type in ("GpuFailure", "GpuRepair") and request.gpu is None:
+            raise ValidationError(f"{request.type} needs the GPU's index", field="gpu")
+        node = store.get("Node", request.node) if kind_info("Node") else None
+        gpus = getattr(getattr(node, "spec", None), "gpus", None)
+        if request.gpu is not None and isinstance(gpus, int) and request.gpu >= gpus:
+            raise ValidationError(f"node {request.node} has GPUs 0..{gpus - 1}", field="gpu")
+        faults(request)
+        return JSONResponse({"accepted": request.model_dump()}, status_code=202)
 
     for info in kinds:
         add_kind_routes(app, ops, info, authenticate)
