@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.fleet.state import Allocation, FleetState
 from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.parking import ParkingLot
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory, user_key
 from gpufleet.scheduler.quota import QuotaTree, QuotaUsage
 from gpufleet.scheduler.statement import Statement
@@ -72,6 +73,11 @@ class ClusterCache:
         # Workloads that had victims evicted for them and wait to start: tried first in the next cycle,
         # so that the capacity freed for them is not taken by another workload (no preemption loops).
         self.nominated: list[str] = []
+        # Inadmissible workloads and what would wake them (a memo across cycles; see parking.py).
+        self.parking = ParkingLot()
+        # Per quota-tree root: bumped whenever the world admits, evicts, shrinks or finishes a workload
+        # there, i.e. whenever the set of possible preemption victims in that tree may have changed.
+        self.epochs: dict[str, int] = {}
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:
@@ -90,6 +96,8 @@ class ClusterCache:
         admitted = Admitted(dataclasses.replace(workload, admitted_at=now), assignment, pods)
         self._charge(admitted, 1)
         self.admitted[workload.name] = admitted
+        self.parking.unpark(workload.name)
+        self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
         return admitted
 
@@ -101,6 +109,7 @@ class ClusterCache:
         self._charge(admitted, -1)
         workload = dataclasses.replace(admitted.workload, admitted_at=None)
         self.pending[name] = workload
+        self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
         return workload
 
@@ -113,6 +122,7 @@ class ClusterCache:
             del admitted.pods[pod]
         admitted.assignment = _with_counts(admitted, counts)
         self._charge(admitted, 1)
+        self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
 
     def finish(self, name: str, *, now: float) -> None:
@@ -121,6 +131,7 @@ class ClusterCache:
         for pod in admitted.pods:
             self.fleet.release(pod)
         self._charge(admitted, -1)
+        self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
 
     def checkpoint(self, name: str, *, now: float) -> None:
@@ -128,6 +139,14 @@ class ClusterCache:
         admitted.workload = dataclasses.replace(admitted.workload, last_checkpoint_at=now)
 
     # ------------------------------------------------------------- internals
+    def epoch(self, queue: str) -> int:
+        """The change counter of the quota tree holding `queue`."""
+        return self.epochs.get(self.tree.root_of(queue), 0)
+
+    def _changed(self, queue: str) -> None:
+        root = self.tree.root_of(queue) if queue in self.tree.nodes else queue
+        self.epochs[root] = self.epochs.get(root, 0) + 1
+
     def _charge(self, admitted: Admitted, sign: int) -> None:
         members = self.by_queue.setdefault(admitted.queue, set())
         if sign > 0:

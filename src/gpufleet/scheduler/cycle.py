@@ -19,12 +19,15 @@ Steps, each a call:
 6. decisions: everything left pending carries its reason.
 
 StrictFIFO queues stop at a head that cannot start; BestEffortFIFO queues go on with the next workload.
+A BestEffortFIFO workload that cannot start is parked (`parking.py`): later cycles skip it, keeping its
+reason, until quota or capacity it could use is released; only the first parked workload of each queue
+stays in the order, to keep the queue's one preemption attempt per cycle where Kueue has it.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +45,7 @@ from gpufleet.scheduler.flavors import (
     shrink_steps,
     usage_of,
 )
+from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.result import PlacementResult
 from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
@@ -79,6 +83,10 @@ class _Preemption:
 @dataclass(frozen=True, slots=True)
 class _Failure:
     reason: Reason
+    searched: bool = False
+    """True when a preemption search ran for this workload and found no victims."""
+    quota_short: tuple[str | None, ...] = ()
+    """The flavors tried that failed on quota (or the per-user limit) rather than on placement."""
 
 
 Outcome = _Admission | _Preemption | _Failure
@@ -127,10 +135,19 @@ class _Cycle:
         # Kueue's rule: per queue and cycle, only the first workload that cannot start may preempt.
         self.preempted_for: set[str] = set()
         self._usage_memo: dict[str, dict[str, int]] = {}
+        self._models_memo: dict[str, list[str | None]] = {}
+        self.parking: ParkingLot = cache.parking
+        # Per queue, the parked workload that stands in the order for the queue's preemption attempt.
+        self._parked_heads: dict[str, ParkedWorkload] = {}
+        self._min_runtime = any(s.min_runtime_seconds > 0 for s in cache.settings.values())
 
     # ---------------------------------------------------------------- steps
     def run(self) -> CycleResult:
+        fleet = self.snapshot.fleet
+        # Nominated preemptors first take the capacity freed for them; only what is left may wake others.
         self._nominated_first()
+        self.parking.capacity.begin(fleet)
+        self._wake()
         queues = self._heads()
         heap: list[tuple[tuple[object, ...], str]] = []
         for queue, ordered in queues.items():
@@ -145,8 +162,11 @@ class _Cycle:
             if fresh != key and heap and fresh > heap[0][0]:
                 heapq.heappush(heap, (fresh, queue))  # its queue's share moved: wait its turn
                 continue
-            outcome = self._attempt(workload)
-            blocked = self._record(workload, outcome)
+            if workload.name in self._parked_heads:
+                blocked = self._parked_head(workload)
+            else:
+                outcome = self._attempt(workload)
+                blocked = self._record(workload, outcome)
             strict = self.cache.settings[queue].strategy is QueueingStrategy.STRICT_FIFO
             following = queues[queue]
             if blocked and strict:
@@ -159,7 +179,87 @@ class _Cycle:
             if nxt is not None:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (self._key(nxt), queue))
+        self.parking.capacity.end(fleet)
         return self.result
+
+    def _wake(self) -> None:
+        """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues."""
+        cache = self.cache
+        parking = self.parking
+        capacity = parking.capacity
+        fits: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+        woken: list[str] = []
+        for name, entry in parking.entries.items():
+            if cache.pending.get(name) is not entry.workload:
+                woken.append(name)  # admitted, gone or replaced by the world: no longer parked here
+                continue
+            workload = entry.workload
+            for need in entry.needs:
+                key = (workload.queue, tuple(sorted(need.usage.items())))
+                ok = fits.get(key)
+                if ok is None:
+                    ok = fits[key] = cache.usage.fits(workload.queue, need.usage) is None
+                news = not need.quota_fitted or capacity.rose_since(need.model, entry.mark)
+                if ok and news and self._user_fits(workload, need.usage):
+                    woken.append(name)
+                    break
+        for name in woken:
+            parking.unpark(name)
+
+    def _user_fits(self, workload: Workload, usage: Mapping[str, int]) -> bool:
+        limit = self.cache.settings[workload.queue].user_gpu_limit
+        if limit is None or not workload.user:
+            return True
+        return self.cache.user_used(workload.queue, workload.user) + sum(usage.values()) <= limit
+
+    def _victim_memo(self, workload: Workload) -> tuple[object, ...]:
+        """What a failed preemption search depended on besides the preemptor (see parking.py)."""
+        return (
+            self.cache.epoch(workload.queue),
+            self.parking.capacity.counter,
+            self.now if self._min_runtime else None,
+        )
+
+    def _parked_head(self, workload: Workload) -> bool:
+        """A parked workload reached in queue order: it is the queue's first that cannot start."""
+        entry = self._parked_heads[workload.name]
+        queue = workload.queue
+        if queue in self.preempted_for or entry.victim_memo == self._victim_memo(workload):
+            self.preempted_for.add(queue)
+            self.result.pending[workload.name] = Pending(workload.name, entry.reason)
+            return True
+        self.parking.unpark(workload.name)
+        return self._record(workload, self._attempt(workload))
+
+    def _models(self, workload: Workload) -> list[str | None]:
+        """The flavors to try for a workload, in order (memo for the cycle)."""
+        models = self._models_memo.get(workload.name)
+        if models is None:
+            cache = self.cache
+            node = cache.tree.nodes[workload.queue]
+            models = candidate_models(
+                workload,
+                queue_flavors=list(node.quotas),
+                fleet_models=cache.fleet.models,
+                unlimited=node.unlimited,
+            )
+            self._models_memo[workload.name] = models
+        return models
+
+    def _park(self, workload: Workload, failure: _Failure) -> None:
+        cache = self.cache
+        if cache.settings[workload.queue].strategy is QueueingStrategy.STRICT_FIFO:
+            return
+        smallest = counts_at(workload, shrink_steps(workload))
+        needs = []
+        for model in self._models(workload):
+            # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
+            fitted = model not in failure.quota_short
+            needs.append(FlavorNeed(model, usage_of(workload, model, smallest), fitted))
+        memo = self._victim_memo(workload) if failure.searched else None
+        self.parking.park(
+            ParkedWorkload(workload, failure.reason, tuple(needs), self.parking.capacity.counter, memo)
+        )
 
     def _nominated_first(self) -> None:
         """Step 0: workloads whose victims were evicted last cycle start first, on the capacity freed."""
@@ -186,6 +286,7 @@ class _Cycle:
         cache = self.cache
         self._current: dict[str, Workload] = {}
         by_queue: dict[str, list[Workload]] = {}
+        parked: dict[str, list[ParkedWorkload]] = {}
         for workload in cache.pending.values():
             if workload.queue not in cache.tree.nodes or not cache.tree.is_leaf(workload.queue):
                 message = f"queue {workload.queue!r} is not a leaf queue of the quota tree"
@@ -193,20 +294,35 @@ class _Cycle:
                     workload.name, Reason(explain.QUOTA_EXCEEDED, message, {"queue": workload.queue})
                 )
                 continue
+            entry = self.parking.get(workload)
+            if entry is not None:
+                parked.setdefault(workload.queue, []).append(entry)
+                continue
             by_queue.setdefault(workload.queue, []).append(workload)
         weight = self.config.fair_sharing.history_weight
         out: dict[str, Iterator[Workload]] = {}
-        for queue, items in by_queue.items():
-            users = {w.user for w in items}
+        for queue in by_queue.keys() | parked.keys():
+            items = by_queue.get(queue, [])
+            waiting = parked.get(queue, [])
+            users = {w.user for w in items} | {e.workload.user for e in waiting}
+            share: dict[str, float] = {}
             if len(users) > 1:
                 share = {
                     u: cache.user_used(queue, u)
                     + weight * cache.history.average(user_key(queue, u), "*", self.now)
                     for u in users
                 }
-                items.sort(key=lambda w: (-w.priority, share[w.user], w.submitted_at, w.name))
-            else:
-                items.sort(key=lambda w: (-w.priority, w.submitted_at, w.name))
+            order = _queue_order(share)
+            if waiting:
+                # Only the first parked workload stays in the order (for the queue's preemption attempt);
+                # the others keep the reason they were parked with.
+                first = min(waiting, key=lambda e: order(e.workload))
+                for entry in waiting:
+                    if entry is not first:
+                        self.result.pending[entry.workload.name] = Pending(entry.workload.name, entry.reason)
+                self._parked_heads[first.workload.name] = first
+                items.append(first.workload)
+            items.sort(key=order)
             out[queue] = iter(items)
         return out
 
@@ -280,40 +396,37 @@ class _Cycle:
             self.no_victims.clear()
             return True
         self.result.pending[name] = Pending(name, outcome.reason)
+        self._park(workload, outcome)
         return True
 
     # ------------------------------------------------------------- attempt
     def _attempt(self, workload: Workload) -> Outcome:
         """Steps 3-5 for one workload."""
-        cache = self.cache
         queue = workload.queue
-        node = cache.tree.nodes[queue]
-        models = candidate_models(
-            workload,
-            queue_flavors=list(node.quotas),
-            fleet_models=cache.fleet.models,
-            unlimited=node.unlimited,
-        )
+        models = self._models(workload)
         if not models:
             wanted = sorted({m for ps in workload.pod_sets for m in ps.request.gpu_models})
             return _Failure(explain.no_flavor(workload.name, queue, wanted))
         first: Reason | None = None
+        short: list[str | None] = []
         for model in models:
             found = self._admit_with(workload, model)
             if isinstance(found, _Admission):
                 return found
             first = first or found.reason
+            if found.reason.type == explain.QUOTA_EXCEEDED:
+                short.append(model)
         assert first is not None
         if first.type == explain.NO_FIT and first.details.get("never"):
-            return _Failure(first)
+            return _Failure(first, quota_short=tuple(short))
         if queue in self.preempted_for:
-            return _Failure(first)
+            return _Failure(first, quota_short=tuple(short))
         self.preempted_for.add(queue)
         for model in models:
             preemption = self._preempt_for(workload, model)
             if preemption is not None:
                 return preemption
-        return _Failure(first)
+        return _Failure(first, searched=True, quota_short=tuple(short))
 
     def _admit_with(self, workload: Workload, model: str | None) -> _Admission | _Failure:
         counts = self._quota_counts(workload, model)
@@ -413,12 +526,22 @@ class _Cycle:
         if victims is None:
             self.no_victims.add(memo)
             return None
+        self.parking.capacity.lower(
+            self.snapshot.fleet, [a.node for c in victims.victims for a in c.admitted.pods.values()]
+        )
         apply_victims(self.snapshot, victims)
         placed = self._place(workload, model, counts)
         if placed.no_fit is None:
             admission = self._admission(workload, model, placed)
             self.snapshot.assume(workload, admission.assignment, list(admission.allocations), now=self.now)
         return _Preemption(victims)
+
+
+def _queue_order(share: dict[str, float]) -> Callable[[Workload], tuple[object, ...]]:
+    """Order inside a leaf queue: priority, the user's fair share (when users differ), submission, name."""
+    if not share:
+        return lambda w: (-w.priority, w.submitted_at, w.name)
+    return lambda w: (-w.priority, share[w.user], w.submitted_at, w.name)
 
 
 def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:

@@ -139,11 +139,17 @@ def candidates(
     ):
         queues.extend(
             name
-            for name in cache.by_queue
-            if name != preemptor.queue and tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+            for name, members in cache.by_queue.items()
+            if members
+            and name != preemptor.queue
+            and tree.root_of(name) == root
+            and _borrows(snapshot, name, flavors)
         )
+    # The final sort ends in the name, so the order of this scan does not matter.
     for queue in queues:
-        for name in sorted(cache.by_queue.get(queue, ())):
+        borrows = queue == preemptor.queue or _borrows(snapshot, queue, flavors)
+        victim_settings = cache.settings[queue]
+        for name in cache.by_queue.get(queue, ()):
             admitted = cache.admitted[name]
             workload = admitted.workload
             if (
@@ -154,18 +160,15 @@ def candidates(
                 continue
             if flavors and not flavors & set(admitted.assignment.usage):
                 continue
-            if tree.root_of(admitted.queue) != root:
-                continue
-            victim_settings = cache.settings[admitted.queue]
             started = workload.admitted_at if workload.admitted_at is not None else now
             if now - started < victim_settings.min_runtime_seconds:
                 continue
             cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
             if cause is None:
                 continue
-            if cause != WITHIN_QUEUE and not _borrows(snapshot, admitted.queue, flavors):
+            if cause != WITHIN_QUEUE and not borrows:
                 continue
-            shrink = _shrink_of(admitted)
+            shrink = _shrink_of(admitted) if workload.elastic else None
             if shrink is not None:
                 pods, counts = shrink
                 removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
@@ -321,7 +324,7 @@ def select_victims(
     scopes = _scopes(snapshot, preemptor, pool)
     if len(scopes) > max_scopes:
         # Try first the domains whose candidates are cheapest to lose.
-        scopes.sort(key=lambda group: float(np.sum([c.lost_gpu_seconds for c in group[:4]])))
+        scopes.sort(key=lambda group: sum(c.lost_gpu_seconds for c in group[:4]))
         scopes = scopes[:max_scopes]
     for scoped in scopes:
         found = _greedy(snapshot, scoped, fits, flavors)

@@ -1,0 +1,167 @@
+"""Parking: workloads found inadmissible wait outside the cycle until something relevant changes.
+
+This is Kueue's "inadmissible workloads" for BestEffortFIFO queues. Re-trying every pending workload
+every cycle costs quota arithmetic and placement for work that cannot start; on a big backlog that is
+almost all of a cycle. A workload that fails is parked with what it was waiting for, and each cycle
+starts by waking those whose wait may be over:
+
+- quota: for some flavor it accepts, its queue's quota (and the per-user limit) now fits the workload
+  at its minimum size, where it did not when it was parked: usage was released in its part of the tree;
+- capacity: for some flavor whose quota fits, free capacity rose since it was parked on a node of that
+  GPU model (any node for a workload without a model), or nodes changed (added, removed, cordoned,
+  tainted, relabelled): a finished workload or a new node may let it be placed;
+- a changed workload (the world replaced the pending object) is no longer parked.
+
+Checks are value-based, taken from the cache at the start of a cycle, so a world that changes the cache
+directly (not only through `ClusterCache` methods) still wakes the right workloads. Capacity is compared
+with the lowest free capacity the previous cycle passed through on each node (`CapacityWatch`): a
+workload parked mid-cycle saw at least that much, so nothing rising above it means it still cannot be
+placed. Capacity freed by a preemption during a cycle reaches parked workloads at the next cycle.
+
+Preemption: each queue's first failing workload (parked or not) keeps Kueue's one preemption attempt
+per queue and cycle; a parked one repeats its search only when the admitted workloads of its quota tree
+changed, capacity rose, or (with minimum runtimes) time moved: `victim_memo`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.explain import Reason
+from gpufleet.scheduler.workload import Workload
+
+ANY_MODEL = ""
+"""Capacity key for workloads without a GPU model (MIG, CPU-only): any node counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorNeed:
+    """One flavor a parked workload accepts: its usage at minimum size and whether quota fitted it."""
+
+    model: str | None
+    usage: Mapping[str, int]
+    quota_fitted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedWorkload:
+    workload: Workload
+    reason: Reason
+    needs: tuple[FlavorNeed, ...]
+    mark: int
+    """`CapacityWatch.counter` when parked: capacity that rose after it is news to this workload."""
+    victim_memo: tuple[object, ...] | None
+    """Set when its own preemption search found no victims, to the state it searched (see module doc)."""
+
+
+Arrays = tuple[npt.NDArray[np.int64], ...]
+
+
+class CapacityWatch:
+    """Notices free capacity that rose since the previous cycle, per GPU model."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.rose: dict[str, int] = {}
+        self._baseline: Arrays | None = None
+        self._generation = -1
+        self._low: Arrays | None = None
+
+    def begin(self, fleet: FleetState) -> None:
+        """Cycle start: compares free capacity with the baseline; starts tracking this cycle's low."""
+        now = _free_arrays(fleet)
+        base = self._baseline
+        if base is None or fleet.generation != self._generation or _shapes(base) != _shapes(now):
+            self.counter += 1
+            self.rose = {key: self.counter for key in (*fleet.models, ANY_MODEL)}
+        else:
+            rows = _rows_rose(base, now)
+            if rows.size:
+                self.counter += 1
+                self.rose[ANY_MODEL] = self.counter
+                for code in np.unique(fleet.model[rows]):
+                    if code >= 0:
+                        self.rose[fleet.models[int(code)]] = self.counter
+        self._generation = fleet.generation
+        self._low = tuple(a.copy() for a in now)
+
+    def lower(self, fleet: FleetState, rows: list[int]) -> None:
+        """Before capacity on `rows` is freed mid-cycle: remember how low those rows were."""
+        if self._low is None or not rows:
+            return
+        index = np.asarray(sorted(set(rows)), dtype=np.intp)
+        for low, now in zip(self._low, _free_arrays(fleet), strict=True):
+            if low.shape == now.shape:
+                low[index] = np.minimum(low[index], now[index])
+
+    def end(self, fleet: FleetState) -> None:
+        """Cycle end (decisions assumed): the baseline is the lowest each node was during the cycle."""
+        now = _free_arrays(fleet)
+        low = self._low
+        if low is None or _shapes(low) != _shapes(now):
+            self._baseline = now
+        else:
+            self._baseline = tuple(np.minimum(a, b) for a, b in zip(low, now, strict=True))
+        self._low = None
+
+    def rose_since(self, model: str | None, mark: int) -> bool:
+        return self.rose.get(model or ANY_MODEL, self.counter) > mark
+
+
+def _free_arrays(fleet: FleetState) -> Arrays:
+    n = fleet.n_rows
+    return (
+        fleet.cpu_free[:n].copy(),
+        fleet.mem_free[:n].copy(),
+        fleet.gpu_free[:n].copy(),
+        fleet.mig_free[:n].copy(),
+        fleet.gpu_ok[:n].astype(np.int64),
+    )
+
+
+def _shapes(arrays: Arrays) -> tuple[tuple[int, ...], ...]:
+    return tuple(a.shape for a in arrays)
+
+
+def _rows_rose(before: Arrays, after: Arrays) -> npt.NDArray[np.intp]:
+    rose = np.zeros(after[0].shape[0], dtype=np.bool_)
+    for old, new in zip(before, after, strict=True):
+        grew = new > old
+        rose |= grew if grew.ndim == 1 else grew.any(axis=1)
+    return np.flatnonzero(rose)
+
+
+class ParkingLot:
+    """The parked workloads of one cache, and the capacity watch their wake-ups read."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, ParkedWorkload] = {}
+        self.capacity = CapacityWatch()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def park(self, entry: ParkedWorkload) -> None:
+        self.entries[entry.workload.name] = entry
+
+    def unpark(self, name: str) -> None:
+        self.entries.pop(name, None)
+
+    def clear(self) -> None:
+        """Wakes everything (e.g. after the world changed queue settings in place)."""
+        self.entries.clear()
+
+    def get(self, workload: Workload) -> ParkedWorkload | None:
+        """The entry for this very workload; a replaced (changed) workload is not parked."""
+        entry = self.entries.get(workload.name)
+        if entry is None:
+            return None
+        if entry.workload is not workload and entry.workload != workload:
+            del self.entries[workload.name]
+            return None
+        return entry
