@@ -47,7 +47,8 @@ from gpufleet.api.runtime import (
     PodSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, events
+from gpufleet.controllers import convert, events, nodesync
+from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
 from gpufleet.scheduler.cache import ClusterCache
@@ -272,20 +273,11 @@ class SchedulingController:
             self._add_node(node)
             return
         self.nodes[node.name] = node
-        row = fleet.row_of(node.name)
-        new = convert.node_spec(node)
-        if not convert.same_shape(new, fleet.specs[row]):
+        if not nodesync.update_in_place(fleet, convert.node_spec(node)):
             self._detach_pods(node.name, reason="NodeChanged", message=f"node {node.name} changed shape")
             fleet.remove_node(node.name)
             self._add_node(node)
             return
-        unhealthy = set(new.unhealthy_gpus)
-        for gpu in range(new.gpus):
-            healthy = gpu not in unhealthy
-            if bool(fleet.gpu_ok[row, gpu]) != healthy:
-                fleet.set_gpu_health(node.name, gpu, healthy)
-        if bool(fleet.schedulable[row]) == new.unschedulable:
-            fleet.set_schedulable(node.name, not new.unschedulable)
         if node.status.phase == "Lost":
             self._detach_pods(node.name, reason="NodeLost", message=f"node {node.name} was lost")
 
@@ -408,24 +400,16 @@ class SchedulingController:
         assert cache is not None
         self.dirty = False
         self.next_periodic = now + self.resync_seconds
-        last: CycleResult | None = None
-        for _ in range(self.config.max_cycles):
-            if not cache.pending:
-                last = None
-                break
-            result = self.scheduler.cycle(cache, now=now)
-            self.stats.cycles += 1
-            last = result
-            for preempt in result.preempted:
-                self._preempt(preempt, now)
-            for admit in result.admitted:
-                self._admit(admit, now)
-            # Preemptors whose victims were just evicted go first next cycle (the core's rule against
-            # preemption loops; an in-memory world does the same in `apply_decisions`).
-            cache.nominated = [name for name in result.nominated if name in cache.pending]
-            if not result.changed:
-                break
-        self._write_reasons(last, now)
+        # The cycle loop is shared with the Kubernetes world; this world's carrier creates bound Pods.
+        outcome = run_cycles(
+            scheduler=self.scheduler,
+            cache=cache,
+            carrier=Carrier(preempt=self._preempt, admit=self._admit),
+            now=now,
+            max_cycles=self.config.max_cycles,
+        )
+        self.stats.cycles += outcome.cycles
+        self._write_reasons(outcome.last, now)
 
     def _admit(self, admit: Admit, now: float) -> None:
         cache = self.cache
