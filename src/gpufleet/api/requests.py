@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -11,6 +11,21 @@ from gpufleet.api.fields import MigProfileName, Quantity
 from gpufleet.api.quantity import cpu_milli, memory_mib
 
 MILLI_PER_GPU = 1000
+
+
+class Toleration(ApiModel):
+    """Kubernetes toleration semantics: with `operator: Exists` and no key it tolerates every taint."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise field_error("value", "must be empty with operator Exists")
+        return self
 
 
 class PodRequest(ApiModel):
@@ -32,6 +47,12 @@ class PodRequest(ApiModel):
     memory: Quantity | None = None
     template: dict[str, Any] | None = Field(
         default=None, description="Kubernetes world: a PodTemplateSpec for the pod."
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, description="Taints the pod tolerates (GPU taints, a pool's own taints)."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="Node labels the pod's node must carry."
     )
 
     @model_validator(mode="after")

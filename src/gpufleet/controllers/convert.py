@@ -13,7 +13,7 @@ from gpufleet.api.requests import PodRequest as ApiPodRequest
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.fleet.node import NodeSpec, SharingMode
-from gpufleet.fleet.request import PodRequest, Taint
+from gpufleet.fleet.request import PodRequest, Taint, Toleration
 from gpufleet.fleet.state import Allocation, FleetState, MigSlot
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
@@ -53,6 +53,11 @@ def pod_request(request: ApiPodRequest) -> PodRequest:
         gpu_milli=request.gpu_milli or 0,
         mig=request.mig,
         gpu_models=request.gpu_models,
+        tolerations=tuple(
+            Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+            for t in request.tolerations or ()
+        ),
+        node_selector=tuple(sorted((request.node_selector or {}).items())),
     )
 
 
