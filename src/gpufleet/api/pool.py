@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MigProfileName, Quantity
@@ -143,7 +143,18 @@ class GPUPoolStatus(ObjectStatus):
     gpus: int = Field(default=0, ge=0)
     allocated_gpu_milli: int = Field(default=0, ge=0)
     idle_gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours ready but unallocated, so far.")
-    idle_cost: float = Field(default=0.0, ge=0, description="What the idle GPU-hours cost at the pool's price.")
+    idle_cost: float = Field(
+        default=0.0, ge=0, description="What the idle GPU-hours cost at the pool's price."
+    )
+    idle_gpus: float = Field(
+        default=0.0, ge=0, description="GPUs ready but unallocated at `idleCountedTime`."
+    )
+    idle_counted_time: AwareDatetime | None = Field(
+        default=None, description="When idleGpuHours was last brought up to date (it runs on from here)."
+    )
+    idle_since: dict[str, AwareDatetime] = Field(
+        default_factory=dict, description="Autoscaling: since when each idle node has held no pod."
+    )
 
 
 class GPUPool(Resource):

@@ -159,10 +159,17 @@ class WorkloadPodSet(ApiModel):
     request: PodRequest
 
 
+WorkloadClass = Literal["training", "inference", "batch"]
+"""What a workload is for; placement may treat the classes differently (inference spreads)."""
+
+
 class WorkloadSpec(ApiModel):
     """What the scheduler needs to decide on a gang; `active: false` takes it out of scheduling."""
 
     owner: OwnerRef
+    workload_class: WorkloadClass = Field(
+        default="batch", description="training (TrainingJob), inference (InferenceService replica) or batch."
+    )
     queue: str = "default"
     priority: int = 0
     user: str = ""
@@ -196,6 +203,13 @@ class Eviction(ApiModel):
     attempt: int = Field(default=1, ge=1)
 
 
+class NodeDemand(ApiModel):
+    """A pending workload that no existing node can hold, and the GPUPools whose fresh nodes could
+    (the GPU model, sharing mode, MIG profile and the queue's flavors allow it), cheapest first."""
+
+    pools: list[str] = Field(default_factory=list)
+
+
 WorkloadPhase = Literal["Pending", "Admitted", "Inactive", "Failed"]
 
 
@@ -206,6 +220,9 @@ class WorkloadStatus(ObjectStatus):
     admitted_time: AwareDatetime | None = None
     requeue_at: AwareDatetime | None = None
     evictions: list[Eviction] = Field(default_factory=list)
+    node_demand: NodeDemand | None = Field(
+        default=None, description="Set while it waits for nodes rather than for quota or a preemption."
+    )
 
 
 class Workload(Resource):

@@ -6,6 +6,7 @@ Names. A Workload `ns/name` is the core workload `ns/name`; its pods are the cor
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from gpufleet.api.queue import Queue
@@ -20,6 +21,7 @@ from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 
 DEFAULT_QUEUE = "default"
+CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(Workload))
 
 
 def workload_key(namespace: str | None, name: str) -> str:
@@ -66,6 +68,8 @@ def core_workload(obj: WorkloadObject) -> Workload:
     created = obj.metadata.creation_timestamp
     admitted = obj.status.admitted_time if obj.status.phase == "Admitted" else None
     checkpoint = spec.last_checkpoint_time
+    # The class (training, inference) selects a per-workload placement policy in cores that have one.
+    extra = {"workload_class": spec.workload_class} if "workload_class" in CORE_FIELDS else {}
     return Workload(
         name=workload_key(obj.namespace, obj.name),
         pod_sets=tuple(
@@ -79,6 +83,7 @@ def core_workload(obj: WorkloadObject) -> Workload:
         submitted_at=created.timestamp() if created else 0.0,
         admitted_at=admitted.timestamp() if admitted else None,
         last_checkpoint_at=checkpoint.timestamp() if checkpoint else None,
+        **extra,
     )
 
 

@@ -191,6 +191,7 @@ class InferenceServiceController(Reconciler):
                 ),
                 spec=WorkloadSpec(
                     owner=OwnerRef(kind="InferenceService", name=service.name),
+                    workload_class="inference",
                     queue=spec.queue,
                     priority=priority_value(spec.priority_class),
                     pod_sets=[WorkloadPodSet(name="server", count=1, request=spec.replica)],

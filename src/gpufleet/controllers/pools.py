@@ -1,26 +1,38 @@
 """The GPUPool controller: the pool's nodes, their count, and what idle capacity costs.
 
 Nodes. A pool owns Node objects named `{pool}-{i}`, labelled with the pool, the capacity type and
-their place in the topology (`block`, `rack`: node i is in rack `{block}-r{i mod racks}`). The count is
-`spec.nodes`, or with `autoscaling` whatever demand asks between minNodes and maxNodes. Lost nodes are
-deleted and, the count being level-triggered, replaced; a spot node under an interruption notice no
-longer counts, so its replacement is made before the old one goes.
+their place in the topology: `block`, and `rack` (`{block}-r{j}`, or `{pool}-r{j}` without a block).
+A new node goes to the rack with the fewest nodes of the pool, unless it is made for a gang that
+requires one rack. Lost nodes are deleted and, the count being level-triggered, replaced; a spot node
+under an interruption notice no longer counts, so its replacement is made before the old one goes.
 
-Autoscaling. Scale up when workloads wait with a `NoFit` reason and their pods fit a fresh node of this
-pool (the cheapest such pool with room wins): enough nodes for every such gang, less those still
-provisioning. Scale down a node that has held no pod for `scaleDownDelaySeconds`, never below minNodes,
-and not while work waits for this pool. Idle time is kept in memory: after a restart a node's idle
-clock starts again, which can only delay a scale-down.
+Count. Without `autoscaling` the pool converges to `spec.nodes`: missing nodes are made, surplus ones
+removed, idle ones first. With it, the count follows demand between minNodes and maxNodes:
 
-Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time; `idleCost` prices them.
+- Up: the scheduling controller marks each workload that waits for nodes (not for quota) with the
+  pools whose fresh nodes could serve it, cheapest first (`status.nodeDemand`). Each such workload,
+  in priority order, goes to the first autoscaled pool of its list with room; there it first claims
+  the pool's spare nodes (provisioning, or ready and empty), then new ones are made, all in one rack
+  for a gang that requires a rack (or not at all if that rack cannot hold it within maxNodes). Claimed
+  spare nodes make the plan self-limiting: a workload that still waits while its nodes stand idle gets
+  no more.
+- Down: a ready node that held no pod for `scaleDownDelaySeconds` and is claimed by no waiting
+  workload is removed, never below minNodes. When each node became idle is kept in
+  `status.idleSince`, so a restart of the controller does not restart the timers.
+
+Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time and `idleCost` prices them;
+the integral runs on from `idleCountedTime` with `idleGpus`, both in the status, so it survives a
+restart too.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.meta import Condition, ObjectMeta, set_condition
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
+from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.runtime import (
     BLOCK_LABEL,
     CAPACITY_TYPE_LABEL,
@@ -31,12 +43,23 @@ from gpufleet.api.runtime import (
     Pod,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import events
+from gpufleet.controllers import capacity, events
 from gpufleet.controllers.manager import Key, Reconciler
-from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.store.protocol import Store, WatchEvent
 
 STATUS_PERIOD = 60.0
+ONE_RACK_LEVELS = (RACK_LABEL,)
+"""Required topology levels a pool with several racks must satisfy inside one rack."""
+
+
+@dataclass(slots=True)
+class Plan:
+    """What waiting workloads want of one pool: racks of the nodes to make, spare nodes they claim."""
+
+    create: list[str | None] = field(default_factory=list)
+    claimed: set[str] = field(default_factory=set)
+    reasons: list[str] = field(default_factory=list)
 
 
 class PoolController(Reconciler):
@@ -46,10 +69,8 @@ class PoolController(Reconciler):
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
-        self.idle_since: dict[str, float] = {}
-        self.observed: dict[str, tuple[float, float]] = {}
-        """pool -> (time, idle GPUs then): the start of the current piece of the idle integral."""
         self.node_pool: dict[str, str] = {}
+        """node -> pool, so that a pod event finds its pool without a read."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -63,8 +84,8 @@ class PoolController(Reconciler):
         if isinstance(obj, Pod):
             pool = self.node_pool.get(obj.spec.node_name)
             return [("", pool)] if pool else []
-        if isinstance(obj, WorkloadObject) and obj.status.phase == "Pending":
-            return [("", p.name) for p in self.store.list(GPUPool) if p.spec.autoscaling is not None]
+        if isinstance(obj, WorkloadObject) and obj.status.node_demand is not None:
+            return [("", name) for name in obj.status.node_demand.pools]
         return []
 
     # ------------------------------------------------------------------ reconcile
@@ -72,7 +93,8 @@ class PoolController(Reconciler):
         name = key[1]
         pools = {p.name: p for p in self.store.list(GPUPool)}
         pool = pools.get(name)
-        nodes = [n for n in self.store.list(Node, label_selector={POOL_LABEL: name})]
+        all_nodes = self.store.list(Node).items
+        nodes = [n for n in all_nodes if n.spec.pool == name]
         if pool is None:
             for node in nodes:
                 self.store.delete(Node, node.name)
@@ -86,84 +108,182 @@ class PoolController(Reconciler):
             events.record(self.store, pool, reason="NodeRemoved", message=f"{node.name} was lost", now=now)
         nodes = [n for n in nodes if n.status.phase != "Lost"]
         counted = [n for n in nodes if n.status.interruption_time is None]
-        wake = self._scale(pool, pools, counted, busy, now)
-        self._write_status(pool, nodes, pods, now)
+        if pool.spec.autoscaling is None:
+            removed = self._converge(pool, counted, busy, now)
+            idle_since: dict[str, float] = {}
+            wake = None
+        else:
+            plan = self._plan(pool, pools, counted, busy, _room(pools, all_nodes, busy))
+            removed, idle_since, wake = self._autoscale(pool, counted, busy, plan, now)
+        nodes = [n for n in nodes if n.name not in removed]
+        self._write_status(pool, nodes, pods, idle_since, now)
         return min(STATUS_PERIOD, wake) if wake is not None else STATUS_PERIOD
 
-    def _scale(
-        self, pool: GPUPool, pools: dict[str, GPUPool], nodes: list[Node], busy: set[str], now: float
-    ) -> float | None:
-        spec = pool.spec
-        scaling = spec.autoscaling
-        if scaling is None:
-            self._create(pool, spec.nodes - len(nodes), nodes, now)
-            return None
-        need = self._nodes_wanted(pool, pools, nodes)
-        provisioning = sum(1 for n in nodes if n.status.phase == "Provisioning")
-        grow = min(max(0, need - provisioning), scaling.max_nodes - len(nodes))
-        if len(nodes) < scaling.min_nodes:
-            grow = max(grow, scaling.min_nodes - len(nodes))
-        if grow > 0:
-            self._create(pool, grow, nodes, now, reason=f"{need} nodes wanted by waiting workloads")
-            return None
+    # ------------------------------------------------------------------ static
+    def _converge(self, pool: GPUPool, nodes: list[Node], busy: set[str], now: float) -> set[str]:
+        """A pool without autoscaling holds `spec.nodes` nodes; surplus goes idle nodes first."""
+        missing = pool.spec.nodes - len(nodes)
+        if missing > 0:
+            racks = self._balanced_racks(pool, nodes, missing)
+            self._create(pool, racks, now, reason=f"spec.nodes is {pool.spec.nodes}")
+            return set()
+        surplus = _removal_order(nodes, busy)[: max(0, -missing)]
+        for node in surplus:
+            self._remove(pool, node, now, why=f"spec.nodes is {pool.spec.nodes}", busy=node.name in busy)
+        return {n.name for n in surplus}
+
+    # --------------------------------------------------------------- autoscale
+    def _autoscale(
+        self, pool: GPUPool, nodes: list[Node], busy: set[str], plan: Plan, now: float
+    ) -> tuple[set[str], dict[str, float], float | None]:
+        """Grows by the plan, else shrinks idle nodes past their delay. Returns the removed nodes, the
+        idle timers to keep, and when the next timer is due."""
+        scaling = pool.spec.autoscaling
+        assert scaling is not None
+        create = list(plan.create)
+        if len(nodes) + len(create) < scaling.min_nodes:
+            create += self._balanced_racks(pool, nodes, scaling.min_nodes - len(nodes) - len(create))
+        if create:
+            self._create(
+                pool, create, now, reason="; ".join(plan.reasons) or f"minNodes is {scaling.min_nodes}"
+            )
+        removed: set[str] = set()
+        over = len(nodes) - scaling.max_nodes
+        for node in _removal_order(nodes, busy)[: max(0, over)]:
+            self._remove(pool, node, now, why=f"maxNodes is {scaling.max_nodes}", busy=node.name in busy)
+            removed.add(node.name)
+        stored = {name: t.timestamp() for name, t in pool.status.idle_since.items()}
+        idle_since: dict[str, float] = {}
         wake: float | None = None
-        removable = len(nodes) - scaling.min_nodes
+        removable = len(nodes) - len(removed) - scaling.min_nodes
         for node in sorted(nodes, key=lambda n: n.name, reverse=True):
-            if node.name in busy or node.status.phase != "Ready" or need > 0:
-                self.idle_since.pop(node.name, None)
+            idle = node.name not in busy and node.status.phase == "Ready" and node.name not in removed
+            if not idle:
                 continue
-            since = self.idle_since.setdefault(node.name, now)
+            since = stored.get(node.name, now)
             due = since + scaling.scale_down_delay_seconds
+            if node.name in plan.claimed or create:
+                idle_since[node.name] = since  # kept for a waiting workload; its idle time still counts
+                continue
             if due <= now and removable > 0:
-                self.store.delete(Node, node.name)
-                self.idle_since.pop(node.name, None)
+                self._remove(pool, node, now, why=f"idle since {to_datetime(since).isoformat()}", busy=False)
+                removed.add(node.name)
                 removable -= 1
-                events.record(
-                    self.store, pool, reason="ScaledDown", message=f"removed idle node {node.name}", now=now
-                )
-            elif removable > 0:
+                continue
+            idle_since[node.name] = since
+            if removable > 0:
                 wake = due - now if wake is None else min(wake, due - now)
-        return wake
+        return removed, idle_since, wake
 
-    def _nodes_wanted(self, pool: GPUPool, pools: dict[str, GPUPool], nodes: list[Node]) -> int:
-        """Fresh nodes of this pool that workloads waiting for room (NoFit) would fill."""
-        total = 0
+    def _plan(
+        self,
+        pool: GPUPool,
+        pools: dict[str, GPUPool],
+        nodes: list[Node],
+        busy: set[str],
+        room: dict[str, int],
+    ) -> Plan:
+        """The nodes waiting workloads want of this pool (see the module docstring)."""
+        scaling = pool.spec.autoscaling
+        assert scaling is not None
+        plan = Plan()
+        racks = _racks(pool)
+        size = {rack: 0 for rack in racks}
+        spare: dict[str | None, list[str]] = {rack: [] for rack in racks}
+        for node in sorted(nodes, key=lambda n: n.name):
+            rack = _rack_of(node, racks)
+            size[rack] += 1
+            if node.name not in busy and node.status.phase in ("Provisioning", "Ready"):
+                spare[rack].append(node.name)
+        budget = scaling.max_nodes - len(nodes)
+        for workload in self._waiting_for(pool, pools, room):
+            need = capacity.nodes_for(workload.spec.pod_sets, pool.spec)
+            if need <= 0:
+                continue
+            one_rack = workload.spec.topology.required in ONE_RACK_LEVELS and len(racks) > 1
+            choices = racks if one_rack else [None]
+            best = max(choices, key=lambda r: _rack_score(r, spare, size, racks)) if one_rack else None
+            taken = _claim(spare, need, only=best if one_rack else None, order=racks)
+            more = need - len(taken)
+            if more > budget and one_rack:
+                continue  # a rack gang cannot use part of what it needs
+            more = min(more, budget)
+            plan.claimed.update(taken)
+            for _ in range(more):
+                rack = best if one_rack else min(racks, key=lambda r: (size[r], racks.index(r)))
+                plan.create.append(rack)
+                size[rack] += 1
+            budget -= more
+            if more:
+                plan.reasons.append(f"{workload.namespace}/{workload.name} waits for {need} nodes")
+        return plan
+
+    def _waiting_for(
+        self, pool: GPUPool, pools: dict[str, GPUPool], room: dict[str, int]
+    ) -> list[WorkloadObject]:
+        """Workloads waiting for nodes whose first autoscaled pool with room is this one."""
+        out = []
         for workload in self.store.list(WorkloadObject):
-            status = workload.status
-            if status.phase != "Pending" or not workload.spec.active:
+            demand = workload.status.node_demand
+            if workload.status.phase != "Pending" or not workload.spec.active or demand is None:
                 continue
-            if not _waits_for_nodes(status.pending_reason):
-                continue
-            chosen = _cheapest_pool(workload, pools)
-            if chosen != pool.name:
-                continue
-            total += _nodes_for(workload, pool)
-        return total
+            if _chosen_pool(workload, demand.pools, pools, room) == pool.name:
+                out.append(workload)
+        out.sort(
+            key=lambda w: (
+                -w.spec.priority,
+                to_seconds(w.metadata.creation_timestamp) or 0.0,
+                w.namespace or "",
+                w.name,
+            )
+        )
+        return out
 
-    def _create(self, pool: GPUPool, count: int, nodes: list[Node], now: float, reason: str = "") -> None:
-        if count <= 0:
+    # ------------------------------------------------------------------ nodes
+    def _balanced_racks(self, pool: GPUPool, nodes: list[Node], count: int) -> list[str | None]:
+        racks = _racks(pool)
+        size = {rack: 0 for rack in racks}
+        for node in nodes:
+            size[_rack_of(node, racks)] += 1
+        out: list[str | None] = []
+        for _ in range(count):
+            rack = min(racks, key=lambda r: (size[r], racks.index(r)))
+            out.append(rack)
+            size[rack] += 1
+        return out
+
+    def _create(self, pool: GPUPool, racks: list[str | None], now: float, *, reason: str) -> None:
+        if not racks:
             return
         taken = {n.name for n in self.store.list(Node)}
-        spec = pool.spec
         made: list[str] = []
         index = 0
-        while len(made) < count:
+        for rack in racks:
+            while f"{pool.name}-{index}" in taken:
+                index += 1
             name = f"{pool.name}-{index}"
-            if name not in taken:
-                self.store.create(_node(pool, name, index))
-                made.append(name)
-            index += 1
-        del spec
+            taken.add(name)
+            self.store.create(_new_node(pool, name, rack))
+            made.append(name)
+        events.record(
+            self.store, pool, reason="ScaledUp", message=f"added {', '.join(made)} ({reason})", now=now
+        )
+
+    def _remove(self, pool: GPUPool, node: Node, now: float, *, why: str, busy: bool) -> None:
+        self.store.delete(Node, node.name)
         events.record(
             self.store,
             pool,
-            reason="ScaledUp",
-            message=f"added {', '.join(made)}" + (f" ({reason})" if reason else ""),
+            reason="ScaledDown",
+            message=f"removed {'busy' if busy else 'idle'} node {node.name} ({why})",
             now=now,
+            type="Warning" if busy else "Normal",
         )
 
     # --------------------------------------------------------------------- status
-    def _write_status(self, pool: GPUPool, nodes: list[Node], pods: list[Pod], now: float) -> None:
+    def _write_status(
+        self, pool: GPUPool, nodes: list[Node], pods: list[Pod], idle_since: dict[str, float], now: float
+    ) -> None:
         spec = pool.spec
         ready = [n for n in nodes if n.status.phase == "Ready"]
         names = {n.name for n in ready}
@@ -172,11 +292,15 @@ class PoolController(Reconciler):
             if pod.spec.node_name in names:
                 allocated += len(pod.spec.gpus) * pod.spec.gpu_milli + (1000 if pod.spec.mig else 0)
         gpus = len(ready) * spec.gpus_per_node
-        idle_now = max(0.0, gpus - allocated / 1000)
-        status = pool.status.model_copy(deep=True)
-        since, idle_then = self.observed.get(pool.name, (now, idle_now))
-        status.idle_gpu_hours = round(pool.status.idle_gpu_hours + idle_then * (now - since) / 3600, 4)
+        old = pool.status
+        status = old.model_copy(deep=True)
+        counted = to_seconds(old.idle_counted_time)
+        since = now if counted is None else counted
+        status.idle_gpu_hours = round(old.idle_gpu_hours + old.idle_gpus * max(0.0, now - since) / 3600, 4)
         status.idle_cost = round(status.idle_gpu_hours * spec.price_per_gpu_hour, 4)
+        status.idle_gpus = round(max(0.0, gpus - allocated / 1000), 3)
+        status.idle_counted_time = to_datetime(now)
+        status.idle_since = {name: to_datetime(t) for name, t in sorted(idle_since.items())}
         status.nodes = len(nodes)
         status.ready_nodes = len(ready)
         status.gpus = gpus
@@ -191,44 +315,100 @@ class PoolController(Reconciler):
             ),
             now=to_datetime(now),
         )
-        if _comparable(status) == _comparable(pool.status):
-            self.observed.setdefault(pool.name, (now, idle_now))
+        if _comparable(status) == _comparable(old):
             return
         self.store.update_status(pool.model_copy(update={"status": status}))
-        self.observed[pool.name] = (now, idle_now)
 
 
 def _comparable(status: GPUPoolStatus) -> dict[str, object]:
+    """The status without what moves with time alone (hours are compared to a hundredth)."""
     data = status.to_dict()
-    data.pop("idleGpuHours", None)
-    data.pop("idleCost", None)
+    for key in ("idleGpuHours", "idleCost", "idleCountedTime"):
+        data.pop(key, None)
     data["hours"] = round(status.idle_gpu_hours, 2)
     return data
 
 
-def _waits_for_nodes(reason: PendingReason | None) -> bool:
-    """Whether more nodes would help: no room (NoFit), or a fleet with no GPU model at all yet (the
-    core then finds no flavor for a workload that names none: scaling from zero)."""
-    if reason is None:
-        return False
-    if reason.type == "NoFit":
-        return True
-    return reason.type == "QuotaExceeded" and reason.details.get("flavors") == []
+# ------------------------------------------------------------------ topology helpers
+def _racks(pool: GPUPool) -> list[str | None]:
+    """The pool's rack names ([None]: one rack, unlabelled)."""
+    topology = pool.spec.topology
+    if topology.block:
+        return [f"{topology.block}-r{i}" for i in range(topology.racks)]
+    if topology.racks > 1:
+        return [f"{pool.name}-r{i}" for i in range(topology.racks)]
+    return [None]
 
 
-def _node(pool: GPUPool, name: str, index: int) -> Node:
+def _rack_of(node: Node, racks: list[str | None]) -> str | None:
+    rack = node.metadata.labels.get(RACK_LABEL)
+    return rack if rack in racks else racks[0]
+
+
+def _rack_score(
+    rack: str | None, spare: dict[str | None, list[str]], size: dict[str | None, int], racks: list[str | None]
+) -> tuple[int, int, int]:
+    """A rack gang goes where most spare nodes wait, then to the emptiest rack, then the first."""
+    return (len(spare[rack]), -size[rack], -racks.index(rack))
+
+
+def _claim(
+    spare: dict[str | None, list[str]], need: int, *, only: str | None, order: list[str | None]
+) -> list[str]:
+    """Takes up to `need` spare nodes, from one rack (`only`) or from the racks with most spare first."""
+    racks = [only] if only is not None else sorted(order, key=lambda r: -len(spare[r]))
+    taken: list[str] = []
+    for rack in racks:
+        while spare[rack] and len(taken) < need:
+            taken.append(spare[rack].pop(0))
+    return taken
+
+
+def _room(pools: dict[str, GPUPool], nodes: Iterable[Node], busy: set[str]) -> dict[str, int]:
+    """Nodes each autoscaled pool could still give waiting work: spare nodes plus those it may add."""
+    room = {name: p.spec.autoscaling.max_nodes for name, p in pools.items() if p.spec.autoscaling is not None}
+    for node in nodes:
+        pool = node.spec.pool
+        if pool not in room or node.status.phase == "Lost" or node.status.interruption_time is not None:
+            continue
+        room[pool] -= 1
+        if node.name not in busy and node.status.phase in ("Provisioning", "Ready"):
+            room[pool] += 1
+    return room
+
+
+def _chosen_pool(
+    workload: WorkloadObject, names: list[str], pools: dict[str, GPUPool], room: dict[str, int]
+) -> str | None:
+    """The first autoscaled pool of the demand (cheapest first) with room for the whole workload."""
+    for name in names:
+        pool = pools.get(name)
+        if pool is None or name not in room:
+            continue
+        need = capacity.nodes_for(workload.spec.pod_sets, pool.spec)
+        if 0 < need <= room[name]:
+            return name
+    return None
+
+
+def _removal_order(nodes: list[Node], busy: set[str]) -> list[Node]:
+    """Which nodes go first: idle ones, then the newest (highest index)."""
+    return sorted(nodes, key=lambda n: (n.name in busy, -_index(n.name)))
+
+
+def _index(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _new_node(pool: GPUPool, name: str, rack: str | None) -> Node:
     spec = pool.spec
     labels = {POOL_LABEL: pool.name, CAPACITY_TYPE_LABEL: spec.capacity_type}
-    racks = spec.topology.racks
-    block = spec.topology.block
-    if block:
-        labels[BLOCK_LABEL] = block
-        labels[RACK_LABEL] = f"{block}-r{index % racks}"
-    elif racks > 1:
-        labels[RACK_LABEL] = f"{pool.name}-r{index % racks}"
+    if spec.topology.block:
+        labels[BLOCK_LABEL] = spec.topology.block
+    if rack is not None:
+        labels[RACK_LABEL] = rack
     resources = spec.node_resources
-    from gpufleet.api.quantity import cpu_milli, memory_mib
-
     return Node(
         metadata=ObjectMeta(name=name, labels=labels),
         spec=NodeSpec(
@@ -243,56 +423,3 @@ def _node(pool: GPUPool, name: str, index: int) -> Node:
             price_per_gpu_hour=spec.price_per_gpu_hour,
         ),
     )
-
-
-def _pods_per_node(workload: WorkloadObject, pool: GPUPool) -> int:
-    """How many of the workload's pods one fresh node of the pool holds (0: none fits)."""
-    spec = pool.spec
-    fits = math.inf
-    for pod_set in workload.spec.pod_sets:
-        request = pod_set.request
-        if request.gpu_models and spec.gpu_model not in request.gpu_models:
-            return 0
-        mode = spec.sharing.mode
-        if request.gpus:
-            if mode != "exclusive":
-                return 0
-            fits = min(fits, spec.gpus_per_node // request.gpus)
-        elif request.gpu_milli:
-            replicas = spec.sharing.time_slicing or spec.sharing.mps
-            per_gpu = replicas.replicas if replicas else 1000 // request.gpu_milli
-            fits = min(fits, spec.gpus_per_node * per_gpu)
-        elif request.mig:
-            layout = spec.sharing.mig or {}
-            count = sum(
-                (layout.get(str(g), layout.get("*")) or []).count(request.mig)
-                for g in range(spec.gpus_per_node)
-            )
-            fits = min(fits, count)
-        resources = spec.node_resources
-        from gpufleet.api.quantity import cpu_milli, memory_mib
-
-        if request.cpu_milli and resources.cpu is not None:
-            fits = min(fits, cpu_milli(resources.cpu) // request.cpu_milli)
-        if request.memory_mib and resources.memory is not None:
-            fits = min(fits, memory_mib(resources.memory) // request.memory_mib)
-    return 0 if fits == math.inf else int(fits)
-
-
-def _nodes_for(workload: WorkloadObject, pool: GPUPool) -> int:
-    per_node = _pods_per_node(workload, pool)
-    if per_node <= 0:
-        return 0
-    pods = sum(ps.count for ps in workload.spec.pod_sets)
-    return math.ceil(pods / per_node)
-
-
-def _cheapest_pool(workload: WorkloadObject, pools: dict[str, GPUPool]) -> str | None:
-    """The autoscaled pool a waiting workload would grow: the cheapest whose fresh node holds its pods."""
-    options = []
-    for pool in pools.values():
-        scaling = pool.spec.autoscaling
-        if scaling is None or _pods_per_node(workload, pool) <= 0:
-            continue
-        options.append((pool.spec.price_per_gpu_hour, pool.spec.capacity_type != "spot", pool.name))
-    return min(options)[2] if options else None

@@ -27,12 +27,14 @@ larger size right after the workload checkpoints, and only while nothing else wa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import (
     JOB_LABEL,
@@ -43,14 +45,16 @@ from gpufleet.api.runtime import (
     Eviction,
     MigAssignment,
     Node,
+    NodeDemand,
     Pod,
     PodSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, events, nodesync
+from gpufleet.controllers import capacity, convert, events, nodesync
 from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
+from gpufleet.scheduler import explain
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
@@ -86,7 +90,7 @@ class SchedulingController:
     """Owns the scheduler cache and is the only writer of Workload status and of Pod creation."""
 
     name = "scheduling"
-    kinds: tuple[str, ...] = ("Node", "Pod", "Workload", "Queue")
+    kinds: tuple[str, ...] = ("Node", "Pod", "Workload", "Queue", "GPUPool")
 
     def __init__(
         self,
@@ -103,6 +107,8 @@ class SchedulingController:
         self.workloads: dict[str, WorkloadObject] = {}
         self.pods: dict[str, dict[str, Pod]] = {}
         self.nodes: dict[str, Node] = {}
+        self.pools: dict[str, GPUPool] = {}
+        self.queue_generations: dict[str, int | None] = {}
         self.backoff: dict[str, float] = {}
         self.broken: dict[str, Broken] = {}
         self.reasons: dict[str, dict[str, object]] = {}
@@ -123,7 +129,9 @@ class SchedulingController:
         obj = event.object
         try:
             if isinstance(obj, Queue):
-                self.needs_rebuild = True
+                self._observe_queue(obj, deleted=event.type == "DELETED")
+            elif isinstance(obj, GPUPool):
+                self._observe_pool(obj, deleted=event.type == "DELETED")
             elif isinstance(obj, Node):
                 self._observe_node(obj, deleted=event.type == "DELETED")
             elif isinstance(obj, WorkloadObject):
@@ -160,6 +168,9 @@ class SchedulingController:
         """Builds the cache from a full listing (start, restart, queue change)."""
         self.stats.rebuilds += 1
         queues = self.store.list(Queue).items
+        self.queue_generations = {q.name: q.metadata.generation for q in queues}
+        self.pools = {p.name: p for p in self.store.list(GPUPool)}
+        self.reasons.clear()
         nodes = self.store.list(Node).items
         workloads = self.store.list(WorkloadObject).items
         pods = self.store.list(Pod).items
@@ -247,14 +258,50 @@ class SchedulingController:
                     self._delete_pod(pod)
                     del pods[core_name]
 
+    # ================================================================ queues, pools
+    def _observe_queue(self, queue: Queue, *, deleted: bool) -> None:
+        """A queue's spec shapes the quota tree (rebuild); its status is ours and changes nothing."""
+        known = self.queue_generations.get(queue.name, -1)
+        if deleted or known != queue.metadata.generation:
+            self.needs_rebuild = True
+
+    def _observe_pool(self, pool: GPUPool, *, deleted: bool) -> None:
+        """Pools decide which waiting workloads more nodes would serve: every demand is looked at again."""
+        known = self.pools.get(pool.name)
+        if deleted:
+            self.pools.pop(pool.name, None)
+        elif known is not None and known.spec == pool.spec:
+            self.pools[pool.name] = pool
+            return
+        else:
+            self.pools[pool.name] = pool
+        self.reasons.clear()
+        self.dirty = True
+
     # ========================================================================= nodes
     def _add_node(self, node: Node) -> None:
         assert self.cache is not None
         self.nodes[node.name] = node
+        fleet = self.cache.fleet
+        new_model = bool(node.spec.gpu_model) and node.spec.gpu_model not in fleet.models
         try:
-            self.cache.fleet.add_node(convert.node_spec(node))
+            fleet.add_node(convert.node_spec(node))
         except GpuFleetError as exc:
             log.warning("%s cannot join the fleet: %s", node.describe(), exc)
+            return
+        if new_model:
+            self._offer_again()
+
+    def _offer_again(self) -> None:
+        """A GPU model the fleet did not have joined: workloads of unlimited queues that found no
+        flavor to try may have one now. The core keeps a pending workload it found inadmissible aside
+        until quota or capacity of a flavor it tried changes, and such a workload tried none; handing
+        the core fresh copies of the pending workloads makes it look at them again."""
+        assert self.cache is not None
+        pending = self.cache.pending
+        for key, workload in list(pending.items()):
+            pending[key] = dataclasses.replace(workload)
+        self.dirty = True
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
         assert self.cache is not None
@@ -436,6 +483,7 @@ class SchedulingController:
             status.admitted_time = to_datetime(now)
             status.pending_reason = None
             status.requeue_at = None
+            status.node_demand = None
             status.conditions = set_condition(
                 status.conditions,
                 Condition(type="Admitted", status="True", reason="Admitted", message=_where(admit)),
@@ -627,6 +675,7 @@ class SchedulingController:
             )
             status.admission = None
             status.admitted_time = None
+            status.node_demand = None
             limit = obj.spec.max_restarts
             failed = limit is not None and len(status.evictions) > limit
             backoff = obj.spec.backoff_seconds
@@ -721,13 +770,16 @@ class SchedulingController:
             obj = self.workloads.get(key)
             if obj is None or obj.status.phase != "Pending":
                 continue
+            demand = self._node_demand(obj, pending.reason)
             reason = _reason_dict(pending.reason)
+            reason["nodeDemand"] = None if demand is None else demand.pools
             if self.reasons.get(key) == reason:
                 continue
             status = obj.status.model_copy(deep=True)
             status.pending_reason = PendingReason(
                 type=pending.reason.type, message=pending.reason.message, details=_details(pending.reason)
             )
+            status.node_demand = demand
             status.conditions = set_condition(
                 status.conditions,
                 Condition(
@@ -740,6 +792,29 @@ class SchedulingController:
             )
             self._write_status(key, obj, status)
             self.reasons[key] = reason
+
+    def _node_demand(self, obj: WorkloadObject, reason: Reason) -> NodeDemand | None:
+        """The pools whose new nodes could serve a workload that waits for nodes; None if it waits for
+        something else (quota, a preemption, the head of its queue).
+
+        It waits for nodes when no existing node can hold it (NoFit), or when its queue has unlimited
+        quota and the fleet has no GPU model at all yet: the core then finds no flavor to try and
+        reports QuotaExceeded, although quota is not what is missing."""
+        cache = self.cache
+        assert cache is not None
+        queue = cache.tree.nodes.get(obj.spec.queue)
+        if queue is None:
+            return None
+        empty_fleet = (
+            reason.type == explain.QUOTA_EXCEEDED
+            and queue.unlimited
+            and not cache.fleet.models
+            and reason.details.get("scope") != "user"
+        )
+        if reason.type != explain.NO_FIT and not empty_fleet:
+            return None
+        flavors = None if queue.unlimited else set(queue.quotas)
+        return NodeDemand(pools=capacity.serving_pools(obj.spec, self.pools.values(), flavors=flavors))
 
 
 def _reason_dict(reason: Reason) -> dict[str, object]:

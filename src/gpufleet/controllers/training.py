@@ -92,6 +92,7 @@ class TrainingJobController(Reconciler):
         spec = job.spec
         return WorkloadSpec(
             owner=OwnerRef(kind="TrainingJob", name=job.name),
+            workload_class="training",
             queue=spec.queue,
             priority=priority_value(spec.priority_class),
             user=spec.user or "",
