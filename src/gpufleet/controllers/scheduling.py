@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.pool import GPUPool
-from gpufleet.api.queue import Queue
+from gpufleet.api.queue import Queue, QueueStatus
 from gpufleet.api.runtime import (
     JOB_LABEL,
     SERVICE_LABEL,
@@ -109,6 +109,8 @@ class SchedulingController:
         self.nodes: dict[str, Node] = {}
         self.pools: dict[str, GPUPool] = {}
         self.queue_generations: dict[str, int | None] = {}
+        self.queues: dict[str, Queue] = {}
+        self.queues_dirty = True
         self.backoff: dict[str, float] = {}
         self.broken: dict[str, Broken] = {}
         self.reasons: dict[str, dict[str, object]] = {}
@@ -157,6 +159,8 @@ class SchedulingController:
             self._schedule(now)
         if self.grow:
             self._grow(now)
+        if self.queues_dirty:
+            self._write_queue_status()
         wakes = list(self.backoff.values())
         assert self.cache is not None
         if self.cache.pending:
@@ -169,6 +173,8 @@ class SchedulingController:
         self.stats.rebuilds += 1
         queues = self.store.list(Queue).items
         self.queue_generations = {q.name: q.metadata.generation for q in queues}
+        self.queues = {q.name: q for q in queues}
+        self.queues_dirty = True
         self.pools = {p.name: p for p in self.store.list(GPUPool)}
         self.reasons.clear()
         nodes = self.store.list(Node).items
@@ -264,6 +270,8 @@ class SchedulingController:
         known = self.queue_generations.get(queue.name, -1)
         if deleted or known != queue.metadata.generation:
             self.needs_rebuild = True
+        elif _rv(queue) > _rv(self.queues.get(queue.name, queue)) or queue.name not in self.queues:
+            self.queues[queue.name] = queue
 
     def _observe_pool(self, pool: GPUPool, *, deleted: bool) -> None:
         """Pools decide which waiting workloads more nodes would serve: every demand is looked at again."""
@@ -346,6 +354,7 @@ class SchedulingController:
             return
         else:
             self.workloads[key] = obj
+        self.queues_dirty = True
         self._sync_workload(key, now)
 
     def _sync_workload(self, key: str, now: float) -> None:
@@ -505,6 +514,7 @@ class SchedulingController:
         for pod in created:
             pods[convert.core_pod_name(pod)] = pod
         self.reasons.pop(key, None)
+        self.queues_dirty = True
         self.stats.admitted += 1
         self.stats.decisions.append(f"admit {key}")
         events.record(self.store, written, reason="Admitted", message=_where(admit), now=now, source=SOURCE)
@@ -622,6 +632,7 @@ class SchedulingController:
             )
             return
         cache.shrink(preempt.victim, preempt.pods, preempt.counts, now=now)
+        self.queues_dirty = True
         obj = self.workloads.get(preempt.victim)
         pods = self.pods.get(preempt.victim, {})
         if obj is not None and obj.status.admission is not None:
@@ -659,6 +670,7 @@ class SchedulingController:
             if core not in cache.fleet.allocations:
                 del admitted.pods[core]  # its node is already gone
         cache.evict(key, now=now)
+        self.queues_dirty = True
         self.stats.evicted += 1
         self.stats.decisions.append(f"evict {key} {reason}")
         if obj is not None:
@@ -754,6 +766,43 @@ class SchedulingController:
                 return
         log.warning("status of workload %s not written after a conflict", key)
 
+    def _write_queue_status(self) -> None:
+        """Per queue: waiting and admitted workloads and GPUs in use per flavor, its subtree included
+        (what `gpufleet get queues` and `top` show beside the nominal quota). Written only on change."""
+        cache = self.cache
+        assert cache is not None
+        self.queues_dirty = False
+        counts: dict[str, QueueStatus] = {name: QueueStatus() for name in self.queues}
+        paths = cache.tree.paths
+
+        def charge(queue: str) -> list[QueueStatus]:
+            return [counts[name] for name in paths.get(queue, ()) if name in counts]
+
+        for obj in self.workloads.values():
+            if obj.status.phase == "Pending" and obj.spec.active and obj.metadata.deletion_timestamp is None:
+                for status in charge(obj.spec.queue):
+                    status.pending_workloads += 1
+        for admitted in cache.admitted.values():
+            for status in charge(admitted.queue):
+                status.admitted_workloads += 1
+                for flavor, milli in admitted.assignment.usage.items():
+                    status.usage[flavor] = status.usage.get(flavor, 0.0) + milli / 1000
+        for name, wanted in counts.items():
+            queue = self.queues[name]
+            status = queue.status.model_copy(
+                update={
+                    "pending_workloads": wanted.pending_workloads,
+                    "admitted_workloads": wanted.admitted_workloads,
+                    "usage": {flavor: round(gpus, 3) for flavor, gpus in sorted(wanted.usage.items())},
+                }
+            )
+            if status == queue.status:
+                continue
+            try:
+                self.queues[name] = self.store.update_status(queue.model_copy(update={"status": status}))
+            except (ConflictError, NotFoundError):
+                self.queues_dirty = True  # a newer queue is on its way in; written next step
+
     def _refetch(self, key: str, now: float) -> None:
         namespace, name = convert.split_key(key)
         try:
@@ -847,7 +896,7 @@ def _older(new: Node | Pod | WorkloadObject, known: Node | Pod | WorkloadObject)
     return _rv(new) <= _rv(known) and _rv(new) != 0
 
 
-def _rv(obj: Node | Pod | WorkloadObject) -> int:
+def _rv(obj: Node | Pod | WorkloadObject | Queue) -> int:
     return int(obj.metadata.resource_version or 0)
 
 
