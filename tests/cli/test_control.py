@@ -1,0 +1,141 @@
+"""The control commands end to end: a `gpufleet up` subprocess, and the CLI talking to it over HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import Plane, Result
+
+HERE = Path(__file__).parent
+FLEET = str(HERE / "fleet.yaml")
+JOBS = str(HERE / "jobs.yaml")
+
+
+@pytest.fixture
+def api_only(planes: Callable[..., Plane]) -> Plane:
+    return planes("--no-runtime", "--fleet", FLEET)
+
+
+def test_apply_get_describe_delete(api_only: Plane, cli: Callable[..., Result]) -> None:
+    applied = cli("apply", "-f", JOBS)
+    assert applied.code == 0, applied.err
+    assert "trainingjob/team-a/train created" in applied.out
+    assert cli("apply", "-f", JOBS).out.count("unchanged") == 2
+
+    table = cli("get", "tj", "-A")
+    assert table.code == 0 and "train" in table.out and "other" in table.out and "NAMESPACE" in table.out
+    assert "other" not in cli("get", "trainingjobs", "-n", "team-a").out
+    one = cli("get", "trainingjob", "train", "-n", "team-a", "-o", "json").json()
+    assert one["spec"]["checkpoint"]["intervalSeconds"] == 120
+    listed = cli("get", "queues", "-o", "yaml").out
+    assert "name: team-a" in listed and "name: team-b" in listed
+    assert "h100" in cli("get", "pools").out
+
+    described = cli("describe", "tj", "train", "-n", "team-a")
+    assert described.code == 0
+    assert "Name:" in described.out and "team-a" in described.out and "Conditions:" in described.out
+
+    deleted = cli("delete", "tj", "other", "-n", "team-b")
+    assert deleted.code == 0 and "deleted" in deleted.out
+    assert cli("get", "tj", "other", "-n", "team-b").code != 0
+    assert cli("delete", "-f", JOBS, "--ignore-not-found").code == 0
+    assert "train" not in cli("get", "tj", "-A").out
+
+
+def test_apply_from_stdin(api_only: Plane, cli: Callable[..., Result]) -> None:
+    text = "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: from-stdin}\n"
+    assert cli("apply", "-f", "-", stdin=text).code == 0
+    assert "from-stdin" in cli("get", "gq").out
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("get", "nonsense"), "unknown kind"),
+        (("get", "tj", "missing", "-n", "team-a"), "TrainingJob team-a/missing: not found"),
+        (("get", "tj", "-o", "toml"), "--output"),
+        (("delete", "queue", "missing"), "not found"),
+        (("apply", "-f", "/no/such/file.yaml"), "no such file"),
+        (("fault", "gpu-failure", "n1", "--gpu", "0"), "no digital twin"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(
+    api_only: Plane, cli: Callable[..., Result], args: tuple[str, ...], words: str
+) -> None:
+    result = cli(*args)
+    assert result.code != 0
+    assert result.err.count("\n") == 1 and result.err.startswith("error:"), result.err
+    assert words in result.err
+
+
+def test_invalid_manifest_names_the_field_and_applies_nothing(
+    api_only: Plane, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(JOBS).read_text().replace("gpus: 4", "gpus: -4"))
+    result = cli("apply", "-f", str(bad))
+    assert result.code != 0 and "spec.worker.gpus" in result.err and "traceback" not in result.err.lower()
+    assert "No trainingjobs" in cli("get", "tj", "-A").err
+
+
+def test_the_real_command_prints_errors_on_one_line(api_only: Plane, tmp_path: Path) -> None:
+    env = {**os.environ, "GPUFLEET_STATE": str(api_only.state)}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "get", "tj", "nope", "-n", "team-a"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: TrainingJob team-a/nope: not found"]
+    env["GPUFLEET_SERVER"] = "http://127.0.0.1:9"  # nothing listens there
+    refused = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "get", "tj"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "cannot reach the gpufleet server" in refused.stderr and "gpufleet up" in refused.stderr
+
+
+def test_a_queue_token_sees_only_its_queue(api_only: Plane, cli: Callable[..., Result]) -> None:
+    assert cli("apply", "-f", JOBS).code == 0
+    token = cli("token", "create", "--queue", "team-a").out.strip()
+    assert token.startswith("gft_")
+    mine = cli("get", "tj", "-A", "--token", token)
+    assert "train" in mine.out and "other" not in mine.out
+    theirs = cli("get", "tj", "other", "-n", "team-b", "--token", token)
+    assert theirs.code != 0 and "not found" in theirs.err
+    assert cli("delete", "tj", "other", "-n", "team-b", "--token", token).code != 0
+    assert cli("get", "pools", "--token", token).code != 0
+    assert "other" in cli("get", "tj", "-A").out  # still there for the admin
+
+
+def test_a_second_server_on_a_taken_port_fails_clearly(api_only: Plane, tmp_path: Path) -> None:
+    port = api_only.url.rsplit(":", 1)[1]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.cli.main",
+            "up",
+            "--no-runtime",
+            "--state",
+            str(tmp_path / "s2"),
+            "--port",
+            port,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr
