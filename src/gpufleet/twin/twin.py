@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +97,8 @@ class Twin:
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._metrics_timer: Timer | None = None
+        self.faults: Counter[str] = Counter()
+        """Faults that happened, by kind (GpuFailure, NodeLoss, SpotInterruption, GpuRepair)."""
 
     # ============================================================= public interface
     def inject(self, fault: Fault) -> None:
@@ -251,6 +253,7 @@ class Twin:
         if node is None:
             log.warning("fault %s: no node %s", fault, fault.node)
             return
+        self.faults[type(fault).__name__] += 1
         if isinstance(fault, GpuFailure):
             self._fail_gpu(fault, now)
         elif isinstance(fault, GpuRepair):
