@@ -260,11 +260,27 @@ class ServiceLoadSpec(ApiModel):
     time: AwareDatetime
 
 
+class Recommendation(ApiModel):
+    time: AwareDatetime
+    replicas: int = Field(ge=0)
+
+
+class ServiceLoadStatus(ObjectStatus):
+    """What the autoscaler keeps of the observations, so that a restart loses none of it."""
+
+    season: dict[str, float] = Field(
+        default_factory=dict, description="Requests/s last seen in each bucket of the season (a day)."
+    )
+    recent: list[Recommendation] = Field(
+        default_factory=list, description="Replica counts recommended inside the stabilization window."
+    )
+
+
 class ServiceLoad(Resource):
     api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
     kind: Literal["ServiceLoad"] = "ServiceLoad"
     spec: ServiceLoadSpec
-    status: ObjectStatus = Field(default_factory=ObjectStatus)
+    status: ServiceLoadStatus = Field(default_factory=ServiceLoadStatus)
 
 
 register_kind(

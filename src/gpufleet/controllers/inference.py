@@ -15,8 +15,9 @@ the total stays within desired + maxSurge, and replicas of the old one are remov
 ready replicas stay at least desired - maxUnavailable. A version that does not exist yet is not
 rolled out to (the service keeps serving the old one).
 
-The forecast and the stabilization window are kept in memory: after a restart the controller starts
-with no history and behaves reactively until it has seen a season again.
+The forecast (requests/s per bucket of the season) and the stabilization window are written into the
+ServiceLoad's status with each observation the controller uses, and read back after a restart, so a
+restarted controller still scales before the daily peak and does not drop replicas early.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.api.errors import NotFoundError
+from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.fields import priority_value
 from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
@@ -36,14 +37,16 @@ from gpufleet.api.runtime import (
     SERVICE_LABEL,
     OwnerRef,
     Pod,
+    Recommendation,
     ServiceLoad,
+    ServiceLoadSpec,
     WorkloadPodSet,
     WorkloadSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key, Reconciler
-from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "svc-"
@@ -212,15 +215,20 @@ class InferenceServiceController(Reconciler):
         scaling = spec.autoscaling
         if scaling.target_requests_per_replica is None and scaling.target_latency_p99_ms is None:
             return low
-        memory = self.memory.setdefault(key, _Memory())
         try:
-            load = self.store.get(ServiceLoad, service.name, service.namespace).spec
+            observed: ServiceLoad | None = self.store.get(ServiceLoad, service.name, service.namespace)
         except NotFoundError:
-            load = None
+            observed = None
+        memory = self.memory.get(key)
+        if memory is None:
+            memory = self.memory[key] = _restore(observed)
+        load: ServiceLoadSpec | None = observed.spec if observed is not None else None
+        fresh = False
         current = service.status.desired_replicas or low
         wanted = current
         if load is not None and memory.last_load != load.time.timestamp():
             memory.last_load = load.time.timestamp()
+            fresh = True
             wanted = 0
             target = scaling.target_requests_per_replica
             if target is not None:
@@ -235,13 +243,30 @@ class InferenceServiceController(Reconciler):
             elif latency is not None and target is None:
                 wanted = current if load.p99_latency_ms > latency / 2 else current - 1
         wanted = min(max(wanted, low), high)
+        if not fresh:
+            # Nothing new observed (a pod or the service changed): keep the count, inside the bounds.
+            # Recording it would make the window always hold the current count and block scale-down.
+            return wanted
         window = memory.recent
         window.append((now, wanted))
         while window and window[0][0] < now - self.config.stabilization_seconds:
             window.popleft()
+        if observed is not None:
+            self._persist(observed, memory)
         if wanted >= current:
             return wanted
         return min(current, max(w for _, w in window))
+
+    def _persist(self, observed: ServiceLoad, memory: _Memory) -> None:
+        status = observed.status.model_copy(
+            update={
+                "season": {str(bucket): rps for bucket, rps in sorted(memory.season.items())},
+                "recent": [Recommendation(time=to_datetime(t), replicas=n) for t, n in memory.recent],
+            }
+        )
+        if status != observed.status:
+            with contextlib.suppress(NotFoundError, ConflictError):
+                self.store.update_status(observed.model_copy(update={"status": status}))
 
     def _bucket(self, t: float) -> int:
         cfg = self.config
@@ -315,6 +340,16 @@ class InferenceServiceController(Reconciler):
                 now=now,
             )
         self.store.update_status(service.model_copy(update={"status": status}))
+
+
+def _restore(observed: ServiceLoad | None) -> _Memory:
+    """The autoscaler's memory of a service as its ServiceLoad status kept it (empty if none)."""
+    memory = _Memory()
+    if observed is None:
+        return memory
+    memory.season = {int(bucket): rps for bucket, rps in observed.status.season.items()}
+    memory.recent.extend((to_seconds(r.time) or 0.0, r.replicas) for r in observed.status.recent)
+    return memory
 
 
 def _removal_order(replicas: list[_Replica]) -> list[_Replica]:
