@@ -139,3 +139,12 @@ def test_a_second_server_on_a_taken_port_fails_clearly(api_only: Plane, tmp_path
         timeout=60,
     )
     assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_up_stops_cleanly_on_sigterm(api_only: Plane) -> None:
+    import signal
+
+    api_only.process.send_signal(signal.SIGTERM)
+    assert api_only.process.wait(timeout=30) == 0
+    assert not (api_only.state / "server.url").exists()
+    assert "stopped; the state is kept" in api_only.log.read_text()

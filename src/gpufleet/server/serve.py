@@ -56,6 +56,7 @@ class ApiServer:
         )
         self._server = uvicorn.Server(config)
         self._socket: socket.socket | None = None
+        self._announced: str | None = None
         self.started = threading.Event()
 
     @property
@@ -102,8 +103,8 @@ class ApiServer:
             self._server.should_exit = True
             with contextlib.suppress(OSError):
                 url_file = self._state_dir / URL_FILE
-                if url_file.exists() and url_file.read_text(encoding="utf-8").strip() == self.url:
-                    url_file.unlink()
+                if self._announced and url_file.read_text(encoding="utf-8").strip() == self._announced:
+                    url_file.unlink()  # unless a newer server on the same state wrote its own
             self._socket.close()
 
     def stop(self) -> None:
@@ -113,6 +114,7 @@ class ApiServer:
         while not self._server.started and not self._server.should_exit:
             threading.Event().wait(0.02)
         if self._server.started:
-            (self._state_dir / URL_FILE).write_text(self.url + "\n", encoding="utf-8")
+            self._announced = self.url
+            (self._state_dir / URL_FILE).write_text(self._announced + "\n", encoding="utf-8")
             self.started.set()
             logging.getLogger("gpufleet.server").info("listening on %s", self.url)
