@@ -78,6 +78,7 @@ class ClusterCache:
         # Per quota-tree root: bumped whenever the world admits, evicts, shrinks or finishes a workload
         # there, i.e. whenever the set of possible preemption victims in that tree may have changed.
         self.epochs: dict[str, int] = {}
+        self.queue_epochs: dict[str, int] = {}
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:
@@ -146,6 +147,7 @@ class ClusterCache:
     def _changed(self, queue: str) -> None:
         root = self.tree.root_of(queue) if queue in self.tree.nodes else queue
         self.epochs[root] = self.epochs.get(root, 0) + 1
+        self.queue_epochs[queue] = self.queue_epochs.get(queue, 0) + 1
 
     def _charge(self, admitted: Admitted, sign: int) -> None:
         members = self.by_queue.setdefault(admitted.queue, set())
@@ -186,6 +188,9 @@ class Snapshot:
         self._undo: list[Undo] = []
         # Admitted in this cycle only: not yet carried out by the world, so never a victim.
         self.assumed: set[str] = set()
+        # Per-cycle memos of the steps that read the snapshot (e.g. preemption candidates per queue);
+        # whoever changes what a memo read drops it.
+        self.memo: dict[object, object] = {}
 
     @property
     def fleet(self) -> FleetState:
@@ -204,6 +209,7 @@ class Snapshot:
         """Undoes everything; the cache is as the cycle found it."""
         self.rollback((0, 0))
         self.statement.discard()
+        self.memo.clear()
 
     def remove(self, name: str) -> Admitted:
         """What-if: the workload is evicted."""

@@ -45,11 +45,17 @@ from gpufleet.scheduler.flavors import (
     shrink_steps,
     usage_of,
 )
-from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
+from gpufleet.scheduler.parking import ANY_MODEL, FlavorNeed, ParkedWorkload, ParkingLot
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.result import PlacementResult
 from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
-from gpufleet.scheduler.preemption import VictimSet, apply_victims, select_victims
+from gpufleet.scheduler.preemption import (
+    VictimSet,
+    apply_victims,
+    candidates,
+    reaches_other_queues,
+    select_victims,
+)
 from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, user_key
 from gpufleet.scheduler.workload import Workload
 
@@ -136,6 +142,8 @@ class _Cycle:
         self.preempted_for: set[str] = set()
         self._usage_memo: dict[str, dict[str, int]] = {}
         self._models_memo: dict[str, list[str | None]] = {}
+        # Per preemptor searched this cycle: (only its own queue was searched, any candidate was found).
+        self._searched: dict[str, tuple[bool, bool]] = {}
         self.parking: ParkingLot = cache.parking
         # Per queue, the parked workload that stands in the order for the queue's preemption attempt.
         self._parked_heads: dict[str, ParkedWorkload] = {}
@@ -195,7 +203,7 @@ class _Cycle:
                 continue
             workload = entry.workload
             for need in entry.needs:
-                key = (workload.queue, tuple(sorted(need.usage.items())))
+                key = (workload.queue, need.key)
                 ok = fits.get(key)
                 if ok is None:
                     ok = fits[key] = cache.usage.fits(workload.queue, need.usage) is None
@@ -212,21 +220,29 @@ class _Cycle:
             return True
         return self.cache.user_used(workload.queue, workload.user) + sum(usage.values()) <= limit
 
-    def _victim_memo(self, workload: Workload) -> tuple[object, ...]:
-        """What a failed preemption search depended on besides the preemptor (see parking.py)."""
-        return (
-            self.cache.epoch(workload.queue),
-            self.parking.capacity.counter,
-            self.now if self._min_runtime else None,
-        )
+    def _victim_memo(self, workload: Workload, *, own_only: bool, capacity: bool) -> tuple[object, ...]:
+        """What a failed preemption search depended on besides the preemptor (see parking.py): the
+        admitted workloads of its own queue (when it could only take from there) or of its tree, free
+        capacity of its flavors (unless it found no candidates at all), and time with minimum runtimes."""
+        cache = self.cache
+        epoch = cache.queue_epochs.get(workload.queue, 0) if own_only else cache.epoch(workload.queue)
+        rose = None
+        if capacity:
+            watch = self.parking.capacity
+            rose = max(watch.rose.get(m or ANY_MODEL, watch.counter) for m in self._models(workload))
+        return (own_only, capacity, epoch, rose, self.now if self._min_runtime else None)
 
     def _parked_head(self, workload: Workload) -> bool:
         """A parked workload reached in queue order: it is the queue's first that cannot start."""
         entry = self._parked_heads[workload.name]
         queue = workload.queue
-        if queue in self.preempted_for or entry.victim_memo == self._victim_memo(workload):
+        memo = entry.victim_memo
+        if queue in self.preempted_for or (
+            memo is not None
+            and memo == self._victim_memo(workload, own_only=bool(memo[0]), capacity=bool(memo[1]))
+        ):
             self.preempted_for.add(queue)
-            self.result.pending[workload.name] = Pending(workload.name, entry.reason)
+            self.result.pending[workload.name] = entry.pending
             return True
         self.parking.unpark(workload.name)
         return self._record(workload, self._attempt(workload))
@@ -256,9 +272,20 @@ class _Cycle:
             # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
             fitted = model not in failure.quota_short
             needs.append(FlavorNeed(model, usage_of(workload, model, smallest), fitted))
-        memo = self._victim_memo(workload) if failure.searched else None
+        memo = None
+        searched = self._searched.get(workload.name)
+        if failure.searched and searched is not None:
+            own_only, any_candidates = searched
+            memo = self._victim_memo(workload, own_only=own_only, capacity=any_candidates)
         self.parking.park(
-            ParkedWorkload(workload, failure.reason, tuple(needs), self.parking.capacity.counter, memo)
+            ParkedWorkload(
+                workload,
+                failure.reason,
+                tuple(needs),
+                self.parking.capacity.counter,
+                memo,
+                self.result.pending[workload.name],
+            )
         )
 
     def _nominated_first(self) -> None:
@@ -319,7 +346,7 @@ class _Cycle:
                 first = min(waiting, key=lambda e: order(e.workload))
                 for entry in waiting:
                     if entry is not first:
-                        self.result.pending[entry.workload.name] = Pending(entry.workload.name, entry.reason)
+                        self.result.pending[entry.workload.name] = entry.pending
                 self._parked_heads[first.workload.name] = first
                 items.append(first.workload)
             items.sort(key=order)
@@ -522,7 +549,13 @@ class _Cycle:
             self.snapshot.rollback(mark)
             return placed.no_fit is None
 
-        victims = select_victims(self.snapshot, workload, assignment, fits, now=self.now)
+        pool = candidates(self.snapshot, workload, assignment, now=self.now)
+        own_only, any_candidates = self._searched.get(workload.name, (True, False))
+        self._searched[workload.name] = (
+            own_only and not reaches_other_queues(self.snapshot, workload, assignment),
+            any_candidates or bool(pool),
+        )
+        victims = select_victims(self.snapshot, workload, assignment, fits, now=self.now, pool=pool)
         if victims is None:
             self.no_victims.add(memo)
             return None

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet.state import FleetState
-from gpufleet.scheduler.explain import Reason
+from gpufleet.scheduler.explain import Pending, Reason
 from gpufleet.scheduler.workload import Workload
 
 ANY_MODEL = ""
@@ -47,6 +47,10 @@ class FlavorNeed:
     usage: Mapping[str, int]
     quota_fitted: bool
 
+    @property
+    def key(self) -> tuple[tuple[str, int], ...]:
+        return tuple(self.usage.items())
+
 
 @dataclass(frozen=True, slots=True)
 class ParkedWorkload:
@@ -57,6 +61,8 @@ class ParkedWorkload:
     """`CapacityWatch.counter` when parked: capacity that rose after it is news to this workload."""
     victim_memo: tuple[object, ...] | None
     """Set when its own preemption search found no victims, to the state it searched (see module doc)."""
+    pending: Pending
+    """The decision repeated for it while it stays parked."""
 
 
 Arrays = tuple[npt.NDArray[np.int64], ...]

@@ -124,19 +124,13 @@ def candidates(
     tree = cache.tree
     own_settings = cache.settings[preemptor.queue]
     root = tree.root_of(preemptor.queue)
-    borrowing = any(
-        cache.usage.usage(preemptor.queue, flavor) + amount > tree.nominal(preemptor.queue, flavor)
-        for flavor, amount in assignment.usage.items()
-    )
+    borrowing = _is_borrowing(snapshot, preemptor, assignment)
     flavors = set(assignment.usage)
     out: list[Candidate] = []
     queues = []
     if own_settings.preemption.within_queue != "Never":
         queues.append(preemptor.queue)
-    policy = own_settings.preemption
-    if (borrowing and policy.borrow_within_cohort != "Never") or (
-        not borrowing and policy.reclaim_within_cohort != "Never"
-    ):
+    if _reaches_others(own_settings, borrowing):
         queues.extend(
             name
             for name, members in cache.by_queue.items()
@@ -147,36 +141,73 @@ def candidates(
         )
     # The final sort ends in the name, so the order of this scan does not matter.
     for queue in queues:
-        borrows = queue == preemptor.queue or _borrows(snapshot, queue, flavors)
-        victim_settings = cache.settings[queue]
-        for name in cache.by_queue.get(queue, ()):
-            admitted = cache.admitted[name]
-            workload = admitted.workload
-            if (
-                not workload.preemptible
-                or workload.name == preemptor.name
-                or workload.name in snapshot.assumed
+        kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
+        for candidate in _queue_candidates(snapshot, queue, kind, now=now):
+            admitted = candidate.admitted
+            if candidate.name == preemptor.name or (
+                flavors and flavors.isdisjoint(admitted.assignment.usage)
             ):
                 continue
-            if flavors and not flavors & set(admitted.assignment.usage):
-                continue
-            started = workload.admitted_at if workload.admitted_at is not None else now
-            if now - started < victim_settings.min_runtime_seconds:
-                continue
             cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
-            if cause is None:
-                continue
-            if cause != WITHIN_QUEUE and not borrows:
-                continue
-            shrink = _shrink_of(admitted) if workload.elastic else None
-            if shrink is not None:
-                pods, counts = shrink
-                removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
-                lost = admitted.lost_gpu_seconds(now, removed)
-                out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
-            out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
+            if cause == kind:
+                out.append(candidate)
     out.sort(key=victim_order)
     return out
+
+
+def _is_borrowing(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+    cache = snapshot.cache
+    return any(
+        cache.usage.usage(preemptor.queue, flavor) + amount > cache.tree.nominal(preemptor.queue, flavor)
+        for flavor, amount in assignment.usage.items()
+    )
+
+
+def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
+    policy = settings.preemption
+    if borrowing:
+        return policy.borrow_within_cohort != "Never"
+    return policy.reclaim_within_cohort != "Never"
+
+
+def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+    """Whether the preemptor's policy lets it take from queues other than its own right now."""
+    borrowing = _is_borrowing(snapshot, preemptor, assignment)
+    return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
+
+
+def _queue_candidates(snapshot: Snapshot, queue: str, cause: str, *, now: float) -> list[Candidate]:
+    """A queue's workloads that any preemptor may take from (preemptible, past the minimum runtime,
+    not admitted in this cycle) as `cause` candidates: kept for the cycle until a victim leaves the
+    queue (see `apply_victims`), as every preemptor of a tree looks at the same borrowing queues."""
+    cache = snapshot.cache
+    key = (queue, cause)
+    found = snapshot.memo.get(key)
+    if isinstance(found, list) and all(cache.admitted.get(c.name) is c.admitted for c in found):
+        return found
+    min_runtime = cache.settings[queue].min_runtime_seconds
+    out: list[Candidate] = []
+    for name in cache.by_queue.get(queue, ()):
+        admitted = cache.admitted[name]
+        workload = admitted.workload
+        if not workload.preemptible or name in snapshot.assumed:
+            continue
+        started = workload.admitted_at if workload.admitted_at is not None else now
+        if now - started < min_runtime:
+            continue
+        shrink = _shrink_of(admitted) if _elastic(workload) else None
+        if shrink is not None:
+            pods, counts = shrink
+            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
+            lost = admitted.lost_gpu_seconds(now, removed)
+            out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
+        out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
+    snapshot.memo[key] = out
+    return out
+
+
+def _elastic(workload: Workload) -> bool:
+    return any(ps.min_count is not None and ps.min_count < ps.count for ps in workload.pod_sets)
 
 
 def _borrows(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:
@@ -312,9 +343,12 @@ def select_victims(
     *,
     now: float,
     max_scopes: int = 64,
+    pool: Sequence[Candidate] | None = None,
 ) -> VictimSet | None:
-    """The cheapest minimal victim set after which `fits()` holds, or None; the snapshot is unchanged."""
-    pool = candidates(snapshot, preemptor, assignment, now=now)
+    """The cheapest minimal victim set after which `fits()` holds, or None; the snapshot is unchanged.
+    `pool`: the `candidates` already computed for this preemptor and snapshot state."""
+    if pool is None:
+        pool = candidates(snapshot, preemptor, assignment, now=now)
     if not pool or not _quota_feasible(snapshot, preemptor, assignment, pool):
         return None
     if not _capacity_feasible(snapshot, preemptor, assignment, pool):
@@ -322,11 +356,13 @@ def select_victims(
     flavors = set(assignment.usage)
     best: VictimSet | None = None
     scopes = _scopes(snapshot, preemptor, pool)
-    if len(scopes) > max_scopes:
-        # Try first the domains whose candidates are cheapest to lose.
-        scopes.sort(key=lambda group: sum(c.lost_gpu_seconds for c in group[:4]))
-        scopes = scopes[:max_scopes]
-    for scoped in scopes:
+    if len(scopes) > 1:
+        # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
+        # remaining scope can beat the best set found (a branch and bound over scopes).
+        scopes.sort(key=_lower_bound)
+    for scoped in scopes[:max_scopes]:
+        if best is not None and _lower_bound(scoped) >= best.cost():
+            break
         found = _greedy(snapshot, scoped, fits, flavors)
         if found is None:
             continue
@@ -334,6 +370,13 @@ def select_victims(
         if best is None or option.cost() < best.cost():
             best = option
     return best
+
+
+def _lower_bound(scoped: Sequence[Candidate]) -> tuple[float, int, int]:
+    """No victim set from these candidates costs less: each set loses at least the least lost work of
+    one candidate, its top priority is at least the lowest priority here, and it has a member."""
+    lost = min(c.lost_gpu_seconds for c in scoped)
+    return lost, min(c.priority for c in scoped), 1
 
 
 def _quota_feasible(
@@ -381,3 +424,5 @@ def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
     """Applies a chosen set to the snapshot (its capacity is then the preemptor's for the cycle)."""
     for candidate in victims.victims:
         _apply_if_held(snapshot, candidate)
+        for cause in (WITHIN_QUEUE, RECLAIM, BORROW):
+            snapshot.memo.pop((candidate.admitted.queue, cause), None)
