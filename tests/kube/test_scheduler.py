@@ -33,7 +33,7 @@ def add_pods(api: FakeApiServer, pods: list[dict]) -> None:
 
 
 def run(sched: KubeScheduler):
-    for informer in (sched.nodes, sched.pods, sched.queues):
+    for informer in (sched.nodes, sched.pods, sched.queues, sched.jobs):
         informer.relist()
     return sched.schedule_once()
 

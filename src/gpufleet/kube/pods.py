@@ -194,25 +194,73 @@ def pod_set_of(pod: Json) -> str:
     return str((pod["metadata"].get("labels") or {}).get(POD_SET_LABEL, "main"))
 
 
-def group_pods(pods: Iterable[Json], config: KubeConfig) -> dict[str, Group]:
+JOB_GANG_ANNOTATION = "gpufleet.io/gang-scheduling"
+"""On a Job: `"true"` makes its pods (without a gang label) one gang sized by parallelism/completions."""
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """Which workload a live pod of ours belongs to, and the size that workload's gang must reach."""
+
+    key: str
+    size: int
+    min_size: int | None
+
+
+def membership(pod: Json, config: KubeConfig, jobs: Mapping[str, Json] | None = None) -> Membership | None:
+    """The workload of a live pod of ours (None for others' pods, finished ones and ones being deleted).
+
+    1. `gpufleet.io/gang` label: the gang `namespace/gang` of `gpufleet.io/gang-size` pods.
+    2. Owned by a Job that asks for gang scheduling (annotation `gpufleet.io/gang-scheduling: "true"`
+       on the Job): the gang `namespace/job.NAME` of min(parallelism, completions) pods, the number
+       of pods the Job controller keeps running at once (an unset completions means parallelism).
+    3. Otherwise the pod is a workload of its own.
+    """
+    if not is_ours(pod, config) or is_finished(pod) or pod["metadata"].get("deletionTimestamp"):
+        return None
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    namespace = meta.get("namespace") or "default"
+    gang = labels.get(GANG_LABEL)
+    if gang:
+        size = _size(labels.get(GANG_SIZE_LABEL), pod, GANG_SIZE_LABEL) or 1
+        return Membership(f"{namespace}/{gang}", size, _size(labels.get(GANG_MIN_LABEL), pod, GANG_MIN_LABEL))
+    job = _gang_job(pod, jobs or {})
+    if job is not None:
+        spec = job.get("spec") or {}
+        raw = spec.get("parallelism")
+        parallelism = 1 if raw is None else int(raw)
+        completions = spec.get("completions")
+        size = parallelism if completions is None else min(parallelism, int(completions))
+        return Membership(f"{namespace}/job.{job['metadata']['name']}", max(size, 1), None)
+    return Membership(f"{namespace}/{meta['name']}", 1, None)
+
+
+def _gang_job(pod: Json, jobs: Mapping[str, Json]) -> Json | None:
+    namespace = pod["metadata"].get("namespace") or "default"
+    for owner in pod["metadata"].get("ownerReferences") or []:
+        if owner.get("kind") == "Job" and owner.get("controller"):
+            job = jobs.get(f"{namespace}/{owner.get('name')}")
+            annotations = (job or {}).get("metadata", {}).get("annotations") or {}
+            if job is not None and annotations.get(JOB_GANG_ANNOTATION, "").lower() == "true":
+                return job
+    return None
+
+
+def group_pods(
+    pods: Iterable[Json], config: KubeConfig, jobs: Mapping[str, Json] | None = None
+) -> dict[str, Group]:
     """gpufleet's live (not finished, not being deleted) pods grouped into workloads."""
     groups: dict[str, Group] = {}
     for pod in pods:
-        if not is_ours(pod, config) or is_finished(pod) or pod["metadata"].get("deletionTimestamp"):
+        member = membership(pod, config, jobs)
+        if member is None:
             continue
-        meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        namespace = meta.get("namespace") or "default"
-        gang = labels.get(GANG_LABEL)
-        if gang:
-            key = f"{namespace}/{gang}"
-            size = _size(labels.get(GANG_SIZE_LABEL), pod, GANG_SIZE_LABEL) or 1
-            minimum = _size(labels.get(GANG_MIN_LABEL), pod, GANG_MIN_LABEL)
-        else:
-            key, size, minimum = f"{namespace}/{meta['name']}", 1, None
-        group = groups.get(key)
+        group = groups.get(member.key)
         if group is None:
-            group = groups[key] = Group(key, namespace, size, minimum)
+            group = groups[member.key] = Group(
+                member.key, pod["metadata"].get("namespace") or "default", member.size, member.min_size
+            )
         group.members.append(pod)
     return groups
 
@@ -266,8 +314,8 @@ def workload(group: Group, config: KubeConfig, priorities: Mapping[str, int]) ->
         ),
         preemptible=annotations.get(PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
         user=labels.get(USER_LABEL, ""),
-        submitted_at=_seconds(meta.get("creationTimestamp")) or 0.0,
-        last_checkpoint_at=_seconds(annotations.get(CHECKPOINT_ANNOTATION)),
+        submitted_at=seconds(meta.get("creationTimestamp")) or 0.0,
+        last_checkpoint_at=seconds(annotations.get(CHECKPOINT_ANNOTATION)),
     )
 
 
@@ -282,7 +330,7 @@ def _priority(pod: Json, priorities: Mapping[str, int]) -> int:
     return priorities.get(name, 0) if name else 0
 
 
-def _seconds(stamp: str | None) -> float | None:
+def seconds(stamp: str | None) -> float | None:
     if not stamp:
         return None
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -1,188 +1,72 @@
 """The secondary scheduler: every Pod with `schedulerName: gpufleet`, decided by the scheduling core.
 
-Each pass builds the core's `ClusterCache` from the informers' caches (Nodes, Pods, Queues), runs one
-cycle of the same `Scheduler` the embedded world runs, and carries out its decisions through the API
-server: bindings for admissions (a gang only when the cycle admitted all of it), evictions for
-preemptions, conditions and Events for whatever stays pending. The pass after sees the result
-through the informers, so every pass starts from what the API server says, never from what this
-process hoped it did.
+The core's cache is kept incrementally from the informers (`kube.cache`), so fair-share history,
+parked workloads and in-flight assumptions live as long as this replica leads. Each pass refreshes
+what changed, then runs the cycle loop the embedded world runs (`controllers.decisions.run_cycles`)
+with this world's carrier:
 
-Capacity already taken is rebuilt from the pods bound to each node: gpufleet's own pods at the GPUs
-their `gpufleet.io/gpus` annotation names (written before binding), others (the default scheduler's)
-on GPUs chosen here. Pods being deleted hold their resources until they are gone.
+- admit: the admission is assumed in the cache, then each pod's GPUs are annotated and a Binding is
+  created (a gang only when the cycle admitted all of it). A bind refused for good (pod gone, bound
+  elsewhere) drops the assumption and the workload is looked at again; a bind that failed for a
+  transient reason is retried at the next pass, on the same node, so a gang is always completed.
+- preempt: victims are asked to leave through the Eviction API (PodDisruptionBudgets apply); until
+  they are gone they keep holding their node's resources, and their preemptor waits for them
+  (`WaitingForPreemption`) instead of looking for more victims; it is tried first once they are gone.
+- pending: the last cycle's reasons go to the pods' `PodScheduled` condition, an Event, and the
+  owning gpufleet object's `status.pendingReason`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.queue import Queue
 from gpufleet.api.resource import kind_info
-from gpufleet.controllers.convert import quota_tree
-from gpufleet.fleet.request import PodRequest
-from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlot
-from gpufleet.kube import nodes as kube_nodes
+from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.kube import pods as kube_pods
-from gpufleet.kube.actions import Actions, parse_allocation_annotation
+from gpufleet.kube.actions import Actions
+from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
-from gpufleet.kube.resources import NODE, POD, resource_for
+from gpufleet.kube.resources import JOB, NODE, POD, resource_for
 from gpufleet.kube.store import from_json
-from gpufleet.kube.transport import Json, Transport
-from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
-from gpufleet.scheduler.explain import Reason
-from gpufleet.scheduler.flavors import Assignment, usage_of
-from gpufleet.scheduler.placement.gpus import choose_gpus
+from gpufleet.scheduler.explain import Admit, Preempt, Reason
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import Workload
 
 log = logging.getLogger(__name__)
 
-WAITING_FOR_GANG = "WaitingForGangMembers"
-INVALID = "InvalidRequest"
+__all__ = ["INVALID", "WAITING_FOR_GANG", "KubeScheduler", "PassStats"]
+
+WAITING_FOR_PREEMPTION = "WaitingForPreemption"
 
 
-@dataclass(slots=True)
-class View:
-    """One pass's picture of the cluster, in the core's terms, and how to get back to real pods."""
+class _Items(Mapping[str, Json]):
+    """An informer's cache as a read-only mapping by key."""
 
-    cache: ClusterCache
-    groups: dict[str, kube_pods.Group]
-    reasons: dict[str, Reason] = field(default_factory=dict)
-    """Workloads that cannot even be submitted (incomplete gang, invalid request), and why."""
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
 
+    def __getitem__(self, key: str) -> Json:
+        found = self._informer.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
 
-def build_view(
-    *,
-    nodes: Iterable[Json],
-    pods: Iterable[Json],
-    queues: Iterable[Queue],
-    config: KubeConfig,
-    scheduler: SchedulerConfig,
-    history: UsageHistory,
-    now: float,
-) -> View:
-    """The cache a cycle runs on: fleet from Nodes, quota tree from Queues, workloads from Pods."""
-    fleet = FleetState(config.level_names(), nvlink_level=config.nvlink_level)
-    for node in nodes:
-        try:
-            fleet.add_node(kube_nodes.node_spec(node, config))
-        except GpuFleetError as exc:
-            log.warning("node %s left out of the fleet: %s", node["metadata"]["name"], exc)
-    tree, settings = quota_tree(queues)
-    cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=history)
-    all_pods = list(pods)
-    groups = kube_pods.group_pods(all_pods, config)
-    view = View(cache, groups)
-    grouped = {key_of(p) for g in groups.values() for p in g.members}
-    for pod in all_pods:  # capacity held by pods that are not gpufleet workloads (or are leaving)
-        if key_of(pod) not in grouped and kube_pods.holds_resources(pod):
-            _hold(fleet, pod, f"pod/{key_of(pod)}", _request_of(pod, config))
-    priorities = dict(scheduler.priority_classes) | config.priority_classes
-    for key, group in sorted(groups.items()):
-        try:
-            workload = kube_pods.workload(group, config, priorities)
-        except GpuFleetError as exc:
-            view.reasons[key] = Reason(INVALID, str(exc))
-            continue
-        bound = [p for p in group.members if kube_pods.is_bound(p)]
-        if bound:
-            _admit_bound(cache, workload, group, bound, now)
-        elif not group.complete:
-            view.reasons[key] = Reason(
-                WAITING_FOR_GANG,
-                f"{len(group.members)} of {group.size} pods of gang {key} exist",
-                {"present": len(group.members), "size": group.size},
-            )
-        else:
-            cache.submit(workload)
-    return view
+    def __iter__(self) -> Iterator[str]:
+        return iter([key_of(o) for o in self._informer.items()])
 
-
-def _request_of(pod: Json, config: KubeConfig) -> PodRequest:
-    try:
-        return kube_pods.pod_request(pod, config)
-    except GpuFleetError:
-        requests = kube_pods.effective_requests(pod)
-        return PodRequest(cpu_milli=requests.get("cpu", 0), memory_mib=requests.get("memory", 0))
-
-
-def _hold(fleet: FleetState, pod: Json, name: str, request: PodRequest) -> Allocation | None:
-    """Records what a bound pod holds on its node: its annotated GPUs, else GPUs chosen here."""
-    node = pod["spec"]["nodeName"]
-    if node not in fleet.index:
-        return None
-    row = fleet.row_of(node)
-    noted = parse_allocation_annotation(pod)
-    try:
-        if noted and "mig" in noted and request.mig:
-            slot = noted["mig"]
-            alloc = Allocation(
-                name,
-                row,
-                (),
-                0,
-                request.cpu_milli,
-                request.memory_mib,
-                MigSlot(int(slot["gpu"]), str(slot["profile"]), int(slot["start"])),
-            )
-            return fleet.reinstate(alloc)
-        if noted and "gpus" in noted and request.total_gpu_milli:
-            return fleet.allocate(name, row, request, tuple(int(g) for g in noted["gpus"]))
-        choice = choose_gpus(fleet, row, request)
-        return fleet.allocate(name, row, request, choice.gpus, mig_gpu=choice.mig_gpu)
-    except (AllocationError, GpuFleetError, ValueError, KeyError, TypeError) as exc:
-        # Over-committed already (a node that shrank, a stale annotation): keep the CPU and memory.
-        log.warning("pod %s: its GPUs on %s cannot be accounted exactly (%s)", key_of(pod), node, exc)
-        try:
-            fallback = PodRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
-            return fleet.allocate(name, row, fallback)
-        except AllocationError:
-            return None
-
-
-def _admit_bound(
-    cache: ClusterCache, workload: Workload, group: kube_pods.Group, bound: list[Json], now: float
-) -> None:
-    """A workload whose pods are bound is admitted with what they hold."""
-    names = group.by_core_name()
-    allocations = []
-    counts = {ps.name: 0 for ps in workload.pod_sets}
-    requests = {ps.name: ps.request for ps in workload.pod_sets}
-    bound_keys = {key_of(p) for p in bound}
-    model: str | None = None
-    for core_name, pod in sorted(names.items()):
-        if key_of(pod) not in bound_keys:
-            continue
-        pod_set = kube_pods.pod_set_of(pod)
-        alloc = _hold(cache.fleet, pod, core_name, requests[pod_set])
-        if alloc is None:
-            continue
-        allocations.append(alloc)
-        counts[pod_set] += 1
-        if requests[pod_set].total_gpu_milli:
-            model = cache.fleet.specs[alloc.node].gpu_model or model
-    for alloc in allocations:  # cache.admit takes them again
-        cache.fleet.release(alloc.pod)
-    order = tuple(counts[ps.name] for ps in workload.pod_sets)
-    assignment = Assignment(model, order, usage_of(workload, model, order))
-    if workload.queue not in cache.tree.nodes:
-        log.warning(
-            "workload %s runs in unknown queue %s; its quota is not counted", workload.name, workload.queue
-        )
-        for alloc in allocations:
-            cache.fleet.reinstate(alloc)
-        return
-    started = workload.submitted_at or now
-    cache.admit(workload, assignment, allocations, now=started)
+    def __len__(self) -> int:
+        return len(self._informer.items())
 
 
 @dataclass(slots=True)
@@ -215,90 +99,180 @@ class KubeScheduler:
         self.nodes: Informer = self.informers.informer(NODE)
         self.pods: Informer = self.informers.informer(POD)
         self.queues: Informer = self.informers.informer(resource_for("Queue"))
+        self.jobs: Informer = self.informers.informer(JOB)
         self.actions = Actions(transport, identity=identity, grace_seconds=self.config.eviction_grace_seconds)
         self.history = UsageHistory(self.scheduler_config.fair_sharing.half_life_seconds)
-        self.nominated: list[str] = []
+        priorities = dict(self.scheduler_config.priority_classes) | self.config.priority_classes
+        self.kcache = KubeCache(config=self.config, history=self.history, priorities=priorities)
+        self.awaiting: dict[str, set[str]] = {}
+        """Preemptor -> the victim pods it waits for (until they are gone)."""
+        self.retry_binds: dict[str, str] = {}
+        """Pods whose binding failed for a transient reason -> their core name, retried next pass."""
+        self.withheld: dict[str, Workload] = {}
+        """This pass's preemptors kept out of the cycles while their victims terminate."""
         self.clock = clock
         self.period = period
         self.stats = PassStats()
         self._changed = threading.Event()
-        for informer in (self.nodes, self.pods, self.queues):
-            informer.add_handler(lambda *_: self._changed.set())
+        self.nodes.add_handler(self._note(self.kcache.node_changed))
+        self.pods.add_handler(self._note(self.kcache.pod_changed))
+        self.jobs.add_handler(self._note(self.kcache.job_changed))
+        self.queues.add_handler(self._note(self.kcache.queues_changed))
+
+    def _note(self, handler: Callable[[str, Json | None, Json | None], None]) -> Callable[..., None]:
+        def note(event: str, old: Json | None, new: Json | None) -> None:
+            handler(event, old, new)
+            self._changed.set()
+
+        return note
 
     # ------------------------------------------------------------------ the loop
     def run(self, lost: threading.Event) -> None:
         """Schedules until `lost` is set (leadership gone or shutdown); informers must be started."""
         self.informers.wait_for_sync(None)
+        self.kcache.queues_changed()  # a new term starts from a full picture
         while not lost.is_set():
             self._changed.clear()
             try:
                 self.schedule_once()
-            except Exception:  # a pass that fails is retried from fresh state; the loop must live
+            except Exception:  # a pass that fails is retried from a fresh picture; the loop must live
                 self.stats.errors += 1
+                self.kcache.queues_changed()
                 log.exception("scheduling pass failed")
             self._changed.wait(self.period)
             lost.wait(0.2)  # let a burst of informer events settle into one pass
 
-    def schedule_once(self) -> CycleResult:
-        """One pass: picture, cycle, actions."""
+    def schedule_once(self) -> CycleResult | None:
+        """One pass: refresh what changed, run the shared cycle loop, say why the rest waits."""
         now = self.clock()
-        view = build_view(
-            nodes=self.nodes.items(),
-            pods=self.pods.items(),
-            queues=self._queues(),
-            config=self.config,
-            scheduler=self.scheduler_config,
-            history=self.history,
+        cache = self.kcache.refresh(self._sources(), now=now)
+        self._retry_binds()
+        self.withheld = self._withhold_preemptors()
+        outcome = run_cycles(
+            scheduler=self.scheduler,
+            cache=cache,
+            carrier=Carrier(preempt=self._preempt, admit=self._admit),
             now=now,
+            max_cycles=self.scheduler_config.max_cycles,
         )
-        view.cache.nominated = [n for n in self.nominated if n in view.cache.pending]
-        result = self.scheduler.cycle(view.cache, now=now)
-        self.nominated = list(result.nominated)
+        for name, workload in self.withheld.items():
+            cache.pending.setdefault(name, workload)
         self.stats.passes += 1
-        self._preempt(view, result)
-        self._bind(view, result)
-        self._explain(view, result)
-        return result
+        self._explain(outcome.last, self.withheld)
+        return outcome.last
 
-    # ------------------------------------------------------------------ decisions
-    def _preempt(self, view: View, result: CycleResult) -> None:
-        for preempt in result.preempted:
-            group = view.groups.get(preempt.victim)
-            if group is None:
+    def _sources(self) -> Sources:
+        return Sources(
+            nodes=_Items(self.nodes), pods=_Items(self.pods), queues=self._queues(), jobs=_Items(self.jobs)
+        )
+
+    # ------------------------------------------------------------------ the carrier
+    def _admit(self, admit: Admit, now: float) -> None:
+        cache = self.kcache.cache
+        assert cache is not None
+        workload = cache.pending.get(admit.workload)
+        if workload is None:
+            return
+        pods = self.kcache.core_pods(admit.workload)
+        cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
+        self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
+        for alloc in admit.allocations:
+            pod = pods.get(alloc.pod)
+            if pod is None:
                 continue
-            members = group.by_core_name()
-            chosen = members.values() if preempt.whole else [members[p] for p in preempt.pods if p in members]
-            for pod in chosen:
-                if kube_pods.is_bound(pod) and self.actions.evict(
-                    pod, reason="PreemptedByGpufleet", message=preempt.message
-                ):
-                    self.stats.evicted += 1
+            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc)
+            self._bind(pod, alloc.pod)
 
-    def _bind(self, view: View, result: CycleResult) -> None:
-        fleet = view.cache.fleet
-        for admit in result.admitted:
-            group = view.groups.get(admit.workload)
-            if group is None:
+    def _bind(self, pod: Json, core_name: str) -> None:
+        key = key_of(pod)
+        assumed = self.kcache.assumed.get(key)
+        if assumed is None:
+            return
+        alloc = assumed.allocation
+        try:
+            ok = self.actions.bind(pod, assumed.node, alloc if alloc.gpus or alloc.mig else None)
+        except ApiError as exc:  # the API server is struggling: the same binding, next pass
+            log.warning("binding %s to %s failed (%s); retrying", key, assumed.node, exc)
+            self.retry_binds[key] = core_name
+            return
+        self.retry_binds.pop(key, None)
+        if ok:
+            self.stats.bound += 1
+        else:  # gone, or bound elsewhere: what the pods now say decides
+            self.kcache.assumed.pop(key, None)
+            self.kcache.mark(key)
+
+    def _retry_binds(self) -> None:
+        for key, core_name in sorted(self.retry_binds.items()):
+            pod = self.pods.get(key)
+            if pod is None or kube_pods.is_bound(pod) or key not in self.kcache.assumed:
+                self.retry_binds.pop(key, None)
                 continue
-            members = group.by_core_name()
-            for alloc in admit.allocations:
-                pod = members.get(alloc.pod)
-                if pod is None:
-                    continue
-                node = fleet.names[alloc.node]
-                if self.actions.bind(pod, node, alloc if alloc.gpus or alloc.mig else None):
-                    self.stats.bound += 1
+            self._bind(pod, core_name)
 
-    def _explain(self, view: View, result: CycleResult) -> None:
-        reasons: dict[str, Reason] = dict(view.reasons)
-        reasons.update({name: pending.reason for name, pending in result.pending.items()})
+    def _preempt(self, preempt: Preempt, now: float) -> None:
+        members = self.kcache.core_pods(preempt.victim)
+        chosen = (
+            list(members.values()) if preempt.whole else [members[p] for p in preempt.pods if p in members]
+        )
+        leaving: set[str] = set()
+        for pod in chosen:
+            if not (kube_pods.is_bound(pod) or key_of(pod) in self.kcache.assumed):
+                continue
+            if self.actions.evict(pod, reason="PreemptedByGpufleet", message=preempt.message):
+                self.stats.evicted += 1
+                leaving.add(key_of(pod))
+                self.kcache.evicting.add(key_of(pod))
+                self.kcache.mark(key_of(pod))
+        if preempt.preemptor:
+            self.awaiting.setdefault(preempt.preemptor, set()).update(leaving)
+            cache = self.kcache.cache
+            assert cache is not None
+            workload = cache.pending.pop(preempt.preemptor, None)  # it waits for these victims only
+            if workload is not None:
+                self.withheld[preempt.preemptor] = workload
+        # The victims leave the cache now, holding their resources until they are gone.
+        self.kcache.refresh(self._sources(), now=now)
+
+    def _withhold_preemptors(self) -> dict[str, Workload]:
+        """Preemptors whose victims still terminate sit out this pass; the first gone free ones go first."""
+        cache = self.kcache.cache
+        assert cache is not None
+        withheld: dict[str, Workload] = {}
+        ready: list[str] = []
+        for name, victims in sorted(self.awaiting.items()):
+            victims.intersection_update(k for k in victims if self.pods.get(k) is not None)
+            if name not in cache.pending:
+                if name not in cache.admitted and victims:
+                    continue  # not known now (its pods changed); keep waiting for the victims
+                del self.awaiting[name]
+                continue
+            if victims:
+                withheld[name] = cache.pending.pop(name)
+            else:
+                del self.awaiting[name]
+                ready.append(name)
+        cache.nominated = ready + [n for n in cache.nominated if n not in ready]
+        return withheld
+
+    # ------------------------------------------------------------------ reasons
+    def _explain(self, result: CycleResult | None, withheld: Mapping[str, Any]) -> None:
+        reasons: dict[str, Reason] = dict(self.kcache.reasons)
+        if result is not None:
+            reasons.update({name: pending.reason for name, pending in result.pending.items()})
+        for name in withheld:
+            count = len(self.awaiting.get(name, ()))
+            reasons[name] = Reason(
+                WAITING_FOR_PREEMPTION, f"waiting for {count} preempted pods to terminate", {"victims": count}
+            )
+        self.stats.pending = 0
         for name, reason in reasons.items():
-            group = view.groups.get(name)
+            group = self.kcache.groups.get(name.removesuffix(REST))
             if group is None:
                 continue
             self.stats.pending += 1
             for pod in group.members:
-                if not kube_pods.is_bound(pod):
+                if not kube_pods.is_bound(pod) and key_of(pod) not in self.kcache.assumed:
                     self.actions.pending(pod, reason_type=reason.type, message=reason.message)
             self._owner_reason(group, reason)
 
@@ -311,7 +285,12 @@ class KubeScheduler:
                     "phase": "Pending",
                     "pendingReason": {"type": reason.type, "message": reason.message, "details": details},
                 }
+                text = json.dumps(status, sort_keys=True)
+                said = (group.namespace, f"owner:{owner.get('kind')}/{owner.get('name')}")
+                if self.actions.said.get(said) == text:
+                    continue
                 self.actions.owner_status(owner, group.namespace, status)
+                self.actions.said[said] = text
 
     def _queues(self) -> list[Queue]:
         info = kind_info("Queue")
@@ -329,6 +308,4 @@ class KubeScheduler:
 
 
 def _plain(details: Mapping[str, Any]) -> dict[str, Any]:
-    import json
-
     return dict(json.loads(json.dumps(details, default=str)))
