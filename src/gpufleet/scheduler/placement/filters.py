@@ -147,7 +147,8 @@ def _selector_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.in
 
 
 def _model_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
-    codes = [state.model_id(model) for model in request.gpu_models]
+    # A model no node has is coded -1, the code of nodes without GPUs too: it must match nothing.
+    codes = [code for code in (state.model_id(model) for model in request.gpu_models) if code >= 0]
     return np.isin(state.model[rows], np.array(codes, dtype=np.int64))
 
 
