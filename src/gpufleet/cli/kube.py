@@ -90,6 +90,38 @@ def scheduler(
     elector.run(stop, on_started=sched.run)
 
 
+@kube_app.command("operator")
+def operator(
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    name: str = typer.Option("gpufleet", "--scheduler-name", help="schedulerName written into worker pods."),
+    namespace: str = typer.Option("gpufleet-system", help="Namespace of the leader-election Lease."),
+    lease: str = typer.Option("gpufleet-operator", help="Name of the leader-election Lease."),
+    identity: str = typer.Option("", help="This replica's identity (default: POD_NAME or the host name)."),
+    leader_elect: bool = typer.Option(
+        True, help="Run only while holding the Lease (two replicas: one active)."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """The operator: TrainingJob worker pods, headless Services, restarts from checkpoints, status."""
+    from gpufleet.kube.operator import Operator
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+    who = identity or os.environ.get("POD_NAME") or socket.gethostname()
+    api = _transport(kubeconfig, context)
+    op = Operator(api, config=KubeConfig(scheduler_name=name, namespace=namespace))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    op.informers.start(stop)
+    if not leader_elect:
+        op.run(stop)
+        return
+    LeaderElector(api, LeaseConfig(lease, namespace, who)).run(stop, on_started=op.run)
+
+
 @kube_app.command("install-crds")
 def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) -> None:
     """Creates or updates gpufleet's CustomResourceDefinitions and waits until they are served."""
