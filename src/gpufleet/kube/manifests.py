@@ -108,7 +108,21 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
         "gpufleet.io",
         ("trainingjobs/status", "inferenceservices/status"),
         ("patch",),
-        "pending reasons in the owner's status",
+        "pending reasons in the owner's status; the operator's job status",
+    ),
+    ("batch", ("jobs",), ("get", "list", "watch"), "the size of Jobs that ask for gang scheduling"),
+    ("", ("pods",), ("create", "delete"), "operator: worker pods of each attempt, removed when it ends"),
+    (
+        "",
+        ("services",),
+        ("get", "list", "watch", "create", "delete"),
+        "operator: headless rendezvous Services",
+    ),
+    (
+        "gpufleet.io",
+        ("trainingjobs", "checkpoints"),
+        ("get", "list", "watch"),
+        "operator: jobs and resume points",
     ),
 )
 LEASE_RULES: tuple[Rule, ...] = (
@@ -179,6 +193,14 @@ def _image(v: Values) -> str:
     return f"{v.image.repository}:{v.image.tag}"
 
 
+def _locked_down() -> Json:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def _scheduler(v: Values) -> list[Json]:
     name, ns, s = "gpufleet-scheduler", v.namespace, v.scheduler
     args = [
@@ -229,12 +251,28 @@ def _scheduler(v: Values) -> list[Json]:
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
                         ],
                         "resources": s.resources,
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                    }
+                        "securityContext": _locked_down(),
+                    },
+                    {
+                        # The operator is leader-elected on a Lease of its own, so the two leaders
+                        # may sit in different replicas.
+                        "name": "operator",
+                        "image": _image(v),
+                        "imagePullPolicy": v.image.pullPolicy,
+                        "command": ["gpufleet"],
+                        "args": [
+                            "kube",
+                            "operator",
+                            f"--scheduler-name={s.schedulerName}",
+                            f"--namespace={ns}",
+                            "--lease=gpufleet-operator",
+                        ],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                        ],
+                        "resources": s.resources,
+                        "securityContext": _locked_down(),
+                    },
                 ],
             },
         },
