@@ -87,4 +87,4 @@ __all__ = [
 
 # The embedded world's internal kinds (Node, Pod, Workload, Event, ServiceLoad) are registered with the
 # others, so every process that opens a store can read whatever the control plane wrote into it.
-from gpufleet.api import runtime as _runtime  # noqa: E402, F401
+from gpufleet.api import runtime as _runtime  # noqa: F401
