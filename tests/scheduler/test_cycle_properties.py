@@ -103,6 +103,12 @@ def test_cycle_invariants(queues: list[tuple], workloads: list[tuple], nodes: in
     for name in cache.pending:
         assert name in result.pending, f"pending {name} has no reason"
         assert result.pending[name].reason.type
+    if not result.changed:
+        # Parking only skips work: with every parked workload woken, the fixed point stays one.
+        cache.parking.clear()
+        again = scheduler.cycle(cache, now=NOW)
+        assert not again.changed, f"a parked workload could start: {again.admitted} {again.preempted}"
+        assert set(again.pending) == set(cache.pending)
 
 
 def _check_limits(cache: ClusterCache) -> None:

@@ -184,11 +184,54 @@ class _Cycle:
                     )
                 continue
             nxt = next(following, None)
+            if blocked and not strict:
+                nxt = self._drain(queue, nxt, following)
             if nxt is not None:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (self._key(nxt), queue))
         self.parking.capacity.end(fleet)
         return self.result
+
+    def _drain(self, queue: str, nxt: Workload | None, following: Iterator[Workload]) -> Workload | None:
+        """Decides at once the queue's next workloads that cannot fit its quota, returns the first other.
+
+        Within a cycle a queue's available quota only shrinks (quota freed by a preemption reaches waiting
+        workloads next cycle, see parking.py), so once the queue has had its preemption attempt, a
+        workload needing a flavor the queue has none of left fails here exactly as it would at its turn
+        in the order; deciding it now spares the order's bookkeeping for a backlog that cannot start.
+        """
+        if queue not in self.preempted_for:
+            return nxt
+        available: dict[str, int] = {}
+        while nxt is not None and nxt.name not in self._parked_heads and self._exhausted(nxt, available):
+            self._record(nxt, self._attempt(nxt))
+            nxt = next(following, None)
+        return nxt
+
+    def _exhausted(self, workload: Workload, available: dict[str, int]) -> bool:
+        """True when for every flavor the workload accepts, its queue has nothing left of some resource."""
+        cache = self.cache
+        if cache.tree.nodes[workload.queue].unlimited:
+            return False
+        models = self._models(workload)
+        if not models:
+            return False
+        smallest = counts_at(workload, shrink_steps(workload))
+        for model in models:
+            usage = usage_of(workload, model, smallest)
+            if not usage:
+                return False
+            blocked = False
+            for flavor, amount in usage.items():
+                left = available.get(flavor)
+                if left is None:
+                    left = available[flavor] = cache.usage.available(workload.queue, flavor)
+                if amount > left:
+                    blocked = True
+                    break
+            if not blocked:
+                return False
+        return True
 
     def _wake(self) -> None:
         """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues."""
@@ -222,10 +265,18 @@ class _Cycle:
 
     def _victim_memo(self, workload: Workload, *, own_only: bool, capacity: bool) -> tuple[object, ...]:
         """What a failed preemption search depended on besides the preemptor (see parking.py): the
-        admitted workloads of its own queue (when it could only take from there) or of its tree, free
+        admitted workloads of its own queue and the quota left to it (when it could only take from its own
+        queue) or the admitted workloads of its tree, free
         capacity of its flavors (unless it found no candidates at all), and time with minimum runtimes."""
         cache = self.cache
-        epoch = cache.queue_epochs.get(workload.queue, 0) if own_only else cache.epoch(workload.queue)
+        epoch: object = cache.epoch(workload.queue)
+        if own_only:
+            # Other queues matter only through the quota they leave this queue.
+            flavors = sorted(
+                {f for m in self._models(workload) for f in usage_of(workload, m, counts_at(workload, 0))}
+            )
+            left = tuple(cache.usage.available(workload.queue, f) for f in flavors)
+            epoch = (cache.queue_epochs.get(workload.queue, 0), left)
         rose = None
         if capacity:
             watch = self.parking.capacity
@@ -372,13 +423,11 @@ class _Cycle:
         cache = self.cache
         usage = self._usage_memo.get(workload.name)
         if usage is None:
-            node = cache.tree.nodes[workload.queue]
-            models = candidate_models(
-                workload, queue_flavors=list(node.quotas), fleet_models=cache.fleet.models, unlimited=False
-            )
             usage = {}
-            if models and not node.unlimited:
-                usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
+            if not cache.tree.nodes[workload.queue].unlimited:
+                models = self._models(workload)
+                if models:
+                    usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
             self._usage_memo[workload.name] = usage
         return any(
             cache.usage.usage(workload.queue, flavor) + amount > cache.tree.nominal(workload.queue, flavor)
