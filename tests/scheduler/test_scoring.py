@@ -66,6 +66,13 @@ def test_pick_breaks_ties_at_random_but_never_picks_a_lower_score() -> None:
     assert picks == {1, 2}
 
 
+def test_pick_with_a_node_order_takes_the_first_tied_node_in_that_order() -> None:
+    scored = Scored(np.array([1.0, 3.0, 3.0, 2.0, 3.0]), [()] * 5)
+    rank = np.array([0, 7, 4, 1, 5], dtype=np.int64)
+    # Index 0 and 3 come first in the order but score lower; among the best (1, 2, 4), 2 ranks first.
+    assert {pick(scored, np.random.default_rng(seed), rank) for seed in range(20)} == {2}
+
+
 def test_bestfit_prefers_the_fuller_node_and_the_tightest_gpu() -> None:
     state = fleet(2, 2)
     state.allocate("a", 1, SHARE, (1,))
@@ -107,13 +114,62 @@ def test_dotprod_prefers_the_node_with_less_free_gpu() -> None:
 
 
 def test_random_spreads_over_feasible_nodes_and_fitting_gpus() -> None:
-    rows = set()
+    rows, gpus = set(), set()
     for seed in range(30):
         state = fleet(2, 2, 2)
         state.allocate("full", 2, PodRequest(gpus=2), (0, 1))
         policy = get_policy("random", seed=seed)
-        rows.add(place(state, policy, "p", SHARE, seed=seed)[0])
+        row, chosen = place(state, policy, "p", SHARE, seed=seed)
+        rows.add(row)
+        gpus.add(chosen)
     assert rows == {0, 1}
+    assert gpus == {(0,), (1,)}
+
+
+def test_random_draws_its_node_itself_so_a_fixed_tie_order_does_not_bias_it() -> None:
+    state = fleet(2, 2, 2, 2)
+    rows = filter_nodes(state, ONE).rows
+    rank = np.arange(rows.size, dtype=np.int64)
+    chosen = set()
+    for seed in range(40):
+        scored = get_policy("random", seed=seed).score(state, ONE, rows)
+        assert np.count_nonzero(scored.scores == scored.scores.max()) == 1
+        chosen.add(int(rows[pick(scored, np.random.default_rng(0), rank)]))
+    assert chosen == {0, 1, 2, 3}
+
+
+CPU_ONLY = PodRequest(cpu_milli=10_000, memory_mib=1_024)
+
+
+@pytest.mark.parametrize("name", ["packing", "clustering"])
+def test_packing_and_clustering_give_a_cpu_only_pod_the_same_score_everywhere(name: str) -> None:
+    # The reference plugins return their minimum score for a pod without GPUs: the tie-break decides.
+    state = fleet(2, 2, 8)
+    state.allocate("a", 1, SHARE, (0,))
+    policy = get_policy(name)
+    observe_all(state, policy)
+    scored = policy.score(state, CPU_ONLY, filter_nodes(state, CPU_ONLY).rows)
+    assert np.all(scored.scores == scored.scores[0])
+    rank = np.array([2, 0, 1], dtype=np.int64)
+    assert pick(scored, np.random.default_rng(0), rank) == 1
+
+
+def test_fgd_keeps_a_cpu_only_pod_off_nodes_whose_cpu_the_typical_pod_needs() -> None:
+    # Typical pod: 8 cores and one whole GPU. Node 0 has 16 cores: 10 taken leaves 6, and both its idle
+    # GPUs become unusable (fragmentation +2000). Node 1 has 64 cores: nothing changes (the neutral
+    # score, 50). Node 2's GPUs are all in use: no idle GPU to strand, also 50.
+    typical = TypicalWorkload((PodShape(8_000, 1_000, 1),), (1.0,))
+    state = FleetState()
+    for i, cpu in enumerate((16_000, 64_000, 64_000)):
+        state.add_node(NodeSpec(f"n{i}", "T4", 2, cpu, 65_536))
+    state.allocate("full", 2, PodRequest(cpu_milli=1_000, gpus=2), (0, 1))
+    policy = get_policy("fgd", typical=typical)
+    observe_all(state, policy)
+    rows = filter_nodes(state, CPU_ONLY).rows
+    scores = policy.score(state, CPU_ONLY, rows).scores
+    assert scores.tolist() == [int(100 / (1 + np.exp(2.0))), 50.0, 50.0]
+    rank = np.array([0, 2, 1], dtype=np.int64)
+    assert pick(policy.score(state, CPU_ONLY, rows), np.random.default_rng(0), rank) == 2
 
 
 def test_fgd_avoids_stranding_a_gpu_share() -> None:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gpufleet.cli.main import app
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import PodRequest
-from gpufleet.sim.fgd import arrived_pct, run_once, workload
+from gpufleet.sim.fgd import arrived_pct, node_rank, run_once, workload
 from gpufleet.sim.openb import TracePod
 
 
@@ -54,6 +54,25 @@ def test_protocol_run_accounts_every_gpu(policy: str) -> None:
     values = [result.curve[k] for k in sorted(result.curve)]
     assert values == sorted(values)
     assert max(values) > 80.0
+
+
+def test_node_order_is_a_permutation_drawn_per_seed() -> None:
+    first = node_rank(50, seed=0)
+    assert first is not None and sorted(first.tolist()) == list(range(50))
+    again = node_rank(50, seed=0)
+    other = node_rank(50, seed=1)
+    assert again is not None and other is not None
+    assert again.tolist() == first.tolist() and other.tolist() != first.tolist()
+    assert node_rank(50, seed=0, tie_break="random") is None
+    with pytest.raises(ValueError, match="node-order"):
+        node_rank(50, seed=0, tie_break="first")
+
+
+@pytest.mark.parametrize("tie_break", ["node-order", "random"])
+def test_protocol_runs_are_reproducible_per_seed_under_either_tie_break(tie_break: str) -> None:
+    nodes, pods = tiny_trace()
+    runs = [run_once(nodes, pods, "packing", seed=2, tie_break=tie_break) for _ in range(2)]
+    assert runs[0].curve == runs[1].curve
 
 
 def test_fragmentation_aware_policies_beat_random_on_a_share_heavy_trace() -> None:
@@ -103,6 +122,12 @@ def test_bench_fgd_cli_smoke(tmp_path: Path) -> None:
         assert record["trace"] == "smoke" and record["seeds"] == 1 and record["published_pct"] is None
         assert 0 <= record["unallocated_pct"] <= 100
     assert plot.stat().st_size > 0
+
+
+def test_bench_fgd_rejects_an_unknown_tie_break() -> None:
+    result = CliRunner().invoke(app, ["bench", "fgd", "--tie-break", "first", "--seeds", "1"])
+    assert result.exit_code != 0
+    assert "node-order" in result.output
 
 
 def test_bench_fgd_reports_an_unknown_policy(tmp_path: Path) -> None:

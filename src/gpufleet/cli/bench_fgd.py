@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gpufleet.scheduler.placement.scoring import POLICY_NAMES, get_policy
 from gpufleet.sim import datasets
-from gpufleet.sim.fgd import Job, PolicySummary, RunResult, run_job, summarise
+from gpufleet.sim.fgd import NODE_ORDER, TIE_BREAKS, Job, PolicySummary, RunResult, run_job, summarise
 from gpufleet.sim.openb import load_nodes, load_pods
 
 
@@ -74,14 +74,20 @@ def fgd(
     plot: Path | None = typer.Option(None, help="Write the unallocated-vs-arrived plot to this file."),
     data: Path | None = typer.Option(None, help="Data directory (default $GPUFLEET_DATA or ../shared/data)."),
     workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
+    tie_break: str = typer.Option(
+        NODE_ORDER,
+        help="Ties between equally scored nodes: 'node-order' (the paper's simulator) or 'random'.",
+    ),
 ) -> None:
     """Runs the FGD placement protocol and compares with the published figures."""
+    if tie_break not in TIE_BREAKS:
+        raise typer.BadParameter(f"valid: {', '.join(TIE_BREAKS)}", param_hint="--tie-break")
     files = datasets.resolve_trace(trace, data)
     names = _policies(policy)
     # Read once here so a bad file fails fast with its line and field, before any worker starts.
     load_nodes(files.nodes)
     load_pods(files.pods)
-    jobs = [Job(str(files.pods), str(files.nodes), p, s) for p in names for s in range(seeds)]
+    jobs = [Job(str(files.pods), str(files.nodes), p, s, tie_break) for p in names for s in range(seeds)]
     count = workers if workers > 0 else (os.cpu_count() or 1)
     started = time.perf_counter()
     results = _run(jobs, min(count, len(jobs)), quiet=json_out)

@@ -4,6 +4,13 @@ Per seed: shuffle the pods (from name order), inflate or deflate the list to 1.3
 feed the pods one at a time to the same FleetState, filters and scoring policies the scheduler uses,
 drop what does not fit, and record allocated GPU milli against the GPU milli of all pods arrived.
 The headline figure is the unallocated GPU % when arrived pods ask for 100% of the cluster.
+
+Ties between equally scored nodes go, as in the paper's simulator, to the first node in an order drawn
+once per seed (that simulator prefixes node names with a random permutation and its scheduler takes the
+first best node; its Random policy draws a node itself). This matters: Packing, Clustering and FGD give
+many nodes the same score (every node, for a CPU-only pod under Packing and Clustering), and a fixed
+order keeps filling the same nodes where random draws would spread such pods over the whole fleet.
+`tie_break="random"` draws among tied nodes instead, for comparison.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from gpufleet.fleet.request import GPU_MILLI
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import filter_nodes
 from gpufleet.scheduler.placement.score_fgd import TypicalWorkload
-from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy, pick
+from gpufleet.scheduler.placement.scoring import IntArray, ScorePolicy, get_policy, pick
 from gpufleet.sim.openb import TracePod
 
 TUNE_RATIO = 1.3
@@ -29,6 +36,10 @@ HEADLINE_PCT = 100
 CURVE_PCTS = tuple(range(75, 131))
 # Policies built against the trace's own typical workload, as in the paper.
 TRACE_AWARE = frozenset({"fgd"})
+# How ties between equally scored nodes are broken: the reference simulator's fixed order, or at random.
+NODE_ORDER = "node-order"
+RANDOM_TIES = "random"
+TIE_BREAKS = (NODE_ORDER, RANDOM_TIES)
 
 
 @dataclass(slots=True)
@@ -85,6 +96,15 @@ def arrived_pct(arrived_milli: int, cluster_milli: int) -> int:
     return math.floor(arrived_milli * 100 / cluster_milli + 0.5)
 
 
+def node_rank(count: int, seed: int, tie_break: str = NODE_ORDER) -> IntArray | None:
+    """Per node row, its place in this seed's tie-break order; None when ties are drawn at random."""
+    if tie_break == RANDOM_TIES:
+        return None
+    if tie_break != NODE_ORDER:
+        raise ValueError(f"unknown tie break {tie_break!r}; valid: {', '.join(TIE_BREAKS)}")
+    return np.asarray(np.random.default_rng([seed, 2]).permutation(count), dtype=np.int64)
+
+
 def make_policy(name: str, pods: Sequence[TracePod], seed: int, **config: Any) -> ScorePolicy:
     """A policy for one run; trace-aware policies get the trace's typical workload."""
     if name in TRACE_AWARE and "typical" not in config:
@@ -99,6 +119,7 @@ def run_once(
     seed: int,
     *,
     ratio: float = TUNE_RATIO,
+    tie_break: str = NODE_ORDER,
     **config: Any,
 ) -> RunResult:
     """One protocol run of `policy` with `seed`; see the module docstring."""
@@ -107,6 +128,7 @@ def run_once(
     cluster_milli = int(state.gpu_count[: state.n_rows].sum()) * GPU_MILLI
     if cluster_milli == 0:
         raise ValueError("the cluster has no GPUs")
+    rank = node_rank(state.n_rows, seed, tie_break)
     scorer = make_policy(policy, pods, seed, **config)
     rng = np.random.default_rng([seed, 1])
     stream = workload(pods, cluster_milli, seed, ratio)
@@ -118,7 +140,7 @@ def run_once(
         rows = filter_nodes(state, request).rows
         if rows.size:
             scored = scorer.score(state, request, rows)
-            index = pick(scored, rng)
+            index = pick(scored, rng, None if rank is None else rank[rows])
             row = int(rows[index])
             state.allocate(pod.name, row, request, scored.gpus[index])
             scorer.observe(state, row)
@@ -159,6 +181,7 @@ class Job:
     nodes: str
     policy: str
     seed: int
+    tie_break: str = NODE_ORDER
 
 
 @dataclass(slots=True)
@@ -209,7 +232,7 @@ def _trace(pods: str, nodes: str) -> tuple[list[NodeSpec], list[TracePod]]:
 def run_job(job: Job) -> RunResult:
     """Runs one job (in this process or in a worker)."""
     nodes, pods = _trace(job.pods, job.nodes)
-    return run_once(nodes, pods, job.policy, job.seed)
+    return run_once(nodes, pods, job.policy, job.seed, tie_break=job.tie_break)
 
 
 def summarise(policies: Sequence[str], results: Sequence[RunResult]) -> list[PolicySummary]:

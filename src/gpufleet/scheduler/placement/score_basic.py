@@ -66,7 +66,11 @@ class StatelessPolicy:
 
 
 class RandomPolicy(StatelessPolicy):
-    """A uniformly random feasible node; a share pod takes a uniformly random fitting GPU."""
+    """A uniformly random feasible node; a share pod takes a uniformly random fitting GPU.
+
+    The policy draws the node itself and gives it the only top score (the reference simulator's Random
+    plugin does the same), so the choice stays uniform whatever rule `pick` uses for ties.
+    """
 
     name = "random"
 
@@ -76,6 +80,8 @@ class RandomPolicy(StatelessPolicy):
 
     def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored:
         scores = np.zeros(rows.size, dtype=np.float64)
+        if rows.size:
+            scores[self._rng.integers(rows.size)] = 1.0
         if request.kind is not GpuKind.SHARE:
             return Scored(scores, gpu_choices(state, request, rows))
 

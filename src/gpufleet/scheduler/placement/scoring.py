@@ -86,14 +86,22 @@ class ScorePolicy(Protocol):
     def observe(self, state: FleetState, row: int) -> None: ...
 
 
-def pick(scored: Scored, rng: np.random.Generator) -> int:
-    """Index (into the scored rows) of the best score; ties are broken uniformly at random."""
+def pick(scored: Scored, rng: np.random.Generator, rank: IntArray | None = None) -> int:
+    """Index (into the scored rows) of the best score.
+
+    Ties go to the candidate with the lowest `rank` when one is given (a fixed node order, as the FGD
+    paper's simulator breaks ties: its scheduler takes the first best node in an order drawn once per
+    run), else to one drawn uniformly at random. The two differ a lot for policies that give many nodes
+    the same score: a fixed order keeps filling the same nodes, random draws spread the pods out.
+    """
     scores = scored.scores
     if scores.size == 0:
         raise ValueError("no candidate to pick from")
     best = np.flatnonzero(scores == scores.max())
     if best.size == 1:
         return int(best[0])
+    if rank is not None:
+        return int(best[np.argmin(rank[best])])
     return int(best[rng.integers(best.size)])
 
 
