@@ -38,6 +38,17 @@ class QueuePreemption(ApiModel):
     within_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
     reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
     borrow_within_cohort: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = Field(
+        default=None,
+        description="With borrowWithinCohort LowerPriority: other queues' workloads above this priority "
+        "are never preempted while borrowing (Kueue's borrowWithinCohort.maxPriorityThreshold).",
+    )
+
+    @model_validator(mode="after")
+    def _threshold_needs_borrowing_policy(self) -> QueuePreemption:
+        if self.max_priority_threshold is not None and self.borrow_within_cohort == "Never":
+            raise field_error("maxPriorityThreshold", "applies only with borrowWithinCohort: LowerPriority")
+        return self
 
 
 class QueueSpec(ApiModel):
@@ -46,6 +57,14 @@ class QueueSpec(ApiModel):
     fair_share_weight: float = Field(default=1.0, ge=0)
     preemption: QueuePreemption = Field(default_factory=QueuePreemption)
     min_runtime_seconds: float = Field(default=0.0, ge=0)
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = Field(
+        default="BestEffortFIFO",
+        description="StrictFIFO: only the head is tried; BestEffortFIFO: later workloads may start when the "
+        "head cannot.",
+    )
+    user_gpu_limit: GpuCount | None = Field(
+        default=None, ge=0, description="GPUs one user's workloads may hold in this queue (leaf queues)."
+    )
 
 
 class QueueStatus(ObjectStatus):

@@ -112,7 +112,9 @@ def _cause(*, victim: Admitted, preemptor: Workload, settings: QueueSettings, bo
             return RECLAIM
         return None
     if policy.borrow_within_cohort == "LowerPriority" and vp < pp:
-        return BORROW
+        threshold = policy.max_priority_threshold
+        if threshold is None or vp <= threshold:
+            return BORROW
     return None
 
 

@@ -37,6 +37,8 @@ class PreemptionPolicy:
     within_queue: str = "LowerPriority"
     reclaim_within_cohort: str = "Any"
     borrow_within_cohort: str = "Never"
+    max_priority_threshold: int | None = None
+    """borrowWithinCohort only: other queues' workloads above this priority are never victims."""
 
 
 @dataclass(frozen=True, slots=True)

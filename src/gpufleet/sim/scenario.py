@@ -36,13 +36,12 @@ from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.scoring import get_policy
 from gpufleet.scheduler.priority import PriorityClasses
 from gpufleet.scheduler.queueing import (
-    PreemptionPolicy,
-    QueueingStrategy,
     QueueSettings,
     UsageHistory,
     user_key,
 )
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
+from gpufleet.scheduler.settings import queue_settings
 from gpufleet.scheduler.statement import Statement
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 
@@ -347,15 +346,7 @@ def _build_queues(queues: list[ScenarioQueue], source: str) -> tuple[QuotaTree, 
             for flavor, q in queue.quotas.items()
         }
         nodes.append(QuotaNode(queue.name, queue.parent, quotas))
-        p = queue.preemption
-        settings[queue.name] = QueueSettings(
-            name=queue.name,
-            fair_share_weight=queue.fair_share_weight,
-            preemption=PreemptionPolicy(p.within_queue, p.reclaim_within_cohort, p.borrow_within_cohort),
-            min_runtime_seconds=queue.min_runtime_seconds,
-            strategy=QueueingStrategy(queue.queueing_strategy),
-            user_gpu_limit=_milli(queue.user_gpu_limit),
-        )
+        settings[queue.name] = queue_settings(queue.name, queue)
     try:
         tree = QuotaTree(nodes)
     except ValidationError as exc:
