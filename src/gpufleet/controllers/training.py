@@ -32,9 +32,8 @@ from gpufleet.api.runtime import (
     WorkloadSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.api.status import CheckpointRef
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
-from gpufleet.controllers import events
+from gpufleet.controllers import events, jobstate
 from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.store.protocol import WatchEvent
@@ -140,13 +139,7 @@ class TrainingJobController(Reconciler):
         return workload
 
     def _latest_checkpoint(self, job: TrainingJob) -> Checkpoint | None:
-        best: Checkpoint | None = None
-        for ckpt in self.store.list(Checkpoint, namespace=job.namespace):
-            if ckpt.spec.job != job.name or ckpt.status.phase != "Complete":
-                continue
-            if best is None or (ckpt.spec.time, ckpt.spec.step) > (best.spec.time, best.spec.step):
-                best = ckpt
-        return best
+        return jobstate.latest_checkpoint(self.store.list(Checkpoint, namespace=job.namespace), job.name)
 
     def _collect(self, namespace: str, name: str) -> None:
         """The job is gone: so are its workload and pods (the scheduler frees their capacity)."""
@@ -168,12 +161,7 @@ class TrainingJobController(Reconciler):
         status.restarts = len(wl.evictions)
         status.lost_gpu_seconds = round(sum(e.lost_gpu_seconds for e in wl.evictions), 3)
         if checkpoint is not None:
-            status.last_checkpoint = CheckpointRef(
-                name=checkpoint.name,
-                step=checkpoint.spec.step,
-                time=checkpoint.spec.time,
-                uri=checkpoint.spec.uri,
-            )
+            status.last_checkpoint = jobstate.checkpoint_ref(checkpoint)
         expected = sum(wl.admission.counts) if wl.admission else 0
         running = [p for p in pods if p.status.phase == "Running"]
         succeeded = [p for p in pods if p.status.phase == "Succeeded"]
