@@ -23,9 +23,7 @@ restarted controller still scales before the daily peak and does not drop replic
 from __future__ import annotations
 
 import contextlib
-import math
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.fields import priority_value
@@ -39,36 +37,25 @@ from gpufleet.api.runtime import (
     Pod,
     Recommendation,
     ServiceLoad,
-    ServiceLoadSpec,
     WorkloadPodSet,
     WorkloadSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.serving import (
+    AutoscalerConfig,
+    LoadSample,
+    ScalerMemory,
+    ScalingTargets,
+    plan_rollout,
+    recommend,
+)
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "svc-"
 NO_VERSION = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class AutoscalerConfig:
-    stabilization_seconds: float = 300.0
-    season_seconds: float = 86400.0
-    bucket_seconds: float = 300.0
-    lead_seconds: float = 900.0
-    """How far ahead the predictive option looks (long enough to place and load a replica)."""
-    replica_backoff_seconds: float = 5.0
-
-
-@dataclass(slots=True)
-class _Memory:
-    recent: deque[tuple[float, int]] = field(default_factory=deque)
-    season: dict[int, float] = field(default_factory=dict)
-    """bucket of the season -> the latest requests/s observed in it."""
-    last_load: float | None = None
 
 
 @dataclass(slots=True)
@@ -91,7 +78,7 @@ class InferenceServiceController(Reconciler):
     def __init__(self, store: Store, *, config: AutoscalerConfig | None = None) -> None:
         super().__init__(store)
         self.config = config or AutoscalerConfig()
-        self.memory: dict[Key, _Memory] = {}
+        self.memory: dict[Key, ScalerMemory] = {}
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -131,26 +118,19 @@ class InferenceServiceController(Reconciler):
         old = [r for r in replicas if r.revision != target]
         next_index = max((r.index for r in replicas), default=-1) + 1
         rollout = service.spec.rollout
-        if not old:
-            for _ in range(desired - len(new)):
-                self._create(service, target, next_index)
-                next_index += 1
-            for replica in _removal_order(new)[: max(0, len(new) - desired)]:
-                self._delete(replica)
-                new.remove(replica)
-        else:
-            room = desired + rollout.max_surge - len(new) - len(old)
-            for _ in range(max(0, min(room, desired - len(new)))):
-                self._create(service, target, next_index)
-                next_index += 1
-            floor = desired - rollout.max_unavailable
-            ready = sum(r.ready for r in replicas)
-            for replica in _removal_order(old):
-                if replica.ready and ready - 1 < floor:
-                    continue
-                self._delete(replica)
-                old.remove(replica)
-                ready -= replica.ready
+        plan = plan_rollout(
+            desired=desired,
+            new=new,
+            old=old,
+            max_surge=rollout.max_surge,
+            max_unavailable=rollout.max_unavailable,
+        )
+        for _ in range(plan.create):
+            self._create(service, target, next_index)
+            next_index += 1
+        for replica in plan.remove:
+            self._delete(replica)
+            (old if replica in old else new).remove(replica)
         self._write_status(service, new + old, desired, target, missing, bool(old), now)
         return None
 
@@ -211,10 +191,16 @@ class InferenceServiceController(Reconciler):
     # ----------------------------------------------------------------- autoscale
     def _desired(self, service: InferenceService, key: Key, replicas: list[_Replica], now: float) -> int:
         spec = service.spec
-        low, high = spec.replicas.min, spec.replicas.max
         scaling = spec.autoscaling
-        if scaling.target_requests_per_replica is None and scaling.target_latency_p99_ms is None:
-            return low
+        targets = ScalingTargets(
+            low=spec.replicas.min,
+            high=spec.replicas.max,
+            requests_per_replica=scaling.target_requests_per_replica,
+            latency_p99_ms=scaling.target_latency_p99_ms,
+            predictive=scaling.predictive,
+        )
+        if not targets.enabled:
+            return targets.low
         try:
             observed: ServiceLoad | None = self.store.get(ServiceLoad, service.name, service.namespace)
         except NotFoundError:
@@ -222,42 +208,26 @@ class InferenceServiceController(Reconciler):
         memory = self.memory.get(key)
         if memory is None:
             memory = self.memory[key] = _restore(observed)
-        load: ServiceLoadSpec | None = observed.spec if observed is not None else None
-        fresh = False
-        current = service.status.desired_replicas or low
-        wanted = current
-        if load is not None and memory.last_load != load.time.timestamp():
-            memory.last_load = load.time.timestamp()
-            fresh = True
-            wanted = 0
-            target = scaling.target_requests_per_replica
-            if target is not None:
-                wanted = math.ceil(load.requests_per_second / target)
-                if scaling.predictive:
-                    memory.season[self._bucket(now)] = load.requests_per_second
-                    wanted = max(wanted, math.ceil(self._forecast(memory, now) / target))
-            ready = sum(r.ready for r in replicas)
-            latency = scaling.target_latency_p99_ms
-            if latency is not None and load.p99_latency_ms > latency:
-                wanted = max(wanted, ready + 1)
-            elif latency is not None and target is None:
-                wanted = current if load.p99_latency_ms > latency / 2 else current - 1
-        wanted = min(max(wanted, low), high)
-        if not fresh:
-            # Nothing new observed (a pod or the service changed): keep the count, inside the bounds.
-            # Recording it would make the window always hold the current count and block scale-down.
-            return wanted
-        window = memory.recent
-        window.append((now, wanted))
-        while window and window[0][0] < now - self.config.stabilization_seconds:
-            window.popleft()
+        load = None
         if observed is not None:
+            spec_load = observed.spec
+            load = LoadSample(
+                spec_load.time.timestamp(), spec_load.requests_per_second, spec_load.p99_latency_ms
+            )
+        result = recommend(
+            targets=targets,
+            current=service.status.desired_replicas,
+            ready=sum(r.ready for r in replicas),
+            load=load,
+            memory=memory,
+            now=now,
+            config=self.config,
+        )
+        if result.fresh and observed is not None:
             self._persist(observed, memory)
-        if wanted >= current:
-            return wanted
-        return min(current, max(w for _, w in window))
+        return result.replicas
 
-    def _persist(self, observed: ServiceLoad, memory: _Memory) -> None:
+    def _persist(self, observed: ServiceLoad, memory: ScalerMemory) -> None:
         status = observed.status.model_copy(
             update={
                 "season": {str(bucket): rps for bucket, rps in sorted(memory.season.items())},
@@ -267,17 +237,6 @@ class InferenceServiceController(Reconciler):
         if status != observed.status:
             with contextlib.suppress(NotFoundError, ConflictError):
                 self.store.update_status(observed.model_copy(update={"status": status}))
-
-    def _bucket(self, t: float) -> int:
-        cfg = self.config
-        return int((t % cfg.season_seconds) // cfg.bucket_seconds)
-
-    def _forecast(self, memory: _Memory, now: float) -> float:
-        """The most requests/s seen a season ago in the coming `lead_seconds` (0 without history)."""
-        cfg = self.config
-        steps = int(cfg.lead_seconds // cfg.bucket_seconds)
-        ahead = [memory.season.get(self._bucket(now + (i + 1) * cfg.bucket_seconds)) for i in range(steps)]
-        return max((v for v in ahead if v is not None), default=0.0)
 
     # -------------------------------------------------------------------- status
     def _write_status(
@@ -342,16 +301,11 @@ class InferenceServiceController(Reconciler):
         self.store.update_status(service.model_copy(update={"status": status}))
 
 
-def _restore(observed: ServiceLoad | None) -> _Memory:
+def _restore(observed: ServiceLoad | None) -> ScalerMemory:
     """The autoscaler's memory of a service as its ServiceLoad status kept it (empty if none)."""
-    memory = _Memory()
+    memory = ScalerMemory()
     if observed is None:
         return memory
     memory.season = {int(bucket): rps for bucket, rps in observed.status.season.items()}
     memory.recent.extend((to_seconds(r.time) or 0.0, r.replicas) for r in observed.status.recent)
     return memory
-
-
-def _removal_order(replicas: list[_Replica]) -> list[_Replica]:
-    """Which replicas go first: unplaced, then not ready, then the newest."""
-    return sorted(replicas, key=lambda r: (r.placed, r.ready, -r.index))
