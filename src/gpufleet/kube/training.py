@@ -26,7 +26,6 @@ import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.api.checkpoint import Checkpoint
@@ -53,8 +52,9 @@ from gpufleet.kube.config import (
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import POD, SERVICE, resource_for
+from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
-from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+from gpufleet.kube.transport import ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,6 @@ JOB_LABEL = "gpufleet.io/training-job"
 ATTEMPT_LABEL = "gpufleet.io/attempt"
 MASTER_PORT = 29500
 FAILED_REASONS = ("Evicted", "Preempting", "DeadlineExceeded")
-
-
-def _now(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def owner_reference(job: Json) -> Json:
@@ -258,7 +254,7 @@ class TrainingJobOperator:
             "containers"
         ):
             message = "spec.worker.template.spec.containers is empty"
-            failed = _condition(status, "Failed", "True", "InvalidTemplate", message, now)
+            failed = with_condition(status, "Failed", "True", "InvalidTemplate", message, now)
             self._status(raw, {"phase": "Failed", "conditions": failed})
             return None
         self._ensure_service(raw)
@@ -313,8 +309,8 @@ class TrainingJobOperator:
         if not jobstate.restart_allowed(restarts=restarts, max_restarts=policy.max_restarts):
             update.update(
                 phase="Failed",
-                completionTime=_now(now),
-                conditions=_condition(
+                completionTime=stamp(now),
+                conditions=with_condition(
                     status,
                     "Failed",
                     "True",
@@ -332,7 +328,9 @@ class TrainingJobOperator:
             replicas=0,
             readyReplicas=0,
             # A fresh transition each restart: the backoff counts from this one.
-            conditions=_condition(_without(status, "Running"), "Running", "False", "Restarting", why, now),
+            conditions=with_condition(
+                _without(status, "Running"), "Running", "False", "Restarting", why, now
+            ),
         )
         self._status(raw, update)
         self._event(raw, "Restarting", f"restart {restarts + 1} from the last checkpoint: {why}", now)
@@ -364,23 +362,10 @@ class TrainingJobOperator:
                 raise
 
     def _status(self, raw: Json, update: Json) -> None:
-        meta = raw["metadata"]
-        current = raw.get("status") or {}
-        if all(current.get(k) == v for k, v in update.items()):
-            return
-        path = self.jobs.item(meta["name"], meta.get("namespace"), "status")
-        try:
-            self.api.request("PATCH", path, body={"status": update}, content_type=MERGE_PATCH)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        patch_status(self.api, self.jobs, raw, update)
 
     def _event(self, raw: Json, reason: str, message: str, now: float) -> None:
-        from gpufleet.kube.actions import Actions
-
-        Actions(self.api, identity="gpufleet-operator").event(
-            raw, reason=reason, message=message, type="Warning"
-        )
+        operator_event(self.api, raw, reason=reason, message=message, type="Warning")
 
 
 def _broken(pod: Json) -> bool:
@@ -410,36 +395,26 @@ def _progress(status: Json, pods: list[Json], replicas: int, now: float) -> Json
     if len(succeeded) >= replicas:
         out.update(
             phase="Succeeded",
-            completionTime=_now(now),
-            conditions=_condition(status, "Succeeded", "True", "Completed", "all workers finished", now),
+            completionTime=stamp(now),
+            conditions=with_condition(status, "Succeeded", "True", "Completed", "all workers finished", now),
         )
     elif len(running) >= replicas:
         out.update(
             phase="Running",
             pendingReason=None,
-            startTime=status.get("startTime") or _now(now),
-            conditions=_condition(status, "Running", "True", "AllWorkersRunning", "", now),
+            startTime=status.get("startTime") or stamp(now),
+            conditions=with_condition(status, "Running", "True", "AllWorkersRunning", "", now),
         )
     elif len(bound) >= replicas:
         out.update(
             phase="Admitted",
             pendingReason=None,
-            admittedTime=status.get("admittedTime") or _now(now),
-            conditions=_condition(status, "Admitted", "True", "Admitted", "every worker is bound", now),
+            admittedTime=status.get("admittedTime") or stamp(now),
+            conditions=with_condition(status, "Admitted", "True", "Admitted", "every worker is bound", now),
         )
     else:
         out["phase"] = "Pending"
     return out
-
-
-def _condition(status: Json, kind: str, value: str, reason: str, message: str, now: float) -> list[Json]:
-    """The conditions with `kind` set; its transition time moves only when its status does."""
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    found = next((c for c in conditions if c.get("type") == kind), None)
-    since = found.get("lastTransitionTime") if found is not None and found.get("status") == value else None
-    entry = {"type": kind, "status": value, "reason": reason, "message": message}
-    entry["lastTransitionTime"] = since or _now(now)
-    return [c for c in conditions if c.get("type") != kind] + [entry]
 
 
 def _restart_at(status: Json, backoff: float) -> float | None:
