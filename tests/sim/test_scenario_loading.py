@@ -41,6 +41,19 @@ spec:
         ("gpuModel: H100-80GB}", "gpuModel: H100-80GB, memory: 12Qi}", "spec.nodes[0].memory", "unit"),
         ("admitted: [w]", "admitted: [zz]", "spec.expect.admitted", "unknown workload 'zz'"),
         ("{name: w, queue: a,", "{name: w, queue: root,", "spec.submit[0].queue", "not a leaf"),
+        (
+            "spec:\n",
+            "spec:\n  scheduler: {placementByClass: {inference: spreed}}\n",
+            "spec.scheduler.placementByClass.inference",
+            "unknown placement policy 'spreed'",
+        ),
+        (
+            "spec:\n",
+            "spec:\n  scheduler: {placementByClass: {serving: spread}}\n",
+            "spec.scheduler.placementByClass.serving",
+            "",
+        ),
+        ("{name: w, queue: a,", "{name: w, workloadClass: web, queue: a,", "spec.submit[0].workloadClass", ""),
     ],
 )
 def test_errors_name_file_and_field(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:

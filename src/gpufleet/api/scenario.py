@@ -18,6 +18,7 @@ from gpufleet.api.pool import Sharing
 from gpufleet.api.queue import FlavorQuota, QueuePreemption
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import API_VERSION, Resource, register_kind
+from gpufleet.api.runtime import WorkloadClass
 from gpufleet.api.training import TopologyRequest
 
 
@@ -29,7 +30,12 @@ class ScenarioFairSharing(ApiModel):
 class ScenarioScheduler(ApiModel):
     """Overrides of the scheduler configuration for this scenario."""
 
-    placement: str | None = None
+    placement: str | None = Field(
+        default=None, description="Policy of the classes placementByClass does not name (default bestfit)."
+    )
+    placement_by_class: dict[WorkloadClass, str] = Field(
+        default_factory=dict, description="Per workload class, its policy (default: inference: spread)."
+    )
     priority_classes: dict[str, int] | None = None
     fair_sharing: ScenarioFairSharing | None = None
     seed: int = 0
@@ -113,6 +119,7 @@ class ScenarioWorkload(ApiModel):
     priority: int | None = None
     priority_class: PriorityClassName | None = None
     user: str = ""
+    workload_class: WorkloadClass = "batch"
     preemptible: bool = True
     topology: TopologyRequest = Field(default_factory=TopologyRequest)
     pod_sets: list[ScenarioPodSet] = Field(min_length=1)

@@ -21,12 +21,19 @@ def admission(
     nodes: Annotated[int, typer.Option(help="Nodes of 8 GPUs.")] = 5000,
     arrivals: Annotated[int, typer.Option(help="High-priority arrivals into the full fleet.")] = 1000,
     seed: Annotated[int, typer.Option()] = 0,
+    policy: Annotated[str, typer.Option(help="Placement policy of the (batch) workloads.")] = "bestfit",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Admission decisions per second and preemption latency on a quota tree over a synthetic fleet."""
+    from gpufleet.api.errors import ValidationError
+    from gpufleet.scheduler.placement.scoring import get_policy
     from gpufleet.sim.admission import run
 
-    result = run(queues=queues, workloads=workloads, nodes=nodes, arrivals=arrivals, seed=seed)
+    try:
+        get_policy(policy)  # an unknown name fails here, listing the valid ones
+    except ValueError as exc:  # a policy that needs settings this benchmark cannot give (fgd's workload)
+        raise ValidationError(f"policy {policy!r} cannot run here: {exc}", field="--policy") from exc
+    result = run(queues=queues, workloads=workloads, nodes=nodes, arrivals=arrivals, seed=seed, policy=policy)
     if as_json:
         print(json.dumps(result.to_dict()))
         return

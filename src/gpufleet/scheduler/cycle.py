@@ -104,7 +104,10 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
         self.rng = np.random.default_rng(self.config.seed)
-        get_policy(self.config.placement)  # an unknown policy name fails here, at construction
+        # Unknown class or policy names fail here, at construction, not in the first cycle.
+        self.config.check_classes()
+        for name in self.config.policy_names():
+            get_policy(name)
 
     def cycle(self, cache: ClusterCache, *, now: float) -> CycleResult:
         snapshot = Snapshot(cache)
@@ -120,7 +123,14 @@ class _Cycle:
     def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float) -> None:
         self.config = scheduler.config
         self.rng = scheduler.rng
-        self.policy: ScorePolicy = get_policy(self.config.placement)
+        # One instance per policy name in use. Each is an observer of the cycle's statement from the
+        # start, so every allocation and release of the cycle (whichever policy placed it, and the
+        # preemption what-ifs) reaches every policy's per-node cache.
+        self.policies: dict[str, ScorePolicy] = {}
+        for name in self.config.policy_names():
+            policy = get_policy(name)
+            self.policies[name] = policy
+            snapshot.statement.add_observer(policy)
         self.snapshot = snapshot
         self.cache = snapshot.cache
         self.now = now
@@ -536,7 +546,7 @@ class _Cycle:
         return place_workload(
             self.snapshot.fleet,
             pinned(workload, model, counts),
-            policy=self.policy,
+            policy=self.policies[self.config.policy_for(workload.workload_class)],
             rng=self.rng,
             statement=self.snapshot.statement,
         )

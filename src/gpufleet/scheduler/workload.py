@@ -62,6 +62,8 @@ class Workload:
     submitted_at: float = 0.0
     admitted_at: float | None = None
     last_checkpoint_at: float | None = None
+    workload_class: str = "batch"
+    """`training`, `inference` or `batch`: selects the placement policy (SchedulerConfig.policy_for)."""
 
     def __post_init__(self) -> None:
         if not self.pod_sets:

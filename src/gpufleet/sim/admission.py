@@ -22,7 +22,7 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import ClusterCache
-from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.scheduler.config import DEFAULT_PLACEMENT, SchedulerConfig
 from gpufleet.scheduler.cycle import Scheduler, apply_decisions
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
@@ -86,7 +86,8 @@ def build_fleet(nodes: int) -> FleetState:
 
 
 def build_tree(leaves: int, total_gpus: int) -> tuple[QuotaTree, list[str]]:
-    """Organisations x teams x leaf queues (10 x 10 x 10 for 1,000 leaves); nominal quotas sum to the fleet."""
+    """Organisations x teams x leaf queues (10 x 10 x 10 for 1,000 leaves); nominal quotas sum to the
+    fleet."""
     fan = max(1, round(leaves ** (1 / 3)))
     nodes = [QuotaNode("root")]
     leaf_names: list[str] = []
@@ -129,13 +130,16 @@ def make_workloads(
     return out
 
 
-def run(*, queues: int, workloads: int, nodes: int, arrivals: int, seed: int = 0) -> AdmissionResult:
+def run(
+    *, queues: int, workloads: int, nodes: int, arrivals: int, seed: int = 0, policy: str = DEFAULT_PLACEMENT
+) -> AdmissionResult:
     rng = np.random.default_rng(seed)
     fleet = build_fleet(nodes)
     tree, leaves = build_tree(queues, nodes * GPUS_PER_NODE)
     settings = {name: QueueSettings(name) for name in tree.nodes}
     cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=UsageHistory(3600.0))
-    scheduler = Scheduler(SchedulerConfig(placement="bestfit", seed=seed))
+    # The workloads are batch: `policy` places all of them.
+    scheduler = Scheduler(SchedulerConfig(placement=policy, seed=seed))
     for workload in make_workloads(workloads, leaves, rng):
         cache.submit(workload)
 

@@ -27,7 +27,12 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest, Taint
 from gpufleet.fleet.state import AllocationError, FleetState
 from gpufleet.scheduler.cache import ClusterCache
-from gpufleet.scheduler.config import FairSharingConfig, SchedulerConfig
+from gpufleet.scheduler.config import (
+    DEFAULT_PLACEMENT,
+    DEFAULT_PLACEMENT_BY_CLASS,
+    FairSharingConfig,
+    SchedulerConfig,
+)
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.explain import Preempt
 from gpufleet.scheduler.flavors import Assignment, candidate_models, pinned, usage_of
@@ -234,17 +239,18 @@ def build_world(scenario: Scenario, *, source: str) -> World:
     fair = sched.fair_sharing
     table = sched.priority_classes or dict(DEFAULT_PRIORITY_CLASSES)
     config = SchedulerConfig(
-        placement=sched.placement or "bestfit",
+        placement=sched.placement or DEFAULT_PLACEMENT,
+        placement_by_class={
+            **DEFAULT_PLACEMENT_BY_CLASS,
+            **{str(k): v for k, v in sched.placement_by_class.items()},
+        },
         priority_classes=table,
         fair_sharing=FairSharingConfig(fair.half_life_seconds, fair.history_weight)
         if fair
         else FairSharingConfig(),
         seed=sched.seed,
     )
-    try:
-        get_policy(config.placement)
-    except GpuFleetError as exc:
-        raise ValidationError(exc.detail, obj=source, field="spec.scheduler.placement") from None
+    _check_policies(config, source)
     fleet = _build_fleet(spec.topology_levels, spec.nodes, source)
     tree, settings = _build_queues(spec.queues, source)
     now = START + 0.001 * len(spec.submit)
@@ -355,6 +361,22 @@ def _build_queues(queues: list[ScenarioQueue], source: str) -> tuple[QuotaTree, 
     return tree, settings
 
 
+def _check_policies(config: SchedulerConfig, source: str) -> None:
+    """Every policy the scenario names exists and can run without further settings."""
+    named = [("spec.scheduler.placement", config.placement)] + [
+        (f"spec.scheduler.placementByClass.{cls}", name) for cls, name in config.placement_by_class.items()
+    ]
+    for where, name in named:
+        try:
+            get_policy(name)
+        except GpuFleetError as exc:
+            raise ValidationError(exc.detail, obj=source, field=where) from None
+        except ValueError as exc:  # a policy that needs settings a scenario cannot give (fgd's workload)
+            raise ValidationError(
+                f"policy {name!r} cannot run here: {exc}", obj=source, field=where
+            ) from None
+
+
 def _workload(item: ScenarioWorkload, classes: PriorityClasses, source: str, where: str) -> Workload:
     if item.priority is not None:
         priority = item.priority
@@ -386,6 +408,7 @@ def _workload(item: ScenarioWorkload, classes: PriorityClasses, source: str, whe
             topology=TopologyRequest(item.topology.required, item.topology.preferred),
             preemptible=item.preemptible,
             user=item.user,
+            workload_class=item.workload_class,
         )
     except ValidationError as exc:
         raise ValidationError(exc.detail, obj=source, field=f"{where}.podSets") from None
@@ -421,7 +444,7 @@ def _admit_running(
                     continue
                 allocations = _allocate_on(statement, shaped, running.nodes)
             else:
-                policy = get_policy(config.placement)
+                policy = get_policy(config.policy_for(workload.workload_class))
                 result = place_workload(
                     fleet, shaped, policy=policy, rng=np.random.default_rng(0), statement=statement
                 )
