@@ -52,7 +52,7 @@ def make_job(api: FakeApiServer, *, replicas: int = 2, max_restarts: int = 3) ->
 def sync(op: Operator) -> None:
     for informer in (op.jobs, op.pods, op.services, op.checkpoints):
         informer.relist()
-    op._dirty |= {"team-a/llm"}
+    op.mark("TrainingJob", "team-a/llm")
     op.reconcile_once()
 
 

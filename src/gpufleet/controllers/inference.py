@@ -43,11 +43,12 @@ from gpufleet.api.runtime import (
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.serving import AutoscalerConfig as AutoscalerConfig  # re-exported (plane, tests)
 from gpufleet.controllers.serving import (
-    AutoscalerConfig,
     LoadSample,
     ScalerMemory,
     ScalingTargets,
+    choose_revision,
     plan_rollout,
     recommend,
 )
@@ -153,14 +154,14 @@ class InferenceServiceController(Reconciler):
     def _target_revision(self, service: InferenceService, replicas: list[_Replica]) -> tuple[str, str | None]:
         """The revision to run, and the name of a requested version that does not exist (if any)."""
         wanted = service.spec.model_version or NO_VERSION
-        if wanted == NO_VERSION:
-            return wanted, None
-        try:
-            self.store.get(ModelVersion, wanted, service.namespace)
-        except NotFoundError:
-            current = {r.revision for r in replicas}
-            return (next(iter(sorted(current))) if current else wanted), wanted
-        return wanted, None
+        exists = wanted == NO_VERSION
+        if not exists:
+            try:
+                self.store.get(ModelVersion, wanted, service.namespace)
+                exists = True
+            except NotFoundError:
+                pass
+        return choose_revision(wanted=wanted, exists=exists, current=[r.revision for r in replicas])
 
     def _create(self, service: InferenceService, revision: str, index: int) -> None:
         spec = service.spec

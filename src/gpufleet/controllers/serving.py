@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -126,6 +126,16 @@ def forecast(memory: ScalerMemory, now: float, config: AutoscalerConfig) -> floa
 
 
 # ----------------------------------------------------------------------------- rollout
+def choose_revision(*, wanted: str, exists: bool, current: Iterable[str]) -> tuple[str, str | None]:
+    """The revision to run, and the name of a requested version that does not exist (if any).
+
+    A version that does not exist yet is not rolled out to: the service keeps serving what it runs."""
+    if exists:
+        return wanted, None
+    running = sorted(set(current))
+    return (running[0] if running else wanted), wanted
+
+
 class Replica(Protocol):
     @property
     def placed(self) -> bool: ...

@@ -100,7 +100,7 @@ class Actions:
         return bool(current.get("spec", {}).get("nodeName") == node)
 
     # ------------------------------------------------------------------ evict
-    def evict(self, pod: Json, *, reason: str, message: str) -> bool:
+    def evict(self, pod: Json, *, reason: str, message: str, event_reason: str = "Preempted") -> bool:
         """Marks the pod a disruption target and asks the Eviction API; False while a budget forbids."""
         ns, name = _ref(pod)
         self.set_condition(pod, "DisruptionTarget", "True", reason, message)
@@ -122,7 +122,7 @@ class Actions:
                 log.info("eviction of %s/%s refused for now: %s", ns, name, exc.message)
                 return False
             raise
-        self.event(pod, reason="Preempted", message=message, type="Warning")
+        self.event(pod, reason=event_reason, message=message, type="Warning")
         return True
 
     # ---------------------------------------------------------------- explain

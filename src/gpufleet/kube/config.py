@@ -28,6 +28,24 @@ NVLINK_DOMAINS_ANNOTATION = "gpufleet.io/nvlink-domains"
 MIG_LAYOUT_ANNOTATION = "gpufleet.io/mig-layout"
 UNHEALTHY_GPUS_ANNOTATION = "gpufleet.io/unhealthy-gpus"
 INTERRUPTION_ANNOTATION = "gpufleet.io/interruption-time"
+"""Set on a spot Node when its interruption notice arrives (RFC 3339 time the node goes away): the
+operator cordons it and evicts its pods. Whatever watches the cloud's notice (a metadata-service
+poller, a termination handler) writes it."""
+GPU_HEALTH_CONDITION = "GPUUnhealthy"
+"""A Node condition (True: some GPU is unhealthy) the node agent or a problem detector may set."""
+
+# Written by the operator on Nodes.
+POOL_LABEL = "gpufleet.io/pool"
+CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+"""Names the entry of the NVIDIA device plugin's config map the node uses (time-slicing, MPS)."""
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+"""Names the mig-parted configuration the GPU operator's MIG manager applies to the node."""
+SPOT_TAINT = "gpufleet.io/spot"
+POOL_APPLIED_ANNOTATION = "gpufleet.io/pool-applied"
+"""What the operator put on a Node for its pool (labels, taints), so it takes off only that."""
+CORDONED_BY_ANNOTATION = "gpufleet.io/cordoned-by"
+"""Why the operator cordoned a Node (`gpu-health`, `spot-interruption`): it uncordons only those."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,11 @@
-"""The operator process: informers for TrainingJobs, their pods and Checkpoints, and a reconcile loop.
+"""The operator process: informers for what it reconciles, and one level-triggered reconcile loop.
 
-Level-triggered: an informer event marks the job it concerns; each round reconciles the marked jobs
-and those whose backoff ended, from the informers' copies. Pods and Services whose job is gone are
-deleted here (a cluster without a garbage collector, such as a bare API server, would keep them).
+It reconciles TrainingJobs (`kube.training`), InferenceServices (`kube.inference`), and Nodes and
+GPUPools (`kube.fleet`: pool labels, taints and sharing, spot drain, GPU health). An informer event
+marks the object it concerns as `(kind, namespace/name)`; each round reconciles the marked objects
+and those whose requeue time came (a backoff, the next metrics sample), from the informers' copies.
+Pods and Services whose owner is gone are deleted here (a cluster without a garbage collector, such
+as a bare API server, would keep them).
 """
 
 from __future__ import annotations
@@ -13,12 +16,20 @@ import time
 from collections.abc import Callable
 
 from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.fleet import FleetOperator
+from gpufleet.kube.inference import SERVICE_LABEL, InferenceServiceOperator
 from gpufleet.kube.informer import Informer, Informers, key_of
-from gpufleet.kube.resources import POD, SERVICE, resource_for
+from gpufleet.kube.metrics import MetricSource
+from gpufleet.kube.resources import NODE, POD, SERVICE, resource_for
 from gpufleet.kube.training import JOB_LABEL, TrainingJobOperator
 from gpufleet.kube.transport import ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(kind, `namespace/name` or `name` for cluster-scoped kinds)."""
+
+TRAINING, INFERENCE, NODE_KIND, POOL = "TrainingJob", "InferenceService", "Node", "GPUPool"
 
 
 class Operator:
@@ -32,38 +43,102 @@ class Operator:
         informers: Informers | None = None,
         clock: Callable[[], float] = time.time,
         period: float = 10.0,
+        metrics: MetricSource | None = None,
+        sample_seconds: float = 15.0,
+        nodes: bool = True,
     ) -> None:
         self.api = transport
         self.config = config or KubeConfig()
         self.informers = informers or Informers(transport)
-        self.jobs: Informer = self.informers.informer(resource_for("TrainingJob"))
-        self.pods: Informer = self.informers.informer(POD, label_selector=JOB_LABEL)
-        self.services: Informer = self.informers.informer(SERVICE, label_selector=JOB_LABEL)
-        self.checkpoints: Informer = self.informers.informer(resource_for("Checkpoint"))
+        inf = self.informers
+        self.jobs: Informer = inf.informer(resource_for(TRAINING))
+        self.pods: Informer = inf.informer(POD, label_selector=JOB_LABEL)
+        self.services: Informer = inf.informer(SERVICE, label_selector=JOB_LABEL)
+        self.checkpoints: Informer = inf.informer(resource_for("Checkpoint"))
+        self.inference: Informer = inf.informer(resource_for(INFERENCE))
+        self.replicas: Informer = inf.informer(POD, label_selector=SERVICE_LABEL)
+        self.frontends: Informer = inf.informer(SERVICE, label_selector=SERVICE_LABEL)
+        self.versions: Informer = inf.informer(resource_for("ModelVersion"))
+        self.loads: Informer = inf.informer(resource_for("ServiceLoad"))
         self.training = TrainingJobOperator(transport, config=self.config)
+        self.serving = InferenceServiceOperator(
+            transport, config=self.config, source=metrics, sample_seconds=sample_seconds
+        )
+        self.fleet: FleetOperator | None = None
+        if nodes:
+            self.nodes: Informer = inf.informer(NODE)
+            self.pools: Informer = inf.informer(resource_for(POOL))
+            self.fleet = FleetOperator(transport)
         self.clock = clock
         self.period = period
-        self.requeue: dict[str, float] = {}
-        self._dirty: set[str] = set()
+        self.requeue: dict[Key, float] = {}
+        self._dirty: set[Key] = set()
         self._lock = threading.Lock()
         self._changed = threading.Event()
-        self.jobs.add_handler(lambda _e, old, new: self._mark(_job_of(new or old)))
-        self.pods.add_handler(lambda _e, old, new: self._mark(_job_key(new or old)))
-        self.services.add_handler(lambda _e, old, new: self._mark(_job_key(new or old)))
-        self.checkpoints.add_handler(lambda _e, old, new: self._mark(_checkpoint_job(new or old)))
+        self._watch()
 
-    def _mark(self, key: str | None) -> None:
+    def _watch(self) -> None:
+        def on(informer: Informer, kind: str, key: Callable[[Json], str | None]) -> None:
+            def handle(_event: str, old: Json | None, new: Json | None) -> None:
+                obj = new if new is not None else old
+                if obj is not None:
+                    self.mark(kind, key(obj))
+
+            informer.add_handler(handle)
+
+        on(self.jobs, TRAINING, key_of)
+        on(self.pods, TRAINING, lambda o: _labelled(o, JOB_LABEL))
+        on(self.services, TRAINING, lambda o: _labelled(o, JOB_LABEL))
+        on(self.checkpoints, TRAINING, _checkpoint_job)
+        on(self.inference, INFERENCE, key_of)
+        on(self.replicas, INFERENCE, lambda o: _labelled(o, SERVICE_LABEL))
+        on(self.frontends, INFERENCE, lambda o: _labelled(o, SERVICE_LABEL))
+        on(self.loads, INFERENCE, key_of)
+        self.versions.add_handler(lambda _e, old, new: self._version_changed(new or old or {}))
+        if self.fleet is not None:
+            on(self.nodes, NODE_KIND, key_of)
+            # A pool's change concerns the pool and every node it may select (or no longer select).
+            self.pools.add_handler(lambda _e, old, new: self._pool_changed(new or old or {}))
+
+    def mark(self, kind: str, key: str | None) -> None:
         if key:
             with self._lock:
-                self._dirty.add(key)
+                self._dirty.add((kind, key))
             self._changed.set()
+
+    def _version_changed(self, version: Json) -> None:
+        if not version:
+            return
+        namespace = version["metadata"].get("namespace") or "default"
+        for service in self.inference.items():
+            spec = service.get("spec") or {}
+            if (
+                service["metadata"].get("namespace") == namespace
+                and spec.get("modelVersion") == key_of(version).partition("/")[2]
+            ):
+                self.mark(INFERENCE, key_of(service))
+
+    def _pool_changed(self, pool: Json) -> None:
+        if not pool:
+            return
+        self.mark(POOL, key_of(pool))
+        for node in self.nodes.items():
+            self.mark(NODE_KIND, key_of(node))
 
     def run(self, lost: threading.Event) -> None:
         self.informers.wait_for_sync(None)
-        with self._lock:
-            self._dirty |= {key_of(j) for j in self.jobs.items()} | {
-                _job_key(p) or "" for p in self.pods.items()
-            }
+        for informer, kind in ((self.jobs, TRAINING), (self.inference, INFERENCE)):
+            for obj in informer.items():
+                self.mark(kind, key_of(obj))
+        for pod in self.pods.items():
+            self.mark(TRAINING, _labelled(pod, JOB_LABEL))
+        for pod in self.replicas.items():
+            self.mark(INFERENCE, _labelled(pod, SERVICE_LABEL))
+        if self.fleet is not None:
+            for node in self.nodes.items():
+                self.mark(NODE_KIND, key_of(node))
+            for pool in self.pools.items():
+                self.mark(POOL, key_of(pool))
         while not lost.is_set():
             self._changed.clear()
             try:
@@ -82,30 +157,70 @@ class Operator:
         with self._lock:
             keys, self._dirty = self._dirty, set()
         keys |= {k for k, at in self.requeue.items() if at <= now}
-        for key in sorted(k for k in keys if k):
-            self.requeue.pop(key, None)
-            self._reconcile(key, now)
+        # Pools before nodes: a node's labels come from the pool status just written.
+        order = {POOL: 0, NODE_KIND: 1}
+        for kind, key in sorted(keys, key=lambda k: (order.get(k[0], 2), k)):
+            self.requeue.pop((kind, key), None)
+            try:
+                again = self._reconcile(kind, key, now)
+            except ApiError as exc:
+                if not exc.retryable and exc.status != 409:
+                    raise
+                log.info("%s %s: %s; trying again", kind, key, exc)
+                again = now + 1.0
+            if again is not None:
+                self.requeue[(kind, key)] = again
 
-    def _reconcile(self, key: str, now: float) -> None:
+    def _reconcile(self, kind: str, key: str, now: float) -> float | None:
+        if kind == TRAINING:
+            return self._training(key, now)
+        if kind == INFERENCE:
+            return self._serving(key, now)
+        if self.fleet is None:
+            return None
+        if kind == POOL:
+            pool = self.pools.get(key)
+            if pool is not None:
+                self.fleet.reconcile_pool(pool, self.nodes.items(), self.pools.items())
+            return None
+        node = self.nodes.get(key)
+        if node is None:
+            return None
+        return self.fleet.reconcile_node(node, self.pools.items(), now=now)
+
+    def _training(self, key: str, now: float) -> float | None:
         namespace, _, name = key.partition("/")
-        pods = [p for p in self.pods.items() if _job_key(p) == key]
+        pods = [p for p in self.pods.items() if _labelled(p, JOB_LABEL) == key]
         job = self.jobs.get(key)
         if job is None:
-            self._collect(namespace, name, pods)
-            return
+            self._collect(namespace, name, pods, self.services)
+            return None
         checkpoints = [c for c in self.checkpoints.items() if c["metadata"].get("namespace") == namespace]
-        again = self.training.reconcile(job, pods, checkpoints, now=now)
-        if again is not None:
-            self.requeue[key] = again
+        return self.training.reconcile(job, pods, checkpoints, now=now)
 
-    def _collect(self, namespace: str, name: str, pods: list[Json]) -> None:
-        """The job is gone: so are its pods and Service."""
+    def _serving(self, key: str, now: float) -> float | None:
+        namespace, _, name = key.partition("/")
+        pods = [p for p in self.replicas.items() if _labelled(p, SERVICE_LABEL) == key]
+        service = self.inference.get(key)
+        if service is None:
+            self.serving.forget(key)
+            self._collect(namespace, name, pods, self.frontends)
+            return None
+        versions = {
+            v["metadata"]["name"]: v
+            for v in self.versions.items()
+            if v["metadata"].get("namespace") == namespace
+        }
+        return self.serving.reconcile(service, pods, versions, self.loads.get(key), now=now)
+
+    def _collect(self, namespace: str, name: str, pods: list[Json], services: Informer) -> None:
+        """The owner is gone: so are its pods and Service."""
         targets = [
             POD.item(p["metadata"]["name"], namespace)
             for p in pods
             if not p["metadata"].get("deletionTimestamp")
         ]
-        if self.services.get(f"{namespace}/{name}") is not None:
+        if services.get(f"{namespace}/{name}") is not None:
             targets.append(SERVICE.item(name, namespace))
         for path in targets:
             try:
@@ -115,10 +230,11 @@ class Operator:
                     raise
 
 
-def _job_key(obj: Json | None) -> str | None:
+def _labelled(obj: Json | None, label: str) -> str | None:
+    """`namespace/value` of an object's `label`, the key of the object that owns it."""
     if obj is None:
         return None
-    name = (obj["metadata"].get("labels") or {}).get(JOB_LABEL)
+    name = (obj["metadata"].get("labels") or {}).get(label)
     return f"{obj['metadata'].get('namespace') or 'default'}/{name}" if name else None
 
 
@@ -127,7 +243,3 @@ def _checkpoint_job(obj: Json | None) -> str | None:
         return None
     job = (obj.get("spec") or {}).get("job")
     return f"{obj['metadata'].get('namespace') or 'default'}/{job}" if job else None
-
-
-def _job_of(obj: Json | None) -> str | None:
-    return key_of(obj) if obj is not None else None

@@ -188,6 +188,11 @@ class KubeStore:
         patch.append(_replace("/spec", data.get("spec", {})))
         return _same_kind(obj, self._patch(info, fresh, patch, status=False))
 
+    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+        """Best effort, NOT atomic: the Kubernetes API has no multi-object transaction, so this
+        applies the objects one by one, and an error part-way leaves the earlier ones applied."""
+        return [self.apply(obj) for obj in objs]
+
     def delete(
         self,
         kind: type[Resource] | str,
