@@ -1,9 +1,12 @@
 """The classic placement heuristics: random, dot product, GPU clustering, GPU packing, best fit, spread.
 
-The first five follow the FGD paper's baselines (kubernetes-scheduler-simulator). That simulator scores
-nodes as integers from 0 to 100 and breaks ties at random, which groups near-equal nodes together and
-measurably changes the results; `integer_scores=True` (the default) keeps that behaviour so the
-published figures can be reproduced, `False` ranks by the exact value.
+The first five follow the FGD paper's baselines (its Kubernetes scheduler simulator, one score plugin
+per run). That simulator scores nodes as integers from 0 to 100, which groups near-equal nodes together,
+and gives its tied nodes to `pick`'s tie rule; `integer_scores=True` (the default) keeps the integer
+scores so the published figures can be reproduced, `False` ranks by the exact value.
+
+Rules for pods without GPUs, as in the reference plugins: Packing and Clustering give every node the same
+(minimum) score, so the tie rule alone places them; BestFit and DotProd still score their CPU.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ no GPU, else the idle milli of the GPUs whose free milli is below p's per-GPU re
 F(node) = sum_p f_p * frag_p(node). FGD places a pod where F grows the least: score = F_before - F_after,
 and a sharing pod takes the GPU with the best score on that node.
 
+As in the paper's simulator: the typical workload is built from the trace's own pods, CPU-only pods
+included, before the workload is resized; a CPU-only pod changes F only through the CPU it takes, so it
+gets the neutral score (50 in integer points) on every node where each typical pod still fits as well
+as before, and the tie rule of `pick` chooses among those.
+
 Per node the policy caches, per typical shape, the number of GPUs that could host the shape and the
 idle milli of those that could not; `observe` refreshes one row after an allocation, so scoring a pod
 costs O(candidates x shapes) without rebuilding anything.
