@@ -214,9 +214,11 @@ class FakeApiServer:
 
     def _list(self, key: str, ns: str | None, query: Mapping[str, Any]) -> Json:
         selector = LabelSelector.parse(str(query.get("labelSelector", "")) or None)
+        fields = _field_selector(str(query.get("fieldSelector", "")))
         items = [
             copy.deepcopy(obj) for (o_ns, _), obj in sorted(self.objects.get(key, {}).items())
             if (ns is None or o_ns == ns) and selector.matches(obj["metadata"].get("labels", {}))
+            and all(_field(obj, path) == value for path, value in fields)
         ]  # fmt: skip
         limit = int(query.get("limit", 0) or 0)
         if limit:
@@ -357,6 +359,22 @@ class FakeApiServer:
             )
         self._delete(key, ns, name, body.get("deleteOptions") or {})
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+
+def _field_selector(text: str) -> list[tuple[str, str]]:
+    """`a.b=v,c=w` as (path, value) pairs (equality only, as the pods' `spec.nodeName` selector uses)."""
+    pairs = []
+    for clause in filter(None, text.split(",")):
+        path, _, value = clause.partition("=")
+        pairs.append((path.strip(), value.lstrip("=").strip()))
+    return pairs
+
+
+def _field(obj: Json, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
 
 
 def dumps(obj: Json) -> str:
