@@ -82,8 +82,8 @@ def test_a_spot_pool_labels_taints_and_configures_sharing_on_its_nodes(api: Fake
     pool = api.get(f"{POOLS}/spot-a")["status"]
     assert (pool["nodes"], pool["readyNodes"], pool["gpus"]) == (1, 1, 8)
     # The node leaves the pool: what the pool put on it goes, its other labels and taints stay.
-    patch = {"metadata": {"labels": {"pool": "other", "team": "x"}},
-             "spec": {"taints": [*n1["spec"]["taints"], {"key": "admin", "effect": "NoSchedule"}]}}  # fmt: skip
+    taints = [*n1["spec"]["taints"], {"key": "admin", "effect": "NoSchedule"}]
+    patch = {"metadata": {"labels": {"pool": "other", "team": "x"}}, "spec": {"taints": taints}}
     api.request("PATCH", f"{NODES}/n1", body=patch, content_type=MERGE)
     sync(op)
     n1 = get_node(api, "n1")
