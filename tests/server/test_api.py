@@ -256,25 +256,28 @@ def test_the_same_object_twice_in_one_apply_is_refused(client: TestClient) -> No
     assert response.status_code == 422 and "twice" in error_of(response)["message"]
 
 
-def test_a_failing_apply_undoes_what_it_did(
+def test_a_failing_apply_writes_nothing(
     client: TestClient, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client.post("/v1/apply", json=[queue("q", fairShareWeight=1)])
-    real_apply = store.apply
+    head = store.resource_version
+    real_apply = store._apply_locked
     calls = []
 
-    def failing_apply(obj):  # type: ignore[no-untyped-def]
-        calls.append(obj.name)
-        if obj.name == "boom":
+    def failing_apply(info, data):  # type: ignore[no-untyped-def]
+        calls.append(data["metadata"]["name"])
+        if data["metadata"]["name"] == "boom":  # a failure inside the batch, after two writes
             raise RuntimeError("disk on fire")
-        return real_apply(obj)
+        return real_apply(info, data)
 
-    monkeypatch.setattr(store, "apply", failing_apply)
+    monkeypatch.setattr(store, "_apply_locked", failing_apply)
     response = client.post("/v1/apply", json=[queue("q", fairShareWeight=7), job("new"), job("boom")])
     assert response.status_code == 500 and error_of(response)["type"] == "InternalError"
-    monkeypatch.setattr(store, "apply", real_apply)
+    assert calls == ["q", "new", "boom"]
+    monkeypatch.setattr(store, "_apply_locked", real_apply)
     assert store.get("Queue", "q").spec.fair_share_weight == 1  # type: ignore[attr-defined]
     assert store.list("TrainingJob").items == []
+    assert store.resource_version == head and store.events_since(head) == []
 
 
 def test_watch_streams_events_from_a_resource_version(client: TestClient) -> None:

@@ -19,23 +19,30 @@ from gpufleet.store import SqliteStore
 from gpufleet.store.sqlite import FILE_NAME
 
 WRITER = Path(__file__).with_name("writer_process.py")
+BATCH_WRITER = Path(__file__).with_name("batch_writer_process.py")
+BATCH_SIZE = 150
 
 
-def run_and_kill(state_dir: Path, prefix: str, delay: float) -> list[tuple[str, str, int, int]]:
-    """Starts a writer, kills it with SIGKILL after `delay` seconds, returns its acknowledged writes."""
+def acknowledged_lines(script: Path, args: list[str], delay: float) -> list[list[str]]:
+    """Runs a writer script, kills it with SIGKILL after `delay` seconds, returns the words of each
+    line it printed whole (a line cut by the kill was never acknowledged)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     writer = subprocess.Popen(
-        [sys.executable, str(WRITER), str(state_dir), prefix], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True, env=env
     )
     time.sleep(delay)
     writer.send_signal(signal.SIGKILL)
     output, _ = writer.communicate(timeout=30)
-    acks = []
-    for line in output.splitlines(keepends=True):
-        parts = line.split()
-        if line.endswith("\n") and len(parts) == 4:  # a line cut by the kill was never acknowledged
-            acks.append((parts[0], parts[1], int(parts[2]), int(parts[3])))
-    return acks
+    return [line.split() for line in output.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def run_and_kill(state_dir: Path, prefix: str, delay: float) -> list[tuple[str, str, int, int]]:
+    """Starts a writer, kills it with SIGKILL after `delay` seconds, returns its acknowledged writes."""
+    return [
+        (parts[0], parts[1], int(parts[2]), int(parts[3]))
+        for parts in acknowledged_lines(WRITER, [str(state_dir), prefix], delay)
+        if len(parts) == 4
+    ]
 
 
 @pytest.mark.slow
@@ -73,3 +80,58 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         (body,) = db.execute("SELECT body FROM objects LIMIT 1").fetchone()
         assert json.loads(body)["kind"] == "TrainingJob"
+
+
+@pytest.mark.slow
+def test_a_batch_is_whole_or_absent_after_sigkill(tmp_path: Path) -> None:
+    """Batches of creates and updates, killed at random moments: none is ever half there."""
+    rng = random.Random(20261207)
+    acknowledged: dict[str, tuple[int, int]] = {}  # batch -> (first, last) resourceVersion
+    rounds = [f"r{index}" for index in range(6)]
+    for prefix in rounds:
+        delay = rng.uniform(0.2, 1.5)  # from before the store is open to many batches in
+        args = [str(tmp_path), prefix, str(BATCH_SIZE)]
+        for parts in acknowledged_lines(BATCH_WRITER, args, delay):
+            if parts[0] == "batch":
+                acknowledged[parts[1]] = (int(parts[2]), int(parts[3]))
+    assert len(acknowledged) >= 3, "the writer should have acknowledged some batches"
+
+    with SqliteStore.open(tmp_path) as store:
+        jobs = store.list(TrainingJob, namespace="batches").items
+        events = store.events_since(0)
+        head = int(store.resource_version)
+    by_batch: dict[str, list[TrainingJob]] = {}
+    for job in jobs:
+        by_batch.setdefault(job.metadata.labels["batch"], []).append(job)
+
+    for batch, (first, last) in acknowledged.items():
+        assert batch in by_batch, f"acknowledged batch {batch} was lost"
+        assert last - first + 1 in (BATCH_SIZE, 2 * BATCH_SIZE), "a batch's versions are not consecutive"
+    for batch, members in by_batch.items():
+        assert len(members) == BATCH_SIZE, f"batch {batch} is half there: {len(members)} of {BATCH_SIZE}"
+        prefix, index = batch.rsplit("-", 1)
+        successor_there = f"{prefix}-{int(index) + 1}" in by_batch
+        replicas = {job.spec.replicas for job in members}
+        assert replicas == {2 if successor_there else 1}, f"batch {batch} is half updated: {replicas}"
+
+    versions = [event.resource_version for event in events]
+    assert versions == list(range(1, head + 1)), "a version was skipped or an event lost"
+    # Each batch's events are one run of versions, none of another batch's between them.
+    runs: list[str] = []
+    for event in events:
+        writer_batch = _writing_batch(event.object, event.type)
+        if not runs or runs[-1] != writer_batch:
+            runs.append(writer_batch)
+    assert len(runs) == len(set(runs)), "the events of two batches interleave"
+    with sqlite3.connect(tmp_path / FILE_NAME) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _writing_batch(obj: object, event_type: str) -> str:
+    """The batch that wrote an event: its own for a create, the next one for the update to 2."""
+    assert isinstance(obj, TrainingJob)
+    batch = obj.metadata.labels["batch"]
+    if event_type == "ADDED":
+        return batch
+    prefix, index = batch.rsplit("-", 1)
+    return f"{prefix}-{int(index) + 1}"

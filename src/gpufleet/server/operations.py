@@ -1,14 +1,13 @@
 """What each request does to the store, apart from HTTP: read, list, create, apply, delete, events.
 
-Every operation takes the principal and applies `access`'s rules. Writes go through one lock so a
-multi-object apply is never interleaved with another request's write to the same objects, and an
-apply that fails part-way is undone before the error is reported: a request is applied whole or
-not at all.
+Every operation takes the principal and applies `access`'s rules. Writes go through one lock, so
+the objects a request's access checks read are not changed by another request before it writes. A
+multi-object apply is one `Store.apply_many` batch: in the embedded store one transaction, so a
+request is applied whole or not at all, even if the process is killed part-way.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +18,6 @@ from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server import access
 from gpufleet.server.auth import Principal
 from gpufleet.store.protocol import Store, Watch, WatchEvent
-
-log = logging.getLogger("gpufleet.server")
 
 Action = Literal["created", "configured", "unchanged"]
 MAX_EVENTS = 1000
@@ -82,20 +79,17 @@ class Operations:
         return Applied(updated, _action(existing, updated))
 
     def apply(self, principal: Principal, objects: Sequence[Resource]) -> list[Applied]:
-        """Creates or updates every object, or none: checks all first, and undoes a failure part-way."""
+        """Creates or updates every object, or none: all are checked first, then written as one
+        batch (`Store.apply_many`), which the embedded store commits in one transaction."""
         with self._writes:
             previous = [self._find(obj) for obj in objects]
             for obj, existing in zip(objects, previous, strict=True):
                 access.check_writable(principal, obj, existing)
-            done: list[Applied] = []
-            try:
-                for obj, existing in zip(objects, previous, strict=True):
-                    result = self.store.apply(obj)
-                    done.append(Applied(result, _action(existing, result)))
-            except BaseException:
-                self._undo(done, previous)
-                raise
-            return done
+            results = self.store.apply_many(objects)
+            return [
+                Applied(result, _action(existing, result))
+                for existing, result in zip(previous, results, strict=True)
+            ]
 
     def delete(
         self,
@@ -188,18 +182,6 @@ class Operations:
         )
         events = [first, *rest]
         return events, str(events[-1].resource_version)
-
-    def _undo(self, done: list[Applied], previous: list[Resource | None]) -> None:
-        """Puts back what a failed apply changed, newest first."""
-        for applied, existing in reversed(list(zip(done, previous, strict=False))):
-            obj = applied.object
-            try:
-                if existing is None:
-                    self.store.delete(obj.kind, obj.name, obj.namespace)
-                elif applied.action != "unchanged":
-                    self.store.apply(existing)
-            except Exception:  # keep undoing the others; the original error is what the user sees
-                log.exception("could not undo the apply of %s", obj.describe())
 
 
 def _action(existing: Resource | None, result: Resource) -> Action:

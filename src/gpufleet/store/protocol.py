@@ -125,6 +125,15 @@ class Store(Protocol):
         """
         ...
 
+    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+        """`apply` of every object in order, all or none: the results, in the same order.
+
+        The embedded store writes the batch in one transaction (consecutive resourceVersions, every
+        event committed together, nothing of it after a crash or an error part-way). The Kubernetes
+        API has no multi-object transaction: there it is a sequence of applies, best effort.
+        """
+        ...
+
     def delete(
         self,
         kind: type[Resource] | str,

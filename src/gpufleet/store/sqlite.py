@@ -8,6 +8,8 @@ state is throw-away, may choose it (or OFF) for speed.
 
 Atomicity. A write changes the object row, appends its event and advances the resourceVersion
 counter in one `BEGIN IMMEDIATE` transaction: after a crash either all three happened or none.
+`apply_many` puts a whole batch in one such transaction: its events carry consecutive versions and
+after a crash (or an error in any of its objects) the batch is there whole or not at all.
 
 Threads. One connection is shared under a lock, so controllers and an HTTP server may call the store
 from any thread of the process. Watchers wait on a condition that writers signal; they also re-read
@@ -231,16 +233,17 @@ class SqliteStore:
 
     def apply(self, obj: R) -> R:
         info, data = _checked(obj)
-        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
         with self._transaction():
-            current = self._find(info, ns, name)
-            if current is None:
-                data["metadata"].pop("resourceVersion", None)
-                result = self._create_locked(info, data)
-            else:
-                changed = _with_spec_and_meta(info, current, data, finalizers=False)
-                result = self._change_locked(info, ns, name, current, changed)
+            result = self._apply_locked(info, data)
         return _same_kind(obj, result)
+
+    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+        # Every object is checked before the transaction opens; then all writes, their events and
+        # the counter move in one transaction, so the versions are consecutive and a crash or an
+        # error part-way leaves nothing of the batch.
+        checked = [_checked(obj) for obj in objs]
+        with self._transaction():
+            return [self._apply_locked(info, data) for info, data in checked]
 
     def delete(
         self,
@@ -348,6 +351,16 @@ class SqliteStore:
         created = _load(info, data)
         self._record(info, ns, name, "ADDED", version, created.to_dict())
         return created
+
+    def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
+        meta = data["metadata"]
+        ns, name = _namespace(info, meta.get("namespace")), meta["name"]
+        current = self._find(info, ns, name)
+        if current is None:
+            meta.pop("resourceVersion", None)
+            return self._create_locked(info, data)
+        changed = _with_spec_and_meta(info, current, data, finalizers=False)
+        return self._change_locked(info, ns, name, current, changed)
 
     def _change_locked(
         self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
