@@ -14,6 +14,13 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
 from gpufleet.kube.crds import install_crds
 from gpufleet.kube.leader import LeaderElector, LeaseConfig
+from gpufleet.kube.metrics import (
+    DEFAULT_LATENCY_QUERY,
+    DEFAULT_RPS_QUERY,
+    MetricSource,
+    PodMetricsSource,
+    PrometheusSource,
+)
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import Transport
 from gpufleet.scheduler.config import SchedulerConfig
@@ -94,24 +101,50 @@ def scheduler(
 def operator(
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
-    name: str = typer.Option("gpufleet", "--scheduler-name", help="schedulerName written into worker pods."),
+    name: str = typer.Option("gpufleet", "--scheduler-name", help="schedulerName written into the pods."),
     namespace: str = typer.Option("gpufleet-system", help="Namespace of the leader-election Lease."),
     lease: str = typer.Option("gpufleet-operator", help="Name of the leader-election Lease."),
     identity: str = typer.Option("", help="This replica's identity (default: POD_NAME or the host name)."),
     leader_elect: bool = typer.Option(
         True, help="Run only while holding the Lease (two replicas: one active)."
     ),
+    metrics: str = typer.Option(
+        "serviceload",
+        help="InferenceService load source: prometheus, pods (each replica's metrics endpoint) or "
+        "serviceload (ServiceLoad objects written by someone else).",
+    ),
+    prometheus_url: str = typer.Option("", help="Prometheus base URL (with --metrics=prometheus)."),
+    rps_query: str = typer.Option(DEFAULT_RPS_QUERY, help="PromQL for requests/s ($namespace, $service)."),
+    latency_query: str = typer.Option(DEFAULT_LATENCY_QUERY, help="PromQL for p99 latency in ms."),
+    metrics_port: int = typer.Option(8080, help="Replica metrics port (with --metrics=pods)."),
+    metrics_path: str = typer.Option("/metrics", help="Replica metrics path (with --metrics=pods)."),
+    sample_seconds: float = typer.Option(15.0, help="Seconds between two load samples of a service."),
+    nodes: bool = typer.Option(True, help="GPUPools on Nodes, spot drain and GPU health."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """The operator: TrainingJob worker pods, headless Services, restarts from checkpoints, status."""
+    """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
     from gpufleet.kube.operator import Operator
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
+    source = metric_source(
+        metrics,
+        prometheus_url=prometheus_url,
+        rps_query=rps_query,
+        latency_query=latency_query,
+        port=metrics_port,
+        path=metrics_path,
+    )
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     api = _transport(kubeconfig, context)
-    op = Operator(api, config=KubeConfig(scheduler_name=name, namespace=namespace))
+    op = Operator(
+        api,
+        config=KubeConfig(scheduler_name=name, namespace=namespace),
+        metrics=source,
+        sample_seconds=sample_seconds,
+        nodes=nodes,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -120,6 +153,21 @@ def operator(
         op.run(stop)
         return
     LeaderElector(api, LeaseConfig(lease, namespace, who)).run(stop, on_started=op.run)
+
+
+def metric_source(
+    kind: str, *, prometheus_url: str, rps_query: str, latency_query: str, port: int, path: str
+) -> MetricSource | None:
+    """The operator's metric source from its flags (None: read ServiceLoad objects)."""
+    if kind == "serviceload":
+        return None
+    if kind == "pods":
+        return PodMetricsSource(port=port, path=path)
+    if kind == "prometheus":
+        if not prometheus_url:
+            raise ValidationError("--metrics=prometheus needs --prometheus-url", field="--prometheus-url")
+        return PrometheusSource(prometheus_url, rps_query=rps_query, latency_query=latency_query)
+    raise ValidationError(f"expected prometheus, pods or serviceload, got {kind!r}", field="--metrics")
 
 
 @kube_app.command("install-crds")

@@ -67,6 +67,14 @@ class Agent:
 
 
 @dataclass
+class Operator:
+    metrics: str = "serviceload"
+    """InferenceService load: prometheus, pods (each replica's metrics endpoint) or serviceload."""
+    prometheusUrl: str = ""
+    sampleSeconds: int = 15
+
+
+@dataclass
 class ServiceMonitor:
     enabled: bool = False
     interval: str = "30s"
@@ -80,6 +88,7 @@ class Values:
     installCRDs: bool = True
     image: Image = field(default_factory=Image)
     scheduler: Scheduler = field(default_factory=Scheduler)
+    operator: Operator = field(default_factory=Operator)
     agent: Agent = field(default_factory=Agent)
     serviceMonitor: ServiceMonitor = field(default_factory=ServiceMonitor)
 
@@ -99,10 +108,15 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
     ),
     ("", ("pods",), ("patch",), "note the chosen GPUs on a pod before binding it"),
     ("", ("pods/binding",), ("create",), "bind pods to nodes through the Binding subresource"),
-    ("", ("pods/eviction",), ("create",), "preempt through the Eviction API so disruption budgets apply"),
+    (
+        "",
+        ("pods/eviction",),
+        ("create",),
+        "preempt, and drain interrupted or unhealthy nodes, through the Eviction API so budgets apply",
+    ),
     ("", ("pods/status",), ("patch",), "PodScheduled and DisruptionTarget conditions with the reason"),
     ("", ("nodes",), ("get", "list", "watch"), "informer cache: capacity, topology labels, taints"),
-    ("", ("events",), ("create",), "FailedScheduling and Preempted events"),
+    ("", ("events",), ("create",), "FailedScheduling, Preempted, drain and scaling events"),
     ("gpufleet.io", ("queues",), ("get", "list", "watch"), "the quota tree"),
     (
         "gpufleet.io",
@@ -111,18 +125,48 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
         "pending reasons in the owner's status; the operator's job status",
     ),
     ("batch", ("jobs",), ("get", "list", "watch"), "the size of Jobs that ask for gang scheduling"),
-    ("", ("pods",), ("create", "delete"), "operator: worker pods of each attempt, removed when it ends"),
+    (
+        "",
+        ("pods",),
+        ("create", "delete"),
+        "operator: training workers of each attempt and inference replicas, removed when done",
+    ),
     (
         "",
         ("services",),
         ("get", "list", "watch", "create", "delete"),
-        "operator: headless rendezvous Services",
+        "operator: headless rendezvous Services and InferenceService Services",
     ),
     (
         "gpufleet.io",
         ("trainingjobs", "checkpoints"),
         ("get", "list", "watch"),
         "operator: jobs and resume points",
+    ),
+    (
+        "gpufleet.io",
+        ("inferenceservices", "modelversions", "gpupools"),
+        ("get", "list", "watch"),
+        "operator: services to run, versions to roll out, pools to apply to nodes",
+    ),
+    ("gpufleet.io", ("gpupools/status",), ("patch",), "operator: a pool's nodes, ready nodes and GPUs"),
+    (
+        "gpufleet.io",
+        ("serviceloads",),
+        ("get", "list", "watch", "create", "patch"),
+        "operator: the load samples it takes for each InferenceService",
+    ),
+    (
+        "gpufleet.io",
+        ("serviceloads/status",),
+        ("patch",),
+        "operator: the autoscaler's memory across restarts",
+    ),
+    (
+        "",
+        ("nodes",),
+        ("patch",),
+        "operator: cordon for spot interruption and GPU health, pool labels, spot taint, sharing config",
     ),
 )
 LEASE_RULES: tuple[Rule, ...] = (
@@ -266,6 +310,9 @@ def _scheduler(v: Values) -> list[Json]:
                             f"--scheduler-name={s.schedulerName}",
                             f"--namespace={ns}",
                             "--lease=gpufleet-operator",
+                            f"--metrics={v.operator.metrics}",
+                            f"--prometheus-url={v.operator.prometheusUrl}",
+                            f"--sample-seconds={v.operator.sampleSeconds}",
                         ],
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
