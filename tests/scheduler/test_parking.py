@@ -181,3 +181,32 @@ def test_cleared_parking_changes_no_decision_at_a_fixed_point() -> None:
     again = scheduler.cycle(cache, now=NOW)
     assert not again.changed
     assert {p.reason.type for p in again.pending.values()} == {p.reason.type for p in result.pending.values()}
+
+
+def test_no_node_of_any_model_is_a_no_fit_and_a_node_of_a_new_model_wakes_it() -> None:
+    fleet = FleetState()
+    fleet.add_node(NodeSpec("cpu", "", 0, 64_000, 512_000))
+    tree = QuotaTree([QuotaNode("default", unlimited=True)])
+    settings = {"default": QueueSettings("default")}
+    cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=UsageHistory(3600))
+    scheduler = Scheduler()
+    request = PodRequest(gpus=1)
+    # The queue's first parked workload is tried each cycle anyway; the second shows the wake-up.
+    for i, name in enumerate(("first", "second")):
+        cache.submit(Workload(name, (PodSet("main", 1, request),), queue="default", submitted_at=i))
+    result = _run(cache, scheduler)
+    reason = result.pending["second"].reason
+    assert reason.type == "NoFit"
+    assert reason.message == "no node of an accepted GPU model exists (second accepts any GPU model)"
+    assert {"first", "second"} <= set(cache.parking.entries)
+
+    cache.fleet.add_node(NodeSpec("cpu-2", "", 0, 64_000, 512_000))  # no GPU model: stays parked
+    result = scheduler.cycle(cache, now=NOW)
+    assert not result.admitted and "second" in cache.parking.entries
+
+    cache.fleet.add_node(NodeSpec("a100", A100, 8, 64_000, 512_000, sharing=SharingMode.EXCLUSIVE))
+    result = scheduler.cycle(cache, now=NOW)
+    assert sorted((a.workload, a.nodes) for a in result.admitted) == [
+        ("first", ("a100",)),
+        ("second", ("a100",)),
+    ]

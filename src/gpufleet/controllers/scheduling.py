@@ -27,7 +27,6 @@ larger size right after the workload checkpoints, and only while nothing else wa
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -290,26 +289,10 @@ class SchedulingController:
     def _add_node(self, node: Node) -> None:
         assert self.cache is not None
         self.nodes[node.name] = node
-        fleet = self.cache.fleet
-        new_model = bool(node.spec.gpu_model) and node.spec.gpu_model not in fleet.models
         try:
-            fleet.add_node(convert.node_spec(node))
+            self.cache.fleet.add_node(convert.node_spec(node))
         except GpuFleetError as exc:
             log.warning("%s cannot join the fleet: %s", node.describe(), exc)
-            return
-        if new_model:
-            self._offer_again()
-
-    def _offer_again(self) -> None:
-        """A GPU model the fleet did not have joined: workloads of unlimited queues that found no
-        flavor to try may have one now. The core keeps a pending workload it found inadmissible aside
-        until quota or capacity of a flavor it tried changes, and such a workload tried none; handing
-        the core fresh copies of the pending workloads makes it look at them again."""
-        assert self.cache is not None
-        pending = self.cache.pending
-        for key, workload in list(pending.items()):
-            pending[key] = dataclasses.replace(workload)
-        self.dirty = True
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
         assert self.cache is not None
@@ -846,21 +829,12 @@ class SchedulingController:
         """The pools whose new nodes could serve a workload that waits for nodes; None if it waits for
         something else (quota, a preemption, the head of its queue).
 
-        It waits for nodes when no existing node can hold it (NoFit), or when its queue has unlimited
-        quota and the fleet has no GPU model at all yet: the core then finds no flavor to try and
-        reports QuotaExceeded, although quota is not what is missing."""
+        It waits for nodes when no existing node can hold it (NoFit), including when its queue has
+        unlimited quota and the fleet has no node of a GPU model it accepts yet."""
         cache = self.cache
         assert cache is not None
         queue = cache.tree.nodes.get(obj.spec.queue)
-        if queue is None:
-            return None
-        empty_fleet = (
-            reason.type == explain.QUOTA_EXCEEDED
-            and queue.unlimited
-            and not cache.fleet.models
-            and reason.details.get("scope") != "user"
-        )
-        if reason.type != explain.NO_FIT and not empty_fleet:
+        if queue is None or reason.type != explain.NO_FIT:
             return None
         flavors = None if queue.unlimited else set(queue.quotas)
         return NodeDemand(pools=capacity.serving_pools(obj.spec, self.pools.values(), flavors=flavors))

@@ -255,6 +255,9 @@ class _Cycle:
                 woken.append(name)  # admitted, gone or replaced by the world: no longer parked here
                 continue
             workload = entry.workload
+            if entry.models_known is not None and len(cache.fleet.models) > entry.models_known:
+                woken.append(name)
+                continue
             for need in entry.needs:
                 key = (workload.queue, need.key)
                 ok = fits.get(key)
@@ -346,6 +349,8 @@ class _Cycle:
                 self.parking.capacity.counter,
                 memo,
                 self.result.pending[workload.name],
+                # No model to try: in an unlimited queue a node of a new GPU model may give it one.
+                None if needs else len(cache.fleet.models),
             )
         )
 
@@ -492,6 +497,8 @@ class _Cycle:
         models = self._models(workload)
         if not models:
             wanted = sorted({m for ps in workload.pod_sets for m in ps.request.gpu_models})
+            if self.cache.tree.nodes[queue].unlimited:
+                return _Failure(explain.no_model_node(workload.name, wanted))
             return _Failure(explain.no_flavor(workload.name, queue, wanted))
         first: Reason | None = None
         short: list[str | None] = []

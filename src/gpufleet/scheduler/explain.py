@@ -66,6 +66,16 @@ def no_flavor(workload: str, queue: str, models: Sequence[str]) -> Reason:
     return Reason(QUOTA_EXCEEDED, message, {"queue": queue, "flavors": list(models), "nominal": 0})
 
 
+def no_model_node(workload: str, models: Sequence[str]) -> Reason:
+    """A workload of an unlimited queue with no GPU model to try: the fleet has no node it accepts yet.
+
+    Quota is not what is missing (the queue has no limit), nodes are: NoFit, so that pools can be grown
+    for it, and the workload is looked at again once a node of a new GPU model joins."""
+    wanted = ", ".join(models) if models else "any GPU model"
+    message = f"no node of an accepted GPU model exists ({workload} accepts {wanted})"
+    return Reason(NO_FIT, message, {"models": list(models), "nodes": 0})
+
+
 def waiting_for_preemption(victims: Sequence[str]) -> Reason:
     message = "waiting for " + ", ".join(victims) + " to be preempted"
     return Reason(WAITING_FOR_PREEMPTION, message, {"victims": list(victims)})

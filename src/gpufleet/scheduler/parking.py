@@ -10,6 +10,8 @@ starts by waking those whose wait may be over:
 - capacity: for some flavor whose quota fits, free capacity rose since it was parked on a node of that
   GPU model (any node for a workload without a model), or nodes changed (added, removed, cordoned,
   tainted, relabelled): a finished workload or a new node may let it be placed;
+- a new GPU model: a workload that found no model to try (an unlimited queue and no node of a model it
+  accepts) wakes when a node of a model the fleet did not know joins;
 - a changed workload (the world replaced the pending object) is no longer parked.
 
 Checks are value-based, taken from the cache at the start of a cycle, so a world that changes the cache
@@ -63,6 +65,9 @@ class ParkedWorkload:
     """Set when its own preemption search found no victims, to the state it searched (see module doc)."""
     pending: Pending
     """The decision repeated for it while it stays parked."""
+    models_known: int | None = None
+    """Set when it found no GPU model to try (an unlimited queue, no node of a model it accepts): the
+    number of GPU models the fleet knew then. It wakes when a node of a new model joins."""
 
 
 Arrays = tuple[npt.NDArray[np.int64], ...]
