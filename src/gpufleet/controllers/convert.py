@@ -16,8 +16,9 @@ from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest, Taint, Toleration
 from gpufleet.fleet.state import Allocation, FleetState, MigSlot
-from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings
+from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
+from gpufleet.scheduler.settings import queue_settings
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 
 DEFAULT_QUEUE = "default"
@@ -162,13 +163,8 @@ def quota_tree(queues: Iterable[Queue]) -> tuple[QuotaTree, dict[str, QueueSetti
             for flavor, q in spec.quotas.items()
         }
         nodes.append(QuotaNode(queue.name, spec.parent, quotas))
-        p = spec.preemption
-        settings[queue.name] = QueueSettings(
-            name=queue.name,
-            fair_share_weight=spec.fair_share_weight,
-            preemption=PreemptionPolicy(p.within_queue, p.reclaim_within_cohort, p.borrow_within_cohort),
-            min_runtime_seconds=spec.min_runtime_seconds,
-        )
+        # The one Queue-to-settings translation (strategy, per-user limit, preemption threshold too).
+        settings[queue.name] = queue_settings(queue.name, spec)
     return QuotaTree(nodes), settings
 
 

@@ -1,13 +1,45 @@
-"""Queue settings from a Queue object's spec (or a scenario's queue): one translation for every world."""
+"""Queue settings from a Queue object's spec (or a scenario's queue): one translation for every world.
+
+The spec is read through the protocols below rather than by importing the API kinds: those carry object
+metadata (timestamps), and the scheduling core reads no clock, not even by import.
+"""
 
 from __future__ import annotations
 
-from gpufleet.api.queue import QueueSpec
-from gpufleet.api.scenario import ScenarioQueue
+from typing import Protocol
+
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueingStrategy, QueueSettings
 
 
-def queue_settings(name: str, spec: QueueSpec | ScenarioQueue) -> QueueSettings:
+class PreemptionSpec(Protocol):
+    """What is read of a Queue's `spec.preemption` (api.queue.QueuePreemption)."""
+
+    @property
+    def within_queue(self) -> str: ...
+    @property
+    def reclaim_within_cohort(self) -> str: ...
+    @property
+    def borrow_within_cohort(self) -> str: ...
+    @property
+    def max_priority_threshold(self) -> int | None: ...
+
+
+class QueueSpecLike(Protocol):
+    """What is read of a Queue's spec (api.queue.QueueSpec) or a scenario queue (api.scenario)."""
+
+    @property
+    def preemption(self) -> PreemptionSpec: ...
+    @property
+    def fair_share_weight(self) -> float: ...
+    @property
+    def min_runtime_seconds(self) -> float: ...
+    @property
+    def queueing_strategy(self) -> str: ...
+    @property
+    def user_gpu_limit(self) -> float | None: ...
+
+
+def queue_settings(name: str, spec: QueueSpecLike) -> QueueSettings:
     """What the scheduler needs of a queue besides its quota, with GPU amounts in milli-GPU."""
     p = spec.preemption
     limit = spec.user_gpu_limit
