@@ -1,13 +1,20 @@
 """What a principal may read and write.
 
 The admin may do anything. A queue's token sees only its queue: the Queue object itself (read
-only) and the objects submitted to it, i.e. those whose `spec.queue` names it (TrainingJobs,
-InferenceServices). Reads of anything else answer as if the object did not exist, so a team
-cannot learn the names of another team's jobs; writes that name another queue are refused with 403.
+only), the objects submitted to it, i.e. those whose `spec.queue` names it (TrainingJobs,
+InferenceServices, Workloads), and the Events about any of these (read only), so that `describe`
+shows a team why its job was evicted. Reads of anything else answer as if the object did not
+exist, so a team cannot learn the names of another team's jobs; writes that name another queue are
+refused with 403.
+
+An Event names its object by kind and name (in the Event's namespace, or none for a cluster-wide
+kind); whether it may be read is decided by reading that object, through a `Lookup` the caller
+gives. An Event whose object is gone is not shown to queue tokens: nothing says whose it was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.api.errors import NotFoundError
@@ -31,23 +38,43 @@ def submits_to_queue(info: KindInfo) -> bool:
     return "queue" in fields
 
 
-def may_read(principal: Principal, obj: Resource) -> bool:
+Lookup = Callable[[str, str, str | None], Resource | None]
+"""(kind, name, namespace) -> the object, or None if there is none."""
+
+EVENT = "Event"
+
+
+def may_read(principal: Principal, obj: Resource, lookup: Lookup | None = None) -> bool:
+    """Whether the principal may see `obj`; for an Event, `lookup` finds its object (none: no)."""
     if principal.admin:
         return True
+    if obj.kind == EVENT:
+        involved = None if lookup is None else involved_object(obj, lookup)
+        return involved is not None and involved.kind != EVENT and may_read(principal, involved)
     if obj.kind == "Queue":
         return obj.name == principal.queue
     return queue_of(obj) == principal.queue
 
 
+def involved_object(event: Resource, lookup: Lookup) -> Resource | None:
+    """The object an Event is about, as it is now; None if it is gone or its kind is unknown."""
+    spec: Any = getattr(event, "spec", None)
+    kind, name = getattr(spec, "involved_kind", None), getattr(spec, "involved_name", None)
+    info = kind_info(kind) if isinstance(kind, str) else None
+    if info is None or not isinstance(name, str):
+        return None
+    return lookup(info.kind, name, event.namespace if info.namespaced else None)
+
+
 def check_kind_readable(principal: Principal, info: KindInfo) -> None:
-    """A queue's token may list queues and queued kinds only."""
-    if principal.admin or info.kind == "Queue" or submits_to_queue(info):
+    """A queue's token may list queues, queued kinds and events (each filtered by `may_read`)."""
+    if principal.admin or info.kind in ("Queue", EVENT) or submits_to_queue(info):
         return
     raise ForbiddenError(f"{principal.describe()} may not read {info.plural}")
 
 
-def check_readable(principal: Principal, obj: Resource) -> None:
-    if not may_read(principal, obj):
+def check_readable(principal: Principal, obj: Resource, lookup: Lookup | None = None) -> None:
+    if not may_read(principal, obj, lookup):
         raise NotFoundError("not found", obj=obj.describe())
 
 

@@ -9,7 +9,7 @@ request is applied whole or not at all, even if the process is killed part-way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ class Operations:
     def get(self, principal: Principal, info: KindInfo, name: str, namespace: str | None) -> Resource:
         access.check_kind_readable(principal, info)
         obj = self.store.get(info.kind, name, namespace)
-        access.check_readable(principal, obj)
+        access.check_readable(principal, obj, self._lookup)
         return obj
 
     def list_objects(
@@ -49,7 +49,8 @@ class Operations:
     ) -> dict[str, Any]:
         access.check_kind_readable(principal, info)
         result = self.store.list(info.kind, namespace=namespace, label_selector=selector)
-        items = [obj.to_dict() for obj in result.items if access.may_read(principal, obj)]
+        readable = self._reader(principal)
+        items = [obj.to_dict() for obj in result.items if readable(obj)]
         return {
             "apiVersion": API_VERSION,
             "kind": f"{info.kind}List",
@@ -139,7 +140,8 @@ class Operations:
             events, cursor = self._wait_for_events(start, names, namespace, limit, timeout)
         else:
             cursor = str(max(int(head), int(start)))
-        return [e for e in events if access.may_read(principal, e.object)], cursor
+        readable = self._reader(principal)
+        return [e for e in events if readable(e.object)], cursor
 
     def watch(
         self,
@@ -157,15 +159,32 @@ class Operations:
             # Raises GoneError now, before the answer starts, if `since` was compacted away.
             self.store.events_since(since, kinds=[info.kind], namespace=namespace, limit=1)
         watch = self.store.watch(kinds=[info.kind], namespace=namespace, since=since, timeout=timeout)
-        return _stream(principal, watch)
+        # No memo across a long watch: an object deleted and made again in another queue must be
+        # read afresh for the Events about it.
+        return _stream(watch, lambda obj: access.may_read(principal, obj, self._lookup))
 
     # ------------------------------------------------------------------------------- internals
 
-    def _find(self, obj: Resource) -> Resource | None:
+    def _lookup(self, kind: str, name: str, namespace: str | None) -> Resource | None:
         try:
-            return self.store.get(obj.kind, obj.name, obj.namespace)
+            return self.store.get(kind, name, namespace)
         except NotFoundError:
             return None
+
+    def _reader(self, principal: Principal) -> Callable[[Resource], bool]:
+        """`access.may_read` for one answer: the objects Events are about are read once each."""
+        seen: dict[tuple[str, str, str | None], Resource | None] = {}
+
+        def lookup(kind: str, name: str, namespace: str | None) -> Resource | None:
+            key = (kind, name, namespace)
+            if key not in seen:
+                seen[key] = self._lookup(kind, name, namespace)
+            return seen[key]
+
+        return lambda obj: access.may_read(principal, obj, lookup)
+
+    def _find(self, obj: Resource) -> Resource | None:
+        return self._lookup(obj.kind, obj.name, obj.namespace)
 
     def _wait_for_events(
         self, since: str, kinds: list[str] | None, namespace: str | None, limit: int, timeout: float
@@ -192,10 +211,10 @@ def _action(existing: Resource | None, result: Resource) -> Action:
     return "configured"
 
 
-def _stream(principal: Principal, watch: Watch) -> Iterator[dict[str, Any]]:
+def _stream(watch: Watch, readable: Callable[[Resource], bool]) -> Iterator[dict[str, Any]]:
     try:
         for event in watch:
-            if access.may_read(principal, event.object):
+            if readable(event.object):
                 yield {"type": event.type, "object": event.object.to_dict()}
         yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": watch.resource_version}}}
     finally:
