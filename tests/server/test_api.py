@@ -36,6 +36,20 @@ def test_discovery_names_every_served_kind(client: TestClient) -> None:
     assert resources["TrainingJob"]["namespaced"] is True
     assert resources["Queue"]["namespaced"] is False
     assert "tj" in resources["TrainingJob"]["shortNames"]
+    assert resources["InferenceService"]["shortNames"] == ["gisvc", "isvc"]
+
+
+def test_every_name_of_a_kind_names_only_that_kind(client: TestClient) -> None:
+    """Kind, plural, singular and short names (also with an s, as the CLI reads them) never collide."""
+    owners: dict[str, set[str]] = {}
+    for resource in client.get(API).json()["resources"]:
+        short = resource["shortNames"]
+        names = {resource["kind"].lower(), resource["name"], resource["singularName"], *short}
+        names |= {name + "s" for name in short}
+        for name in names:
+            owners.setdefault(name, set()).add(resource["kind"])
+    shared = {name: kinds for name, kinds in owners.items() if len(kinds) > 1}
+    assert shared == {}
 
 
 def test_create_get_list_and_status(client: TestClient) -> None:

@@ -36,6 +36,11 @@ TIME_HEADER = "X-Gpufleet-Time"
 # Kinds that describe a what-if rather than state; nothing stores them.
 _NOT_SERVED = frozenset({"Scenario"})
 
+# Short names this API adds to those a kind registers. They are not registered with the kind,
+# which would put them into its CRD as well: on a cluster `isvc` is KServe's InferenceService, and
+# two CRDs sharing a short name leave `kubectl get isvc` to pick one of them.
+_EXTRA_SHORT_NAMES = {"InferenceService": ("isvc",)}
+
 
 class TokenRequest(pydantic.BaseModel):
     queue: str = pydantic.Field(description="The queue the token may submit to and read.")
@@ -179,13 +184,24 @@ def _served(name: str) -> KindInfo:
     return info
 
 
+def short_names(info: KindInfo) -> list[str]:
+    """The kind's short names, and this API's extra ones that no registered kind uses as a name."""
+    taken = {
+        name
+        for other in registered_kinds()
+        for name in (other.kind.lower(), other.plural, other.singular, *other.short_names)
+    }
+    extra = [name for name in _EXTRA_SHORT_NAMES.get(info.kind, ()) if name not in taken]
+    return [*info.short_names, *extra]
+
+
 def _resource(info: KindInfo) -> dict[str, Any]:
     return {
         "name": info.plural,
         "singularName": info.singular,
         "kind": info.kind,
         "namespaced": info.namespaced,
-        "shortNames": list(info.short_names),
+        "shortNames": short_names(info),
         "printerColumns": [
             {"name": c.name, "jsonPath": c.json_path, "type": c.type, "priority": c.priority}
             for c in info.printer_columns
