@@ -165,7 +165,13 @@ class Cluster:
         return self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}")
 
     def node_of(self, name: str) -> str | None:
-        return self.get_pod(name).get("spec", {}).get("nodeName") or None
+        """The pod's node; None while it is unbound or not created yet (the operator makes it)."""
+        try:
+            return self.get_pod(name).get("spec", {}).get("nodeName") or None
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def condition(self, name: str, kind: str) -> Json | None:
         conditions = self.get_pod(name).get("status", {}).get("conditions") or []

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from gpufleet.kube.transport import ApiError, Transport
+from gpufleet.kube.transport import ApiError, Json, Transport
 
 from .conftest import RUN, Cluster, wait_for
+
+GROUP = "/apis/gpufleet.io/v1alpha1"
+MERGE = "application/merge-patch+json"
 
 pytestmark = pytest.mark.k8s
 
@@ -22,7 +25,10 @@ def operator(api: Transport, cluster: Cluster) -> Iterator[Any]:
     from gpufleet.kube.config import KubeConfig
     from gpufleet.kube.operator import Operator
 
-    op = Operator(api, config=KubeConfig(scheduler_name=cluster.scheduler_name), period=1.0)
+    # Only this run's Nodes: on a shared cluster the operator must not cordon anyone else's.
+    selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
+    config = KubeConfig(scheduler_name=cluster.scheduler_name)
+    op = Operator(api, config=config, period=1.0, node_selector=selector)
     stop = threading.Event()
     op.informers.start(stop)
     thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
@@ -88,3 +94,221 @@ def test_a_training_job_gets_workers_that_are_bound_as_one_gang(
         with contextlib.suppress(ApiError):
             api.request("DELETE", f"{jobs}/{name}")
         cluster.finish_deleting()
+
+
+def _collection(cluster: Cluster, plural: str) -> str:
+    return f"{GROUP}/namespaces/{cluster.namespace}/{plural}"
+
+
+def _status_of(api: Transport, path: str) -> dict[str, Any]:
+    return api.request("GET", path).get("status") or {}
+
+
+def _play_kubelet(api: Transport, cluster: Cluster, *, prefix: str) -> None:
+    """What kubelets would do: bound pods run and are Ready; pods asked to stop are gone."""
+    cluster.finish_deleting()
+    items = api.request("GET", f"/api/v1/namespaces/{cluster.namespace}/pods").get("items", [])
+    for pod in items:
+        name = pod["metadata"]["name"]
+        if (
+            name.startswith(prefix)
+            and pod["spec"].get("nodeName")
+            and pod["status"].get("phase") == "Pending"
+        ):
+            body = {"status": {"phase": "Running", "podIP": "10.1.2.3",
+                               "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+            with contextlib.suppress(ApiError):
+                api.request(
+                    "PATCH", f"/api/v1/namespaces/{cluster.namespace}/pods/{name}/status", body=body,
+                    content_type=MERGE,
+                )  # fmt: skip
+
+
+def test_a_failed_worker_restarts_the_job_from_its_last_checkpoint(
+    api: Transport, cluster: Cluster, scheduler: Any, operator: Any
+) -> None:
+    cluster.node("ck-0")
+    name = f"ck-{RUN}"
+    jobs = _collection(cluster, "trainingjobs")
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {
+            "queue": cluster.queue,
+            "replicas": 1,
+            "restartPolicy": {"maxRestarts": 2, "backoffSeconds": 1},
+            "worker": {
+                "gpus": 8,
+                "nodeSelector": dict(cluster.selector),
+                "template": {"spec": {"containers": [{"name": "t", "image": "registry.k8s.io/pause:3.10"}]}},
+            },
+        },
+    }
+    api.request("POST", jobs, body=body)
+    checkpoints = _collection(cluster, "checkpoints")
+    try:
+        wait_for("worker bound", lambda: cluster.node_of(f"{name}-0-0"), timeout=60)
+        ckpt = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "Checkpoint",
+            "metadata": {"name": f"{name}-step-500", "namespace": cluster.namespace},
+            "spec": {
+                "job": name,
+                "step": 500,
+                "uri": f"s3://ckpt/{name}/500",
+                "time": "2026-11-29T12:00:00Z",
+            },
+        }
+        api.request("POST", checkpoints, body=ckpt)
+        api.request(
+            "PATCH", f"{checkpoints}/{name}-step-500/status", body={"status": {"phase": "Complete"}},
+            content_type=MERGE,
+        )  # fmt: skip
+        # The kubelet's report of a crashed worker.
+        failed = {"status": {"phase": "Failed", "reason": "Error", "message": "exit code 1"}}
+        api.request(
+            "PATCH", f"/api/v1/namespaces/{cluster.namespace}/pods/{name}-0-0/status", body=failed,
+            content_type=MERGE,
+        )  # fmt: skip
+
+        def restarted() -> bool:
+            cluster.finish_deleting()
+            try:
+                return bool(cluster.node_of(f"{name}-1-0"))
+            except ApiError:
+                return False
+
+        wait_for("the next attempt bound", restarted, timeout=60)
+        pod = cluster.get_pod(f"{name}-1-0")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["GPUFLEET_CHECKPOINT_URI"] == f"s3://ckpt/{name}/500"
+        assert env["GPUFLEET_CHECKPOINT_STEP"] == "500"
+        assert _status_of(api, f"{jobs}/{name}")["restarts"] == 1
+    finally:
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", f"{jobs}/{name}")
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", f"{checkpoints}/{name}-step-500")
+        cluster.finish_deleting()
+
+
+def test_an_inference_service_scales_on_its_load_and_rolls_out_a_new_version(
+    api: Transport, cluster: Cluster, scheduler: Any, operator: Any
+) -> None:
+    for i in range(4):
+        cluster.node(f"is-{i}", gpus=1)
+    name = f"is-{RUN}"
+    versions, services = _collection(cluster, "modelversions"), _collection(cluster, "inferenceservices")
+    for version in ("v1", "v2"):
+        mv = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "ModelVersion",
+            "metadata": {"name": f"{name}-{version}", "namespace": cluster.namespace},
+            "spec": {"model": name, "version": version, "uri": f"s3://models/{version}"},
+        }
+        api.request("POST", versions, body=mv)
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {
+            "queue": cluster.queue,
+            "modelVersion": f"{name}-v1",
+            "replicas": {"min": 1, "max": 3},
+            "autoscaling": {"targetRequestsPerReplica": 10},
+            "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+            "replica": {
+                "gpus": 1,
+                "nodeSelector": dict(cluster.selector),
+                "template": {"spec": {"containers": [{"name": "s", "image": "registry.k8s.io/pause:3.10"}]}},
+            },
+        },
+    }
+    api.request("POST", services, body=body)
+    load = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "ServiceLoad",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {
+            "requestsPerSecond": 25,
+            "p99LatencyMs": 50,
+            "readyReplicas": 0,
+            "time": "2026-11-29T12:00:00Z",
+        },
+    }
+    api.request("POST", _collection(cluster, "serviceloads"), body=load)
+
+    def pods(revision: str | None = None) -> list[Json]:
+        items = api.request("GET", f"/api/v1/namespaces/{cluster.namespace}/pods").get("items", [])
+        return [
+            p for p in items
+            if p["metadata"].get("labels", {}).get("gpufleet.io/inference-service") == name
+            and not p["metadata"].get("deletionTimestamp")
+            and (revision is None or p["metadata"]["labels"].get("gpufleet.io/revision") == revision)
+        ]  # fmt: skip
+
+    try:
+
+        def scaled() -> bool:
+            _play_kubelet(api, cluster, prefix=name)
+            live = pods(f"{name}-v1")
+            return len(live) == 3 and all(p["spec"].get("nodeName") for p in live)
+
+        wait_for("three v1 replicas bound (25 req/s at 10 per replica)", scaled, timeout=60)
+        front = api.request("GET", f"/api/v1/namespaces/{cluster.namespace}/services/{name}")
+        assert front["spec"]["selector"] == {"gpufleet.io/inference-service": name}
+        api.request(
+            "PATCH", f"{services}/{name}", body={"spec": {"modelVersion": f"{name}-v2"}}, content_type=MERGE
+        )
+
+        def rolled() -> bool:
+            _play_kubelet(api, cluster, prefix=name)
+            live = pods()
+            assert len(live) <= 4, "maxSurge 1 over 3 desired"
+            return len(live) == 3 and all(
+                p["metadata"]["labels"]["gpufleet.io/revision"] == f"{name}-v2" and p["spec"].get("nodeName")
+                for p in live
+            )
+
+        wait_for("every replica on v2", rolled, timeout=90)
+        rolled_out = next(
+            c for c in _status_of(api, f"{services}/{name}")["conditions"] if c["type"] == "RolledOut"
+        )
+        assert rolled_out["status"] == "True" or rolled_out["reason"] == "RollingOut"
+    finally:
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", f"{services}/{name}")
+        for version in ("v1", "v2"):
+            with contextlib.suppress(ApiError):
+                api.request("DELETE", f"{versions}/{name}-{version}")
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", f"{_collection(cluster, 'serviceloads')}/{name}")
+        cluster.finish_deleting()
+
+
+def test_a_spot_interruption_notice_cordons_the_node_and_evicts_its_pods(
+    api: Transport, cluster: Cluster, scheduler: Any, operator: Any
+) -> None:
+    node = cluster.node("spot")
+    cluster.pod("on-spot", gpus=8)
+    assert wait_for("pod bound", lambda: cluster.node_of("on-spot")) == node
+    notice = {"metadata": {"annotations": {"gpufleet.io/interruption-time": "2026-11-29T12:02:00Z"}}}
+    api.request("PATCH", f"/api/v1/nodes/{node}", body=notice, content_type=MERGE)
+    wait_for(
+        "node cordoned",
+        lambda: api.request("GET", f"/api/v1/nodes/{node}").get("spec", {}).get("unschedulable"),
+    )
+
+    def evicted() -> bool:
+        try:
+            return bool(cluster.get_pod("on-spot")["metadata"].get("deletionTimestamp"))
+        except ApiError as exc:
+            return exc.status == 404
+
+    wait_for("pod evicted", evicted)
+    reasons = {e["involvedObject"]["name"] for e in cluster.events("SpotInterruption")}
+    assert "on-spot" in reasons
+    annotations = api.request("GET", f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+    assert annotations["gpufleet.io/cordoned-by"] == "spot-interruption"
+    cluster.finish_deleting()

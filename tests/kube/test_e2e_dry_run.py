@@ -11,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e_k8s import test_operator as e2e_operator
 from e2e_k8s import test_scheduling as e2e
 from e2e_k8s.conftest import Cluster
 from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.operator import Operator
 from gpufleet.kube.scheduler import KubeScheduler
 
 from .fakeapi import FakeApiServer
@@ -59,3 +61,36 @@ def scheduler(api: FakeApiServer, cluster: Cluster) -> Iterator[KubeScheduler]:
 )
 def test_e2e_case_on_the_stand_in(case, cluster: Cluster, scheduler: KubeScheduler) -> None:
     case(cluster, scheduler)
+
+
+@pytest.fixture
+def operator(api: FakeApiServer, cluster: Cluster) -> Iterator[Operator]:
+    selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
+    op = Operator(
+        api, config=KubeConfig(scheduler_name=cluster.scheduler_name), period=0.2, node_selector=selector
+    )
+    for informer in op.informers._informers.values():
+        informer._watch_seconds = 1
+    stop = threading.Event()
+    op.informers.start(stop)
+    thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
+    thread.start()
+    yield op
+    stop.set()
+    thread.join(5)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        e2e_operator.test_a_training_job_gets_workers_that_are_bound_as_one_gang,
+        e2e_operator.test_a_failed_worker_restarts_the_job_from_its_last_checkpoint,
+        e2e_operator.test_an_inference_service_scales_on_its_load_and_rolls_out_a_new_version,
+        e2e_operator.test_a_spot_interruption_notice_cordons_the_node_and_evicts_its_pods,
+    ],
+    ids=lambda case: case.__name__.removeprefix("test_"),
+)
+def test_e2e_operator_case_on_the_stand_in(
+    case, api: FakeApiServer, cluster: Cluster, scheduler: KubeScheduler, operator: Operator
+) -> None:
+    case(api, cluster, scheduler, operator)

@@ -120,6 +120,7 @@ def operator(
     metrics_path: str = typer.Option("/metrics", help="Replica metrics path (with --metrics=pods)."),
     sample_seconds: float = typer.Option(15.0, help="Seconds between two load samples of a service."),
     nodes: bool = typer.Option(True, help="GPUPools on Nodes, spot drain and GPU health."),
+    node_selector: str = typer.Option("", help="Only Nodes with these labels (k=v,...) are looked after."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
@@ -144,6 +145,7 @@ def operator(
         metrics=source,
         sample_seconds=sample_seconds,
         nodes=nodes,
+        node_selector=node_selector or None,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

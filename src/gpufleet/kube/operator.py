@@ -46,6 +46,7 @@ class Operator:
         metrics: MetricSource | None = None,
         sample_seconds: float = 15.0,
         nodes: bool = True,
+        node_selector: str | None = None,
     ) -> None:
         self.api = transport
         self.config = config or KubeConfig()
@@ -66,7 +67,7 @@ class Operator:
         )
         self.fleet: FleetOperator | None = None
         if nodes:
-            self.nodes: Informer = inf.informer(NODE)
+            self.nodes: Informer = inf.informer(NODE, label_selector=node_selector)
             self.pools: Informer = inf.informer(resource_for(POOL))
             self.fleet = FleetOperator(transport)
         self.clock = clock
