@@ -55,6 +55,8 @@ CASES = [
     ("whole GPUs of any model", {"gpus": 8}, 1, None, None, ["a100", "h100", "h100-spot"]),
     ("one model", {"gpus": 8, "gpuModel": "H100-80GB"}, 1, None, None, ["h100", "h100-spot"]),
     ("queue flavors", {"gpus": 2}, 1, None, {"H100-80GB"}, ["h100", "h100-spot"]),
+    ("a spot-only queue", {"gpus": 2}, 1, None, {"H100-80GB/spot"}, ["h100-spot"]),
+    ("an on-demand-only queue", {"gpus": 2}, 1, None, {"H100-80GB/on-demand", "L4/spot"}, ["h100"]),
     ("a MIG profile", {"mig": "3g.40gb"}, 1, None, None, ["a100-mig"]),
     ("a MIG profile the queue lacks", {"mig": "3g.40gb"}, 1, None, {"A100-80GB"}, []),
     ("a share", {"gpuMilli": 250}, 1, None, None, ["l4-sliced", "a100", "h100", "h100-spot"]),

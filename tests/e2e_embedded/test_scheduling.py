@@ -115,3 +115,45 @@ def test_inference_replicas_spread_over_nodes_and_training_packs(world: World) -
     trainers = [p.spec.node_name for p in pods if p.spec.workload in ("job-a", "job-b")]
     assert len(replicas) == 3 and len(set(replicas)) == 3, replicas
     assert len(trainers) == 2 and len(set(trainers)) == 1, trainers
+
+
+TYPED_POOLS = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: h100-od}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, capacityType: on-demand}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: h100-spot}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, capacityType: spot}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {name: typed}
+spec:
+  quotas:
+    H100-80GB/on-demand: {nominal: 8}
+    H100-80GB/spot: {nominal: 8}
+"""
+
+
+def test_capacity_typed_quotas_place_on_the_pools_of_that_type_on_demand_first(world: World) -> None:
+    from gpufleet.api.runtime import Pod
+
+    world.apply(TYPED_POOLS)
+    world.runtime.run_for(1)
+    world.apply(_job("first", 8, queue="typed"))
+    world.runtime.run_for(5)
+    world.apply(_job("second", 8, queue="typed"))
+    world.runtime.run_for(5)
+    world.apply(_job("third", 8, queue="typed"))
+    world.runtime.run_for(5)
+    pools = {
+        p.spec.workload: world.get("Node", p.spec.node_name).spec.pool for p in world.store.list(Pod).items
+    }
+    assert pools == {"job-first": "h100-od", "job-second": "h100-spot"}
+    admission = world.get("Workload", "job-second").status.admission
+    assert admission.gpu_model == "H100-80GB/spot" and admission.usage == {"H100-80GB/spot": 8000}
+    assert world.get("Queue", "typed").status.usage == {"H100-80GB/on-demand": 8.0, "H100-80GB/spot": 8.0}
+    assert _reason(world, "third")[0] == "QuotaExceeded"

@@ -13,6 +13,21 @@ from gpufleet.api.status import ObjectStatus
 GpuCount = int | float
 """GPUs in a quota: whole numbers, or fractions where shared GPUs are counted."""
 
+CAPACITY_TYPES = ("on-demand", "spot")
+
+
+def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
+    """A flavor is a GPU model or MIG profile (`H100-80GB`), or a model and a capacity type
+    (`H100-80GB/spot`, `H100-80GB/on-demand`); anything after a `/` must be a capacity type."""
+    for name in quotas:
+        model, sep, capacity = name.rpartition("/")
+        if sep and (not model or capacity not in CAPACITY_TYPES):
+            raise field_error(
+                "quotas",
+                f"flavor {name!r}: give a GPU model, or MODEL/CAPACITY with a capacity type of "
+                f"{', '.join(CAPACITY_TYPES)}",
+            )
+
 
 class FlavorQuota(ApiModel):
     """Quota of one flavor (a GPU model, a MIG profile, optionally with a capacity type), in GPUs.
@@ -65,6 +80,11 @@ class QueueSpec(ApiModel):
     user_gpu_limit: GpuCount | None = Field(
         default=None, ge=0, description="GPUs one user's workloads may hold in this queue (leaf queues)."
     )
+
+    @model_validator(mode="after")
+    def _flavor_names(self) -> QueueSpec:
+        check_flavor_names(self.quotas)
+        return self
 
 
 class QueueStatus(ObjectStatus):

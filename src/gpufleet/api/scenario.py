@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName, Quantity
 from gpufleet.api.pool import Sharing
-from gpufleet.api.queue import FlavorQuota, QueuePreemption
+from gpufleet.api.queue import FlavorQuota, QueuePreemption, check_flavor_names
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import API_VERSION, Resource, register_kind
 from gpufleet.api.runtime import WorkloadClass
@@ -63,6 +63,9 @@ class ScenarioNode(ApiModel):
     unschedulable: bool = False
     unhealthy_gpus: list[int] = Field(default_factory=list)
     sharing: Sharing = Field(default_factory=Sharing)
+    capacity_type: Literal["on-demand", "spot"] | None = Field(
+        default=None, description="Sets the gpufleet.io/capacity-type label, as a pool does for its nodes."
+    )
 
     @model_validator(mode="after")
     def _named_once(self) -> ScenarioNode:
@@ -97,6 +100,11 @@ class ScenarioQueue(ApiModel):
     user_historical_usage: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="Per user, decayed average GPUs used lately, per flavor."
     )
+
+    @model_validator(mode="after")
+    def _flavor_names(self) -> ScenarioQueue:
+        check_flavor_names(self.quotas)
+        return self
 
 
 class ScenarioPodSet(PodRequest):

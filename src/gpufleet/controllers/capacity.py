@@ -85,7 +85,9 @@ def serves(spec: WorkloadSpec, pool: GPUPoolSpec, *, flavors: Collection[str] | 
     if flavors is not None:
         for pod_set in spec.pod_sets:
             flavor = flavor_of(pod_set.request, pool)
-            if flavor is not None and flavor not in flavors:
+            # A GPU model's quota covers every capacity type; `MODEL/spot` covers only spot pools.
+            typed = None if pod_set.request.mig else f"{flavor}/{pool.capacity_type}"
+            if flavor is not None and flavor not in flavors and typed not in flavors:
                 return False
     return True
 

@@ -45,7 +45,7 @@ from gpufleet.scheduler.flavors import (
     shrink_steps,
     usage_of,
 )
-from gpufleet.scheduler.parking import ANY_MODEL, FlavorNeed, ParkedWorkload, ParkingLot
+from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.result import PlacementResult
 from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
@@ -293,7 +293,7 @@ class _Cycle:
         rose = None
         if capacity:
             watch = self.parking.capacity
-            rose = max(watch.rose.get(m or ANY_MODEL, watch.counter) for m in self._models(workload))
+            rose = max(watch.rose_at(m) for m in self._models(workload))
         return (own_only, capacity, epoch, rose, self.now if self._min_runtime else None)
 
     def _parked_head(self, workload: Workload) -> bool:

@@ -5,6 +5,11 @@ pod counts one instance (1000) of its profile name. A workload whose pods accept
 one model for all its pod sets, chosen as Kueue's flavor assignment does: the models are tried in order
 (the pod's own list when it gives one, else the order of the queue's quotas) and the first that both
 fits the quota and can be placed wins; a model the queue has no quota for is never tried.
+
+Capacity type. A queue's flavor is a GPU model (`H100-80GB`: any node of that model) or a model and a
+capacity type (`H100-80GB/spot`, `H100-80GB/on-demand`: only nodes labelled so with
+`gpufleet.io/capacity-type`, as Kueue's ResourceFlavors select nodes by label). For one model, the
+queue's flavors are tried in the order the queue lists them (Kueue's flavor order).
 """
 
 from __future__ import annotations
@@ -15,6 +20,23 @@ from dataclasses import dataclass
 
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.scheduler.workload import PodSet, Workload
+
+CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
+"""The node label a capacity-typed flavor selects on (api.runtime's label; pools set it on their nodes)."""
+CAPACITY_TYPES: tuple[str, ...] = ("on-demand", "spot")
+
+
+def split_flavor(flavor: str) -> tuple[str, str | None]:
+    """`H100-80GB/spot` -> (`H100-80GB`, `spot`); a plain model (or MIG profile) -> (it, None)."""
+    model, sep, capacity = flavor.rpartition("/")
+    if sep and capacity in CAPACITY_TYPES and model:
+        return model, capacity
+    return flavor, None
+
+
+def model_of(flavor: str | None) -> str | None:
+    """The GPU model of a flavor (None stays None)."""
+    return None if flavor is None else split_flavor(flavor)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +81,8 @@ def needs_model(workload: Workload) -> bool:
 def candidate_models(
     workload: Workload, *, queue_flavors: Sequence[str], fleet_models: Sequence[str], unlimited: bool
 ) -> list[str | None]:
-    """The models to try, in order. [None] when the workload needs no GPU model."""
+    """The flavors to try, in order (GPU models, or models with a capacity type). [None] when the
+    workload needs no GPU model. An unlimited queue tries models (any capacity type)."""
     if not needs_model(workload):
         return [None]
     listed: list[str] | None = None
@@ -67,20 +90,30 @@ def candidate_models(
         if pod_set.request.kind in (GpuKind.WHOLE, GpuKind.SHARE) and pod_set.request.gpu_models:
             allowed = list(pod_set.request.gpu_models)
             listed = allowed if listed is None else [m for m in listed if m in allowed]
-    if listed is None:
-        listed = list(queue_flavors) if not unlimited else list(fleet_models)
     if unlimited:
-        return list(listed)
-    return [model for model in listed if model in queue_flavors]
+        return list(listed if listed is not None else fleet_models)
+    if listed is None:
+        return list(queue_flavors)
+    # Model by model in the pod's order; a model's flavors (plain, capacity types) in the queue's order.
+    by_model: dict[str, list[str]] = {}
+    for flavor in queue_flavors:
+        by_model.setdefault(split_flavor(flavor)[0], []).append(flavor)
+    return [flavor for model in listed for flavor in by_model.get(model, ())]
 
 
 def pinned(workload: Workload, model: str | None, counts: Sequence[int]) -> Workload:
-    """The workload as placement should see it: every GPU pod on `model`, `counts` pods per pod set."""
+    """The workload as placement should see it: every GPU pod on the flavor `model` (its GPU model, and
+    its capacity type's nodes when it has one), `counts` pods per pod set."""
     pod_sets: list[PodSet] = []
     for pod_set, count in zip(workload.pod_sets, counts, strict=True):
         request = pod_set.request
         if model is not None and request.kind in (GpuKind.WHOLE, GpuKind.SHARE):
-            request = dataclasses.replace(request, gpu_models=(model,))
+            gpu_model, capacity = split_flavor(model)
+            request = dataclasses.replace(request, gpu_models=(gpu_model,))
+            if capacity is not None:
+                selector = dict(request.node_selector)
+                selector[CAPACITY_TYPE_LABEL] = capacity
+                request = dataclasses.replace(request, node_selector=tuple(sorted(selector.items())))
         min_count = None if pod_set.min_count is None else min(pod_set.min_count, count)
         pod_sets.append(dataclasses.replace(pod_set, count=count, request=request, min_count=min_count))
     return dataclasses.replace(workload, pod_sets=tuple(pod_sets))

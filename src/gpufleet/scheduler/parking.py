@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.explain import Pending, Reason
+from gpufleet.scheduler.flavors import model_of
 from gpufleet.scheduler.workload import Workload
 
 ANY_MODEL = ""
@@ -120,8 +121,12 @@ class CapacityWatch:
             self._baseline = tuple(np.minimum(a, b) for a, b in zip(low, now, strict=True))
         self._low = None
 
-    def rose_since(self, model: str | None, mark: int) -> bool:
-        return self.rose.get(model or ANY_MODEL, self.counter) > mark
+    def rose_since(self, flavor: str | None, mark: int) -> bool:
+        return self.rose_at(flavor) > mark
+
+    def rose_at(self, flavor: str | None) -> int:
+        """When capacity last rose on a node of the flavor's GPU model (any node for None)."""
+        return self.rose.get(model_of(flavor) or ANY_MODEL, self.counter)
 
 
 def _free_arrays(fleet: FleetState) -> Arrays:

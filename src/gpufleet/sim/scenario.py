@@ -35,7 +35,14 @@ from gpufleet.scheduler.config import (
 )
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.explain import Preempt
-from gpufleet.scheduler.flavors import Assignment, candidate_models, pinned, usage_of
+from gpufleet.scheduler.flavors import (
+    CAPACITY_TYPE_LABEL,
+    Assignment,
+    candidate_models,
+    model_of,
+    pinned,
+    usage_of,
+)
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.scoring import get_policy
@@ -297,7 +304,7 @@ def _build_fleet(levels: list[str], nodes: list[ScenarioNode], source: str) -> F
                 gpus=node.gpus,
                 cpu_milli=cpu_milli(node.cpu),
                 memory_mib=memory_mib(node.memory),
-                labels=dict(node.labels),
+                labels=_labels(node),
                 taints=tuple(Taint(t.key, t.value, t.effect) for t in node.taints),
                 unschedulable=node.unschedulable,
                 nvlink_domains=None
@@ -359,6 +366,13 @@ def _build_queues(queues: list[ScenarioQueue], source: str) -> tuple[QuotaTree, 
         index = next((i for i, q in enumerate(queues) if exc.obj == f"Queue {q.name}"), 0)
         raise ValidationError(exc.detail, obj=source, field=f"spec.queues[{index}].{exc.field}") from None
     return tree, settings
+
+
+def _labels(node: ScenarioNode) -> dict[str, str]:
+    labels = dict(node.labels)
+    if node.capacity_type is not None:
+        labels[CAPACITY_TYPE_LABEL] = node.capacity_type
+    return labels
 
 
 def _check_policies(config: SchedulerConfig, source: str) -> None:
@@ -437,7 +451,7 @@ def _admit_running(
             if running.nodes is not None:
                 if (
                     model is not None
-                    and any(fleet.specs[fleet.row_of(n)].gpu_model != model for n in running.nodes)
+                    and any(fleet.specs[fleet.row_of(n)].gpu_model != model_of(model) for n in running.nodes)
                     and len(models) > 1
                 ):
                     statement.discard()
