@@ -45,6 +45,9 @@ OPERATIONS = [
     (f"{API}/namespaces/{{namespace}}/trainingjobs", "GET"),
     (f"{API}/namespaces/{{namespace}}/trainingjobs/{{name}}", "PUT"),
     (f"{API}/namespaces/{{namespace}}/trainingjobs/{{name}}", "GET"),
+    (f"{API}/namespaces/{{namespace}}/trainingjobs/{{name}}/status", "PUT"),
+    (f"{API}/namespaces/{{namespace}}/trainingjobs/{{name}}/status", "PATCH"),
+    (f"{API}/queues/{{name}}/status", "PATCH"),
     (f"{API}/namespaces/{{namespace}}/inferenceservices/{{name}}", "PUT"),
     (f"{API}/namespaces/{{namespace}}/checkpoints", "POST"),
     (f"{API}/namespaces/{{namespace}}/modelversions/{{name}}", "PUT"),
@@ -190,3 +193,33 @@ def test_an_apply_with_one_broken_object_stores_nothing(
         q.name for q in _STORE.list("Queue").items
     }
     assert not names & stored
+
+
+_STATUS_KEYS = st.sampled_from(
+    ["phase", "replicas", "restarts", "lostGpuSeconds", "lastCheckpoint", "conditions", "pendingReason", "x"]
+)
+
+
+@given(key=_STATUS_KEYS, value=_JSON, put=st.booleans())
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+def test_status_writes_of_arbitrary_values_never_cause_a_server_error(
+    key: str, value: Any, put: bool
+) -> None:
+    from fastapi.testclient import TestClient
+
+    client = TestClient(APP, raise_server_exceptions=False)
+    path = f"{API}/namespaces/fuzz/trainingjobs/fuzz-status"
+    if client.get(path, headers=HEADERS).status_code == 404:
+        created = client.post(
+            f"{API}/namespaces/fuzz/trainingjobs", json=job("fuzz-status", "fuzz"), headers=HEADERS
+        )
+        assert created.status_code == 201, created.text
+    body = {"status": {key: value}}
+    if put:
+        response = client.put(path + "/status", json={**job("fuzz-status", "fuzz"), **body}, headers=HEADERS)
+    else:
+        headers = {**HEADERS, "Content-Type": "application/merge-patch+json"}
+        response = client.patch(path + "/status", json=body, headers=headers)
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        assert set(response.json()["error"]) == {"type", "message", "object", "field", "status"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -221,7 +222,7 @@ def test_watch_from_a_compacted_version_is_gone(store: SqliteStore) -> None:
         next(iter(store.watch(since=2, timeout=0.1)))
 
 
-def test_retention_compacts_automatically(tmp_path) -> None:
+def test_retention_compacts_automatically(tmp_path: Path) -> None:
     with SqliteStore.open(tmp_path, synchronous="OFF", event_retention=10) as small:
         for index in range(300):
             small.create(pool(f"p{index}"))

@@ -5,7 +5,7 @@ only), the objects submitted to it, i.e. those whose `spec.queue` names it (Trai
 InferenceServices, Workloads), and the Events about any of these (read only), so that `describe`
 shows a team why its job was evicted. Reads of anything else answer as if the object did not
 exist, so a team cannot learn the names of another team's jobs; writes that name another queue are
-refused with 403.
+refused with 403. Only the admin writes status (`.../status`).
 
 An Event names its object by kind and name (in the Event's namespace, or none for a cluster-wide
 kind); whether it may be read is decided by reading that object, through a `Lookup` the caller
@@ -103,3 +103,10 @@ def _info_of(obj: Resource) -> KindInfo:
     if info is None:  # pragma: no cover - objects are built from registered kinds only
         raise ForbiddenError(f"kind {obj.kind} is not served", obj=obj.describe())
     return info
+
+
+def check_status_writable(principal: Principal, info: KindInfo) -> None:
+    """Status is the controllers' record of what happened: only the admin (and through it external
+    controllers) may write it. The answer does not depend on the object, so it reveals nothing."""
+    if not principal.admin:
+        raise ForbiddenError(f"{principal.describe()} may not write the status of {info.plural}")

@@ -125,3 +125,44 @@ def one_object(body: bytes, content_type: str | None, info: KindInfo, namespace:
         if namespace is not None and isinstance(metadata, dict) and metadata.get("namespace") is None:
             doc["metadata"] = {**metadata, "namespace": namespace}
     return parse_documents(docs)[0]
+
+
+MERGE_PATCH = "application/merge-patch+json"
+_OTHER_PATCHES = ("application/json-patch+json", "application/strategic-merge-patch+json")
+
+
+def status_body(body: bytes, content_type: str | None, info: KindInfo, *, patch: bool) -> dict[str, Any]:
+    """The one document of a status write to a path of kind `info`, with `status` a mapping.
+
+    A PUT sends the whole object, as read (its spec is ignored, as Kubernetes does); a PATCH sends
+    a JSON merge patch (RFC 7386) in which only `status` may change.
+    """
+    media = (content_type or "").split(";")[0].strip().lower()
+    if patch and media in _OTHER_PATCHES:
+        raise BadRequestError(f"status patches are JSON merge patches ({MERGE_PATCH}), not {media}")
+    docs = documents(body, content_type)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise ValidationError(f"expected one {info.kind} object with a status")
+    doc: dict[str, Any] = docs[0]
+    if doc.get("kind", info.kind) != info.kind:
+        raise ValidationError(f"this path takes a {info.kind}, not {doc.get('kind')!r}", field="kind")
+    if not isinstance(doc.get("status"), dict):
+        raise ValidationError("the status to write is missing or not a mapping", field="status")
+    if patch:
+        others = sorted(set(doc) - {"apiVersion", "kind", "metadata", "status"})
+        if others:
+            raise ValidationError("a status patch changes only status", field=others[0])
+    return doc
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: mappings merge key by key, null removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged

@@ -1,4 +1,4 @@
-"""What each request does to the store, apart from HTTP: read, list, create, apply, delete, events.
+"""What each request does to the store, apart from HTTP: read, list, create, apply, status, delete, events.
 
 Every operation takes the principal and applies `access`'s rules. Writes go through one lock, so
 the objects a request's access checks read are not changed by another request before it writes. A
@@ -13,14 +13,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
+from gpufleet.api.validation import parse_object
 from gpufleet.server import access
 from gpufleet.server.auth import Principal
+from gpufleet.server.bodies import merge_patch
 from gpufleet.store.protocol import Store, Watch, WatchEvent
 
 Action = Literal["created", "configured", "unchanged"]
 MAX_EVENTS = 1000
+STATUS_RETRIES = 5
+"""Tries of a status write without a resourceVersion while controllers keep writing the object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,36 @@ class Operations:
                 Applied(result, _action(existing, result))
                 for existing, result in zip(previous, results, strict=True)
             ]
+
+    def write_status(
+        self,
+        principal: Principal,
+        info: KindInfo,
+        name: str,
+        namespace: str | None,
+        doc: dict[str, Any],
+        *,
+        patch: bool,
+    ) -> Resource:
+        """Replaces (PUT) or merge-patches (PATCH) an object's status, for the admin only.
+
+        A `metadata.resourceVersion` in `doc` must be the object's current one. Without it the write
+        goes to the latest status: read again and retried when a controller wrote meanwhile.
+        """
+        access.check_status_writable(principal, info)
+        given = _status_target(info, name, namespace, doc)
+        with self._writes:
+            for attempt in range(STATUS_RETRIES):
+                current = self.store.get(info.kind, name, namespace)
+                data = current.to_dict()
+                data["status"] = merge_patch(data.get("status"), doc["status"]) if patch else doc["status"]
+                data["metadata"]["resourceVersion"] = given or current.metadata.resource_version
+                try:
+                    return self.store.update_status(parse_object(data))
+                except ConflictError:
+                    if given is not None or attempt == STATUS_RETRIES - 1:
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def delete(
         self,
@@ -227,6 +261,27 @@ def event_dict(event: WatchEvent) -> dict[str, Any]:
         "resourceVersion": str(event.resource_version),
         "object": event.object.to_dict(),
     }
+
+
+def _status_target(info: KindInfo, name: str, namespace: str | None, doc: dict[str, Any]) -> str | None:
+    """Checks that a status write's body names the object of its path; its resourceVersion, if any."""
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ValidationError("must be a mapping", field="metadata")
+    if meta.get("name", name) != name:
+        raise ValidationError(f"the path names {name}, the object {meta['name']}", field="metadata.name")
+    if info.namespaced and meta.get("namespace", namespace) != namespace:
+        raise ValidationError(
+            f"the path is in namespace {namespace}, the object in {meta['namespace']}",
+            field="metadata.namespace",
+        )
+    given = meta.get("resourceVersion")
+    if given is None:
+        return None
+    if not isinstance(given, str):
+        raise ValidationError(f"not a resourceVersion: {given!r}", field="metadata.resourceVersion")
+    check_version(given)
+    return given
 
 
 def check_namespace(info: KindInfo, obj: Resource, namespace: str | None, name: str | None) -> None:

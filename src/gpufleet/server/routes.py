@@ -3,7 +3,9 @@
     /apis/gpufleet.io/v1alpha1/{plural}                                   list (all namespaces), watch
     /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}                   list, watch, create (POST)
     /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}            get, apply (PUT), delete
-    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}/status     the status alone
+    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}/status     the status alone: read,
+                                                                          replace (PUT) or merge-patch
+                                                                          (PATCH), admin only
 
 Cluster-wide kinds (pools, queues) drop the `namespaces/{ns}` part. Routes are made per kind, not
 from one `{plural}` pattern, so that the OpenAPI document gives each path its kind's body schema.
@@ -23,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server.auth import Principal
-from gpufleet.server.bodies import one_object
+from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body
 from gpufleet.server.operations import Operations, check_namespace
 
 PREFIX = f"/apis/{API_VERSION}"
@@ -93,6 +95,16 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
             applied.object.to_dict(), status_code=code, headers={"X-Gpufleet-Action": applied.action}
         )
 
+    async def put_status(name: str, request: Request, who: Who, namespace: str | None = None) -> Any:
+        doc = status_body(await request.body(), request.headers.get("content-type"), info, patch=False)
+        written = await run_in_threadpool(ops.write_status, who, info, name, namespace, doc, patch=False)
+        return _status_view(written)
+
+    async def patch_status(name: str, request: Request, who: Who, namespace: str | None = None) -> Any:
+        doc = status_body(await request.body(), request.headers.get("content-type"), info, patch=True)
+        written = await run_in_threadpool(ops.write_status, who, info, name, namespace, doc, patch=True)
+        return _status_view(written)
+
     async def delete(
         name: str, who: Who, namespace: str | None = None, resource_version: Version = None
     ) -> dict[str, Any]:
@@ -140,6 +152,22 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
     route(base, create, "POST", "create", f"Create a {info.kind}", status_code=201, openapi_extra=body)
     route(item, get, "GET", "read", f"Read a {info.kind}")
     route(item + "/status", get_status, "GET", "readStatus", f"Read the status of a {info.kind}")
+    route(
+        item + "/status",
+        put_status,
+        "PUT",
+        "replaceStatus",
+        f"Replace the status of a {info.kind} (admin only; the spec sent is ignored)",
+        openapi_extra=body,
+    )
+    route(
+        item + "/status",
+        patch_status,
+        "PATCH",
+        "patchStatus",
+        f"Merge-patch the status of a {info.kind} (admin only; RFC 7386)",
+        openapi_extra=_status_patch_schema(info),
+    )
     route(
         item, put, "PUT", "apply", f"Apply a {info.kind}: create it or replace its spec", openapi_extra=body
     )
@@ -190,3 +218,17 @@ def _body_schema(info: KindInfo) -> dict[str, Any]:
             "content": {"application/json": {"schema": ref}, "application/yaml": {"schema": ref}},
         }
     }
+
+
+def _status_patch_schema(info: KindInfo) -> dict[str, Any]:
+    status = info.model.model_fields.get("status")
+    ref = getattr(getattr(status, "annotation", None), "__name__", None)
+    patch = {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+            "status": {"$ref": f"#/components/schemas/{ref}"} if ref else {"type": "object"},
+        },
+    }
+    return {"requestBody": {"required": True, "content": {MERGE_PATCH: {"schema": patch}}}}
