@@ -27,7 +27,7 @@ import numpy as np
 
 from gpufleet.fleet.request import GpuKind
 from gpufleet.scheduler.cache import Admitted, Snapshot
-from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.flavors import Assignment, split_flavor
 from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.workload import Workload
 
@@ -413,7 +413,8 @@ def _capacity_feasible(
             return True
         needed += pod_set.request.gpus * pod_set.minimum if count else 0
     fleet = snapshot.fleet
-    code = fleet.model_id(assignment.model)
+    # All nodes of the flavor's GPU model, whatever their capacity type: an upper bound is enough here.
+    code = fleet.model_id(split_flavor(assignment.model)[0])
     rows = slice(0, fleet.n_rows)
     free = int(np.sum(fleet.whole_free[rows][fleet.model[rows] == code]))
     held = (
