@@ -142,16 +142,20 @@ def candidates(
             and _borrows(snapshot, name, flavors)
         )
     # The final sort ends in the name, so the order of this scan does not matter.
+    reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     for queue in queues:
         kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
+        # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
+        every = kind == RECLAIM and reclaim_any
         for candidate in _queue_candidates(snapshot, queue, kind, now=now):
             admitted = candidate.admitted
             if candidate.name == preemptor.name or (
                 flavors and flavors.isdisjoint(admitted.assignment.usage)
             ):
                 continue
-            cause = _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing)
-            if cause == kind:
+            if every or kind == _cause(
+                victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing
+            ):
                 out.append(candidate)
     out.sort(key=victim_order)
     return out
@@ -319,13 +323,19 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
         return [list(pool)]
     level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
     by_domain: dict[int, list[Candidate]] = {}
+    # Per node (host and nvlink levels): whole GPUs the evict candidates hold there (a shrink frees a
+    # subset of its workload's evict), for the bound below.
+    held: dict[int, int] = {}
     for candidate in pool:
         domains: set[int] = set()
+        evict = candidate.kind == "evict"
         for alloc in candidate.admitted.pods.values():
-            if candidate.kind == "shrink" and alloc.pod not in candidate.pods:
+            if not evict and alloc.pod not in candidate.pods:
                 continue
             if level_no is None:
                 domains.add(alloc.node)
+                if evict:
+                    held[alloc.node] = held.get(alloc.node, 0) + len(alloc.gpus)
             else:
                 domain = int(fleet.domain[level_no, alloc.node])
                 if domain >= 0:
@@ -334,7 +344,26 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
             by_domain.setdefault(domain, []).append(candidate)
     if not by_domain and level_no is None and level in ("host", "nvlink"):
         return []
+    needed = _one_pod_whole_gpus(preemptor)
+    if level_no is None and needed is not None:
+        # A node whose free GPUs and its candidates' GPUs together fall short cannot be freed enough:
+        # skipping it spares a greedy search (a placement per candidate) that must fail. Shared pods
+        # count a whole GPU each, so the bound only ever keeps too many nodes, never too few.
+        whole_free = fleet.whole_free
+        return [
+            scoped
+            for node, scoped in sorted(by_domain.items())
+            if int(whole_free[node]) + held.get(node, 0) >= needed
+        ]
     return [by_domain[d] for d in sorted(by_domain)]
+
+
+def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
+    """The GPUs of a one-pod whole-GPU preemptor (None for any other shape)."""
+    if len(preemptor.pod_sets) != 1 or preemptor.min_pod_count != 1:
+        return None
+    request = preemptor.pod_sets[0].request
+    return request.gpus if request.kind is GpuKind.WHOLE else None
 
 
 def select_victims(

@@ -98,11 +98,13 @@ def user_key(queue: str, user: str) -> str:
 
 
 class FairShare:
-    """Every queue's fair share (lower goes first; roots 0), kept up to date along one path at a time.
+    """Every queue's fair share (lower goes first; roots 0), computed when first asked for in a cycle.
 
     A leaf's history is what the world recorded for it; an inner queue's is the sum of its leaves'.
-    History does not change inside a cycle, so it is summed once; current borrowing does, and `refresh`
-    recomputes the queues on one path after an admission or an eviction there.
+    History does not change inside a cycle, so each queue's is summed at most once; current borrowing
+    does, and `refresh` forgets the shares on one path after an admission or an eviction there. Shares
+    are computed on demand: a cycle that looks at a few queues of a large tree (one arrival into a full
+    fleet) must not pay for every queue of it.
     """
 
     def __init__(
@@ -117,19 +119,39 @@ class FairShare:
     ) -> None:
         self.tree = tree
         self.usage = usage
+        self.history = history
         self.settings = settings
         self.fair = fair
-        self.hist: dict[str, dict[str, float]] = {}
-        for name in _post_order(tree):
-            if tree.is_leaf(name):
-                self.hist[name] = {f: history.average(name, f, now) for f in history.flavors(name)}
-            else:
-                total: dict[str, float] = {}
-                for child in tree.children[name]:
-                    for flavor, value in self.hist[child].items():
-                        total[flavor] = total.get(flavor, 0.0) + value
-                self.hist[name] = total
-        self.shares: dict[str, float] = {name: self._share(name) for name in tree.nodes}
+        self.now = now
+        self._hist: dict[str, dict[str, float]] = {}
+        self._shares: dict[str, float] = {}
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Every queue's share (computes those not asked for yet)."""
+        return {name: self.share(name) for name in self.tree.nodes}
+
+    def _history_of(self, name: str) -> dict[str, float]:
+        found = self._hist.get(name)
+        if found is not None:
+            return found
+        tree = self.tree
+        if tree.is_leaf(name):
+            history = self.history
+            found = {f: history.average(name, f, self.now) for f in history.flavors(name)}
+        else:
+            found = {}
+            for child in tree.children[name]:
+                for flavor, value in self._history_of(child).items():
+                    found[flavor] = found.get(flavor, 0.0) + value
+        self._hist[name] = found
+        return found
+
+    def share(self, name: str) -> float:
+        found = self._shares.get(name)
+        if found is None:
+            found = self._shares[name] = self._share(name)
+        return found
 
     def _share(self, name: str) -> float:
         node = self.tree.nodes[name]
@@ -138,11 +160,12 @@ class FairShare:
         pool = self.tree.subtree[node.parent]
         borrowed = 0.0
         used_lately = 0.0
+        hist = self._history_of(name) if self.fair.history_weight else {}
         for flavor, held in pool.items():
             if held <= 0:
                 continue
             borrowed = max(borrowed, self.usage.borrowed(name, flavor) / held)
-            used_lately = max(used_lately, self.hist[name].get(flavor, 0.0) / held)
+            used_lately = max(used_lately, hist.get(flavor, 0.0) / held)
         weight = self.settings[name].fair_share_weight if name in self.settings else 1.0
         value = borrowed + self.fair.history_weight * used_lately
         if weight > 0:
@@ -150,13 +173,14 @@ class FairShare:
         return math.inf if value > 0 else 0.0
 
     def refresh(self, queue: str) -> None:
+        """Usage changed on `queue`'s path: its shares are computed again when next asked for."""
         for name in self.tree.paths[queue]:
-            self.shares[name] = self._share(name)
+            self._shares.pop(name, None)
 
     def path(self, queue: str) -> tuple[float, ...]:
         """The shares from just below the root down to `queue`: the tournament key of a queue."""
         path = self.tree.paths[queue]
-        return tuple(self.shares[name] for name in reversed(path[:-1]))
+        return tuple(self.share(name) for name in reversed(path[:-1]))
 
 
 def queue_shares(
@@ -176,16 +200,3 @@ def path_shares(tree: QuotaTree, shares: Mapping[str, float], queue: str) -> tup
     """The shares from just below the root down to `queue`: the tournament key of a queue."""
     path = tree.paths[queue]
     return tuple(shares[name] for name in reversed(path[:-1]))
-
-
-def _post_order(tree: QuotaTree) -> list[str]:
-    order: list[str] = []
-
-    def visit(name: str) -> None:
-        for child in tree.children[name]:
-            visit(child)
-        order.append(name)
-
-    for root in tree.roots():
-        visit(root)
-    return order
