@@ -52,6 +52,15 @@ def start_plane(state: Path, *args: str) -> Plane:
     raise AssertionError(f"gpufleet up did not start in {START_SECONDS}s:\n{log.read_text()}")
 
 
+def stop_plane(plane: Plane) -> None:
+    if plane.process.poll() is None:
+        plane.process.terminate()
+        try:
+            plane.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            plane.process.kill()
+
+
 @pytest.fixture
 def planes(tmp_path: Path) -> Iterator[Callable[..., Plane]]:
     """Starts control planes on tmp_path/state; every one still running at the end is stopped."""
@@ -64,12 +73,7 @@ def planes(tmp_path: Path) -> Iterator[Callable[..., Plane]]:
 
     yield start
     for plane in started:
-        if plane.process.poll() is None:
-            plane.process.terminate()
-            try:
-                plane.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                plane.process.kill()
+        stop_plane(plane)
 
 
 @dataclass
@@ -83,11 +87,17 @@ class Result:
 
 
 @pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """The state directory the `cli` fixture's commands use (a module may point it elsewhere)."""
+    return tmp_path / "state"
+
+
+@pytest.fixture
 def cli(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., Result]:
-    """Runs the gpufleet command in this process (as its entry point does), against tmp_path/state."""
-    monkeypatch.setenv("GPUFLEET_STATE", str(tmp_path / "state"))
+    """Runs the gpufleet command in this process (as its entry point does), against `state`."""
+    monkeypatch.setenv("GPUFLEET_STATE", str(state))
     monkeypatch.delenv("GPUFLEET_SERVER", raising=False)
     monkeypatch.delenv("GPUFLEET_TOKEN", raising=False)
     monkeypatch.setenv("COLUMNS", "200")

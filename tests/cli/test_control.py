@@ -1,25 +1,63 @@
-"""The control commands end to end: a `gpufleet up` subprocess, and the CLI talking to it over HTTP."""
+"""The control commands end to end: a `gpufleet up` subprocess, and the CLI talking to it over HTTP.
+
+The tests share one API-only control plane (starting one costs more than most tests) and each finds
+it as the fleet file left it: `api_only` removes and restores what earlier tests changed.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import Plane, Result
+from gpufleet.api.documents import load_objects
+from gpufleet.cli.client import Client
+
+from .conftest import Plane, Result, start_plane, stop_plane
 
 HERE = Path(__file__).parent
 FLEET = str(HERE / "fleet.yaml")
 JOBS = str(HERE / "jobs.yaml")
 
 
+@pytest.fixture(scope="module")
+def shared_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    plane = start_plane(tmp_path_factory.mktemp("control") / "state", "--no-runtime", "--fleet", FLEET)
+    yield plane
+    stop_plane(plane)
+
+
 @pytest.fixture
-def api_only(planes: Callable[..., Plane]) -> Plane:
-    return planes("--no-runtime", "--fleet", FLEET)
+def api_only(shared_plane: Plane) -> Iterator[Plane]:
+    """The shared control plane holding exactly the fleet file's objects, whatever earlier tests did."""
+    assert shared_plane.process.poll() is None, f"the control plane died:\n{shared_plane.log.read_text()}"
+    restore_fleet(shared_plane)
+    yield shared_plane
+
+
+@pytest.fixture
+def state(api_only: Plane) -> Path:
+    return api_only.state
+
+
+def restore_fleet(plane: Plane) -> None:
+    """Deletes every object the fleet file does not hold and applies the file again."""
+    fleet = load_objects(Path(FLEET))
+    keep = {(obj.kind, obj.namespace, obj.name) for obj in fleet}
+    client = Client(plane.url, (plane.state / "admin-token").read_text().strip())
+    try:
+        for rtype in client.resource_types():
+            for item in client.list_objects(rtype, None):
+                meta = item["metadata"]
+                if (rtype.kind, meta.get("namespace"), meta["name"]) not in keep:
+                    client.delete(rtype, meta["name"], meta.get("namespace"))
+        client.apply([obj.to_dict() for obj in fleet])
+    finally:
+        client.close()
 
 
 def test_apply_get_describe_delete(api_only: Plane, cli: Callable[..., Result]) -> None:
@@ -36,6 +74,8 @@ def test_apply_get_describe_delete(api_only: Plane, cli: Callable[..., Result]) 
     listed = cli("get", "queues", "-o", "yaml").out
     assert "name: team-a" in listed and "name: team-b" in listed
     assert "h100" in cli("get", "pools").out
+    for short in ("isvc", "gisvc"):  # KServe's short name and gpufleet's own
+        assert cli("get", short, "-A").code == 0
 
     described = cli("describe", "tj", "train", "-n", "team-a")
     assert described.code == 0
@@ -120,6 +160,32 @@ def test_a_queue_token_sees_only_its_queue(api_only: Plane, cli: Callable[..., R
     assert "other" in cli("get", "tj", "-A").out  # still there for the admin
 
 
+def test_a_queue_token_describes_its_jobs_with_their_events(
+    api_only: Plane, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    events = tmp_path / "events.yaml"
+    events.write_text(
+        "\n---\n".join(
+            "apiVersion: gpufleet.io/v1alpha1\nkind: Event\n"
+            f"metadata: {{name: {name}, namespace: {namespace}}}\n"
+            f"spec: {{involvedKind: TrainingJob, involvedName: {job}, reason: {reason},"
+            " message: tested, time: '2026-01-01T00:00:00Z'}"
+            for name, namespace, job, reason in (
+                ("ev-train", "team-a", "train", "TrainEvent"),
+                ("ev-other", "team-b", "other", "OtherEvent"),
+            )
+        )
+    )
+    assert cli("apply", "-f", JOBS).code == 0 and cli("apply", "-f", str(events)).code == 0
+    token = cli("token", "create", "--queue", "team-a").out.strip()
+    described = cli("describe", "tj", "train", "-n", "team-a", "--token", token)
+    assert described.code == 0 and "TrainEvent" in described.out
+    listed = cli("get", "events", "-A", "--token", token)
+    assert "ev-train" in listed.out and "ev-other" not in listed.out
+    assert "OtherEvent" in cli("describe", "tj", "other", "-n", "team-b").out  # the admin sees it
+    assert cli("describe", "tj", "other", "-n", "team-b", "--token", token).code != 0
+
+
 def test_a_second_server_on_a_taken_port_fails_clearly(api_only: Plane, tmp_path: Path) -> None:
     port = api_only.url.rsplit(":", 1)[1]
     done = subprocess.run(
@@ -141,10 +207,11 @@ def test_a_second_server_on_a_taken_port_fails_clearly(api_only: Plane, tmp_path
     assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_up_stops_cleanly_on_sigterm(api_only: Plane) -> None:
+def test_up_stops_cleanly_on_sigterm(planes: Callable[..., Plane]) -> None:
     import signal
 
-    api_only.process.send_signal(signal.SIGTERM)
-    assert api_only.process.wait(timeout=30) == 0
-    assert not (api_only.state / "server.url").exists()
-    assert "stopped; the state is kept" in api_only.log.read_text()
+    own = planes("--no-runtime", "--fleet", FLEET)  # not the shared one: this test stops it
+    own.process.send_signal(signal.SIGTERM)
+    assert own.process.wait(timeout=30) == 0
+    assert not (own.state / "server.url").exists()
+    assert "stopped; the state is kept" in own.log.read_text()
