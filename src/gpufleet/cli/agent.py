@@ -142,7 +142,7 @@ def inspect(
         )
         return
     # Piped output gets room for full UUIDs instead of an 80-column wrap.
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
     console.print(
         f"[bold]{node.hostname}[/] ({node.machine}): driver {node.driver_version}, "
         f"CUDA {node.cuda_version[0]}.{node.cuda_version[1]}, {len(node.gpus)} GPUs, "

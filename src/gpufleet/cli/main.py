@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.cli import agent, bench, control, kube, manifests, scenario
@@ -27,7 +28,9 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except GpuFleetError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True, emoji=False).print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -23,7 +23,7 @@ def console(*, stderr: bool = False) -> Console:
     """A console that wraps at the terminal's width, and not at 80 columns when piped."""
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(stderr=stderr, highlight=False, width=width, emoji=False)
 
 
 def lookup(obj: Any, json_path: str) -> Any:

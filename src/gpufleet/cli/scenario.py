@@ -27,7 +27,7 @@ def run(
     from gpufleet.sim.scenario import load_scenarios, run_scenario
 
     loaded = load_scenarios(paths)
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
     failed = 0
     for item in loaded:
         outcome = run_scenario(item)
