@@ -79,6 +79,9 @@ class ClusterCache:
         # there, i.e. whenever the set of possible preemption victims in that tree may have changed.
         self.epochs: dict[str, int] = {}
         self.queue_epochs: dict[str, int] = {}
+        # Per queue and cause, its preemption candidates as last computed (a memo across cycles that
+        # checks itself against the members it was computed from; see preemption.py).
+        self.candidate_lists: dict[tuple[str, str], object] = {}
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:

@@ -38,9 +38,14 @@ BORROW = "BorrowWithinCohort"
 Kind = Literal["shrink", "evict"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Candidate:
-    """One way to free capacity: shrink an elastic workload to its minimum, or evict it whole."""
+    """One way to free capacity: shrink an elastic workload to its minimum, or evict it whole.
+
+    Not frozen for one reason: the cache keeps a queue's candidates across cycles and re-times them in
+    place (`lost_gpu_seconds` as of the cycle's time) rather than allocating thousands of new ones each
+    cycle. A candidate's lost work is therefore that of the latest cycle that asked for its queue.
+    """
 
     admitted: Admitted
     kind: Kind
@@ -48,6 +53,10 @@ class Candidate:
     lost_gpu_seconds: float
     pods: tuple[str, ...] = ()
     counts: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
+    """The nodes it frees capacity on (its pods', or for a shrink the removed pods'), each once."""
+    held: tuple[int, ...] = ()
+    """An evict's whole GPUs on each of `rows` (empty for a shrink)."""
 
     @property
     def name(self) -> str:
@@ -182,34 +191,88 @@ def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: As
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
 
 
+@dataclass(slots=True)
+class _QueueCandidates:
+    """One queue's candidates for one cause, as last computed, and what they were computed from."""
+
+    token: tuple[object, ...]
+    members: tuple[tuple[str, Admitted, Workload, Assignment], ...]
+    candidates: list[Candidate]
+    """Every preemptible member not admitted in the cycle that computed them, minimum runtime or not."""
+    removed: tuple[int | None, ...]
+    """Per candidate, the milli-GPU it gives up (None: all of its workload's)."""
+    now: float
+    """The time the candidates' lost work is computed for (NaN: not yet)."""
+
+    def holds(self, snapshot: Snapshot, queue: str, token: tuple[object, ...]) -> bool:
+        """Whether the queue still has exactly these members, unchanged (the same objects)."""
+        cache = snapshot.cache
+        if token != self.token or len(cache.by_queue.get(queue, ())) != len(self.members):
+            return False
+        admitted = cache.admitted
+        for name, held, workload, assignment in self.members:
+            now = admitted.get(name)
+            if now is not held or now.workload is not workload or now.assignment is not assignment:
+                return False
+        return True
+
+
 def _queue_candidates(snapshot: Snapshot, queue: str, cause: str, *, now: float) -> list[Candidate]:
     """A queue's workloads that any preemptor may take from (preemptible, past the minimum runtime,
-    not admitted in this cycle) as `cause` candidates: kept for the cycle until a victim leaves the
-    queue (see `apply_victims`), as every preemptor of a tree looks at the same borrowing queues."""
+    not admitted in this cycle) as `cause` candidates.
+
+    Kept on the cache across cycles (every preemptor of a tree looks at the same borrowing queues, cycle
+    after cycle): reused while the queue's members are the same objects (an admission, eviction, shrink
+    or checkpoint replaces one), its settings and the fleet's nodes unchanged; only the lost work, which
+    depends on the time, is computed again when the time moved.
+    """
     cache = snapshot.cache
     key = (queue, cause)
-    found = snapshot.memo.get(key)
-    if isinstance(found, list) and all(cache.admitted.get(c.name) is c.admitted for c in found):
-        return found
-    min_runtime = cache.settings[queue].min_runtime_seconds
+    settings = cache.settings[queue]
+    token = (cache.queue_epochs.get(queue, 0), cache.fleet.generation, settings)
+    found = cache.candidate_lists.get(key)
+    if not (isinstance(found, _QueueCandidates) and found.holds(snapshot, queue, token)):
+        found = _compute(snapshot, queue, cause, token)
+        cache.candidate_lists[key] = found
+    if found.now != now:
+        for candidate, removed in zip(found.candidates, found.removed, strict=True):
+            candidate.lost_gpu_seconds = candidate.admitted.lost_gpu_seconds(now, removed)
+        found.now = now
+    min_runtime = settings.min_runtime_seconds
+    if min_runtime <= 0:
+        return found.candidates
+    return [c for c in found.candidates if now - _started(c.admitted, now) >= min_runtime]
+
+
+def _started(admitted: Admitted, now: float) -> float:
+    started = admitted.workload.admitted_at
+    return started if started is not None else now
+
+
+def _compute(snapshot: Snapshot, queue: str, cause: str, token: tuple[object, ...]) -> _QueueCandidates:
+    """The queue's members as they are now and the candidates they give (timed by the caller)."""
+    cache = snapshot.cache
+    members = []
     out: list[Candidate] = []
+    removed: list[int | None] = []
     for name in cache.by_queue.get(queue, ()):
         admitted = cache.admitted[name]
         workload = admitted.workload
+        members.append((name, admitted, workload, admitted.assignment))
         if not workload.preemptible or name in snapshot.assumed:
-            continue
-        started = workload.admitted_at if workload.admitted_at is not None else now
-        if now - started < min_runtime:
             continue
         shrink = _shrink_of(admitted) if _elastic(workload) else None
         if shrink is not None:
             pods, counts = shrink
-            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
-            lost = admitted.lost_gpu_seconds(now, removed)
-            out.append(Candidate(admitted, "shrink", cause, lost, pods, counts))
-        out.append(Candidate(admitted, "evict", cause, admitted.lost_gpu_seconds(now)))
-    snapshot.memo[key] = out
-    return out
+            rows = tuple(dict.fromkeys(admitted.pods[pod].node for pod in pods))
+            out.append(Candidate(admitted, "shrink", cause, 0.0, pods, counts, rows))
+            removed.append(admitted.assignment.gpu_milli - _milli_at(admitted, counts))
+        gpus: dict[int, int] = {}
+        for alloc in admitted.pods.values():
+            gpus[alloc.node] = gpus.get(alloc.node, 0) + len(alloc.gpus)
+        out.append(Candidate(admitted, "evict", cause, 0.0, (), (), tuple(gpus), tuple(gpus.values())))
+        removed.append(None)
+    return _QueueCandidates(token, tuple(members), out, tuple(removed), float("nan"))
 
 
 def _elastic(workload: Workload) -> bool:
@@ -326,22 +389,24 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
     # Per node (host and nvlink levels): whole GPUs the evict candidates hold there (a shrink frees a
     # subset of its workload's evict), for the bound below.
     held: dict[int, int] = {}
-    for candidate in pool:
-        domains: set[int] = set()
-        evict = candidate.kind == "evict"
-        for alloc in candidate.admitted.pods.values():
-            if not evict and alloc.pod not in candidate.pods:
-                continue
-            if level_no is None:
-                domains.add(alloc.node)
-                if evict:
-                    held[alloc.node] = held.get(alloc.node, 0) + len(alloc.gpus)
-            else:
-                domain = int(fleet.domain[level_no, alloc.node])
-                if domain >= 0:
-                    domains.add(domain)
-        for domain in domains:
-            by_domain.setdefault(domain, []).append(candidate)
+    if level_no is None:
+        for candidate in pool:
+            for node in candidate.rows:
+                scoped = by_domain.get(node)
+                if scoped is None:
+                    by_domain[node] = [candidate]
+                else:
+                    scoped.append(candidate)
+            # A shrink holds nothing for the bound (`held` empty): zip stops at once.
+            for node, gpus in zip(candidate.rows, candidate.held, strict=False):
+                held[node] = held.get(node, 0) + gpus
+    else:
+        domain_of = fleet.domain[level_no]
+        for candidate in pool:
+            domains = {int(domain_of[node]) for node in candidate.rows}
+            domains.discard(-1)
+            for domain in domains:
+                by_domain.setdefault(domain, []).append(candidate)
     if not by_domain and level_no is None and level in ("host", "nvlink"):
         return []
     needed = _one_pod_whole_gpus(preemptor)
@@ -455,6 +520,4 @@ def _capacity_feasible(
 def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
     """Applies a chosen set to the snapshot (its capacity is then the preemptor's for the cycle)."""
     for candidate in victims.victims:
-        _apply_if_held(snapshot, candidate)
-        for cause in (WITHIN_QUEUE, RECLAIM, BORROW):
-            snapshot.memo.pop((candidate.admitted.queue, cause), None)
+        _apply_if_held(snapshot, candidate)  # its queue's candidate lists no longer hold (see `holds`)
