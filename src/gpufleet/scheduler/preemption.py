@@ -57,6 +57,8 @@ class Candidate:
     """The nodes it frees capacity on (its pods', or for a shrink the removed pods'), each once."""
     held: tuple[int, ...] = ()
     """An evict's whole GPUs on each of `rows` (empty for a shrink)."""
+    order: tuple[int, int, float, int, float, str] | None = None
+    """`victim_order` of it as timed (set with its lost work, so sorting does not compute it again)."""
 
     @property
     def name(self) -> str:
@@ -142,14 +144,7 @@ def candidates(
     if own_settings.preemption.within_queue != "Never":
         queues.append(preemptor.queue)
     if _reaches_others(own_settings, borrowing):
-        queues.extend(
-            name
-            for name, members in cache.by_queue.items()
-            if members
-            and name != preemptor.queue
-            and tree.root_of(name) == root
-            and _borrows(snapshot, name, flavors)
-        )
+        queues.extend(q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue)
     # The final sort ends in the name, so the order of this scan does not matter.
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     for queue in queues:
@@ -166,8 +161,34 @@ def candidates(
                 victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing
             ):
                 out.append(candidate)
-    out.sort(key=victim_order)
+    out.sort(key=_order)
     return out
+
+
+def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+    order = candidate.order
+    return order if order is not None else victim_order(candidate)
+
+
+def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[str]:
+    """The queues of the tree under `root` with admitted workloads that borrow one of `flavors`.
+
+    Memo for the cycle, keyed by the usage table's version: every preemptor of a cycle scans the same
+    tree, and usage (so who borrows, and who has members) changes only between some of them."""
+    cache = snapshot.cache
+    usage = cache.usage
+    key = ("borrowing", root, frozenset(flavors))
+    found = snapshot.memo.get(key)
+    if isinstance(found, tuple) and found[0] == usage.version:
+        return list(found[1])
+    tree = cache.tree
+    queues = [
+        name
+        for name, members in cache.by_queue.items()
+        if members and tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+    ]
+    snapshot.memo[key] = (usage.version, queues)
+    return list(queues)
 
 
 def _is_borrowing(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
@@ -237,6 +258,7 @@ def _queue_candidates(snapshot: Snapshot, queue: str, cause: str, *, now: float)
     if found.now != now:
         for candidate, removed in zip(found.candidates, found.removed, strict=True):
             candidate.lost_gpu_seconds = candidate.admitted.lost_gpu_seconds(now, removed)
+            candidate.order = victim_order(candidate)
         found.now = now
     min_runtime = settings.min_runtime_seconds
     if min_runtime <= 0:
@@ -377,7 +399,8 @@ def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
 
 
 def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[list[Candidate]]:
-    """The candidate lists to try: one per domain of the required level (or per node for one pod)."""
+    """The candidate lists to try: one per domain of the required level (or per node for one pod), each
+    in the pool's order."""
     fleet = snapshot.fleet
     level = preemptor.topology.required
     if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
@@ -451,13 +474,14 @@ def select_victims(
         return None
     flavors = set(assignment.usage)
     best: VictimSet | None = None
-    scopes = _scopes(snapshot, preemptor, pool)
+    scopes = [(_lower_bound(scoped), scoped) for scoped in _scopes(snapshot, preemptor, pool)]
     if len(scopes) > 1:
         # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
-        # remaining scope can beat the best set found (a branch and bound over scopes).
-        scopes.sort(key=_lower_bound)
-    for scoped in scopes[:max_scopes]:
-        if best is not None and _lower_bound(scoped) >= best.cost():
+        # remaining scope can beat the best set found (a branch and bound over scopes). Stable: equal
+        # bounds keep the scopes' order.
+        scopes.sort(key=_first)
+    for bound, scoped in scopes[:max_scopes]:
+        if best is not None and bound >= best.cost():
             break
         found = _greedy(snapshot, scoped, fits, flavors)
         if found is None:
@@ -471,8 +495,19 @@ def select_victims(
 def _lower_bound(scoped: Sequence[Candidate]) -> tuple[float, int, int]:
     """No victim set from these candidates costs less: each set loses at least the least lost work of
     one candidate, its top priority is at least the lowest priority here, and it has a member."""
-    lost = min(c.lost_gpu_seconds for c in scoped)
-    return lost, min(c.priority for c in scoped), 1
+    lost = scoped[0].lost_gpu_seconds
+    priority = scoped[0].admitted.workload.priority
+    for candidate in scoped:
+        if candidate.lost_gpu_seconds < lost:
+            lost = candidate.lost_gpu_seconds
+        other = candidate.admitted.workload.priority
+        if other < priority:
+            priority = other
+    return lost, priority, 1
+
+
+def _first(item: tuple[tuple[float, int, int], list[Candidate]]) -> tuple[float, int, int]:
+    return item[0]
 
 
 def _quota_feasible(
@@ -480,6 +515,7 @@ def _quota_feasible(
 ) -> bool:
     """Whether evicting candidates in order ever makes quota fit (cheap: quota arithmetic only)."""
     usage = snapshot.cache.usage
+    version = usage.version
     done: list[Admitted] = []
     ok = usage.fits(preemptor.queue, assignment.usage) is None
     for candidate in pool:
@@ -492,6 +528,7 @@ def _quota_feasible(
         ok = usage.fits(preemptor.queue, assignment.usage) is None
     for admitted in reversed(done):
         usage.add(admitted.queue, admitted.assignment.usage, 1)
+    usage.version = version  # the table is exactly as it was: memos keyed by the version still hold
     return ok
 
 

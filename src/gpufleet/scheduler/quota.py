@@ -177,10 +177,13 @@ class QuotaUsage:
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
         self.used: dict[str, dict[str, int]] = {name: {} for name in tree.nodes}
+        # Bumped by every change (memos of what borrows read it); a change and its inverse bump it twice.
+        self.version = 0
 
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
         tree = self.tree
+        self.version += 1
         for flavor, amount in amounts.items():
             delta = sign * amount
             for name in tree.paths[queue]:
