@@ -13,6 +13,7 @@ gives the same guarantee (the cache is unchanged by a cycle) without the copy.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -180,6 +181,7 @@ def _with_counts(admitted: Admitted, counts: tuple[int, ...]) -> Assignment:
 
 
 Undo = Callable[[], None]
+_SERIALS = itertools.count()
 
 
 class Snapshot:
@@ -187,6 +189,8 @@ class Snapshot:
 
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
+        # Tells this cycle's snapshot from earlier ones (memos on the cache that are checked once a cycle).
+        self.serial = next(_SERIALS)
         self.statement = Statement(cache.fleet)
         self._undo: list[Undo] = []
         # Admitted in this cycle only: not yet carried out by the world, so never a victim.

@@ -250,21 +250,28 @@ class _Cycle:
         capacity = parking.capacity
         fits: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         woken: list[str] = []
+        pending = cache.pending
+        models = len(cache.fleet.models)
         for name, entry in parking.entries.items():
-            if cache.pending.get(name) is not entry.workload:
+            workload = entry.workload
+            if pending.get(name) is not workload:
                 woken.append(name)  # admitted, gone or replaced by the world: no longer parked here
                 continue
-            workload = entry.workload
-            if entry.models_known is not None and len(cache.fleet.models) > entry.models_known:
+            if entry.models_known is not None and models > entry.models_known:
                 woken.append(name)
                 continue
+            queue = workload.queue
             for need in entry.needs:
-                key = (workload.queue, need.key)
+                key = (queue, need.key)
                 ok = fits.get(key)
                 if ok is None:
-                    ok = fits[key] = cache.usage.fits(workload.queue, need.usage) is None
-                news = not need.quota_fitted or capacity.rose_since(need.model, entry.mark)
-                if ok and news and self._user_fits(workload, need.usage):
+                    ok = fits[key] = cache.usage.fits(queue, need.usage) is None
+                # Most parked workloads wait for quota: the capacity and user checks only when it fits.
+                if (
+                    ok
+                    and (not need.quota_fitted or capacity.rose_since(need.model, entry.mark))
+                    and self._user_fits(workload, need.usage)
+                ):
                     woken.append(name)
                     break
         for name in woken:
@@ -380,18 +387,25 @@ class _Cycle:
         self._current: dict[str, Workload] = {}
         by_queue: dict[str, list[Workload]] = {}
         parked: dict[str, list[ParkedWorkload]] = {}
+        tree = cache.tree
+        leaves: dict[str, bool] = {}
+        entries = self.parking.entries
         for workload in cache.pending.values():
-            if workload.queue not in cache.tree.nodes or not cache.tree.is_leaf(workload.queue):
-                message = f"queue {workload.queue!r} is not a leaf queue of the quota tree"
+            queue = workload.queue
+            leaf = leaves.get(queue)
+            if leaf is None:
+                leaf = leaves[queue] = queue in tree.nodes and tree.is_leaf(queue)
+            if not leaf:
+                message = f"queue {queue!r} is not a leaf queue of the quota tree"
                 self.result.pending[workload.name] = Pending(
-                    workload.name, Reason(explain.QUOTA_EXCEEDED, message, {"queue": workload.queue})
+                    workload.name, Reason(explain.QUOTA_EXCEEDED, message, {"queue": queue})
                 )
                 continue
-            entry = self.parking.get(workload)
-            if entry is not None:
-                parked.setdefault(workload.queue, []).append(entry)
+            entry = entries.get(workload.name)
+            if entry is not None and (entry.workload is workload or self.parking.get(workload) is not None):
+                parked.setdefault(queue, []).append(entry)
                 continue
-            by_queue.setdefault(workload.queue, []).append(workload)
+            by_queue.setdefault(queue, []).append(workload)
         weight = self.config.fair_sharing.history_weight
         out: dict[str, Iterator[Workload]] = {}
         for queue in by_queue.keys() | parked.keys():
@@ -410,9 +424,10 @@ class _Cycle:
                 # Only the first parked workload stays in the order (for the queue's preemption attempt);
                 # the others keep the reason they were parked with.
                 first = min(waiting, key=lambda e: order(e.workload))
+                pending = self.result.pending
                 for entry in waiting:
-                    if entry is not first:
-                        self.result.pending[entry.workload.name] = entry.pending
+                    pending[entry.workload.name] = entry.pending
+                del pending[first.workload.name]
                 self._parked_heads[first.workload.name] = first
                 items.append(first.workload)
             items.sort(key=order)

@@ -28,7 +28,7 @@ changed, capacity rose, or (with minimum runtimes) time moved: `victim_memo`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -49,10 +49,11 @@ class FlavorNeed:
     model: str | None
     usage: Mapping[str, int]
     quota_fitted: bool
+    key: tuple[tuple[str, int], ...] = field(init=False)
+    """The usage as a hashable key (computed once: every cycle's wake-up reads it)."""
 
-    @property
-    def key(self) -> tuple[tuple[str, int], ...]:
-        return tuple(self.usage.items())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", tuple(self.usage.items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,17 +224,30 @@ class _QueueCandidates:
     """Per candidate, the milli-GPU it gives up (None: all of its workload's)."""
     now: float
     """The time the candidates' lost work is computed for (NaN: not yet)."""
+    checked: tuple[int, int] = (-1, -1)
+    """(snapshot serial, usage version) of the last check that found the members unchanged."""
 
     def holds(self, snapshot: Snapshot, queue: str, token: tuple[object, ...]) -> bool:
-        """Whether the queue still has exactly these members, unchanged (the same objects)."""
+        """Whether the queue still has exactly these members, unchanged (the same objects).
+
+        Inside a cycle every change of members goes through the usage table (an admission, eviction or
+        shrink charges or refunds it), so a check at the same usage version in the same cycle stands;
+        the world may replace a workload between cycles (a checkpoint) without one, so each cycle checks
+        once in full."""
         cache = snapshot.cache
-        if token != self.token or len(cache.by_queue.get(queue, ())) != len(self.members):
+        if token != self.token:
+            return False
+        checked = (snapshot.serial, cache.usage.version)
+        if checked == self.checked:
+            return True
+        if len(cache.by_queue.get(queue, ())) != len(self.members):
             return False
         admitted = cache.admitted
         for name, held, workload, assignment in self.members:
             now = admitted.get(name)
             if now is not held or now.workload is not workload or now.assignment is not assignment:
                 return False
+        self.checked = checked
         return True
 
 
@@ -528,7 +541,8 @@ def _quota_feasible(
         ok = usage.fits(preemptor.queue, assignment.usage) is None
     for admitted in reversed(done):
         usage.add(admitted.queue, admitted.assignment.usage, 1)
-    usage.version = version  # the table is exactly as it was: memos keyed by the version still hold
+    if done:
+        usage.rewind(version)  # the table is exactly as it was: memos keyed by the version still hold
     return ok
 
 

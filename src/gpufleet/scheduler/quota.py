@@ -179,6 +179,10 @@ class QuotaUsage:
         self.used: dict[str, dict[str, int]] = {name: {} for name in tree.nodes}
         # Bumped by every change (memos of what borrows read it); a change and its inverse bump it twice.
         self.version = 0
+        # What `_available` found per queue and flavor at `_memo_version`: a cycle asks the same queues
+        # (and their parents) again and again between two changes of usage.
+        self._memo: dict[tuple[str, str], tuple[int, str]] = {}
+        self._memo_version = -1
 
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
@@ -196,6 +200,14 @@ class QuotaUsage:
                 kept = tree.guaranteed[name].get(flavor, 0)
                 delta = max(0, new - kept) - max(0, old - kept)
 
+    def rewind(self, version: int) -> None:
+        """After changes that were all undone: the table is as it was at `version`, so memos keyed by it
+        hold again. Numbers handed out since may be handed out again, so what was memoised here since
+        is dropped."""
+        self.version = version
+        self._memo.clear()
+        self._memo_version = -1
+
     def usage(self, queue: str, flavor: str) -> int:
         return self.used[queue].get(flavor, 0)
 
@@ -211,6 +223,16 @@ class QuotaUsage:
 
     def _available(self, name: str, flavor: str) -> tuple[int, str]:
         """Available amount and the queue whose limit binds it."""
+        if self._memo_version != self.version:
+            self._memo.clear()
+            self._memo_version = self.version
+        key = (name, flavor)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._compute_available(name, flavor)
+        return found
+
+    def _compute_available(self, name: str, flavor: str) -> tuple[int, str]:
         tree = self.tree
         node = tree.nodes[name]
         subtree = tree.subtree[name].get(flavor, 0)
