@@ -244,36 +244,37 @@ class _Cycle:
         return True
 
     def _wake(self) -> None:
-        """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues."""
+        """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues.
+
+        Per queue: a workload wakes only when its quota fits one of its needs, so a queue where none of
+        the needs parked there fits is passed over without looking at its workloads."""
         cache = self.cache
         parking = self.parking
         capacity = parking.capacity
-        fits: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
-        woken: list[str] = []
         pending = cache.pending
+        # Admitted, gone or replaced by the world: no longer parked here.
+        for name in [n for n, entry in parking.entries.items() if pending.get(n) is not entry.workload]:
+            parking.unpark(name)
+        usage = cache.usage
         models = len(cache.fleet.models)
-        for name, entry in parking.entries.items():
-            workload = entry.workload
-            if pending.get(name) is not workload:
-                woken.append(name)  # admitted, gone or replaced by the world: no longer parked here
+        woken: list[str] = []
+        for queue, keys in parking.wake_keys.items():
+            fitting = {key for key, amounts in keys.items() if usage.fits(queue, amounts) is None}
+            if not fitting and queue not in parking.model_watchers:
                 continue
-            if entry.models_known is not None and models > entry.models_known:
-                woken.append(name)
-                continue
-            queue = workload.queue
-            for need in entry.needs:
-                key = (queue, need.key)
-                ok = fits.get(key)
-                if ok is None:
-                    ok = fits[key] = cache.usage.fits(queue, need.usage) is None
-                # Most parked workloads wait for quota: the capacity and user checks only when it fits.
-                if (
-                    ok
-                    and (not need.quota_fitted or capacity.rose_since(need.model, entry.mark))
-                    and self._user_fits(workload, need.usage)
-                ):
-                    woken.append(name)
-                    break
+            for users in parking.by_queue[queue].values():
+                for name, entry in users.items():
+                    if entry.models_known is not None and models > entry.models_known:
+                        woken.append(name)
+                        continue
+                    for need in entry.needs:
+                        if (
+                            need.key in fitting
+                            and (not need.quota_fitted or capacity.rose_since(need.model, entry.mark))
+                            and self._user_fits(entry.workload, need.usage)
+                        ):
+                            woken.append(name)
+                            break
         for name in woken:
             parking.unpark(name)
 
@@ -382,36 +383,47 @@ class _Cycle:
                     break
 
     def _heads(self) -> dict[str, Iterator[Workload]]:
-        """Step 1: per leaf queue, its pending workloads in queue order."""
+        """Step 1: per leaf queue, its pending workloads in queue order.
+
+        Parked workloads are taken from the parking lot per queue (after `_wake`, every entry there is a
+        pending workload as it is now): only each user's first one can be the queue's first parked."""
         cache = self.cache
+        parking = self.parking
         self._current: dict[str, Workload] = {}
-        by_queue: dict[str, list[Workload]] = {}
-        parked: dict[str, list[ParkedWorkload]] = {}
         tree = cache.tree
         leaves: dict[str, bool] = {}
-        entries = self.parking.entries
-        for workload in cache.pending.values():
-            queue = workload.queue
+
+        def is_leaf(queue: str) -> bool:
             leaf = leaves.get(queue)
             if leaf is None:
                 leaf = leaves[queue] = queue in tree.nodes and tree.is_leaf(queue)
-            if not leaf:
+            return leaf
+
+        entries = parking.entries
+        loose = [w for name, w in cache.pending.items() if name not in entries]
+        parked_queues = []
+        for queue, by_user in parking.by_queue.items():
+            if is_leaf(queue):
+                parked_queues.append(queue)
+            else:
+                loose.extend(e.workload for named in by_user.values() for e in named.values())
+        by_queue: dict[str, list[Workload]] = {}
+        for workload in loose:
+            queue = workload.queue
+            if not is_leaf(queue):
                 message = f"queue {queue!r} is not a leaf queue of the quota tree"
                 self.result.pending[workload.name] = Pending(
                     workload.name, Reason(explain.QUOTA_EXCEEDED, message, {"queue": queue})
                 )
                 continue
-            entry = entries.get(workload.name)
-            if entry is not None and (entry.workload is workload or self.parking.get(workload) is not None):
-                parked.setdefault(queue, []).append(entry)
-                continue
             by_queue.setdefault(queue, []).append(workload)
         weight = self.config.fair_sharing.history_weight
         out: dict[str, Iterator[Workload]] = {}
-        for queue in by_queue.keys() | parked.keys():
+        pending = self.result.pending
+        for queue in by_queue.keys() | set(parked_queues):
             items = by_queue.get(queue, [])
-            waiting = parked.get(queue, [])
-            users = {w.user for w in items} | {e.workload.user for e in waiting}
+            parked_users = parking.by_queue.get(queue, {})
+            users = {w.user for w in items} | parked_users.keys()
             share: dict[str, float] = {}
             if len(users) > 1:
                 share = {
@@ -420,13 +432,12 @@ class _Cycle:
                     for u in users
                 }
             order = _queue_order(share)
-            if waiting:
+            if parked_users:
                 # Only the first parked workload stays in the order (for the queue's preemption attempt);
                 # the others keep the reason they were parked with.
-                first = min(waiting, key=lambda e: order(e.workload))
-                pending = self.result.pending
-                for entry in waiting:
-                    pending[entry.workload.name] = entry.pending
+                firsts = [parking.first_of(queue, user) for user in parked_users]
+                first = min(firsts, key=lambda e: order(e.workload))
+                pending.update(parking.decisions[queue])
                 del pending[first.workload.name]
                 self._parked_heads[first.workload.name] = first
                 items.append(first.workload)

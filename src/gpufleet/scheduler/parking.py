@@ -154,24 +154,88 @@ def _rows_rose(before: Arrays, after: Arrays) -> npt.NDArray[np.intp]:
 
 
 class ParkingLot:
-    """The parked workloads of one cache, and the capacity watch their wake-ups read."""
+    """The parked workloads of one cache, and the capacity watch their wake-ups read.
+
+    Besides `entries` (by name), the lot keeps them by queue and user, with what a cycle reads of each
+    queue as a whole: the pending decisions to repeat, the wake-up keys its workloads wait on, and each
+    user's first parked workload in queue order (the order inside a user does not move with fair
+    shares). A cycle over tens of thousands of parked workloads then works per queue, not per workload.
+    All changes go through `park`, `unpark` and `clear`.
+    """
 
     def __init__(self) -> None:
         self.entries: dict[str, ParkedWorkload] = {}
         self.capacity = CapacityWatch()
+        self.by_queue: dict[str, dict[str, dict[str, ParkedWorkload]]] = {}
+        """queue -> user -> name -> entry."""
+        self.decisions: dict[str, dict[str, Pending]] = {}
+        """queue -> name -> the decision repeated for it."""
+        self.wake_keys: dict[str, dict[tuple[tuple[str, int], ...], Mapping[str, int]]] = {}
+        """queue -> every need key parked there (a superset once entries leave) -> its usage."""
+        self.model_watchers: dict[str, int] = {}
+        """queue -> how many of its entries wait for a new GPU model."""
+        self._first: dict[tuple[str, str], ParkedWorkload] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def park(self, entry: ParkedWorkload) -> None:
-        self.entries[entry.workload.name] = entry
+        workload = entry.workload
+        if workload.name in self.entries:
+            self.unpark(workload.name)
+        queue, user = workload.queue, workload.user
+        self.entries[workload.name] = entry
+        self.by_queue.setdefault(queue, {}).setdefault(user, {})[workload.name] = entry
+        self.decisions.setdefault(queue, {})[workload.name] = entry.pending
+        keys = self.wake_keys.setdefault(queue, {})
+        for need in entry.needs:
+            keys.setdefault(need.key, need.usage)
+        if entry.models_known is not None:
+            self.model_watchers[queue] = self.model_watchers.get(queue, 0) + 1
+        first = self._first.get((queue, user))
+        if first is not None and _in_queue_order(workload) < _in_queue_order(first.workload):
+            self._first[(queue, user)] = entry
 
     def unpark(self, name: str) -> None:
-        self.entries.pop(name, None)
+        entry = self.entries.pop(name, None)
+        if entry is None:
+            return
+        queue, user = entry.workload.queue, entry.workload.user
+        users = self.by_queue[queue]
+        del users[user][name]
+        if not users[user]:
+            del users[user]
+            if not users:
+                del self.by_queue[queue]
+                self.wake_keys.pop(queue, None)
+        decisions = self.decisions[queue]
+        del decisions[name]
+        if not decisions:
+            del self.decisions[queue]
+        if entry.models_known is not None:
+            self.model_watchers[queue] -= 1
+            if not self.model_watchers[queue]:
+                del self.model_watchers[queue]
+        first = self._first.get((queue, user))
+        if first is entry:
+            del self._first[(queue, user)]
 
     def clear(self) -> None:
         """Wakes everything (e.g. after the world changed queue settings in place)."""
         self.entries.clear()
+        self.by_queue.clear()
+        self.decisions.clear()
+        self.wake_keys.clear()
+        self.model_watchers.clear()
+        self._first.clear()
+
+    def first_of(self, queue: str, user: str) -> ParkedWorkload:
+        """The user's parked workload that comes first in the queue's order (priority, submission, name)."""
+        found = self._first.get((queue, user))
+        if found is None:
+            found = min(self.by_queue[queue][user].values(), key=lambda e: _in_queue_order(e.workload))
+            self._first[(queue, user)] = found
+        return found
 
     def get(self, workload: Workload) -> ParkedWorkload | None:
         """The entry for this very workload; a replaced (changed) workload is not parked."""
@@ -179,6 +243,11 @@ class ParkingLot:
         if entry is None:
             return None
         if entry.workload is not workload and entry.workload != workload:
-            del self.entries[workload.name]
+            self.unpark(workload.name)
             return None
         return entry
+
+
+def _in_queue_order(workload: Workload) -> tuple[int, float, str]:
+    """A leaf queue's order among one user's workloads (cycle.py's order without the user's share)."""
+    return -workload.priority, workload.submitted_at, workload.name
