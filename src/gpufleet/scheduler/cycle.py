@@ -151,6 +151,8 @@ class _Cycle:
         # Kueue's rule: per queue and cycle, only the first workload that cannot start may preempt.
         self.preempted_for: set[str] = set()
         self._usage_memo: dict[str, dict[str, int]] = {}
+        self._usage_at_memo: dict[tuple[str, str | None, tuple[int, ...]], dict[str, int]] = {}
+        self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
         self._models_memo: dict[str, list[str | None]] = {}
         # Per preemptor searched this cycle: (only its own queue was searched, any candidate was found).
         self._searched: dict[str, tuple[bool, bool]] = {}
@@ -226,9 +228,9 @@ class _Cycle:
         models = self._models(workload)
         if not models:
             return False
-        smallest = counts_at(workload, shrink_steps(workload))
+        smallest = self._smallest(workload)
         for model in models:
-            usage = usage_of(workload, model, smallest)
+            usage = self._usage_at(workload, model, smallest)
             if not usage:
                 return False
             blocked = False
@@ -319,6 +321,18 @@ class _Cycle:
         self.parking.unpark(workload.name)
         return self._record(workload, self._attempt(workload))
 
+    def _smallest(self, workload: Workload) -> tuple[int, ...]:
+        """Pod counts at the workload's minimum size."""
+        return counts_at(workload, shrink_steps(workload))
+
+    def _usage_at(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> dict[str, int]:
+        """`usage_of`, remembered for the cycle (shared: never changed by a reader)."""
+        key = (workload.name, model, counts)
+        found = self._usage_at_memo.get(key)
+        if found is None:
+            found = self._usage_at_memo[key] = usage_of(workload, model, counts)
+        return found
+
     def _models(self, workload: Workload) -> list[str | None]:
         """The flavors to try for a workload, in order (memo for the cycle)."""
         models = self._models_memo.get(workload.name)
@@ -338,12 +352,12 @@ class _Cycle:
         cache = self.cache
         if cache.settings[workload.queue].strategy is QueueingStrategy.STRICT_FIFO:
             return
-        smallest = counts_at(workload, shrink_steps(workload))
+        smallest = self._smallest(workload)
         needs = []
         for model in self._models(workload):
             # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
             fitted = model not in failure.quota_short
-            needs.append(FlavorNeed(model, usage_of(workload, model, smallest), fitted))
+            needs.append(FlavorNeed(model, self._usage_at(workload, model, smallest), fitted))
         memo = None
         searched = self._searched.get(workload.name)
         if failure.searched and searched is not None:
@@ -468,7 +482,7 @@ class _Cycle:
             if not cache.tree.nodes[workload.queue].unlimited:
                 models = self._models(workload)
                 if models:
-                    usage = usage_of(workload, models[0], counts_at(workload, shrink_steps(workload)))
+                    usage = self._usage_at(workload, models[0], self._smallest(workload))
             self._usage_memo[workload.name] = usage
         return any(
             cache.usage.usage(workload.queue, flavor) + amount > cache.tree.nominal(workload.queue, flavor)
@@ -604,10 +618,15 @@ class _Cycle:
 
     def _quota_problem(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> Reason | None:
         cache = self.cache
-        usage = usage_of(workload, model, counts)
-        short = cache.usage.fits(workload.queue, usage)
-        if short is not None:
-            return explain.quota_exceeded(short)
+        usage = self._usage_at(workload, model, counts)
+        # A backlog asks the same queue about the same amounts between two changes of usage: one reason.
+        key = (workload.queue, tuple(usage.items()), cache.usage.version)
+        found = self._quota_reasons.get(key, _UNSEEN)
+        if found is _UNSEEN:
+            short = cache.usage.fits(workload.queue, usage)
+            found = self._quota_reasons[key] = None if short is None else explain.quota_exceeded(short)
+        if found is not None:
+            return found
         limit = cache.settings[workload.queue].user_gpu_limit
         if limit is not None and workload.user:
             used = cache.user_used(workload.queue, workload.user)
@@ -660,6 +679,10 @@ class _Cycle:
             admission = self._admission(workload, model, placed)
             self.snapshot.assume(workload, admission.assignment, list(admission.allocations), now=self.now)
         return _Preemption(victims)
+
+
+_UNSEEN = Reason("", "")
+"""Marks a memo miss where None is a remembered answer."""
 
 
 def _queue_order(share: dict[str, float]) -> Callable[[Workload], tuple[object, ...]]:

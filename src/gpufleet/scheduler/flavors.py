@@ -121,7 +121,11 @@ def pinned(workload: Workload, model: str | None, counts: Sequence[int]) -> Work
 
 def shrink_steps(workload: Workload) -> int:
     """How many steps an elastic workload can be shrunk by (0 when it is not elastic)."""
-    return max(ps.count - ps.minimum for ps in workload.pod_sets)
+    steps = 0
+    for ps in workload.pod_sets:
+        if ps.min_count is not None and ps.count - ps.min_count > steps:
+            steps = ps.count - ps.min_count
+    return steps
 
 
 def counts_at(workload: Workload, step: int) -> tuple[int, ...]:
