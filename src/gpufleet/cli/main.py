@@ -26,7 +26,8 @@ for area in (bench, scenario, agent, manifests, control, kube):
 def main() -> None:
     """Entry point: user errors print as one line and exit 2, never as a traceback."""
     try:
-        app(standalone_mode=False)
+        # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
+        code = app(standalone_mode=False)
     except GpuFleetError as exc:
         Console(stderr=True, emoji=False).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
@@ -43,6 +44,8 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

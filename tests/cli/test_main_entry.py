@@ -1,4 +1,4 @@
-"""User data prints as it is: no rich markup or emoji codes are read into names, paths or bus ids."""
+"""The gpufleet entry point: user data prints verbatim, and a command's exit code reaches the shell."""
 
 from __future__ import annotations
 
@@ -24,3 +24,19 @@ def test_agent_inspect_prints_pci_bus_ids_verbatim() -> None:
     done = _gpufleet("agent", "inspect", "--profile", "hgx-h100")
     assert done.returncode == 0, done.stderr
     assert "00000000:AB:00.0" in done.stdout
+
+
+def test_a_failing_scenario_makes_the_command_exit_1(tmp_path: Path) -> None:
+    scenario = tmp_path / "wrong.yaml"
+    scenario.write_text(
+        "apiVersion: gpufleet.io/v1alpha1\n"
+        "kind: Scenario\n"
+        "metadata: {name: wrong-expectation}\n"
+        "spec:\n"
+        "  nodes: [{name: n1, gpus: 8, gpuModel: H100-80GB, cpu: 96, memory: 1Ti}]\n"
+        "  submit: [{name: big, podSets: [{name: main, count: 1, gpus: 16}]}]\n"
+        "  expect: {admitted: [big]}\n"
+    )
+    done = _gpufleet("scenario", "run", str(scenario))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "big" in done.stdout
