@@ -83,6 +83,9 @@ class ClusterCache:
         # Per queue and cause, its preemption candidates as last computed (a memo across cycles that
         # checks itself against the members it was computed from; see preemption.py).
         self.candidate_lists: dict[tuple[str, str], object] = {}
+        # Per queue: bumped by every charge or refund (never undone), so a memo of its members that saw
+        # the same count saw the same members.
+        self.charges: dict[str, int] = {}
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:
@@ -154,6 +157,8 @@ class ClusterCache:
         self.queue_epochs[queue] = self.queue_epochs.get(queue, 0) + 1
 
     def _charge(self, admitted: Admitted, sign: int) -> None:
+        # Every change of a queue's admitted members, by the world or a cycle's what-if, comes here.
+        self.charges[admitted.queue] = self.charges.get(admitted.queue, 0) + 1
         members = self.by_queue.setdefault(admitted.queue, set())
         if sign > 0:
             members.add(admitted.name)

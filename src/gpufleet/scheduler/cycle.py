@@ -154,6 +154,7 @@ class _Cycle:
         self._usage_at_memo: dict[tuple[str, str | None, tuple[int, ...]], dict[str, int]] = {}
         self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
         self._models_memo: dict[str, list[str | None]] = {}
+        self._models_by_shape: dict[tuple[object, ...], list[str | None]] = {}
         # Per preemptor searched this cycle: (only its own queue was searched, any candidate was found).
         self._searched: dict[str, tuple[bool, bool]] = {}
         self.parking: ParkingLot = cache.parking
@@ -337,14 +338,19 @@ class _Cycle:
         """The flavors to try for a workload, in order (memo for the cycle)."""
         models = self._models_memo.get(workload.name)
         if models is None:
-            cache = self.cache
-            node = cache.tree.nodes[workload.queue]
-            models = candidate_models(
-                workload,
-                queue_flavors=list(node.quotas),
-                fleet_models=cache.fleet.models,
-                unlimited=node.unlimited,
-            )
+            # The answer depends on the queue and the pods' requests only: shared by workloads alike.
+            shape = (workload.queue, tuple(ps.request for ps in workload.pod_sets))
+            models = self._models_by_shape.get(shape)
+            if models is None:
+                cache = self.cache
+                node = cache.tree.nodes[workload.queue]
+                models = candidate_models(
+                    workload,
+                    queue_flavors=list(node.quotas),
+                    fleet_models=cache.fleet.models,
+                    unlimited=node.unlimited,
+                )
+                self._models_by_shape[shape] = models
             self._models_memo[workload.name] = models
         return models
 

@@ -225,19 +225,18 @@ class _QueueCandidates:
     now: float
     """The time the candidates' lost work is computed for (NaN: not yet)."""
     checked: tuple[int, int] = (-1, -1)
-    """(snapshot serial, usage version) of the last check that found the members unchanged."""
+    """(snapshot serial, the queue's charge count) of the last check that found the members unchanged."""
 
     def holds(self, snapshot: Snapshot, queue: str, token: tuple[object, ...]) -> bool:
         """Whether the queue still has exactly these members, unchanged (the same objects).
 
-        Inside a cycle every change of members goes through the usage table (an admission, eviction or
-        shrink charges or refunds it), so a check at the same usage version in the same cycle stands;
-        the world may replace a workload between cycles (a checkpoint) without one, so each cycle checks
-        once in full."""
+        Inside a cycle every change of members charges or refunds the queue (`ClusterCache.charges`),
+        so a check at the same count in the same cycle stands; the world may replace a workload between
+        cycles (a checkpoint) without one, so each cycle checks once in full."""
         cache = snapshot.cache
         if token != self.token:
             return False
-        checked = (snapshot.serial, cache.usage.version)
+        checked = (snapshot.serial, cache.charges.get(queue, 0))
         if checked == self.checked:
             return True
         if len(cache.by_queue.get(queue, ())) != len(self.members):

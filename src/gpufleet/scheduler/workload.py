@@ -68,6 +68,8 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.pod_sets:
             raise ValidationError("a workload needs at least one pod set", obj=f"workload {self.name}")
+        if len(self.pod_sets) == 1:
+            return  # one name cannot repeat (the common case, and every admission copies a Workload)
         names = [ps.name for ps in self.pod_sets]
         if len(set(names)) != len(names):
             raise ValidationError(
