@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.api.errors import DataError
 from gpufleet.fleet.request import GpuKind
-from gpufleet.sim.datasets import data_dir, resolve_trace
+from gpufleet.sim.datasets import OPENB_DIR, data_dir, resolve_trace
 from gpufleet.sim.openb import load_nodes, load_pods
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase\n"
@@ -78,6 +78,40 @@ def test_nodes_drop_cpu_only_ones_and_check_models(tmp_path: Path) -> None:
     with pytest.raises(DataError) as err:
         load_nodes(bad)
     assert (err.value.line, err.value.field) == (2, "model")
+
+
+def test_unknown_node_model_names_file_line_and_field(tmp_path: Path) -> None:
+    header = "sn,cpu_milli,memory_mib,gpu,model\n"
+    path = write(tmp_path, "nodes.csv", header + "a,1,1,8,V100M16\nb,1,1,8,Z9000\n")
+    with pytest.raises(DataError) as err:
+        load_nodes(path)
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), 3, "model")
+    assert "unknown GPU model 'Z9000'" in str(err.value)
+
+
+def test_pod_gpu_spec_must_name_gpu_models(tmp_path: Path) -> None:
+    # A known model no node has is fine (the pod never fits); a name that is no GPU model is a typo.
+    path = write(tmp_path, "pods.csv", POD_HEADER + "p0,1,1,1,1000,B200|T4,LS,Running\n")
+    assert load_pods(path)[0].request.gpu_models == ("B200", "T4")
+    bad = write(
+        tmp_path, "bad.csv", POD_HEADER + "p0,1,1,1,1000,T4,LS,Running\np1,1,1,1,1000,T4|Tee4,LS,Running\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_pods(bad)
+    assert (err.value.line, err.value.field) == (3, "gpu_spec") and "'Tee4'" in str(err.value)
+
+
+def test_every_shipped_openb_file_loads() -> None:
+    """Every node and pod list of the data directory loads: each model it names is in the catalogue."""
+    folder = data_dir() / OPENB_DIR
+    node_lists = sorted(folder.glob("openb_node_list_*.csv"))
+    pod_lists = sorted(folder.glob("openb_pod_list_*.csv"))
+    if not node_lists or not pod_lists:
+        pytest.skip(f"no openb trace in {folder} (set GPUFLEET_DATA to the data directory)")
+    for path in node_lists:
+        assert load_nodes(path, gpu_only=False), path
+    for path in pod_lists:
+        assert load_pods(path), path
 
 
 def test_trace_names_resolve_in_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

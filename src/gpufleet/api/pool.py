@@ -8,6 +8,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MigProfileName, Quantity
+from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
 from gpufleet.api.status import ObjectStatus
 
@@ -93,7 +94,7 @@ class PoolAutoscaling(ApiModel):
 
 
 class GPUPoolSpec(ApiModel):
-    gpu_model: str = Field(min_length=1)
+    gpu_model: GpuModelName = Field(min_length=1)
     gpus_per_node: int = Field(ge=1, le=72)
     nvlink_domains: list[list[int]] | None = Field(
         default=None, description="GPU indices of each NVLink domain; absent = one domain of all GPUs."

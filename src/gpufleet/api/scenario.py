@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName, Quantity
+from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.pool import Sharing
 from gpufleet.api.queue import FlavorQuota, QueuePreemption, check_flavor_names
 from gpufleet.api.requests import PodRequest
@@ -54,7 +55,7 @@ class ScenarioNode(ApiModel):
     name_prefix: str | None = None
     count: int = Field(default=1, ge=1)
     gpus: int = Field(default=0, ge=0, le=72)
-    gpu_model: str = ""
+    gpu_model: GpuModelName = ""
     cpu: Quantity = 1000
     memory: Quantity = "64Ti"
     labels: dict[str, str] = Field(default_factory=dict)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpufleet.api.errors import GpuFleetError
-from gpufleet.cli import agent, bench, control, kube, manifests, scenario
+from gpufleet.cli import agent, bench, control, gpu_models, kube, manifests, scenario
 
 app = typer.Typer(
     name="gpufleet",
@@ -19,7 +19,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for area in (bench, scenario, agent, manifests, control, kube):
+for area in (bench, scenario, agent, manifests, control, kube, gpu_models):
     area.register(app)
 
 

@@ -4,7 +4,9 @@ Node list columns: `sn,cpu_milli,memory_mib,gpu,model`. Pod list columns:
 `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]`; `gpu_milli` is the share of each GPU
 (below 1000 only for one-GPU sharing pods), `gpu_spec` lists allowed models separated by `|`. Every other
 column (qos, phase, times) is ignored. Any row that cannot be read fails with a DataError naming the file,
-the line and the field. A pod that asks for a GPU model no node has is valid: it simply never fits.
+the line and the field. A node's model must be in the GPU model catalogue (`gpufleet.api.gpu_models`, which
+lists the trace's own names); a pod may name a known model no node has (it simply never fits), but a name
+that is no GPU model at all is a DataError.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.api.errors import DataError
+from gpufleet.api.gpu_models import is_known_model, unknown_model_message
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI, PodRequest
 
@@ -106,6 +109,8 @@ def load_nodes(path: str | Path, *, gpu_only: bool = True) -> list[NodeSpec]:
         model = row["model"]
         if gpus and not model:
             raise DataError("a node with GPUs needs a model", path=str(path), line=line, field="model")
+        if model and not is_known_model(model):
+            raise DataError(unknown_model_message(model), path=str(path), line=line, field="model")
         if gpu_only and gpus == 0:
             continue
         nodes.append(
@@ -127,6 +132,9 @@ def pod_request(row: dict[str, str], path: Path, line: int) -> PodRequest:
     num_gpu = _int(row, "num_gpu", path, line)
     milli = _int(row, "gpu_milli", path, line)
     models = tuple(m.strip() for m in row.get("gpu_spec", "").split("|") if m.strip())
+    for model in models:
+        if not is_known_model(model):
+            raise DataError(unknown_model_message(model), path=str(path), line=line, field="gpu_spec")
     if num_gpu == 0:
         if milli:
             raise DataError("gpu_milli without num_gpu", path=str(path), line=line, field="gpu_milli")

@@ -1,0 +1,169 @@
+"""The GPU models gpufleet knows, so a typo in a fleet definition fails loudly instead of making a pool
+whose GPUs no request can ever match.
+
+A model is named as users write it in `gpuModel` (e.g. `H100-80GB`). Each canonical name has aliases:
+the NVML product name (`NVIDIA H100 80GB HBM3`), the GPU feature discovery label value
+(`NVIDIA-H100-80GB-HBM3`) and short names. Names are compared ignoring case, spaces, `_` versus `-`
+and a leading `NVIDIA`/`Tesla`. The catalogue only decides which names are accepted: a fleet keeps the
+name as written, and requests match nodes by that name.
+
+The Alibaba cluster-trace-gpu-v2023 ("openb") names its models its own way; those names (`V100M16`,
+`V100M32`, `P100`, `T4`, `A10`, and the undisclosed `G1`, `G2`, `G3`) are listed as models of their own.
+
+A model not listed here is added with the environment variable `GPUFLEET_GPU_MODELS`, a comma-separated
+list of names (e.g. `GPUFLEET_GPU_MODELS=MI300X,Gaudi3`), read at each check. `gpufleet gpu-models`
+prints the catalogue.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, ValidationInfo
+
+from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
+
+EXTRA_MODELS_ENV = "GPUFLEET_GPU_MODELS"
+
+# Canonical name -> aliases. NVML names are `nvidia-smi --query-gpu=name` output; GFD's label value is the
+# NVML name with spaces as dashes, which normalisation already covers.
+_CATALOGUE: dict[str, tuple[str, ...]] = {
+    # Blackwell
+    "GB200": ("NVIDIA GB200", "GB200-186GB"),
+    "B200": ("NVIDIA B200", "B200-180GB", "B200-192GB"),
+    "B100": ("NVIDIA B100",),
+    "RTX-PRO-6000": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000"),
+    # Hopper
+    "H200-141GB": ("NVIDIA H200", "H200", "H200-SXM-141GB", "NVIDIA H200 NVL", "H200-NVL"),
+    "GH200": ("NVIDIA GH200 480GB", "GH200-96GB", "GH200-144GB"),
+    "H100-80GB": ("NVIDIA H100 80GB HBM3", "H100", "H100-SXM5-80GB", "H100-80GB-HBM3", "NVIDIA H100 PCIe"),
+    "H100-94GB": ("NVIDIA H100 NVL", "H100-NVL", "H100-94GB-NVL"),
+    "H800": ("NVIDIA H800", "H800-80GB"),
+    "H20": ("NVIDIA H20", "H20-96GB"),
+    # Ada Lovelace
+    "L40S": ("NVIDIA L40S",),
+    "L40": ("NVIDIA L40",),
+    "L20": ("NVIDIA L20",),
+    "L4": ("NVIDIA L4",),
+    "RTX-6000-ADA": ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+    "RTX-4090": ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+    # Ampere
+    "A100-40GB": (
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100-PCIE-40GB",
+        "A100",
+        "A100-SXM4-40GB",
+        "A100-PCIE-40GB",
+    ),
+    "A100-80GB": ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "A100-SXM4-80GB", "A100-PCIE-80GB"),
+    "A800": ("NVIDIA A800-SXM4-80GB", "A800-80GB"),
+    "A30": ("NVIDIA A30",),
+    "A10": ("NVIDIA A10",),
+    "A10G": ("NVIDIA A10G",),
+    "A16": ("NVIDIA A16",),
+    "A40": ("NVIDIA A40",),
+    "A2": ("NVIDIA A2",),
+    "RTX-A6000": ("NVIDIA RTX A6000", "RTX A6000"),
+    "RTX-A5000": ("NVIDIA RTX A5000", "RTX A5000"),
+    "RTX-A4000": ("NVIDIA RTX A4000", "RTX A4000"),
+    "RTX-3090": ("NVIDIA GeForce RTX 3090", "GeForce RTX 3090"),
+    # Turing, Volta, Pascal
+    "T4": ("Tesla T4",),
+    "RTX-8000": ("Quadro RTX 8000",),
+    "RTX-6000": ("Quadro RTX 6000",),
+    "V100-16GB": ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB", "V100", "V100-SXM2-16GB", "V100-PCIE-16GB"),
+    "V100-32GB": ("Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB", "V100-SXM2-32GB", "V100-PCIE-32GB"),
+    "V100S": ("Tesla V100S-PCIE-32GB", "V100S-32GB"),
+    "P100": ("Tesla P100-PCIE-16GB", "Tesla P100-SXM2-16GB", "P100-16GB"),
+    "P40": ("Tesla P40",),
+    "P4": ("Tesla P4",),
+    # The openb trace's own names (its P100, T4 and A10 are the entries above).
+    "V100M16": (),
+    "V100M32": (),
+    "G1": (),
+    "G2": (),
+    "G3": (),
+}
+
+_PREFIX = re.compile(r"^(nvidia|tesla)-")
+
+
+def normalise(name: str) -> str:
+    """The comparison key of a name: lower case, spaces and `_` as `-`, without `NVIDIA `/`Tesla `."""
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    return _PREFIX.sub("", key)
+
+
+def _build_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for canonical, aliases in _CATALOGUE.items():
+        for name in (canonical, *aliases):
+            index.setdefault(normalise(name), canonical)
+    return index
+
+
+_INDEX = _build_index()
+
+
+def extra_models() -> tuple[str, ...]:
+    """The names added by `GPUFLEET_GPU_MODELS`."""
+    raw = os.environ.get(EXTRA_MODELS_ENV, "")
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def canonical_model(name: str) -> str | None:
+    """The catalogue's name for `name` (an alias or the name itself), or None when it is not a GPU model."""
+    if not name.strip():
+        return None
+    found = _INDEX.get(normalise(name))
+    if found is not None:
+        return found
+    key = normalise(name)
+    for extra in extra_models():
+        if normalise(extra) == key:
+            return extra
+    return None
+
+
+def is_known_model(name: str) -> bool:
+    return canonical_model(name) is not None
+
+
+def catalogue() -> dict[str, tuple[str, ...]]:
+    """Canonical name -> aliases, the environment's additions last (without aliases)."""
+    out = dict(_CATALOGUE)
+    for extra in extra_models():
+        out.setdefault(extra, ())
+    return out
+
+
+def known_models() -> list[str]:
+    """Every canonical name, the catalogue's then the environment's."""
+    return [*_CATALOGUE, *(m for m in extra_models() if m not in _CATALOGUE)]
+
+
+def unknown_model_message(name: str) -> str:
+    """Why `name` is refused and how to find or add a valid one."""
+    close = difflib.get_close_matches(name, known_models(), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return (
+        f"unknown GPU model {name!r}{hint} (`gpufleet gpu-models` lists the known ones; "
+        f"add a model with {EXTRA_MODELS_ENV}={name})"
+    )
+
+
+def _check_gpu_model(value: str, info: ValidationInfo) -> str:
+    # Objects read back from a store were checked when written; the catalogue may have changed since.
+    context: dict[str, Any] = info.context or {}
+    if PRIORITY_CLASSES_CONTEXT in context and context[PRIORITY_CLASSES_CONTEXT] is None:
+        return value
+    if value and not is_known_model(value):
+        raise ValueError(unknown_model_message(value))
+    return value
+
+
+GpuModelName = Annotated[str, AfterValidator(_check_gpu_model)]
+"""A GPU model of a fleet definition (a node or pool), checked against the catalogue; empty passes."""
