@@ -155,6 +155,7 @@ class _Cycle:
         self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
         self._models_memo: dict[str, list[str | None]] = {}
         self._models_by_shape: dict[tuple[object, ...], list[str | None]] = {}
+        self._needs_by_shape: dict[tuple[object, ...], tuple[FlavorNeed, ...]] = {}
         # Per preemptor searched this cycle: (only its own queue was searched, any candidate was found).
         self._searched: dict[str, tuple[bool, bool]] = {}
         self.parking: ParkingLot = cache.parking
@@ -359,11 +360,16 @@ class _Cycle:
         if cache.settings[workload.queue].strategy is QueueingStrategy.STRICT_FIFO:
             return
         smallest = self._smallest(workload)
-        needs = []
-        for model in self._models(workload):
-            # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
-            fitted = model not in failure.quota_short
-            needs.append(FlavorNeed(model, self._usage_at(workload, model, smallest), fitted))
+        # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
+        wanted = tuple(
+            (model, self._usage_at(workload, model, smallest), model not in failure.quota_short)
+            for model in self._models(workload)
+        )
+        # Workloads of a backlog wait for the same few things: one (immutable) tuple of needs each.
+        shape = tuple((model, tuple(usage.items()), fitted) for model, usage, fitted in wanted)
+        needs = self._needs_by_shape.get(shape)
+        if needs is None:
+            needs = self._needs_by_shape[shape] = tuple(FlavorNeed(*want) for want in wanted)
         memo = None
         searched = self._searched.get(workload.name)
         if failure.searched and searched is not None:
@@ -373,7 +379,7 @@ class _Cycle:
             ParkedWorkload(
                 workload,
                 failure.reason,
-                tuple(needs),
+                needs,
                 self.parking.capacity.counter,
                 memo,
                 self.result.pending[workload.name],
