@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +22,8 @@ from gpufleet.api import (
     load_objects,
     set_condition,
 )
+from gpufleet.api.documents import field_line
+from gpufleet.api.errors import ValidationError
 
 
 def test_contract_round_trips(contract_yaml: str) -> None:
@@ -82,3 +86,52 @@ def test_set_condition_moves_time_only_on_status_change() -> None:
     assert same[0].last_transition_time == t0 and same[0].reason == "Still"
     moved = set_condition(same, Condition(type="Ready", status="True"), now=t1)
     assert len(moved) == 1 and moved[0].last_transition_time == t1
+
+
+POOL_FILE = """\
+# a comment, so the document does not start on line 1
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: p1}
+spec:
+  gpuModel: H100-80GB
+  gpusPerNode: 8x
+  sharing:
+    mig:
+      0: [3g.40gb, nope]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "field"),
+    [
+        ("", "", 7, "spec.gpusPerNode"),
+        ("gpusPerNode: 8x", "gpusPerNode: 8", 10, "spec.sharing.mig.0[1]"),
+        (
+            "gpusPerNode: 8x\n  sharing:\n    mig:\n      0: [3g.40gb, nope]\n",
+            "gpusPerNode: 8\n  bogus: 1\n",
+            8,
+            "spec.bogus",
+        ),
+    ],
+)
+def test_file_errors_name_the_file_and_the_line(
+    tmp_path: Path, old: str, new: str, line: int, field: str
+) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(POOL_FILE.replace(old, new))
+    with pytest.raises(ValidationError) as caught:
+        load_objects(path)
+    assert caught.value.field == field
+    assert str(caught.value).startswith(f"{path}:{line}: GPUPool p1: field {field}: "), str(caught.value)
+
+
+def test_second_document_lines_count_from_the_file_start(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        POOL_FILE.replace("8x", "8").replace("nope", "1g.10gb") + "---\n" + POOL_FILE.replace("p1", "p2")
+    )
+    with pytest.raises(ValidationError) as caught:
+        load_objects(path)
+    assert str(caught.value).startswith(f"{path}:18: GPUPool p2: field spec.gpusPerNode"), str(caught.value)
+    assert field_line(None, "spec") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,12 @@ spec:
             "spec.scheduler.placementByClass.serving",
             "",
         ),
-        ("{name: w, queue: a,", "{name: w, workloadClass: web, queue: a,", "spec.submit[0].workloadClass", ""),
+        (
+            "{name: w, queue: a,",
+            "{name: w, workloadClass: web, queue: a,",
+            "spec.submit[0].workloadClass",
+            "",
+        ),
     ],
 )
 def test_errors_name_file_and_field(tmp_path: Path, old: str, new: str, field: str, words: str) -> None:
@@ -64,9 +70,26 @@ def test_errors_name_file_and_field(tmp_path: Path, old: str, new: str, field: s
     with pytest.raises(ValidationError) as err:
         load_scenarios([tmp_path])
     message = str(err.value)
-    assert str(path) in message
+    assert re.search(rf"{re.escape(str(path))}:\d+: ", message), message
     assert field in message
     assert words in message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("parent: root", "parent: nope", 8),  # a reference, checked after parsing
+        ("nodes: [n1]", "nodes: [n9]", 10),
+        ("gpuModel: H100-80GB}", "gpuModel: H900-80GB}", 5),  # a field's own check
+        ("admitted: [w]", "admitted: [zz]", 13),
+    ],
+)
+def test_errors_give_the_line_of_the_field(tmp_path: Path, old: str, new: str, line: int) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace(old, new))
+    with pytest.raises(ValidationError) as err:
+        load_scenarios([path])
+    assert str(err.value).startswith(f"{path}:{line}: "), str(err.value)
 
 
 def test_good_file_loads(tmp_path: Path) -> None:

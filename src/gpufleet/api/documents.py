@@ -1,14 +1,19 @@
 """Multi-document YAML in and out.
 
 Loading is all-or-nothing: if any document is malformed or invalid, nothing is returned, so a
-caller that applies the objects never applies half a file.
+caller that applies the objects never applies half a file. An error about a field of a file names the
+file and the line of that field (`pool.yaml:6: GPUPool p1: field spec.gpusPerNode: ...`): each document
+is kept as PyYAML's composed node tree, whose nodes carry their line, and the error's field path is
+followed down that tree.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -35,16 +40,77 @@ def load_objects(
             raise ValidationError(f"cannot read: {exc.strerror}", obj=str(path)) from None
         origin = str(path)
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = compose_documents(text)
     except yaml.YAMLError as exc:
         raise ValidationError(f"not valid YAML: {_yaml_problem(exc)}", obj=origin) from None
     objects: list[Resource] = []
-    for index, document in enumerate(documents, start=1):
+    for index, (document, node) in enumerate(documents, start=1):
         if document is None:
             continue
         where = f"{origin} document {index}" if origin else f"document {index}"
-        objects.append(parse_object(document, priority_classes=priority_classes, where=where))
+        try:
+            objects.append(parse_object(document, priority_classes=priority_classes, where=where))
+        except ValidationError as exc:
+            if origin is None:
+                raise
+            raise locate_error(exc, source=origin, node=node) from None
     return objects
+
+
+def compose_documents(text: str) -> list[tuple[Any, yaml.Node | None]]:
+    """Every document of a YAML text as (plain Python data, its node tree with line marks)."""
+    return list(_compose(text))
+
+
+def _compose(text: str) -> Iterator[tuple[Any, yaml.Node | None]]:
+    loader = yaml.SafeLoader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            yield (loader.construct_document(node) if node is not None else None), node
+    finally:
+        loader.dispose()
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def field_line(node: yaml.Node | None, field: str) -> int | None:
+    """The 1-based line of a field path such as `spec.nodes[0].gpuModel` in a document's node tree.
+
+    A path that leaves the tree (a missing field) gives the line of the deepest part that is there.
+    """
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for match in _PATH_PART.finditer(field):
+        key, index = match.group(1), match.group(2)
+        if isinstance(node, yaml.MappingNode):
+            name = key if key is not None else index
+            found = next(((k, v) for k, v in node.value if str(k.value) == name), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and index is not None and int(index) < len(node.value):
+            node = node.value[int(index)]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def locate_error(exc: ValidationError, *, source: str, node: yaml.Node | None) -> ValidationError:
+    """`exc` with the file and, when it names a field, the field's line put in front of its object."""
+    line = field_line(node, exc.field) if exc.field else None
+    where = f"{source}:{line}" if line is not None else source
+    if exc.obj == source:
+        obj = where
+    elif exc.obj:
+        obj = f"{where}: {exc.obj}"
+    else:
+        # An error about the document as a whole already names the file in its message.
+        return exc
+    return ValidationError(exc.detail, obj=obj, field=exc.field)
 
 
 def dump_objects(objects: Iterable[Resource]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from gpufleet.api.documents import compose_documents, locate_error
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.fields import DEFAULT_PRIORITY_CLASSES
 from gpufleet.api.quantity import cpu_milli, memory_mib
@@ -119,32 +120,40 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[LoadedScenario]:
 
 
 def load_file(path: Path) -> list[LoadedScenario]:
+    """Every scenario of one file; an error about a field names the file and the field's line."""
     source = str(path)
     try:
-        documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        documents = compose_documents(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValidationError(f"cannot read: {exc.strerror}", obj=source) from None
     except yaml.YAMLError as exc:
         raise ValidationError(f"not valid YAML: {exc}", obj=source) from None
     out = []
-    for index, document in enumerate(documents, start=1):
+    for index, (document, node) in enumerate(documents, start=1):
         if document is None:
             continue
-        out.append(load_document(document, source=source, index=index))
+        out.append(load_document(document, source=source, index=index, node=node))
     return out
 
 
-def load_document(document: Any, *, source: str, index: int = 1) -> LoadedScenario:
-    """One scenario from its parsed YAML, validated in shape and in every reference."""
+def load_document(
+    document: Any, *, source: str, index: int = 1, node: yaml.Node | None = None
+) -> LoadedScenario:
+    """One scenario from its parsed YAML, validated in shape and in every reference.
+
+    `node` is the document's composed YAML (from `compose_documents`): with it, errors give the line.
+    """
     table = _priority_table(document)
     try:
         obj = parse_object(document, priority_classes=table, where=f"document {index}")
+        if not isinstance(obj, Scenario):
+            raise ValidationError(f"expected kind Scenario, got {obj.kind}", obj=source, field="kind")
+        _check_references(obj, source)
+        build_world(obj, source=source)  # fleet and tree errors surface now, before anything runs
     except ValidationError as exc:
-        raise ValidationError(str(exc), obj=source) from None
-    if not isinstance(obj, Scenario):
-        raise ValidationError(f"expected kind Scenario, got {obj.kind}", obj=source, field="kind")
-    _check_references(obj, source)
-    build_world(obj, source=source)  # fleet and tree errors surface now, before anything runs
+        if exc.obj is None:  # about the document as a whole: the message says which document
+            raise ValidationError(str(exc), obj=source) from None
+        raise locate_error(exc, source=source, node=node) from None
     return LoadedScenario(source, index, obj)
 
 
