@@ -405,6 +405,48 @@ def test_no_fit_counts_add_up_to_the_fleet() -> None:
     }
     assert sum(result.no_fit.filters.values()) == 6
     assert result.no_fit.to_reason()["podSet"] == "p"
+    # The counts are in the text a user reads too, kube-scheduler style.
+    assert result.no_fit.message == (
+        "0/6 nodes can hold a pod of pod set p: 1 NodeUnschedulable, 1 TaintToleration, 1 GpuModel, "
+        "1 InsufficientCPU, 2 InsufficientGPU"
+    )
+
+
+def test_a_request_that_never_fits_says_which_filters_rejected_nodes() -> None:
+    state = fleet(node("n0"), node("n1", unschedulable=True))
+    result = place_workload(
+        state, workload("w", ("p", 1, gpus(16))), policy=FirstFit(), rng=np.random.default_rng(0)
+    )
+    assert result.no_fit is not None and result.no_fit.never
+    assert result.no_fit.message == (
+        "pod set p asks for 16 GPUs per pod; the largest node has 8 "
+        "(0/2 nodes can hold a pod of pod set p: 1 NodeUnschedulable, 1 InsufficientGPU)"
+    )
+
+
+def test_largest_free_domain_counts_only_gpus_the_workload_could_use() -> None:
+    # Rack r1 has the most free GPUs, but one node is cordoned and the other tainted; in r2 only 2 GPUs
+    # of the right model are healthy; r3's 8 are the most the workload could have had.
+    rack = {"r1": {"rack": "r1"}, "r2": {"rack": "r2"}, "r3": {"rack": "r3"}}
+    state = fleet(
+        node("c1", labels=rack["r1"], unschedulable=True),
+        node("t1", labels=rack["r1"], taints=[NOSCHED]),
+        node("u1", labels=rack["r2"], unhealthy=range(6)),
+        node("a1", labels=rack["r2"], model="A100-80GB"),
+        node("h1", labels=rack["r3"]),
+        levels=("rack",),
+    )
+    request = gpus(6, gpu_models=("H100-80GB",))
+    result = place_workload(
+        state,
+        workload("g", ("p", 2, request), required="rack"),
+        policy=FirstFit(),
+        rng=np.random.default_rng(0),
+    )
+    assert result.no_fit is not None and result.no_fit.topology is not None
+    assert result.no_fit.to_reason()["topology"]["largestFreeDomain"] == {"name": "r3", "freeGpus": 8}
+    assert "the largest free rack domain is r3 with 8 free GPUs" in result.no_fit.message
+    assert "1 NodeUnschedulable, 1 TaintToleration, 1 GpuModel, 1 InsufficientGPU" in result.no_fit.message
 
 
 def test_topology_reason_names_the_largest_free_domain() -> None:

@@ -20,8 +20,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from gpufleet.fleet.request import GpuKind
 from gpufleet.fleet.state import FleetState
-from gpufleet.scheduler.placement.filters import FILTER_ORDER, filter_nodes, never_fits, static_mask
+from gpufleet.scheduler.placement.filters import (
+    FILTER_ORDER,
+    FilterResult,
+    filter_nodes,
+    never_fits,
+    static_mask,
+)
 from gpufleet.scheduler.placement.gang import place_gang
 from gpufleet.scheduler.placement.result import NoFit, PlacementResult, TopologyShortfall
 from gpufleet.scheduler.placement.scoring import ScorePolicy
@@ -110,6 +117,14 @@ def _filters_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{counts[name]} {name}" for name in FILTER_ORDER if name in counts)
 
 
+def _nodes_text(state: FleetState, result: FilterResult, pod_set: str) -> str:
+    """kube-scheduler's summary: `2/12 nodes can hold a pod of pod set main: 4 InsufficientGPU, ...`."""
+    alive = int(np.count_nonzero(state.alive[: state.n_rows]))
+    feasible = int(np.count_nonzero(result.feasible))
+    text = f"{feasible}/{alive} nodes can hold a pod of pod set {pod_set}"
+    return f"{text}: {_filters_text(result.rejected)}" if result.rejected else text
+
+
 def _no_fit(
     state: FleetState,
     workload: Workload,
@@ -120,6 +135,7 @@ def _no_fit(
     topology: TopologyShortfall | None = None,
 ) -> PlacementResult:
     result = filter_nodes(state, pod_set.request, explain=True)
+    message = f"{message} ({_nodes_text(state, result, pod_set.name)})"
     return PlacementResult(
         workload.name,
         no_fit=NoFit(message, pod_set.name, result.rejected, topology, never),
@@ -127,7 +143,12 @@ def _no_fit(
 
 
 def _shortfall(state: FleetState, level: str, demands: list[Demand]) -> TopologyShortfall:
-    domain, free = largest_free_domain(state, level)
+    # Free GPUs count only where every GPU pod set of the gang passes its static filters.
+    usable = np.ones(state.n_rows, dtype=np.bool_)
+    for demand in demands:
+        if demand.request.kind is not GpuKind.NONE:
+            usable &= demand.static[: state.n_rows]
+    domain, free = largest_free_domain(state, level, usable)
     return TopologyShortfall(level, whole_gpus_needed(demands), domain, free)
 
 
@@ -151,11 +172,11 @@ def _explain(
         )
         return _no_fit(state, workload, workload.pod_sets[0], message, topology=gap)
     assert failed is not None
-    alive = int(np.count_nonzero(state.alive[: state.n_rows]))
     counts = filter_nodes(state, failed.request, explain=True)
     feasible = int(np.count_nonzero(counts.feasible))
+    alive = int(np.count_nonzero(state.alive[: state.n_rows]))
     if feasible == 0:
-        message = f"0/{alive} nodes can hold a pod of pod set {failed.name}: {_filters_text(counts.rejected)}"
+        message = _nodes_text(state, counts, failed.name)
     else:
         message = (
             f"pod set {failed.name} needs {failed.minimum} pods at once; {feasible}/{alive} nodes have room "
@@ -165,4 +186,6 @@ def _explain(
     if required is not None:
         topology = _shortfall(state, required, demands)
         message += f" inside one {required} domain"
+    if feasible and counts.rejected:
+        message += f" ({_filters_text(counts.rejected)})"
     return PlacementResult(workload.name, no_fit=NoFit(message, failed.name, counts.rejected, topology))

@@ -196,23 +196,36 @@ def _nvlink_scopes(state: FleetState, demands: Sequence[Demand]) -> Iterator[Sco
         )
 
 
-def largest_free_domain(state: FleetState, level: str) -> tuple[Domain | None, int]:
-    """The domain of `level` with the most free whole GPUs, and that number (for NoFit reasons)."""
+def largest_free_domain(
+    state: FleetState, level: str, usable: BoolArray | None = None
+) -> tuple[Domain | None, int]:
+    """The domain of `level` with the most free whole GPUs, and that number (for NoFit reasons).
+
+    Only GPUs on `usable` rows count (the workload's static filters: not cordoned, taints tolerated, its
+    GPU model), so the answer names GPUs the workload could have used; default: every live row.
+    """
     n = state.n_rows
+    rows_ok = state.alive[:n] if usable is None else state.alive[:n] & usable[:n]
     best: tuple[Domain | None, int] = (None, 0)
     if level in state.levels:
         level_no = state.levels.index(level)
-        totals = state.free_whole_gpus_in(level)
-        if totals.size:
+        doms = state.domain[level_no, :n]
+        rows = np.flatnonzero(rows_ok & (doms >= 0))
+        if rows.size:
+            totals = np.bincount(doms[rows], weights=state.whole_free[rows], minlength=int(doms.max()) + 1)
+            # A domain with no usable node is no answer, even when every usable domain has 0 free GPUs.
+            present = np.zeros(totals.size, dtype=np.bool_)
+            present[doms[rows]] = True
+            totals = np.where(present, totals, -1)
             dom = int(np.argmax(totals))
             best = (Domain(level, state.domain_name(level_no, dom)), int(totals[dom]))
     elif level == HOST_LEVEL:
-        free = np.where(state.alive[:n], state.whole_free[:n], -1)
+        free = np.where(rows_ok, state.whole_free[:n], -1)
         if free.size and free.max() >= 0:
             row = int(np.argmax(free))
             best = (Domain(HOST_LEVEL, state.names[row]), int(free[row]))
     elif level == NVLINK_LEVEL:
-        rows = np.flatnonzero(state.alive[:n])
+        rows = np.flatnonzero(rows_ok)
         if rows.size:
             units = _gpu_units(state, PodRequest(gpus=1), rows)
             groups = state.nvlink[rows]
@@ -222,7 +235,7 @@ def largest_free_domain(state: FleetState, level: str) -> tuple[Domain | None, i
                 if per[i] > best[1] or best[0] is None:
                     best = (Domain(NVLINK_LEVEL, f"{state.names[rows[i]]}/nvlink{k}"), int(per[i]))
         if state.nvlink_level is not None:
-            fabric, free_gpus = largest_free_domain(state, state.nvlink_level)
+            fabric, free_gpus = largest_free_domain(state, state.nvlink_level, usable)
             if fabric is not None and free_gpus > best[1]:
                 best = (fabric, free_gpus)
     return best
