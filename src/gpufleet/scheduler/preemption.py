@@ -9,9 +9,14 @@ Steps (ARCHITECTURE.md, Scheduling cycle step 4):
 2. scopes: a workload that requires a topology domain is tried domain by domain (the candidates with
    pods in that domain), so victims free one domain rather than scattered capacity; a one-pod workload
    is tried node by node; any other workload over the whole fleet;
-3. in each scope, candidates are given up in `victim_order` until the preemptor fits (quota and
-   placement), then those not needed are added back in reverse order (a minimal set, as Kueue does);
-4. the cheapest set over all scopes wins (lost work, then highest victim priority, then count).
+3. in each scope, the cheapest sufficient set (`VictimSet.cost`): while the scope holds few workloads,
+   an exact search over its minimal sets that pass quota and a free-GPU bound, each workload untouched,
+   shrunk by 1, 2, ... pods (elastic: only the pods the preemptor needs) or evicted, the sets then
+   placed cheapest first; beyond that bound, candidates are given up in `victim_order` until the
+   preemptor fits, then those not needed are added back in reverse order (Kueue's minimal set);
+4. a set that leaves every other queue at or above its nominal quota beats any that does not; one
+   that does not is allowed only when a queue loses its last borrowing workload whole (a gang cannot
+   be split); then the cheapest set over all scopes wins.
 
 Everything is tried on the snapshot and rolled back; the caller re-applies the chosen set. A preemption
 is proposed only when the preemptor then fits: no loops of evictions that admit nobody.
@@ -24,8 +29,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.fleet.request import GpuKind
+from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment, split_flavor
 from gpufleet.scheduler.queueing import QueueSettings
@@ -36,6 +43,9 @@ WITHIN_QUEUE = "WithinQueue"
 BORROW = "BorrowWithinCohort"
 
 Kind = Literal["shrink", "evict"]
+IntArray = npt.NDArray[np.int64]
+Key = tuple[int, int, float, int, float, int, tuple[str, ...]]
+"""`VictimSet.cost`."""
 
 
 @dataclass(slots=True)
@@ -96,10 +106,34 @@ class VictimSet:
     preemptor: str
     victims: tuple[Candidate, ...]
 
-    def cost(self) -> tuple[float, int, int]:
-        lost = sum(c.lost_gpu_seconds for c in self.victims)
-        top = max((c.priority for c in self.victims), default=-(1 << 62))
-        return lost, top, len(self.victims)
+    def cost(self) -> Key:
+        """How much the set costs, cheapest first: `victim_order`'s rules for a set of victims.
+
+        1. shrinks only (rule 1: elastic workloads are shrunk toward their minimum before anything is
+           evicted whole);
+        2. other queues' borrowers only (rule 2);
+        3. less lost work in all (rule 3);
+        4. lower top priority (rule 4);
+        5. newer: its longest-running victim was admitted later (rule 5);
+        6. fewer victims;
+        7. names, a deterministic tie-break (rule 6).
+        """
+        victims = self.victims
+        oldest = min((_admitted_at(c) for c in victims), default=0.0)
+        return (
+            1 if any(c.kind == "evict" for c in victims) else 0,
+            1 if any(c.cause == WITHIN_QUEUE for c in victims) else 0,
+            sum(c.lost_gpu_seconds for c in victims),
+            max((c.priority for c in victims), default=-(1 << 62)),
+            -oldest,
+            len(victims),
+            tuple(sorted(c.name for c in victims)),
+        )
+
+
+def _admitted_at(candidate: Candidate) -> float:
+    admitted_at = candidate.admitted.workload.admitted_at
+    return admitted_at if admitted_at is not None else 0.0
 
 
 Fits = Callable[[], bool]
@@ -410,7 +444,27 @@ def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
         snapshot.remove(candidate.name)
 
 
-def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[list[Candidate]]:
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """Where a preemptor is tried: one node, one domain of a topology level, or the whole fleet."""
+
+    candidates: list[Candidate]
+    node: int | None = None
+    level_no: int | None = None
+    domain: int | None = None
+
+    def rows(self, fleet: FleetState) -> IntArray:
+        """The fleet rows the scope covers."""
+        if self.node is not None:
+            return np.array([self.node], dtype=np.int64)
+        every = np.arange(fleet.n_rows, dtype=np.int64)
+        if self.level_no is None:
+            return every
+        inside: IntArray = every[fleet.domain[self.level_no][: fleet.n_rows] == self.domain]
+        return inside
+
+
+def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[_Scope]:
     """The candidate lists to try: one per domain of the required level (or per node for one pod), each
     in the pool's order."""
     fleet = snapshot.fleet
@@ -418,7 +472,7 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
     if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
         level = "host"
     if level is None:
-        return [list(pool)]
+        return [_Scope(list(pool))]
     level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
     by_domain: dict[int, list[Candidate]] = {}
     # Per node (host and nvlink levels): whole GPUs the evict candidates hold there (a shrink frees a
@@ -445,17 +499,17 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
     if not by_domain and level_no is None and level in ("host", "nvlink"):
         return []
     needed = _one_pod_whole_gpus(preemptor)
-    if level_no is None and needed is not None:
+    if level_no is None:
         # A node whose free GPUs and its candidates' GPUs together fall short cannot be freed enough:
-        # skipping it spares a greedy search (a placement per candidate) that must fail. Shared pods
-        # count a whole GPU each, so the bound only ever keeps too many nodes, never too few.
+        # skipping it spares a search that must fail. Shared pods count a whole GPU each, so the bound
+        # only ever keeps too many nodes, never too few.
         whole_free = fleet.whole_free
         return [
-            scoped
+            _Scope(scoped, node=node)
             for node, scoped in sorted(by_domain.items())
-            if int(whole_free[node]) + held.get(node, 0) >= needed
+            if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
         ]
-    return [by_domain[d] for d in sorted(by_domain)]
+    return [_Scope(by_domain[d], level_no=level_no, domain=d) for d in sorted(by_domain)]
 
 
 def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
@@ -464,6 +518,14 @@ def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
         return None
     request = preemptor.pod_sets[0].request
     return request.gpus if request.kind is GpuKind.WHOLE else None
+
+
+_EXACT_WORKLOADS = 12
+"""A scope with more workloads than this is searched greedily (Kueue's minimal set), not exactly."""
+_EXACT_STEPS = 2_000
+"""Sets the exact search may look at in one scope before it gives up for the greedy search."""
+_EXACT_TRIES = 16
+"""Placements the exact search may try in one scope (its sets pass quota and a capacity bound first)."""
 
 
 def select_victims(
@@ -476,50 +538,363 @@ def select_victims(
     max_scopes: int = 64,
     pool: Sequence[Candidate] | None = None,
 ) -> VictimSet | None:
-    """The cheapest minimal victim set after which `fits()` holds, or None; the snapshot is unchanged.
-    `pool`: the `candidates` already computed for this preemptor and snapshot state."""
+    """The cheapest victim set after which `fits()` holds, or None; the snapshot is unchanged.
+    `pool`: the `candidates` already computed for this preemptor and snapshot state.
+
+    Sets that push no other queue below its nominal quota come first; only when no scope has one may
+    a set take one queue's last borrowing workload whole (a gang cannot be split; decision 8). Among
+    those, `VictimSet.cost` decides."""
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
     if not pool or not _quota_feasible(snapshot, preemptor, assignment, pool):
         return None
     if not _capacity_feasible(snapshot, preemptor, assignment, pool):
         return None
-    flavors = set(assignment.usage)
+    search = _Search(snapshot, preemptor, assignment, fits, now)
     best: VictimSet | None = None
-    scopes = [(_lower_bound(scoped), scoped) for scoped in _scopes(snapshot, preemptor, pool)]
+    best_key: tuple[int, Key] | None = None
+    scopes = [(search.lower_bound(scope.candidates), scope) for scope in _scopes(snapshot, preemptor, pool)]
     if len(scopes) > 1:
         # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
         # remaining scope can beat the best set found (a branch and bound over scopes). Stable: equal
         # bounds keep the scopes' order.
         scopes.sort(key=_first)
-    for bound, scoped in scopes[:max_scopes]:
-        if best is not None and bound >= best.cost():
+    for bound, scope in scopes[:max_scopes]:
+        if best_key is not None and bound >= best_key:
             break
-        found = _greedy(snapshot, scoped, fits, flavors)
+        found = search.scope(scope)
         if found is None:
             continue
-        option = VictimSet(preemptor.name, tuple(found))
-        if best is None or option.cost() < best.cost():
-            best = option
+        key = (0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        if best_key is None or key < best_key:
+            best, best_key = found, key
     return best
 
 
-def _lower_bound(scoped: Sequence[Candidate]) -> tuple[float, int, int]:
-    """No victim set from these candidates costs less: each set loses at least the least lost work of
-    one candidate, its top priority is at least the lowest priority here, and it has a member."""
-    lost = scoped[0].lost_gpu_seconds
-    priority = scoped[0].admitted.workload.priority
-    for candidate in scoped:
-        if candidate.lost_gpu_seconds < lost:
-            lost = candidate.lost_gpu_seconds
-        other = candidate.admitted.workload.priority
-        if other < priority:
-            priority = other
-    return lost, priority, 1
-
-
-def _first(item: tuple[tuple[float, int, int], list[Candidate]]) -> tuple[float, int, int]:
+def _first(item: tuple[tuple[int, Key], _Scope]) -> tuple[int, Key]:
     return item[0]
+
+
+@dataclass(slots=True)
+class _Option:
+    """One way to take from a workload in a search: a candidate, the quota it frees and the whole GPUs
+    it frees per node."""
+
+    candidate: Candidate
+    amounts: dict[str, int]
+    gpus: dict[int, int]
+
+
+class _Search:
+    """The victim search for one preemptor in one snapshot state (see `select_victims`)."""
+
+    def __init__(
+        self, snapshot: Snapshot, preemptor: Workload, assignment: Assignment, fits: Fits, now: float
+    ) -> None:
+        self.snapshot = snapshot
+        self.preemptor = preemptor
+        self.assignment = assignment
+        self.fits = fits
+        self.now = now
+        self.flavors = set(assignment.usage)
+        self.shape = _slots_shape(preemptor, assignment)
+        self.code = (
+            None if assignment.model is None else snapshot.fleet.model_id(split_flavor(assignment.model)[0])
+        )
+        self._shrinks: dict[str, list[Candidate]] = {}
+
+    # ----------------------------------------------------------- bounds
+    def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
+        """No set from these candidates costs less (each part of `VictimSet.cost` at its least)."""
+        evicts = own = 1
+        lost = float("inf")
+        priority = 1 << 62
+        for candidate in scoped:
+            if candidate.kind == "shrink":
+                evicts = 0
+                # The cheapest shrink of a workload takes its first pod.
+                lost = min(lost, self._shrink_steps(candidate)[0].lost_gpu_seconds)
+            else:
+                lost = min(lost, candidate.lost_gpu_seconds)
+            if candidate.cause != WITHIN_QUEUE:
+                own = 0
+            priority = min(priority, candidate.priority)
+        return 0, (evicts, own, lost, priority, float("-inf"), 1, ())
+
+    # ----------------------------------------------------------- one scope
+    def scope(self, scope: _Scope) -> VictimSet | None:
+        """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
+        units = self._units(scope.candidates)
+        if len(units) <= _EXACT_WORKLOADS:
+            found = self._exact(scope, units)
+            if found is not None:
+                return VictimSet(self.preemptor.name, tuple(found))
+        greedy = _greedy(self.snapshot, scope.candidates, self.fits, self.flavors)
+        return None if greedy is None else VictimSet(self.preemptor.name, tuple(greedy))
+
+    def _units(self, scoped: Sequence[Candidate]) -> list[list[_Option]]:
+        """Per workload of the scope, its options: shrink by one pod, two, ... (elastic), evict whole."""
+        by_name: dict[str, list[_Option]] = {}
+        for candidate in scoped:
+            options = by_name.setdefault(candidate.name, [])
+            if candidate.kind == "shrink":
+                options[:0] = [self._option(c) for c in self._shrink_steps(candidate)]
+            else:
+                options.append(self._option(candidate))
+        return sorted(by_name.values(), key=lambda options: _order(options[0].candidate))
+
+    def _shrink_steps(self, full: Candidate) -> list[Candidate]:
+        """Shrinks of `full`'s workload by 1, 2, ... of its pods, highest indices first, ending at `full`
+        (the shrink to the minimum): a victim loses only the pods the preemptor needs."""
+        steps = self._shrinks.get(full.name)
+        if steps is not None:
+            return steps
+        admitted = full.admitted
+        workload = admitted.workload
+        prefixes = [f"{workload.name}/{ps.name}/" for ps in workload.pod_sets]
+        order = sorted(
+            full.pods,
+            key=lambda pod: (
+                -int(pod.rpartition("/")[2]),
+                next(i for i, p in enumerate(prefixes) if pod.startswith(p)),
+            ),
+        )
+        steps = []
+        for taken in range(1, len(order) + 1):
+            pods = tuple(order[:taken])
+            counts = tuple(
+                count - sum(1 for pod in pods if pod.startswith(prefix))
+                for count, prefix in zip(admitted.assignment.counts, prefixes, strict=True)
+            )
+            if taken == len(order):
+                steps.append(full)
+                break
+            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
+            rows = tuple(dict.fromkeys(admitted.pods[pod].node for pod in pods))
+            step = Candidate(
+                admitted,
+                "shrink",
+                full.cause,
+                admitted.lost_gpu_seconds(self.now, removed),
+                pods,
+                counts,
+                rows,
+            )
+            step.order = victim_order(step)
+            steps.append(step)
+        self._shrinks[full.name] = steps
+        return steps
+
+    def _option(self, candidate: Candidate) -> _Option:
+        admitted = candidate.admitted
+        gpus: dict[int, int] = {}
+        if candidate.kind == "evict":
+            amounts = dict(admitted.assignment.usage)
+            pods = list(admitted.pods.values())
+        else:
+            from gpufleet.scheduler.flavors import usage_of
+
+            left = usage_of(admitted.workload, admitted.assignment.model, candidate.counts)
+            amounts = {f: amount - left.get(f, 0) for f, amount in admitted.assignment.usage.items()}
+            pods = [admitted.pods[pod] for pod in candidate.pods]
+        for alloc in pods:
+            gpus[alloc.node] = gpus.get(alloc.node, 0) + len(alloc.gpus)
+        return _Option(candidate, amounts, gpus)
+
+    def _exact(self, scope: _Scope, units: list[list[_Option]]) -> list[Candidate] | None:
+        """The cheapest of the scope's minimal sets that pass quota and the capacity bound and then fit,
+        or None when there is none, or the scope is too large to search (the caller goes greedy).
+
+        A depth-first walk over the workloads (each: untouched, or one of its options) that stops a
+        branch as soon as its set passes the checks (a larger set only costs more) or can no longer
+        free enough GPUs. The sets found are then placed cheapest first."""
+        snapshot = self.snapshot
+        usage = snapshot.cache.usage
+        version = usage.version
+        capacity = _Capacity.of(self, scope, units)
+        queue, wanted = self.preemptor.queue, self.assignment.usage
+        leaves: list[tuple[tuple[int, Key], list[Candidate]]] = []
+        chosen: list[_Option] = []
+        steps = 0
+
+        def visit(i: int) -> bool:
+            """False when the step budget ran out."""
+            nonlocal steps
+            steps += 1
+            if steps > _EXACT_STEPS:
+                return False
+            if chosen and capacity.enough() and usage.fits(queue, wanted) is None:
+                allowed = self._allowed(chosen)
+                if allowed is not None:
+                    victims = [option.candidate for option in chosen]
+                    leaves.append(((allowed, VictimSet(self.preemptor.name, tuple(victims)).cost()), victims))
+                return True
+            if i == len(units) or not capacity.reachable(i):
+                return True
+            if not visit(i + 1):
+                return False
+            for option in units[i]:
+                chosen.append(option)
+                usage.add(option.candidate.admitted.queue, option.amounts, -1)
+                capacity.take(option, 1)
+                ok = visit(i + 1)
+                capacity.take(option, -1)
+                usage.add(option.candidate.admitted.queue, option.amounts, 1)
+                chosen.pop()
+                if not ok:
+                    return False
+            return True
+
+        complete = visit(0)
+        if steps > 1:
+            usage.rewind(version)  # every change was undone: memos keyed by the version hold again
+        if not complete:
+            return None
+        leaves.sort(key=_leaf_key)
+        for _, victims in leaves[:_EXACT_TRIES]:
+            mark = snapshot.mark()
+            for candidate in victims:
+                _apply(snapshot, candidate)
+            ok = self.fits()
+            snapshot.rollback(mark)
+            if ok:
+                return victims
+        return None
+
+    def _allowed(self, chosen: Sequence[_Option]) -> int | None:
+        """With `chosen` refunded from the usage table: 0 when no other queue ends below its nominal
+        quota, 1 when one does only by its last workload taken (it borrowed until then: a gang cannot be
+        split), None when the set takes more from a queue than that."""
+        cache = self.snapshot.cache
+        usage, tree = cache.usage, cache.tree
+        worst = 0
+        largest: dict[tuple[str, str], int] = {}
+        for option in chosen:
+            q = option.candidate.admitted.queue
+            if option.candidate.cause == WITHIN_QUEUE:
+                continue
+            for flavor in self.flavors:
+                amount = option.amounts.get(flavor, 0)
+                if amount > largest.get((q, flavor), 0):
+                    largest[(q, flavor)] = amount
+        for (q, flavor), amount in largest.items():
+            left, nominal = usage.usage(q, flavor), tree.nominal(q, flavor)
+            if left >= nominal:
+                continue
+            if left + amount <= nominal:
+                return None
+            worst = 1
+        return worst
+
+    def keeps_nominal(self, victims: Sequence[Candidate]) -> bool:
+        """Whether taking `victims` leaves every other queue at or above its nominal quota."""
+        cache = self.snapshot.cache
+        taken: dict[tuple[str, str], int] = {}
+        for candidate in victims:
+            if candidate.cause == WITHIN_QUEUE:
+                continue
+            amounts = self._option(candidate).amounts
+            for flavor in self.flavors:
+                key = (candidate.admitted.queue, flavor)
+                taken[key] = taken.get(key, 0) + amounts.get(flavor, 0)
+        return all(
+            cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
+            for (q, flavor), amount in taken.items()
+        )
+
+
+def _leaf_key(leaf: tuple[tuple[int, Key], list[Candidate]]) -> tuple[int, Key]:
+    return leaf[0]
+
+
+def _slots_shape(preemptor: Workload, assignment: Assignment) -> tuple[int, int] | None:
+    """(whole GPUs per slot, slots needed) for a whole-GPU preemptor: slots of the pods' size when every
+    pod set asks the same number of GPUs, else single GPUs; None for shared or MIG pods."""
+    if assignment.model is None:
+        return None
+    sizes = set()
+    gpus = pods = 0
+    for pod_set, count in zip(preemptor.pod_sets, assignment.counts, strict=True):
+        if pod_set.request.kind is not GpuKind.WHOLE:
+            return None
+        if count:
+            sizes.add(pod_set.request.gpus)
+            pods += pod_set.minimum
+            gpus += pod_set.request.gpus * pod_set.minimum
+    if len(sizes) == 1:
+        size = sizes.pop()
+        return (size, pods) if size > 0 else None
+    return (1, gpus) if gpus > 0 else None
+
+
+class _Capacity:
+    """A necessary condition for placement during the exact search: enough free slots of the preemptor's
+    pod size on the scope's nodes of its GPU model (whole GPUs per node, free plus freed)."""
+
+    def __init__(
+        self,
+        size: int,
+        needed: int,
+        free: dict[int, int],
+        slots: int,
+        suffix: list[int],
+    ) -> None:
+        self.size = size
+        self.needed = needed
+        self.free = free
+        self.freed: dict[int, int] = {}
+        self.slots = slots
+        self.gpus = sum(free.values())
+        self.suffix = suffix
+        """Per unit index, the most GPUs in scope the units from there on can free (by eviction)."""
+
+    @classmethod
+    def of(cls, search: _Search, scope: _Scope, units: list[list[_Option]]) -> _Capacity:
+        shape = search.shape
+        if shape is None or search.code is None:
+            return _Unbounded()
+        fleet = search.snapshot.fleet
+        rows = scope.rows(fleet)
+        rows = rows[fleet.model[rows] == search.code]
+        whole = fleet.whole_free[rows]
+        free = {int(r): int(f) for r, f in zip(rows, whole, strict=True)}
+        size, needed = shape
+        suffix = [0] * (len(units) + 1)
+        for i in range(len(units) - 1, -1, -1):
+            most = max(sum(g for node, g in o.gpus.items() if node in free) for o in units[i])
+            suffix[i] = suffix[i + 1] + most
+        return cls(size, needed, free, int(np.sum(whole // size)), suffix)
+
+    def enough(self) -> bool:
+        return self.slots >= self.needed
+
+    def reachable(self, i: int) -> bool:
+        return self.gpus + self.suffix[i] >= self.needed * self.size
+
+    def take(self, option: _Option, sign: int) -> None:
+        free, freed, size = self.free, self.freed, self.size
+        for node, gpus in option.gpus.items():
+            base = free.get(node)
+            if base is None:
+                continue
+            old = freed.get(node, 0)
+            new = old + sign * gpus
+            freed[node] = new
+            self.slots += (base + new) // size - (base + old) // size
+            self.gpus += sign * gpus
+
+
+class _Unbounded(_Capacity):
+    """No capacity bound (shared or MIG pods): quota alone stops a branch."""
+
+    def __init__(self) -> None:
+        super().__init__(1, 0, {}, 0, [])
+
+    def reachable(self, i: int) -> bool:
+        return True
+
+    def take(self, option: _Option, sign: int) -> None:
+        return None
 
 
 def _quota_feasible(
