@@ -21,10 +21,27 @@ def test_smoke_run_places_every_stream_and_keeps_the_fleet_sound() -> None:
     config = ThroughputConfig(nodes=320, pods=400, gangs=20, share_pods=300, seed=3)
     result = run_throughput(config)
     assert result.pods_placed == 400 and result.share_placed == 300
+    assert (result.pods_rejected, result.share_rejected) == (0, 0)
+    assert result.gangs_rejected == 20 - result.gangs_placed
     assert result.gangs_placed >= 15 and result.gang_pods_placed >= 2 * result.gangs_placed
     assert result.placed_total == result.pods_placed + result.gang_pods_placed + result.share_placed
     assert result.pods_per_s > 0 and result.p99_gang_ms >= result.p50_gang_ms > 0
     assert result.peak_rss_mib > 0
+
+
+def test_streams_not_given_scale_with_the_fleet() -> None:
+    full = ThroughputConfig.for_fleet(5000)
+    assert (full.pods, full.gangs, full.share_pods, full.resident_share_pods) == (
+        50_000,
+        2000,
+        50_000,
+        30_000,
+    )
+    small = ThroughputConfig.for_fleet(64, gangs=3)
+    assert (small.pods, small.gangs, small.share_pods, small.resident_share_pods) == (640, 3, 640, 384)
+    # At the scaled size the share stream places what it tries, so its rate is one of placements.
+    result = run_throughput(ThroughputConfig.for_fleet(64, gangs=20, seed=1))
+    assert result.share_pods == 640 and result.share_rejected == 0 and result.pods_rejected == 0
 
 
 def test_same_seed_same_decisions() -> None:
@@ -56,7 +73,7 @@ def test_cli_json_has_the_documented_keys() -> None:
     )
     assert out.exit_code == 0, out.output
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    for key in ("nodes", "pods_per_s", "gangs_per_s", "p99_gang_ms", "peak_rss_mib"):
+    for key in ("nodes", "pods_per_s", "gangs_per_s", "p99_gang_ms", "peak_rss_mib", "share_rejected"):
         assert key in row
     assert row["nodes"] == 300
 

@@ -11,6 +11,11 @@ rack, `racks_per_block` racks a block) receives three streams, each decision tim
 3. with the gangs still running, GPU-share pods (100 to 500 milli); a random share pod leaves once
    `share_resident` of them run.
 
+The stream lengths scale with the fleet (`ThroughputConfig.for_fleet`): per node 10 single pods, 0.4 gangs,
+10 share pods and 6 resident share pods, i.e. 50,000 / 2,000 / 50,000 / 30,000 at 5,000 nodes. A small
+fleet thus gets a stream it can hold instead of 50,000 share pods that are mostly rejected, which would
+make the share rate a rate of rejections. Each stream reports its rejections beside its rate.
+
 Releases are not timed: they are the world's work, and cheap. Each placement runs through
 `place_workload`, the same call the scheduling cycle makes, with the configured scoring policy.
 """
@@ -37,6 +42,13 @@ from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 GiB = 1024
 SHARE_MILLI = (100, 200, 250, 500)
 
+# Stream lengths per node of the fleet when not given (the 5,000-node run's 50,000 / 2,000 / 50,000 pods,
+# gangs, share pods and 30,000 resident share pods).
+PODS_PER_NODE = 10
+GANGS_PER_NODE = 0.4
+SHARE_PODS_PER_NODE = 10
+SHARE_RESIDENT_PER_NODE = 6
+
 
 @dataclass(frozen=True, slots=True)
 class ThroughputConfig:
@@ -52,7 +64,34 @@ class ThroughputConfig:
     max_gang: int = 64
     pod_occupancy: float = 0.5
     gang_occupancy: float = 0.75
-    share_resident: int = 30_000
+    share_resident: int | None = None  # None: SHARE_RESIDENT_PER_NODE per node
+
+    @classmethod
+    def for_fleet(
+        cls,
+        nodes: int,
+        *,
+        pods: int | None = None,
+        gangs: int | None = None,
+        share_pods: int | None = None,
+        gpus_per_node: int = 8,
+        seed: int = 0,
+        policy: str = "bestfit",
+    ) -> ThroughputConfig:
+        """A run on `nodes` nodes; each stream not given is scaled to the fleet (see the module doc)."""
+        return cls(
+            nodes=nodes,
+            pods=PODS_PER_NODE * nodes if pods is None else pods,
+            gangs=max(1, round(GANGS_PER_NODE * nodes)) if gangs is None else gangs,
+            share_pods=SHARE_PODS_PER_NODE * nodes if share_pods is None else share_pods,
+            gpus_per_node=gpus_per_node,
+            seed=seed,
+            policy=policy,
+        )
+
+    @property
+    def resident_share_pods(self) -> int:
+        return SHARE_RESIDENT_PER_NODE * self.nodes if self.share_resident is None else self.share_resident
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +101,14 @@ class ThroughputResult:
     policy: str
     pods: int
     pods_placed: int
+    pods_rejected: int
     pods_per_s: float
     p50_pod_ms: float
     p99_pod_ms: float
     p99_pod_cpu_ms: float
     gangs: int
     gangs_placed: int
+    gangs_rejected: int
     gang_pods_placed: int
     gangs_per_s: float
     p50_gang_ms: float
@@ -78,6 +119,7 @@ class ThroughputResult:
     p99_gang_33_64_ms: float
     share_pods: int
     share_placed: int
+    share_rejected: int
     share_per_s: float
     p99_share_ms: float
     p99_share_cpu_ms: float
@@ -226,7 +268,7 @@ class _Bench:
         times: list[float] = []
         placed = 0
         for i in range(cfg.share_pods):
-            while len(pool.items) >= cfg.share_resident:
+            while len(pool.items) >= cfg.resident_share_pods:
                 self._release(pool.pop_random(self.rng))
             request = requests[int(self.rng.integers(len(requests)))]
             elapsed, n = self._place(Workload(f"share{i}", (PodSet("p", 1, request),)), "share")
@@ -256,12 +298,14 @@ def run_throughput(
         policy=config.policy,
         pods=config.pods,
         pods_placed=pods_placed,
+        pods_rejected=config.pods - pods_placed,
         pods_per_s=_rate(pod_times),
         p50_pod_ms=_ms(pod_times, 50),
         p99_pod_ms=_ms(pod_times, 99),
         p99_pod_cpu_ms=_ms(bench.cpu["pods"], 99),
         gangs=config.gangs,
         gangs_placed=gangs_placed,
+        gangs_rejected=config.gangs - gangs_placed,
         gang_pods_placed=gang_pods,
         gangs_per_s=_rate(gang_times),
         p50_gang_ms=_ms(gang_times, 50),
@@ -272,6 +316,7 @@ def run_throughput(
         p99_gang_33_64_ms=_ms(by_kind["33-64"], 99),
         share_pods=config.share_pods,
         share_placed=share_placed,
+        share_rejected=config.share_pods - share_placed,
         share_per_s=_rate(share_times),
         p99_share_ms=_ms(share_times, 99),
         p99_share_cpu_ms=_ms(bench.cpu["share"], 99),
