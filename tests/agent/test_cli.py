@@ -73,6 +73,16 @@ def test_user_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2 and "bundled: a100-80gb-mig" in " ".join(result.stderr.split())
 
 
+def test_inspect_refuses_mps_on_gpus_in_mig_mode(tmp_path: Path) -> None:
+    config = tmp_path / "mps.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    result = runner.invoke(app, ["agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(config)])
+    assert result.exit_code != 0
+    assert "MIG is enabled on GPUs 0, 1, 2, 3, 4, 5, 6, 7" in str(result.exception)
+
+
 def test_agent_runs_until_sigterm(kubelet: FakeKubelet, short_dir: Path) -> None:
     port = _free_port()
     features = short_dir / "features.d" / "gfd"

@@ -64,8 +64,35 @@ def test_time_slicing_mixed_mig_resource(a100_mig: RecordedNvml) -> None:
     assert len(got["nvidia.com/mig-1g.10gb"]) == 22
 
 
+def _mps(replicas: int = 2, name: str = "nvidia.com/gpu") -> dict[str, Any]:
+    return {"mps": {"resources": [{"name": name, "replicas": replicas}]}}
+
+
+def test_mps_refuses_gpus_in_mig_mode_under_strategy_none(a100_mig: RecordedNvml) -> None:
+    node = a100_mig.discover()
+    # With migStrategy none the MIG-mode GPUs are advertised whole; MPS must not replicate them.
+    with pytest.raises(
+        ValidationError, match=r"field sharing\.mps: MPS sharing is not supported on GPUs in MIG"
+    ):
+        build_resources(node, parse_config({"sharing": _mps()}))
+    partly = replace(node, gpus=(node.gpus[0], replace(node.gpus[1], mig_enabled=False, mig_devices=())))
+    with pytest.raises(ValidationError, match=r"MIG is enabled on GPU 0: disable MIG"):
+        build_resources(partly, parse_config({"sharing": _mps()}))
+    # One replica is no sharing at all, and time-slicing works on MIG-mode GPUs.
+    assert len(_resources(node, sharing=_mps(replicas=1))["nvidia.com/gpu"]) == 8
+    ts = {"timeSlicing": _mps()["mps"]}
+    assert len(_resources(node, sharing=ts)["nvidia.com/gpu"]) == 16
+
+
+def test_mps_still_shares_gpus_without_mig(a100_mig: RecordedNvml) -> None:
+    node = a100_mig.discover()
+    whole = replace(node, gpus=tuple(replace(g, mig_enabled=False, mig_devices=()) for g in node.gpus[:2]))
+    (resource,) = build_resources(whole, parse_config({"sharing": _mps()}))
+    assert resource.sharing == "mps" and len(resource.devices) == 4
+
+
 def test_sharing_config_errors(a100_mig: RecordedNvml, l4: RecordedNvml) -> None:
-    with pytest.raises(ValidationError, match="not supported for MIG"):
+    with pytest.raises(ValidationError, match="MPS sharing is not supported on GPUs in MIG mode"):
         build_resources(
             a100_mig.discover(),
             parse_config(

@@ -119,8 +119,25 @@ def _base_resources(node: NodeInfo, strategy: str) -> list[tuple[str, list[Plugi
     return out
 
 
+def _refuse_mps_on_mig(node: NodeInfo, config: AgentConfig) -> None:
+    """MPS shares full GPUs only. NVIDIA's feature discovery fails with "MPS sharing is not supported
+    for mig devices" when any GPU is in MIG mode, under every MIG strategy (with `none` such a GPU
+    would otherwise be replicated whole), so the agent refuses the config at start-up the same way."""
+    if config.sharing.strategy != "mps":
+        return
+    in_mig = [gpu.index for gpu in node.gpus if gpu.mig_enabled]
+    if in_mig:
+        gpus = ("GPUs " if len(in_mig) > 1 else "GPU ") + ", ".join(map(str, in_mig))
+        raise ValidationError(
+            f"MPS sharing is not supported on GPUs in MIG mode; MIG is enabled on {gpus}: "
+            "disable MIG there or use timeSlicing",
+            field="sharing.mps",
+        )
+
+
 def build_resources(node: NodeInfo, config: AgentConfig) -> list[Resource]:
     """The resources to advertise, in a stable order; ValidationError when config and node disagree."""
+    _refuse_mps_on_mig(node, config)
     sharing = config.sharing
     replication = sharing.replication
     names = {entry.name for entry in replication.resources} if replication else set()
@@ -136,8 +153,6 @@ def build_resources(node: NodeInfo, config: AgentConfig) -> list[Resource]:
     for name, devices, profile in base:
         replicas = replication.replicas(name) if replication else 1
         kind = sharing.strategy if replicas > 1 else "none"
-        if kind == "mps" and any(d.mig for d in devices):
-            raise ValidationError("sharing using MPS is not supported for MIG devices", field="sharing.mps")
         advertised = name
         if replicas > 1:
             assert replication is not None
