@@ -16,7 +16,7 @@ from typing import Any, Literal
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
-from gpufleet.server import access
+from gpufleet.server import access, admission
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import merge_patch
 from gpufleet.store.protocol import Store, Watch, WatchEvent
@@ -67,6 +67,7 @@ class Operations:
     def create(self, principal: Principal, obj: Resource) -> Resource:
         with self._writes:
             access.check_writable(principal, obj, None)
+            admission.check_queues(self.store, [obj])
             return self.store.create(obj)
 
     def put(self, principal: Principal, obj: Resource) -> Applied:
@@ -80,6 +81,7 @@ class Operations:
                     "not found; leave out metadata.resourceVersion to create it", obj=obj.describe()
                 )
             access.check_writable(principal, obj, existing)
+            admission.check_queues(self.store, [obj])
             updated = self.store.update(obj)
         return Applied(updated, _action(existing, updated))
 
@@ -90,6 +92,7 @@ class Operations:
             previous = [self._find(obj) for obj in objects]
             for obj, existing in zip(objects, previous, strict=True):
                 access.check_writable(principal, obj, existing)
+            admission.check_queues(self.store, objects)
             results = self.store.apply_many(objects)
             return [
                 Applied(result, _action(existing, result))
@@ -137,6 +140,8 @@ class Operations:
         with self._writes:
             existing = self.get(principal, info, name, namespace)
             access.check_writable(principal, existing, existing)
+            if info.kind == "Queue":
+                admission.check_queue_delete(self.store, name)
             return self.store.delete(info.kind, name, namespace, resource_version=resource_version)
 
     # ---------------------------------------------------------------------------------- events

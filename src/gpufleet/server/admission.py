@@ -1,0 +1,77 @@
+"""Checks a write must pass that look at other stored objects: a Queue's parent, a queue in use.
+
+A Queue whose parent does not exist (or whose parent links would loop) cannot be part of the quota
+tree; stored, it would leave the scheduler without a tree. So a write is checked against the queues
+the store would hold after it: the stored ones with the request's own queues laid over them, which
+lets one multi-document apply create a parent after its children (it is applied all or none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpufleet.api.errors import ConflictError, ValidationError
+from gpufleet.api.queue import Queue
+from gpufleet.api.resource import Resource
+from gpufleet.store.protocol import Store
+
+# Kinds submitted to a queue (`spec.queue`) and the phases in which they no longer use it.
+QUEUED_KINDS = ("TrainingJob", "InferenceService", "Workload")
+_FINISHED = frozenset({"Succeeded", "Failed", "Inactive"})
+
+
+def queues_after(store: Store, objects: Sequence[Resource]) -> dict[str, Queue]:
+    """The queues the store would hold once `objects` are written (by name)."""
+    queues: dict[str, Queue] = {q.name: q for q in store.list(Queue).items}
+    for obj in objects:
+        if isinstance(obj, Queue):
+            queues[obj.name] = obj
+    return queues
+
+
+def check_queues(store: Store, objects: Sequence[Resource]) -> None:
+    """Every Queue written names an existing parent (or one written with it) and forms no cycle."""
+    written = [obj for obj in objects if isinstance(obj, Queue)]
+    if not written:
+        return
+    queues = queues_after(store, objects)
+    for queue in written:
+        problem = parent_problem(queue.name, queues)
+        if problem is not None:
+            raise ValidationError(problem, obj=queue.describe(), field="spec.parent")
+
+
+def parent_problem(name: str, queues: Mapping[str, Queue]) -> str | None:
+    """Why the queue `name` cannot hang in the tree of `queues`, or None if it can."""
+    seen = {name}
+    current = queues[name]
+    while current.spec.parent is not None:
+        parent = current.spec.parent
+        if parent not in queues:
+            if current.name == name:
+                return f"unknown queue {parent!r} (create the parent queue first, or in the same apply)"
+            return f"its ancestor {current.name!r} has an unknown parent queue {parent!r}"
+        if parent in seen:
+            return f"parent links would form a cycle through {parent!r}"
+        seen.add(parent)
+        current = queues[parent]
+    return None
+
+
+def check_queue_delete(store: Store, name: str) -> None:
+    """A queue with child queues, or with unfinished work submitted to it, is not deleted (409):
+    its children would be left without a parent and its workloads without a queue."""
+    children = sorted(q.name for q in store.list(Queue).items if q.spec.parent == name)
+    if children:
+        raise ConflictError(
+            f"has child queues {', '.join(children)}; delete or move them first", obj=f"Queue {name}"
+        )
+    for kind in QUEUED_KINDS:
+        for obj in store.list(kind).items:
+            spec = getattr(obj, "spec", None)
+            phase = getattr(getattr(obj, "status", None), "phase", None)
+            if getattr(spec, "queue", None) == name and phase not in _FINISHED:
+                raise ConflictError(
+                    f"{obj.describe()} is submitted to it; delete it or wait until it finishes",
+                    obj=f"Queue {name}",
+                )
