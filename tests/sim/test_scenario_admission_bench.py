@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
 from gpufleet.sim.admission import run
 
 
@@ -11,3 +15,20 @@ def test_admission_benchmark_smoke() -> None:
     assert result["queues"] == 8 and result["workloads"] == 400
     assert 0 < result["admitted"] < 400  # arrivals exceed capacity
     assert result["preemption_cycles"] > 0
+
+
+def test_no_preemption_is_no_latency_not_zero() -> None:
+    result = run(queues=8, workloads=50, nodes=40, arrivals=0).to_dict()
+    assert result["preemption_cycles"] == 0
+    assert result["p50_preemption_ms"] is None and result["p99_preemption_ms"] is None
+    out = CliRunner().invoke(
+        app, ["bench", "admission", "--queues", "8", "--workloads", "50", "--nodes", "40", "--arrivals", "0"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "n/a" in out.stdout
+
+
+@pytest.mark.parametrize(("option", "value"), [("--queues", "0"), ("--workloads", "-5"), ("--nodes", "0")])
+def test_out_of_range_options_are_usage_errors(option: str, value: str) -> None:
+    out = CliRunner().invoke(app, ["bench", "admission", option, value])
+    assert out.exit_code == 2 and option in out.output

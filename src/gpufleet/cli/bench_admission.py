@@ -16,10 +16,10 @@ def register(bench: typer.Typer) -> None:
 
 
 def admission(
-    queues: Annotated[int, typer.Option(help="Leaf queues (organisations x teams x queues).")] = 1000,
-    workloads: Annotated[int, typer.Option(help="Workloads submitted, beyond capacity.")] = 50_000,
-    nodes: Annotated[int, typer.Option(help="Nodes of 8 GPUs.")] = 5000,
-    arrivals: Annotated[int, typer.Option(help="High-priority arrivals into the full fleet.")] = 1000,
+    queues: Annotated[int, typer.Option(min=1, help="Leaf queues (organisations x teams x queues).")] = 1000,
+    workloads: Annotated[int, typer.Option(min=0, help="Workloads submitted, beyond capacity.")] = 50_000,
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes of 8 GPUs.")] = 5000,
+    arrivals: Annotated[int, typer.Option(min=0, help="High-priority arrivals into the full fleet.")] = 1000,
     seed: Annotated[int, typer.Option()] = 0,
     policy: Annotated[str, typer.Option(help="Placement policy of the (batch) workloads.")] = "bestfit",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
@@ -41,5 +41,5 @@ def admission(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.to_dict().items():
-        table.add_row(key, str(value))
+        table.add_row(key, "n/a" if value is None else str(value))  # e.g. no arrival had to preempt
     Console().print(table)

@@ -47,10 +47,11 @@ class AdmissionResult:
     decisions_per_s: float
     preemption_arrivals: int
     preemption_cycles: int
-    p50_preemption_ms: float
-    p99_preemption_ms: float
+    # None when no arrival preempted anything: there is no latency to report, not a latency of 0.
+    p50_preemption_ms: float | None
+    p99_preemption_ms: float | None
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
         return {
             "queues": self.queues,
             "workloads": self.workloads,
@@ -62,9 +63,13 @@ class AdmissionResult:
             "decisions_per_s": round(self.decisions_per_s, 1),
             "preemption_arrivals": self.preemption_arrivals,
             "preemption_cycles": self.preemption_cycles,
-            "p50_preemption_ms": round(self.p50_preemption_ms, 2),
-            "p99_preemption_ms": round(self.p99_preemption_ms, 2),
+            "p50_preemption_ms": _round(self.p50_preemption_ms),
+            "p99_preemption_ms": _round(self.p99_preemption_ms),
         }
+
+
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 2)
 
 
 def build_fleet(nodes: int) -> FleetState:
@@ -181,8 +186,8 @@ def run(
             latencies.append(elapsed * 1000)
         cache.pending.clear()  # victims and the waiting arrival leave: each arrival is measured alone
         now += 1.0
-    p50 = float(np.percentile(latencies, 50)) if latencies else 0.0
-    p99 = float(np.percentile(latencies, 99)) if latencies else 0.0
+    p50 = float(np.percentile(latencies, 50)) if latencies else None
+    p99 = float(np.percentile(latencies, 99)) if latencies else None
     return AdmissionResult(
         queues=queues,
         workloads=workloads,
