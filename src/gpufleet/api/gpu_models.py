@@ -132,17 +132,23 @@ def is_known_model(name: str) -> bool:
     return canonical_model(name) is not None
 
 
+def added_models() -> list[str]:
+    """The names `GPUFLEET_GPU_MODELS` adds to the catalogue (those it already lists left out)."""
+    known = {normalise(name) for name in _INDEX}
+    return [name for name in extra_models() if normalise(name) not in known]
+
+
 def catalogue() -> dict[str, tuple[str, ...]]:
     """Canonical name -> aliases, the environment's additions last (without aliases)."""
     out = dict(_CATALOGUE)
-    for extra in extra_models():
+    for extra in added_models():
         out.setdefault(extra, ())
     return out
 
 
 def known_models() -> list[str]:
     """Every canonical name, the catalogue's then the environment's."""
-    return [*_CATALOGUE, *(m for m in extra_models() if m not in _CATALOGUE)]
+    return [*_CATALOGUE, *added_models()]
 
 
 def unknown_model_message(name: str) -> str:

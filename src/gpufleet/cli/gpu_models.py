@@ -9,9 +9,9 @@ from gpufleet.api import gpu_models
 
 def list_models() -> None:
     """Lists the known GPU models and their aliases (add more with GPUFLEET_GPU_MODELS=A,B)."""
-    extra = set(gpu_models.extra_models())
+    added = set(gpu_models.added_models())
     for name, aliases in gpu_models.catalogue().items():
-        note = f"  (from {gpu_models.EXTRA_MODELS_ENV})" if name in extra and not aliases else ""
+        note = f"  (from {gpu_models.EXTRA_MODELS_ENV})" if name in added else ""
         typer.echo(f"{name}: {', '.join(aliases)}" if aliases else f"{name}{note}")
 
 
