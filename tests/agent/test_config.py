@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -65,9 +66,7 @@ def test_mps_rejects_more_than_one_unit_by_default() -> None:
 def test_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"field flags.migStrategy"):
         parse_config({"flags": {"migStrategy": "half"}})
-    with pytest.raises(ValidationError, match=r"replicas must be at least 1"):
-        parse_config({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 0}]}}})
-    with pytest.raises(ValidationError, match="mutually exclusive"):
+    with pytest.raises(ValidationError, match=r"field sharing: timeSlicing and mps are mutually exclusive$"):
         both = {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}
         parse_config({"sharing": {"timeSlicing": both, "mps": both}})
     bad = tmp_path / "bad.yaml"
@@ -87,3 +86,43 @@ def test_health_section_and_nvidia_environment_variables() -> None:
     assert {63, 64} <= env.ignored_xids and not env.disabled
     assert health.with_env({"DP_DISABLE_HEALTHCHECKS": "all"}).disabled
     assert health.with_env({"DP_ENABLE_HEALTHCHECKS": "13"}).is_critical(13)
+
+
+def test_errors_read_like_gpufleet_errors(tmp_path: Path) -> None:
+    path = tmp_path / "sharing.yaml"
+    path.write_text("sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 0}\n")
+    with pytest.raises(ValidationError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: field sharing.timeSlicing.resources[0].replicas: must be at least 1, got 0"
+    )
+    assert "Value error" not in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        parse_config({"sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}}, where="c.yaml")
+    assert str(caught.value).startswith("c.yaml: field sharing.mps.resources[0].name: resource names start")
+
+
+def test_ignored_per_resource_fields_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    entries = [
+        {"name": "nvidia.com/gpu", "replicas": 2, "rename": "nvidia.com/shared-gpu", "devices": [0, 1]},
+        {"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "devices": "all"},
+    ]
+    with caplog.at_level(logging.WARNING, logger="gpufleet.agent.config"):
+        config = parse_config({"sharing": {"timeSlicing": {"resources": entries}}}, where="ts.yaml")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "ts.yaml: field sharing.timeSlicing.resources[0].rename is ignored, as by NVIDIA's plugin",
+        "ts.yaml: field sharing.timeSlicing.resources[0].devices is ignored, as by NVIDIA's plugin",
+    ]
+    assert (
+        config.sharing.replication is not None and config.sharing.replication.replicas("nvidia.com/gpu") == 2
+    )
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gpufleet.agent.config"):
+        parse_config(
+            {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2, "rename": "x"}]}}}
+        )
+    assert [r.getMessage() for r in caplog.records] == [
+        "config: field sharing.mps.resources[0].rename is ignored, as by NVIDIA's plugin"
+    ]

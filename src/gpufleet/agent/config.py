@@ -9,6 +9,7 @@ environment variables DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS work as
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,8 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
 from gpufleet.api.errors import ValidationError
+
+log = logging.getLogger(__name__)
 
 RESOURCE_PREFIX = "nvidia.com/"
 DEFAULT_RESOURCE = "nvidia.com/gpu"
@@ -96,7 +99,7 @@ class ReplicatedResource(_Model):
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:
-            raise ValueError(f"replicas must be at least 1, got {value}")
+            raise ValueError(f"must be at least 1, got {value}")
         return value
 
 
@@ -104,6 +107,18 @@ class Replication(_Model):
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool | None = None
     resources: tuple[ReplicatedResource, ...] = ()
+
+    def ignored_fields(self, section: str) -> list[str]:
+        """Paths of the per-resource fields that NVIDIA's plugin accepts but ignores (it disables
+        renaming and device selection in sharing), so gpufleet ignores them too."""
+        ignored = []
+        for i, entry in enumerate(self.resources):
+            if entry.rename:
+                ignored.append(f"sharing.{section}.resources[{i}].rename")
+            # `devices: all` is NVIDIA's default, which is what the agent does anyway.
+            if entry.devices is not None and entry.devices != "all":
+                ignored.append(f"sharing.{section}.resources[{i}].devices")
+        return ignored
 
     def replicas(self, resource: str) -> int:
         """The replica count configured for a resource, 1 when it is not replicated."""
@@ -122,6 +137,12 @@ class Sharing(_Model):
         if self.time_slicing is not None and self.time_slicing.resources and self.mps and self.mps.resources:
             raise ValueError("timeSlicing and mps are mutually exclusive")
         return self
+
+    def ignored_fields(self) -> list[str]:
+        sections = (("timeSlicing", self.time_slicing), ("mps", self.mps))
+        return [
+            path for name, section in sections if section is not None for path in section.ignored_fields(name)
+        ]
 
     @property
     def strategy(self) -> Literal["none", "time-slicing", "mps"]:
@@ -202,14 +223,34 @@ class AgentConfig(_Model):
     health: Health = Health()
 
 
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """pydantic's ('sharing', 'timeSlicing', 'resources', 0, 'replicas') as
+    `sharing.timeSlicing.resources[0].replicas`."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _message(error: Any) -> str:
+    """The error's own words: a validator's ValueError without pydantic's "Value error, " prefix."""
+    cause = error.get("ctx", {}).get("error")
+    if error["type"] in ("value_error", "assertion_error") and cause is not None:
+        return str(cause)
+    return str(error["msg"])
+
+
 def parse_config(data: Mapping[str, Any] | None, *, where: str = "config") -> AgentConfig:
-    """Validates a config document; errors name the file and the field path."""
+    """Validates a config document; errors name the file and the field path. Fields that are
+    accepted but ignored are logged as warnings."""
     try:
-        return AgentConfig.model_validate(dict(data or {}))
+        config = AgentConfig.model_validate(dict(data or {}))
     except PydanticValidationError as exc:
         first = exc.errors()[0]
-        path = ".".join(str(part) for part in first["loc"])
-        raise ValidationError(first["msg"], obj=where, field=path or None) from exc
+        raise ValidationError(_message(first), obj=where, field=_field_path(first["loc"]) or None) from exc
+    for path in config.sharing.ignored_fields():
+        log.warning("%s: field %s is ignored, as by NVIDIA's plugin", where, path)
+    return config
 
 
 def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> AgentConfig:
