@@ -48,6 +48,25 @@ def test_inspect_json_with_a_config(tmp_path: Path) -> None:
     assert len(data["node"]["gpus"]) == 8
 
 
+def test_inspect_shows_ignored_sharing_fields(tmp_path: Path) -> None:
+    config = tmp_path / "ts.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: nvidia.com/gpu, replicas: 2, rename: nvidia.com/l4, devices: [0, 1]}\n"
+    )
+    args = ["agent", "inspect", "--profile", "pcie-l4", "--config", str(config)]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["warnings"] == [
+        f"{config}: field sharing.timeSlicing.resources[0].rename is ignored, as by NVIDIA's plugin",
+        f"{config}: field sharing.timeSlicing.resources[0].devices is ignored, as by NVIDIA's plugin",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: " in text and "resources[0].rename is ignored" in text and "resources[0].devices" in text
+
+
 def test_inspect_record_writes_a_profile_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "node.json"
     result = runner.invoke(app, ["agent", "inspect", "--profile", "pcie-l4", "--record", str(out)])

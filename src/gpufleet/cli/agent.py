@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.agent.config import load_config
+from gpufleet.agent.config import AgentConfig, load_config
 from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
@@ -111,6 +111,27 @@ def run(
             agent.stop()
 
 
+class _Collect(logging.Handler):
+    """Keeps the warnings logged while the config loads, so inspect can show them with its output."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _load_config_collecting(config: Path | None) -> tuple[AgentConfig, list[str]]:
+    collect = _Collect()
+    config_log = logging.getLogger(load_config.__module__)
+    config_log.addHandler(collect)
+    try:
+        return load_config(config, env=os.environ), collect.messages
+    finally:
+        config_log.removeHandler(collect)
+
+
 @app.command()
 def inspect(
     profile: str = typer.Option(None, "--profile", help=_PROFILE_HELP.format(", ".join(bundled_profiles()))),
@@ -119,7 +140,7 @@ def inspect(
     record: Path = typer.Option(None, "--record", help="write what was discovered as a node profile JSON"),
 ) -> None:
     """Prints what discovery found, the labels and the devices the agent would advertise."""
-    cfg = load_config(config, env=os.environ)
+    cfg, warnings = _load_config_collecting(config)
     backend = open_backend(profile)
     try:
         node = backend.discover()
@@ -138,7 +159,10 @@ def inspect(
     advertised = device_ids(resources)
     if as_json:
         typer.echo(
-            json.dumps({"node": node_to_json(node), "labels": labels, "resources": advertised}, indent=1)
+            json.dumps(
+                {"node": node_to_json(node), "labels": labels, "resources": advertised, "warnings": warnings},
+                indent=1,
+            )
         )
         return
     # Piped output gets room for full UUIDs instead of an 80-column wrap.
@@ -175,3 +199,5 @@ def inspect(
         shown = ", ".join(ids[:4]) + (f", ... ({len(ids) - 4} more)" if len(ids) > 4 else "")
         res_table.add_row(name, str(len(ids)), shown)
     console.print(res_table)
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
