@@ -168,5 +168,41 @@ def quota_tree(queues: Iterable[Queue]) -> tuple[QuotaTree, dict[str, QueueSetti
     return QuotaTree(nodes), settings
 
 
+def usable_queues(queues: Iterable[Queue]) -> tuple[list[Queue], dict[str, str]]:
+    """The queues that can form a quota tree, and why each of the others cannot (by name).
+
+    A queue whose parent is unknown, or whose parent links loop, cannot be placed, and neither can
+    anything below it. The API refuses such queues, but a store written by an older version or
+    directly may still hold one; the rest of the tree must be scheduled regardless."""
+    by_name = {q.name: q for q in queues}
+    broken: dict[str, str] = {}
+    placed: dict[str, bool] = {}
+    for name in by_name:
+        chain: list[str] = []
+        current: str | None = name
+        problem = None
+        while current is not None and current not in placed:
+            if current in chain:
+                problem = f"parent links form a cycle through {current!r}"
+                break
+            chain.append(current)
+            parent = by_name[current].spec.parent
+            if parent is not None and parent not in by_name:
+                problem = f"unknown parent queue {parent!r}"
+                break
+            current = parent
+        in_cycle = problem is not None and current in chain
+        if problem is None and current is not None and not placed[current]:
+            problem = f"its parent {current!r} is not part of the quota tree"
+        for member in reversed(chain):
+            placed[member] = problem is None
+            if problem is not None:
+                # The queue where the walk stopped says what is wrong; those below it, that it is.
+                own = by_name[member].spec.parent
+                last = member == chain[-1] or in_cycle
+                broken[member] = problem if last else f"its parent {own!r} is not part of the quota tree"
+    return [q for q in by_name.values() if placed[q.name]], broken
+
+
 def _milli(gpus: float | None) -> int | None:
     return None if gpus is None else round(gpus * 1000)

@@ -27,6 +27,7 @@ larger size right after the workload checkpoints, and only while nothing else wa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -59,12 +60,17 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt, Reason
 from gpufleet.scheduler.flavors import Assignment
-from gpufleet.scheduler.queueing import UsageHistory
+from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
+from gpufleet.scheduler.quota import QuotaTree
 from gpufleet.store.protocol import Store, WatchEvent
 
 log = logging.getLogger(__name__)
 
 SOURCE = "scheduler"
+# Pending reasons about the queue a workload names rather than about its quota.
+QUEUE_NOT_FOUND = "QueueNotFound"
+QUEUE_INVALID = "QueueInvalid"
+QUEUE_NOT_LEAF = "QueueNotLeaf"
 
 
 @dataclass(slots=True)
@@ -110,6 +116,8 @@ class SchedulingController:
         self.queue_generations: dict[str, int | None] = {}
         self.queues: dict[str, Queue] = {}
         self.queues_dirty = True
+        self.invalid_queues: dict[str, str] = {}
+        """Queues left out of the quota tree, with why (shown as their `Valid` condition)."""
         self.backoff: dict[str, float] = {}
         self.broken: dict[str, Broken] = {}
         self.reasons: dict[str, dict[str, object]] = {}
@@ -118,6 +126,7 @@ class SchedulingController:
         self.dirty = True
         self.needs_rebuild = True
         self.next_periodic = 0.0
+        self.last_now = 0.0
         self.stats = SchedulingStats()
 
     # ================================================================ manager interface
@@ -144,6 +153,7 @@ class SchedulingController:
             self.needs_rebuild = True
 
     def step(self, now: float) -> float | None:
+        self.last_now = now
         if self.needs_rebuild or self.cache is None:
             self._rebuild(now)
         for name, at in sorted(self.backoff.items()):
@@ -179,7 +189,7 @@ class SchedulingController:
         nodes = self.store.list(Node).items
         workloads = self.store.list(WorkloadObject).items
         pods = self.store.list(Pod).items
-        tree, settings = convert.quota_tree(queues)
+        tree, settings = self._quota_tree(queues, now)
         fleet = FleetState(TOPOLOGY_LEVELS)
         history = (
             self.cache.history if self.cache else UsageHistory(self.config.fair_sharing.half_life_seconds)
@@ -207,6 +217,37 @@ class SchedulingController:
         self._delete_orphans()
         self.needs_rebuild = False
         self.dirty = True
+
+    def _quota_tree(self, queues: list[Queue], now: float) -> tuple[QuotaTree, dict[str, QueueSettings]]:
+        """The quota tree of the queues that can be placed in one. A queue that cannot (unknown parent,
+        a loop of parents, or below such a queue) is left out and marked, so one bad object never
+        stops scheduling for the rest; workloads submitted to it wait with a reason saying why."""
+        usable, broken = convert.usable_queues(queues)
+        while True:
+            try:
+                tree, settings = convert.quota_tree(usable)
+                break
+            except GpuFleetError as exc:
+                # Whatever else the tree refuses names the queue at fault: leave that one out too.
+                name = (exc.obj or "").removeprefix("Queue ")
+                if name not in {q.name for q in usable}:
+                    raise
+                broken[name] = exc.detail
+                usable = [q for q in usable if q.name != name]
+        for name, message in sorted(broken.items()):
+            if self.invalid_queues.get(name) != message:
+                log.warning("Queue %s is left out of the quota tree: %s", name, message)
+                events.record(
+                    self.store,
+                    self.queues[name],
+                    reason="InvalidQueue",
+                    message=f"left out of the quota tree: {message}",
+                    now=now,
+                    type="Warning",
+                    source=SOURCE,
+                )
+        self.invalid_queues = broken
+        return tree, settings
 
     def _readmit(self, key: str, obj: WorkloadObject, now: float) -> None:
         """Puts an admitted workload back into the cache with the allocations its Pods hold."""
@@ -777,6 +818,7 @@ class SchedulingController:
                     "pending_workloads": wanted.pending_workloads,
                     "admitted_workloads": wanted.admitted_workloads,
                     "usage": {flavor: round(gpus, 3) for flavor, gpus in sorted(wanted.usage.items())},
+                    "conditions": self._queue_conditions(queue),
                 }
             )
             if status == queue.status:
@@ -785,6 +827,18 @@ class SchedulingController:
                 self.queues[name] = self.store.update_status(queue.model_copy(update={"status": status}))
             except (ConflictError, NotFoundError):
                 self.queues_dirty = True  # a newer queue is on its way in; written next step
+
+    def _queue_conditions(self, queue: Queue) -> list[Condition]:
+        """`Valid False` while the queue is left out of the quota tree; `Valid True` once it is back."""
+        problem = self.invalid_queues.get(queue.name)
+        now = to_datetime(self.last_now)
+        if problem is not None:
+            wanted = Condition(type="Valid", status="False", reason="InvalidParent", message=problem)
+        elif any(c.type == "Valid" for c in queue.status.conditions):
+            wanted = Condition(type="Valid", status="True", reason="InQuotaTree", message="")
+        else:
+            return queue.status.conditions
+        return set_condition(queue.status.conditions, wanted, now=now)
 
     def _refetch(self, key: str, now: float) -> None:
         namespace, name = convert.split_key(key)
@@ -802,6 +856,9 @@ class SchedulingController:
             obj = self.workloads.get(key)
             if obj is None or obj.status.phase != "Pending":
                 continue
+            queue_reason = self._queue_reason(obj.spec.queue)
+            if queue_reason is not None:
+                pending = dataclasses.replace(pending, reason=queue_reason)
             demand = self._node_demand(obj, pending.reason)
             reason = _reason_dict(pending.reason)
             reason["nodeDemand"] = None if demand is None else demand.pools
@@ -824,6 +881,24 @@ class SchedulingController:
             )
             self._write_status(key, obj, status)
             self.reasons[key] = reason
+
+    def _queue_reason(self, queue: str) -> Reason | None:
+        """Why a workload's queue cannot take it, when the queue is missing, left out of the quota tree
+        or not a leaf; None when the queue is a usable leaf (the core's reason stands)."""
+        cache = self.cache
+        assert cache is not None
+        if queue in cache.tree.nodes:
+            if cache.tree.is_leaf(queue):
+                return None
+            return Reason(
+                QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; submit to a leaf queue", {"queue": queue}
+            )
+        if queue in self.invalid_queues:
+            problem = self.invalid_queues[queue]
+            return Reason(
+                QUEUE_INVALID, f"queue {queue!r} is left out of the quota tree: {problem}", {"queue": queue}
+            )
+        return Reason(QUEUE_NOT_FOUND, f"queue {queue!r} does not exist", {"queue": queue})
 
     def _node_demand(self, obj: WorkloadObject, reason: Reason) -> NodeDemand | None:
         """The pools whose new nodes could serve a workload that waits for nodes; None if it waits for
