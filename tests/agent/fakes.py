@@ -159,6 +159,9 @@ class FakePynvml:
         self.events: queue.Queue[Any] = queue.Queue()
         self.registered: dict[int, int] = {}
         self.recovery_action: dict[int, int] = {}
+        self.virtualization: dict[int, int] = {}
+        # GPU index -> {vGPU instance id: licence status} on a hypervisor
+        self.host_vgpus: dict[int, dict[int, int]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(pynvml, name)
@@ -358,6 +361,28 @@ class FakePynvml:
             0,
             int(self._reading(handle, "row_remap_failure")),
         )
+
+    # vGPU: bare metal unless a test sets a GPU's mode; a guest's licence state is its telemetry reading.
+    def nvmlDeviceGetVirtualizationMode(self, handle: Any) -> int:
+        return self.virtualization.get(handle[1], pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE)
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: Any) -> Any:
+        licensed = int(self._reading(handle, "vgpu_license_status"))
+        feature = SimpleNamespace(
+            featureCode=pynvml.NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE, featureState=licensed
+        )
+        return SimpleNamespace(
+            isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature]
+        )
+
+    def nvmlDeviceGetActiveVgpus(self, handle: Any) -> list[int]:
+        return list(self.host_vgpus.get(handle[1], {}))
+
+    def nvmlVgpuInstanceGetLicenseStatus(self, instance: int) -> int:
+        for vgpus in self.host_vgpus.values():
+            if instance in vgpus:
+                return vgpus[instance]
+        raise _error(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetFieldValues(self, handle: Any, ids: list[int]) -> list[Any]:
         out = []

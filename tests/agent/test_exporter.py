@@ -8,17 +8,19 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.agent.exporter import DEFAULT_COUNTERS, DcgmCollector, MetricsServer, PodResourcesClient, render
 from gpufleet.agent.health import HealthState
-from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.agent.nvml import RealNvml, RecordedNvml
 
-from .fakes import FakePodResources
+from .fakes import FakePodResources, FakePynvml
 
 _SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -64,6 +66,19 @@ def test_default_counters_with_dcgm_labels(h100: RecordedNvml) -> None:
     assert value == h100.telemetry(gpu.uuid).gpu_temp_c
     assert [v for _, v in series["DCGM_FI_DEV_XID_ERRORS"]] == [0, 79, 0, 0, 0, 0, 0, 0]
     assert series["DCGM_FI_DEV_POWER_USAGE"][0][1] == pytest.approx(610.5)
+
+
+def test_vgpu_license_status_is_exported_where_nvml_reports_it(h100: RecordedNvml) -> None:
+    node = h100.discover()
+    licensed = node.gpus[2].uuid
+    fake = FakePynvml(node, {licensed: replace(h100.telemetry(licensed), vgpu_license_status=1.0)})
+    fake.virtualization[2] = pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU
+    backend = RealNvml(fake)
+    series = _families(render([DcgmCollector(backend, backend.discover(), hostname="vm-a")]).decode())
+    # Only the vGPU has a licence to report; on the others NVML says licensing is not supported.
+    assert [(labels["UUID"], value) for labels, value in series["DCGM_FI_DEV_VGPU_LICENSE_STATUS"]] == [
+        (licensed, 1.0)
+    ]
 
 
 def test_mig_devices_carry_gpu_instance_labels(a100_mig: RecordedNvml) -> None:

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from gpufleet.agent.nvml import (
@@ -111,6 +112,29 @@ def test_real_nvml_telemetry_in_dcgm_units(h100: RecordedNvml) -> None:
     assert got.memory_temp_c == want.memory_temp_c  # a field value
     assert got.gpu_util == want.gpu_util
     assert got.row_remap_failure == 0
+
+
+def test_real_nvml_vgpu_license_status(h100: RecordedNvml) -> None:
+    node = h100.discover()
+    uuids = [g.uuid for g in node.gpus]
+    readings = {uuids[0]: replace(h100.telemetry(uuids[0]), vgpu_license_status=1.0)}
+    readings[uuids[1]] = replace(h100.telemetry(uuids[1]), vgpu_license_status=0.0)
+    fake = FakePynvml(node, readings)
+    fake.virtualization.update({i: pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU for i in (0, 1)})
+    real = RealNvml(fake)
+    # Inside a VM: the licensable features' state.
+    assert real.telemetry(uuids[0]).vgpu_license_status == 1.0
+    assert real.telemetry(uuids[1]).vgpu_license_status == 0.0
+    # Bare metal, where NVML says licensing is not supported: no reading, so no series.
+    assert real.telemetry(uuids[2]).vgpu_license_status is None
+    # A hypervisor: licensed only when every active vGPU instance is.
+    fake.virtualization.update({3: pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU})
+    fake.virtualization.update({4: pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU})
+    fake.virtualization.update({5: pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU})
+    fake.host_vgpus.update({3: {31: 1, 32: 1}, 4: {41: 1, 42: 0}})
+    assert real.telemetry(uuids[3]).vgpu_license_status == 1.0
+    assert real.telemetry(uuids[4]).vgpu_license_status == 0.0
+    assert real.telemetry(uuids[5]).vgpu_license_status is None  # no vGPU running
 
 
 def test_real_nvml_mig_telemetry_is_memory_only(a100_mig: RecordedNvml) -> None:

@@ -4,7 +4,10 @@ Metric names, types, help texts and units are those of dcgm-exporter's `etc/defa
 labels are its `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`, plus `GPU_I_PROFILE`
 and `GPU_I_ID` on MIG devices, and `pod`, `namespace`, `container` (and `vgpu` for a shared replica)
 when the kubelet PodResources API says a container holds the device. Dashboards and alerts written
-for dcgm-exporter work unchanged.
+for dcgm-exporter work unchanged. A counter is left out for a device whose NVML does not report it:
+`DCGM_FI_DEV_VGPU_LICENSE_STATUS` (1 licensed, 0 not) is read from NVML's licensable features (a vGPU in
+a VM) or its vGPU instances' licences (a hypervisor), and left out where NVML says vGPU licensing is not
+supported, as on bare-metal GPUs.
 
 `DcgmCollector` is a prometheus_client collector, reading NVML on every scrape so that no series of a
 finished pod or a removed MIG device lingers. The endpoint does not use prometheus_client's text

@@ -728,8 +728,31 @@ class RealNvml:
             uncorrectable_remapped_rows=None if rows is None else float(rows[1]),
             correctable_remapped_rows=None if rows is None else float(rows[0]),
             row_remap_failure=None if rows is None else float(rows[3]),
+            vgpu_license_status=self._vgpu_license_status(handle),
             **fb,
         )
+
+    def _vgpu_license_status(self, handle: Any) -> float | None:
+        """DCGM_FI_DEV_VGPU_LICENSE_STATUS: 1 when the GPU's vGPU licence is held, 0 when it is not, None
+        where NVML says there is no vGPU licensing to report (bare metal, usually)."""
+        nv = self._nv
+        mode = self._try(nv.nvmlDeviceGetVirtualizationMode, handle)
+        if mode in (nv.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU, nv.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA):
+            # A hypervisor: the licences are the vGPU instances' (held by their VMs); the GPU counts as
+            # licensed only when every active instance is.
+            instances = self._try(nv.nvmlDeviceGetActiveVgpus, handle)
+            if not instances:
+                return None
+            statuses = [self._try(nv.nvmlVgpuInstanceGetLicenseStatus, i) for i in instances]
+            if any(status is None for status in statuses):
+                return None
+            return float(all(statuses))
+        # A VM with a vGPU (or anything else): NVML lists the licensable features and their state.
+        features = self._try(nv.nvmlDeviceGetGridLicensableFeatures, handle)
+        if features is None or not features.isGridLicenseSupported:
+            return None
+        listed = features.gridLicensableFeatures[: features.licensableFeaturesCount]
+        return float(any(feature.featureState for feature in listed))
 
     # Health
     def probe(self, uuid: str) -> HealthProbe:
