@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -444,9 +444,9 @@ def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
         snapshot.remove(candidate.name)
 
 
-@dataclass(frozen=True, slots=True)
-class _Scope:
-    """Where a preemptor is tried: one node, one domain of a topology level, or the whole fleet."""
+class _Scope(NamedTuple):
+    """Where a preemptor is tried: one node, one domain of a topology level, or the whole fleet (a
+    tuple: thousands are made per search, one per node)."""
 
     candidates: list[Candidate]
     node: int | None = None
@@ -462,6 +462,11 @@ class _Scope:
             return every
         inside: IntArray = every[fleet.domain[self.level_no][: fleet.n_rows] == self.domain]
         return inside
+
+    def covers(self, fleet: FleetState, row: int) -> bool:
+        if self.node is not None:
+            return row == self.node
+        return self.level_no is None or int(fleet.domain[self.level_no][row]) == self.domain
 
 
 def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[_Scope]:
@@ -605,21 +610,30 @@ class _Search:
 
     # ----------------------------------------------------------- bounds
     def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
-        """No set from these candidates costs less (each part of `VictimSet.cost` at its least)."""
-        evicts = own = 1
-        lost = float("inf")
-        priority = 1 << 62
+        """No set from these candidates costs less: each part of `VictimSet.cost` at its least (the
+        newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
+        on everything but names are searched only while their names could still win."""
+        evicts, own, lost, priority, newest, first = _order(scoped[0])
         for candidate in scoped:
+            # victim_order's parts are the candidate's share of each part of the cost.
+            order = _order(candidate)
+            if order[0] < evicts:
+                evicts = order[0]
+            if order[1] < own:
+                own = order[1]
+            spent = order[2]
             if candidate.kind == "shrink":
-                evicts = 0
-                # The cheapest shrink of a workload takes its first pod.
-                lost = min(lost, self._shrink_steps(candidate)[0].lost_gpu_seconds)
-            else:
-                lost = min(lost, candidate.lost_gpu_seconds)
-            if candidate.cause != WITHIN_QUEUE:
-                own = 0
-            priority = min(priority, candidate.priority)
-        return 0, (evicts, own, lost, priority, float("-inf"), 1, ())
+                # The cheapest shrink of a workload takes its first pod only.
+                spent = self._shrink_steps(candidate)[0].lost_gpu_seconds
+            if spent < lost:
+                lost = spent
+            if order[3] < priority:
+                priority = order[3]
+            if order[4] < newest:
+                newest = order[4]
+            if order[5] < first:
+                first = order[5]
+        return 0, (evicts, own, lost, priority, newest, 1, (first,))
 
     # ----------------------------------------------------------- one scope
     def scope(self, scope: _Scope) -> VictimSet | None:
@@ -837,6 +851,7 @@ class _Capacity:
         needed: int,
         free: dict[int, int],
         slots: int,
+        gpus: int,
         suffix: list[int],
     ) -> None:
         self.size = size
@@ -844,7 +859,7 @@ class _Capacity:
         self.free = free
         self.freed: dict[int, int] = {}
         self.slots = slots
-        self.gpus = sum(free.values())
+        self.gpus = gpus
         self.suffix = suffix
         """Per unit index, the most GPUs in scope the units from there on can free (by eviction)."""
 
@@ -854,16 +869,29 @@ class _Capacity:
         if shape is None or search.code is None:
             return _Unbounded()
         fleet = search.snapshot.fleet
-        rows = scope.rows(fleet)
-        rows = rows[fleet.model[rows] == search.code]
-        whole = fleet.whole_free[rows]
-        free = {int(r): int(f) for r, f in zip(rows, whole, strict=True)}
+        code = search.code
         size, needed = shape
+        # Free GPUs of the nodes the options touch, for the changes; the scope's totals from the arrays.
+        touched = {node for options in units for option in options for node in option.gpus}
+        free = {
+            node: int(fleet.whole_free[node])
+            for node in touched
+            if int(fleet.model[node]) == code and scope.covers(fleet, node)
+        }
+        if scope.node is not None:
+            whole = free.get(scope.node)
+            if whole is None:
+                whole = int(fleet.whole_free[scope.node]) if int(fleet.model[scope.node]) == code else 0
+            slots, gpus = whole // size, whole
+        else:
+            rows = scope.rows(fleet)
+            array = fleet.whole_free[rows[fleet.model[rows] == code]]
+            slots, gpus = int(np.sum(array // size)), int(np.sum(array))
         suffix = [0] * (len(units) + 1)
         for i in range(len(units) - 1, -1, -1):
             most = max(sum(g for node, g in o.gpus.items() if node in free) for o in units[i])
             suffix[i] = suffix[i + 1] + most
-        return cls(size, needed, free, int(np.sum(whole // size)), suffix)
+        return cls(size, needed, free, slots, gpus, suffix)
 
     def enough(self) -> bool:
         return self.slots >= self.needed
@@ -888,7 +916,7 @@ class _Unbounded(_Capacity):
     """No capacity bound (shared or MIG pods): quota alone stops a branch."""
 
     def __init__(self) -> None:
-        super().__init__(1, 0, {}, 0, [])
+        super().__init__(1, 0, {}, 0, 0, [])
 
     def reachable(self, i: int) -> bool:
         return True
