@@ -86,7 +86,9 @@ def test_user_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     result = _gpufleet("agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(bad))
     stderr = " ".join(result.stderr.split())  # rich wraps long lines
     assert result.returncode == 2
-    assert "field flags.migStrategy: MIG strategy 'single' needs one MIG profile on every GPU" in stderr
+    assert (
+        f"{bad}: field flags.migStrategy: MIG strategy 'single' needs one MIG profile on every GPU" in stderr
+    )
     assert "Traceback" not in stderr
     result = _gpufleet("agent", "inspect", "--profile", "nope")
     assert result.returncode == 2 and "bundled: a100-80gb-mig" in " ".join(result.stderr.split())
@@ -99,7 +101,10 @@ def test_inspect_refuses_mps_on_gpus_in_mig_mode(tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(config)])
     assert result.exit_code != 0
-    assert "MIG is enabled on GPUs 0, 1, 2, 3, 4, 5, 6, 7" in str(result.exception)
+    assert str(result.exception) == (
+        f"{config}: field sharing.mps: MPS sharing is not supported on GPUs in MIG mode; "
+        "MIG is enabled on GPUs 0, 1, 2, 3, 4, 5, 6, 7: disable MIG there or use timeSlicing"
+    )
 
 
 def test_agent_runs_until_sigterm(kubelet: FakeKubelet, short_dir: Path) -> None:

@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
 from gpufleet.agent.labels import gfd_labels, node_label_patch
 from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
 from gpufleet.agent.runtime import Agent
+from gpufleet.api.errors import ValidationError
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="agent",
     help="The node agent: GPU discovery, kubelet device plugin, XID health, DCGM-style metrics, node labels.",
     invoke_without_command=True,
@@ -81,17 +85,18 @@ def run(
         from gpufleet.kube.node_labels import node_labeler
 
         labeler = node_labeler(node_label_patch)
-    agent = Agent(
-        backend,
-        cfg,
-        node_name=node_name,
-        plugin_dir=plugin_dir,
-        metrics_port=metrics_port,
-        metrics_address=metrics_address,
-        pod_resources_socket=pod_resources_socket,
-        feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
-        node_labeler=labeler,
-    )
+    with _naming_the_config(config):
+        agent = Agent(
+            backend,
+            cfg,
+            node_name=node_name,
+            plugin_dir=plugin_dir,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
+            pod_resources_socket=pod_resources_socket,
+            feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
+            node_labeler=labeler,
+        )
     done = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -109,6 +114,18 @@ def run(
     finally:
         if not done.is_set():
             agent.stop()
+
+
+@contextmanager
+def _naming_the_config(config: Path | None) -> Iterator[None]:
+    """Errors where the config does not fit this node (MPS on MIG-mode GPUs, a sharing entry for a
+    resource the node lacks) name the config file too, as errors found while reading it do."""
+    try:
+        yield
+    except ValidationError as exc:
+        if config is None or exc.obj is not None:
+            raise
+        raise ValidationError(exc.detail, obj=str(config), field=exc.field) from exc
 
 
 class _Collect(logging.Handler):
@@ -144,7 +161,8 @@ def inspect(
     backend = open_backend(profile)
     try:
         node = backend.discover()
-        resources = build_resources(node, cfg)
+        with _naming_the_config(config):
+            resources = build_resources(node, cfg)
         labels = gfd_labels(node, cfg, resources)
         if record is not None:
             readings = {uuid: backend.telemetry(uuid) for uuid in uuids(node)}
