@@ -40,3 +40,10 @@ def test_a_failing_scenario_makes_the_command_exit_1(tmp_path: Path) -> None:
     done = _gpufleet("scenario", "run", str(scenario))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "big" in done.stdout
+
+
+def test_help_shows_bracketed_defaults_and_environment_variables() -> None:
+    done = _gpufleet("apply", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "GPUFLEET_SERVER" in done.stdout
+    assert "GPUFLEET_STATE" in done.stdout

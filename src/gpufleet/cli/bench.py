@@ -9,7 +9,9 @@ from gpufleet.cli import bench_admission, bench_fgd, bench_throughput
 
 def register(app: typer.Typer) -> None:
     """Adds the `bench` group to the gpufleet app."""
-    bench = typer.Typer(help="Benchmarks: placement quality on real traces and scheduler throughput.")
+    bench = typer.Typer(
+        rich_markup_mode=None, help="Benchmarks: placement quality on real traces and scheduler throughput."
+    )
     bench_fgd.register(bench)
     bench_throughput.register(bench)
     bench_admission.register(bench)

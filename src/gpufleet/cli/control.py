@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
     top.register(app)
     app.command("events")(events)
     app.command("fault")(fault)
-    tokens = typer.Typer(help="Access tokens for the API.", no_args_is_help=True)
+    tokens = typer.Typer(rich_markup_mode=None, help="Access tokens for the API.", no_args_is_help=True)
     tokens.command("create")(token_create)
     app.add_typer(tokens, name="token")
 

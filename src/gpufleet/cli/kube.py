@@ -25,7 +25,9 @@ from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import Transport
 from gpufleet.scheduler.config import SchedulerConfig
 
-kube_app = typer.Typer(help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True)
+kube_app = typer.Typer(
+    rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
+)
 
 KUBECONFIG = typer.Option(
     None, "--kubeconfig", help="Kubeconfig file (default: in-cluster, then KUBECONFIG)."

@@ -12,6 +12,7 @@ from gpufleet.api.errors import GpuFleetError
 from gpufleet.cli import agent, bench, control, gpu_models, kube, manifests, scenario
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="gpufleet",
     help="GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing.",
     no_args_is_help=True,

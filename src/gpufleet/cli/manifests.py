@@ -12,7 +12,9 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.kube.manifests import render_all, values_from
 
 manifests_app = typer.Typer(
-    help="Kubernetes manifests generated from gpufleet's API kinds.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Kubernetes manifests generated from gpufleet's API kinds.",
+    no_args_is_help=True,
 )
 
 

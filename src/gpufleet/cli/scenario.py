@@ -11,7 +11,9 @@ from rich.console import Console
 
 def register(app: typer.Typer) -> None:
     """Adds the `scenario` group to the gpufleet app."""
-    group = typer.Typer(help="Scheduler what-ifs: run scenario files and check their expectations.")
+    group = typer.Typer(
+        rich_markup_mode=None, help="Scheduler what-ifs: run scenario files and check their expectations."
+    )
     group.command("run")(run)
     app.add_typer(group, name="scenario")
 
