@@ -151,7 +151,6 @@ class _Cycle:
         # Kueue's rule: per queue and cycle, only the first workload that cannot start may preempt.
         self.preempted_for: set[str] = set()
         self._usage_memo: dict[str, dict[str, int]] = {}
-        self._usage_at_memo: dict[tuple[str, str | None, tuple[int, ...]], dict[str, int]] = {}
         self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
         self._models_memo: dict[str, list[str | None]] = {}
         self._models_by_shape: dict[tuple[object, ...], list[str | None]] = {}
@@ -328,12 +327,9 @@ class _Cycle:
         return counts_at(workload, shrink_steps(workload))
 
     def _usage_at(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> dict[str, int]:
-        """`usage_of`, remembered for the cycle (shared: never changed by a reader)."""
-        key = (workload.name, model, counts)
-        found = self._usage_at_memo.get(key)
-        if found is None:
-            found = self._usage_at_memo[key] = usage_of(workload, model, counts)
-        return found
+        """`usage_of`. Not remembered per workload: a memo entry per workload of a 50,000 backlog would
+        outlive its use and cost more in garbage collection than computing it again."""
+        return usage_of(workload, model, counts)
 
     def _models(self, workload: Workload) -> list[str | None]:
         """The flavors to try for a workload, in order (memo for the cycle)."""
