@@ -5,6 +5,8 @@ gpufleet agent unchanged: the fields below are read, others that NVIDIA's plugin
 and ignored. The `health:` section follows the unreleased `api/config/v1/health.go` of that plugin
 (`disabled`, `ignoredXIDs`, `criticalXIDs`) plus one gpufleet field, `recoverAfterReset`. The
 environment variables DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS work as in NVIDIA's plugin.
+A sharing entry's `rename`, and `devices` other than `all`, are ignored with a warning, as NVIDIA's
+plugin does. Errors name the file and the field path (`sharing.timeSlicing.resources[0].replicas`).
 """
 
 from __future__ import annotations

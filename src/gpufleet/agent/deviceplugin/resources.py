@@ -3,7 +3,8 @@
 The rules are the NVIDIA device plugin's (NVIDIA-STACK.md section 2): the MIG strategy decides whether
 MIG devices are hidden (`none`), advertised as `nvidia.com/gpu` (`single`) or as one resource per
 profile (`mixed`, `nvidia.com/mig-1g.10gb`); time-slicing or MPS then replicates a resource's devices
-into `<uuid>::<i>` units, optionally renamed to `<name>.shared`.
+into `<uuid>::<i>` units, optionally renamed to `<name>.shared`. MPS shares full GPUs only: a config
+that asks for it on a node with a GPU in MIG mode is refused, naming the GPUs.
 """
 
 from __future__ import annotations
