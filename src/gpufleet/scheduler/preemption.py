@@ -24,7 +24,7 @@ is proposed only when the preemptor then fits: no loops of evictions that admit 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -607,6 +607,8 @@ class _Search:
             None if assignment.model is None else snapshot.fleet.model_id(split_flavor(assignment.model)[0])
         )
         self._shrinks: dict[str, list[Candidate]] = {}
+        self._room: dict[str, dict[str, int]] = {}
+        """Per other queue, how far it is above its nominal quota in each of the preemptor's flavors."""
 
     # ----------------------------------------------------------- bounds
     def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
@@ -614,7 +616,11 @@ class _Search:
         newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
         on everything but names are searched only while their names could still win."""
         evicts, own, lost, priority, newest, first = _order(scoped[0])
+        # A set keeps every other queue at nominal only if each of its victims alone does.
+        below = 1
         for candidate in scoped:
+            if below and (candidate.cause == WITHIN_QUEUE or self._keeps_alone(candidate)):
+                below = 0
             # victim_order's parts are the candidate's share of each part of the cost.
             order = _order(candidate)
             if order[0] < evicts:
@@ -633,7 +639,22 @@ class _Search:
                 newest = order[4]
             if order[5] < first:
                 first = order[5]
-        return 0, (evicts, own, lost, priority, newest, 1, (first,))
+        return below, (evicts, own, lost, priority, newest, 1, (first,))
+
+    def _keeps_alone(self, candidate: Candidate) -> bool:
+        """Whether taking the least of `candidate` (its first pod, for a shrink) leaves its queue at or
+        above its nominal quota."""
+        if candidate.kind == "shrink":
+            amounts: Mapping[str, int] = self._option(self._shrink_steps(candidate)[0]).amounts
+        else:
+            amounts = candidate.admitted.assignment.usage
+        queue = candidate.admitted.queue
+        room = self._room.get(queue)
+        if room is None:
+            cache = self.snapshot.cache
+            room = {f: cache.usage.usage(queue, f) - cache.tree.nominal(queue, f) for f in self.flavors}
+            self._room[queue] = room
+        return all(amounts.get(flavor, 0) <= above for flavor, above in room.items())
 
     # ----------------------------------------------------------- one scope
     def scope(self, scope: _Scope) -> VictimSet | None:
@@ -809,8 +830,10 @@ class _Search:
                 continue
             amounts = self._option(candidate).amounts
             for flavor in self.flavors:
-                key = (candidate.admitted.queue, flavor)
-                taken[key] = taken.get(key, 0) + amounts.get(flavor, 0)
+                amount = amounts.get(flavor, 0)
+                if amount:
+                    key = (candidate.admitted.queue, flavor)
+                    taken[key] = taken.get(key, 0) + amount
         return all(
             cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
             for (q, flavor), amount in taken.items()
