@@ -7,7 +7,7 @@ object, the YAML path of the field and what is wrong, in words rather than pydan
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pydantic
@@ -33,9 +33,44 @@ def parse_object(
     info = _kind_of(data, where)
     context = {} if priority_classes is None else {PRIORITY_CLASSES_CONTEXT: priority_classes}
     try:
-        return info.model.model_validate(data, context=context)
+        obj = info.model.model_validate(data, context=context)
     except pydantic.ValidationError as exc:
         raise translate_error(exc, obj=describe_raw(info, data, where)) from None
+    run_validators(obj)
+    return obj
+
+
+Validator = Callable[[Resource], None]
+"""Checks an object further once its fields are valid; raises ValidationError naming the field."""
+
+_VALIDATORS: dict[str, list[Validator]] = {}
+
+
+def register_validator(kind: str, validator: Validator) -> None:
+    """Adds a check that every object of `kind` parsed by `parse_object` must pass.
+
+    The hook lets packages that `api` may not import (e.g. `gpufleet.sharing`, which knows the MIG
+    catalogue) refuse objects at admission: the API server and `load_objects` both parse through
+    `parse_object`. Registering the same function twice has no further effect.
+    """
+    validators = _VALIDATORS.setdefault(kind, [])
+    if validator not in validators:
+        validators.append(validator)
+
+
+def registered_validators(kind: str) -> tuple[Validator, ...]:
+    return tuple(_VALIDATORS.get(kind, ()))
+
+
+def run_validators(obj: Resource) -> None:
+    """Runs the registered checks of the object's kind; an error gets the object's name."""
+    for validator in _VALIDATORS.get(obj.kind, ()):
+        try:
+            validator(obj)
+        except ValidationError as exc:
+            if exc.obj is not None:
+                raise
+            raise ValidationError(exc.detail, obj=obj.describe(), field=exc.field) from None
 
 
 def revalidate(info: KindInfo, data: Mapping[str, Any]) -> Resource:

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+import gpufleet.controllers.admission  # noqa: F401 - registers the MIG-layout admission check the API runs
 from gpufleet.api.documents import load_objects
 from gpufleet.api.resource import Resource
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir

@@ -4,3 +4,6 @@
 health (cordon and evict), TrainingJob, GPUPool (nodes, autoscaling, idle cost) and InferenceService
 (replicas, autoscaling, rollouts). The manager is a participant of `gpufleet.twin.driver.Runtime`.
 """
+
+# Registers the admission checks that need the MIG catalogue into the API's validator hook.
+from gpufleet.controllers import admission as admission
