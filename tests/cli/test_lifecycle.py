@@ -4,6 +4,8 @@ of the control plane while jobs run, after which nothing is lost or duplicated."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,3 +110,19 @@ def test_kill_9_loses_nothing_and_duplicates_nothing(
         timeout=90,
         what="every job to finish after the restart",
     )
+
+
+def test_a_second_up_on_a_state_directory_in_use_fails_and_leaves_the_first_alone(
+    planes: Callable[..., Plane], tmp_path: Path
+) -> None:
+    first = planes("--no-runtime")
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "gpufleet.cli.main", "up", "--state", str(state), "--port", "0"]
+    second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second
+    lines = [line for line in (second.stdout + second.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert str(state) in lines[0] and first.url in lines[0] and str(first.process.pid) in lines[0]
+    # The first server's URL file is untouched and it still serves.
+    assert (state / "server.url").read_text().strip() == first.url
+    assert first.process.poll() is None

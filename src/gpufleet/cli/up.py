@@ -28,6 +28,7 @@ from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer
+from gpufleet.server.statelock import StateLock
 from gpufleet.store import SqliteStore
 from gpufleet.twin import twin as twin_faults
 from gpufleet.twin.clock import Clock
@@ -76,6 +77,23 @@ def up(
     directory = state_dir(state)
     directory.mkdir(parents=True, exist_ok=True)
     objects = (demo_objects() if demo else []) + [obj for path in fleet or [] for obj in load_objects(path)]
+    # Held until the process ends: a second `up` on this directory fails here, before it touches
+    # the store, the clock file or `server.url`.
+    with StateLock(directory):
+        _serve(directory, objects, out, state is not None, host, port, time_scale, runtime)
+    out.print("stopped; the state is kept in " + str(directory))
+
+
+def _serve(
+    directory: Path,
+    objects: list[Resource],
+    out: Console,
+    state_given: bool,
+    host: str,
+    port: int,
+    time_scale: float,
+    runtime: bool,
+) -> None:
     clock = clock_for(directory, time_scale)
     with SqliteStore.open(directory, clock=clock.datetime) as store:
         tokens = TokenRegistry(directory)
@@ -97,7 +115,7 @@ def up(
             server.url,
             directory,
             tokens.admin_token_path,
-            state is not None,
+            state_given,
             time_scale,
             thread is not None,
         )
@@ -107,7 +125,6 @@ def up(
             stop.set()
             if thread is not None:
                 thread.join(timeout=10)
-    out.print("stopped; the state is kept in " + str(directory))
 
 
 def _start_runtime(store: SqliteStore, clock: Clock, twin: Twin, stop: threading.Event) -> threading.Thread:
