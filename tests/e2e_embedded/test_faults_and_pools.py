@@ -73,6 +73,8 @@ def test_node_loss_beyond_max_restarts_fails_the_job(world: World) -> None:
     world.runtime.run_for(10)
     job = world.get("TrainingJob", "ft")
     assert job.status.phase == "Failed", job.status
+    running = next(c for c in job.status.conditions if c.type == "Running")
+    assert (running.status, running.reason) == ("False", "Failed")
     assert job.status.restarts == 3
     assert not world.store.list(Pod).items or all(p.terminated for p in world.store.list(Pod))
 

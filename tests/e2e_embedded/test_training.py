@@ -93,6 +93,10 @@ def test_job_runs_checkpoints_survives_gpu_failure_and_succeeds(world: World) ->
     world.runtime.run_for(200)
     job = world.get("TrainingJob", "llm", "team-a")
     assert job.status.phase == "Succeeded", job.status
+    conditions = {c.type: (c.status, c.reason) for c in job.status.conditions}
+    # A finished job no longer says it runs.
+    assert conditions["Succeeded"] == ("True", "Completed")
+    assert conditions["Running"] == ("False", "Completed")
     assert job.status.restarts == 1
     steps = sorted(c.spec.step for c in world.store.list(Checkpoint, namespace="team-a"))
     assert steps == [600, 1200, 1800, 2400, 3000]

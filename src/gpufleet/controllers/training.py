@@ -19,6 +19,7 @@ the twin (or the real job) resumes from the checkpoint's step.
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import NotFoundError
@@ -169,7 +170,11 @@ class TrainingJobController(Reconciler):
         status.ready_replicas = len(running)
         when = to_datetime(now)
         if job.status.phase in ("Succeeded", "Failed"):
-            return job.status
+            # Finished: nothing changes any more, except a Running condition left True by an older
+            # version, which must not say a finished job runs.
+            status = job.status.model_copy(deep=True)
+            status.conditions = _not_running(status.conditions, job.status.phase, when)
+            return status
         if wl.phase == "Failed":
             last = wl.evictions[-1] if wl.evictions else None
             status.phase = "Failed"
@@ -183,6 +188,7 @@ class TrainingJobController(Reconciler):
                 Condition(type="Failed", status="True", reason="RestartLimitExceeded", message=message),
                 now=when,
             )
+            status.conditions = _not_running(status.conditions, "Failed", when)
         elif succeeded and len(succeeded) >= max(expected, 1):
             status.phase = "Succeeded"
             status.completion_time = when
@@ -194,6 +200,7 @@ class TrainingJobController(Reconciler):
                 ),
                 now=when,
             )
+            status.conditions = _not_running(status.conditions, "Succeeded", when)
         elif wl.phase == "Admitted":
             status.pending_reason = None
             status.admitted_time = status.admitted_time or wl.admitted_time
@@ -242,3 +249,16 @@ class TrainingJobController(Reconciler):
             events.record(
                 self.store, job, reason=status.phase, message=f"{old.phase} -> {status.phase}", now=now
             )
+
+
+def _not_running(conditions: list[Condition], phase: str, when: datetime) -> list[Condition]:
+    """`Running False` for a finished job: reason Completed after success, Failed after failure."""
+    reason, message = (
+        ("Completed", "all workers finished") if phase == "Succeeded" else ("Failed", "the job failed")
+    )
+    running = next((c for c in conditions if c.type == "Running"), None)
+    if running is not None and (running.status, running.reason) == ("False", reason):
+        return conditions
+    return set_condition(
+        conditions, Condition(type="Running", status="False", reason=reason, message=message), now=when
+    )
