@@ -78,3 +78,34 @@ def test_a_scope_beyond_the_exact_bound_still_finds_a_set() -> None:
     assert len(result.preempted) == 2
     assert all(p.whole for p in result.preempted)
     assert result.nominated == ["in"]
+
+
+def test_beyond_the_exact_bound_an_elastic_victim_still_gives_up_only_the_pods_needed() -> None:
+    # 15 workloads in the fleet-wide scope of a two-pod preemptor: the greedy search, then the trim.
+    rigid = _EXACT_WORKLOADS + 2
+    cache = _cache(rigid + 4, 8, {"q": 8 * (rigid + 4)})
+    cache.submit(_job("el", "q", 8, pods=4, min_count=1))
+    for i in range(rigid):
+        cache.submit(_job(f"r{i:02d}", "q", 8))
+    _cycle(cache, now=0.0)
+    assert len(cache.admitted) == rigid + 1
+    cache.submit(_job("in", "q", 8, pods=2, priority=10))
+    result = _cycle(cache, now=10.0)
+    [shrink] = result.preempted
+    assert (shrink.victim, sorted(shrink.pods), shrink.counts) == ("el", ["el/main/2", "el/main/3"], (2,))
+
+
+def test_beyond_the_exact_bound_reclaim_keeps_the_lender_at_nominal() -> None:
+    # c (nominal 14) holds 20: evicting c-big (7 GPUs, least lost work) would leave it at 13; two of
+    # its one-GPU jobs leave it at 18.
+    smalls = _EXACT_WORKLOADS + 1
+    cache = _cache(1, 20, {"a": 4, "b": 2, "c": 14})
+    cache.submit(_job("c-big", "c", 7))
+    for i in range(smalls):
+        cache.submit(_job(f"c-s{i:02d}", "c", 1))
+    _cycle(cache, now=0.0)
+    assert len(cache.admitted) == smalls + 1
+    cache.checkpoint("c-big", now=4990.0)
+    cache.submit(_job("in", "a", 1, pods=2))
+    result = _cycle(cache, now=5000.0)
+    assert sorted(p.victim for p in result.preempted) == ["c-s00", "c-s01"]

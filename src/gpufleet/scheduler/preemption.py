@@ -34,7 +34,7 @@ import numpy.typing as npt
 from gpufleet.fleet.request import GpuKind
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import Admitted, Snapshot
-from gpufleet.scheduler.flavors import Assignment, split_flavor
+from gpufleet.scheduler.flavors import Assignment, split_flavor, usage_of
 from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.workload import Workload
 
@@ -390,15 +390,22 @@ def _still_applicable(snapshot: Snapshot, candidate: Candidate, flavors: set[str
 
 
 def _greedy(
-    snapshot: Snapshot, ordered: Sequence[Candidate], fits: Fits, flavors: set[str]
+    snapshot: Snapshot,
+    ordered: Sequence[Candidate],
+    fits: Fits,
+    flavors: set[str],
+    allowed: Callable[[Candidate], bool] | None = None,
 ) -> list[Candidate] | None:
-    """Gives up candidates in order until `fits`, then adds back the unneeded; rolls everything back."""
+    """Gives up candidates in order until `fits`, then adds back the unneeded; rolls everything back.
+    `allowed`: a further test of each candidate, on the snapshot with those before it given up."""
     start = snapshot.mark()
     taken: list[Candidate] = []
     removed: set[str] = set()
     found = False
     for candidate in ordered:
         if not _still_applicable(snapshot, candidate, flavors, removed):
+            continue
+        if allowed is not None and not allowed(candidate):
             continue
         if candidate.kind == "evict" and any(c.name == candidate.name for c in taken):
             # Evicting a workload already shrunk here: undo nothing, evict what is left of it.
@@ -664,8 +671,63 @@ class _Search:
             found = self._exact(scope, units)
             if found is not None:
                 return VictimSet(self.preemptor.name, tuple(found))
-        greedy = _greedy(self.snapshot, scope.candidates, self.fits, self.flavors)
-        return None if greedy is None else VictimSet(self.preemptor.name, tuple(greedy))
+        snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
+        greedy = _greedy(snapshot, scope.candidates, fits, flavors)
+        if greedy is not None and not self.keeps_nominal(greedy):
+            # Decision 8: a set that keeps every other queue at nominal first, if the scope has one.
+            greedy = _greedy(snapshot, scope.candidates, fits, flavors, self._stays) or greedy
+        return None if greedy is None else VictimSet(self.preemptor.name, tuple(self._trim(greedy)))
+
+    def _stays(self, candidate: Candidate) -> bool:
+        """Whether giving up `candidate` now leaves its queue at or above its nominal quota."""
+        if candidate.cause == WITHIN_QUEUE:
+            return True
+        cache = self.snapshot.cache
+        current = cache.admitted.get(candidate.name)
+        if current is None:
+            return False
+        held = current.assignment.usage
+        if candidate.kind == "evict":
+            amounts: Mapping[str, int] = held
+        else:
+            left = usage_of(current.workload, current.assignment.model, candidate.counts)
+            amounts = {f: amount - left.get(f, 0) for f, amount in held.items()}
+        queue = candidate.admitted.queue
+        return all(
+            cache.usage.usage(queue, f) - amounts.get(f, 0) >= cache.tree.nominal(queue, f)
+            for f in self.flavors
+            if amounts.get(f, 0)
+        )
+
+    def _trim(self, victims: list[Candidate]) -> list[Candidate]:
+        """A greedy set's shrinks cut to the fewest pods with which the preemptor still fits (the greedy
+        search shrinks elastic victims to their minimum): each by a binary search over its steps."""
+        out = list(victims)
+        evicted = {c.name for c in victims if c.kind == "evict"}
+        for i, candidate in enumerate(victims):
+            if candidate.kind != "shrink" or candidate.name in evicted:
+                continue
+            steps = self._shrink_steps(candidate)
+            if steps[-1] is not candidate:
+                continue  # already a partial shrink
+            low, high = -1, len(steps) - 1  # steps[high] fits (the greedy found it), steps[low] not known
+            while high - low > 1:
+                mid = (low + high) // 2
+                if self._fits_with([*out[:i], steps[mid], *out[i + 1 :]]):
+                    high = mid
+                else:
+                    low = mid
+            out[i] = steps[high]
+        return out
+
+    def _fits_with(self, victims: Sequence[Candidate]) -> bool:
+        snapshot = self.snapshot
+        mark = snapshot.mark()
+        for candidate in victims:
+            _apply_if_held(snapshot, candidate)
+        ok = self.fits()
+        snapshot.rollback(mark)
+        return ok
 
     def _units(self, scoped: Sequence[Candidate]) -> list[list[_Option]]:
         """Per workload of the scope, its options: shrink by one pod, two, ... (elastic), evict whole."""
@@ -727,8 +789,6 @@ class _Search:
             amounts = dict(admitted.assignment.usage)
             pods = list(admitted.pods.values())
         else:
-            from gpufleet.scheduler.flavors import usage_of
-
             left = usage_of(admitted.workload, admitted.assignment.model, candidate.counts)
             amounts = {f: amount - left.get(f, 0) for f, amount in admitted.assignment.usage.items()}
             pods = [admitted.pods[pod] for pod in candidate.pods]
