@@ -13,7 +13,9 @@ Steps (ARCHITECTURE.md, Scheduling cycle step 4):
    an exact search over its minimal sets that pass quota and a free-GPU bound, each workload untouched,
    shrunk by 1, 2, ... pods (elastic: only the pods the preemptor needs) or evicted, the sets then
    placed cheapest first; beyond that bound, candidates are given up in `victim_order` until the
-   preemptor fits, then those not needed are added back in reverse order (Kueue's minimal set);
+   preemptor fits, then those not needed are added back in reverse order (Kueue's minimal set), again
+   with only candidates that keep their queue at nominal if that set does not, and its shrinks cut to
+   the pods needed;
 4. a set that leaves every other queue at or above its nominal quota beats any that does not; one
    that does not is allowed only when a queue loses its last borrowing workload whole (a gang cannot
    be split); then the cheapest set over all scopes wins.
