@@ -41,6 +41,7 @@ from gpufleet.api.runtime import (
     Node,
     NodeSpec,
     Pod,
+    WorkloadPodSet,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
@@ -197,7 +198,7 @@ class PoolController(Reconciler):
                 spare[rack].append(node.name)
         budget = scaling.max_nodes - len(nodes)
         for workload in self._waiting_for(pool, pools, room):
-            need = capacity.nodes_for(workload.spec.pod_sets, pool.spec)
+            need = capacity.nodes_for(_wanted_pod_sets(workload), pool.spec)
             if need <= 0:
                 continue
             one_rack = workload.spec.topology.required in ONE_RACK_LEVELS and len(racks) > 1
@@ -221,11 +222,14 @@ class PoolController(Reconciler):
     def _waiting_for(
         self, pool: GPUPool, pools: dict[str, GPUPool], room: dict[str, int]
     ) -> list[WorkloadObject]:
-        """Workloads waiting for nodes whose first autoscaled pool with room is this one."""
+        """Workloads waiting for nodes whose first autoscaled pool with room is this one: pending ones,
+        and admitted elastic ones that run short (for their missing pods only)."""
         out = []
         for workload in self.store.list(WorkloadObject):
             demand = workload.status.node_demand
-            if workload.status.phase != "Pending" or not workload.spec.active or demand is None:
+            if workload.status.phase not in ("Pending", "Admitted") or not workload.spec.active:
+                continue
+            if demand is None:
                 continue
             if _chosen_pool(workload, demand.pools, pools, room) == pool.name:
                 out.append(workload)
@@ -385,10 +389,23 @@ def _chosen_pool(
         pool = pools.get(name)
         if pool is None or name not in room:
             continue
-        need = capacity.nodes_for(workload.spec.pod_sets, pool.spec)
+        need = capacity.nodes_for(_wanted_pod_sets(workload), pool.spec)
         if 0 < need <= room[name]:
             return name
     return None
+
+
+def _wanted_pod_sets(workload: WorkloadObject) -> list[WorkloadPodSet]:
+    """The pods a workload still needs nodes for: all of a pending one, the missing ones of an
+    admitted elastic workload that runs short."""
+    admission = workload.status.admission
+    if workload.status.phase != "Admitted" or admission is None:
+        return list(workload.spec.pod_sets)
+    wanted = []
+    for pod_set, running in zip(workload.spec.pod_sets, admission.counts, strict=False):
+        if pod_set.count > running:
+            wanted.append(pod_set.model_copy(update={"count": pod_set.count - running}))
+    return wanted
 
 
 def _removal_order(nodes: list[Node], busy: set[str]) -> list[Node]:

@@ -55,7 +55,7 @@ from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
 from gpufleet.scheduler import explain
-from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.cache import Admitted, ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt, Reason
@@ -490,6 +490,7 @@ class SchedulingController:
         )
         self.stats.cycles += outcome.cycles
         self._write_reasons(outcome.last, now)
+        self._write_short_demand()
 
     def _admit(self, admit: Admit, now: float) -> None:
         cache = self.cache
@@ -881,6 +882,44 @@ class SchedulingController:
             )
             self._write_status(key, obj, status)
             self.reasons[key] = reason
+
+    def _write_short_demand(self) -> None:
+        """Marks admitted elastic workloads that run short with the pools whose new nodes could give
+        them their missing pods (`status.nodeDemand`), and clears the mark once it is stale.
+
+        Such a workload is not waiting, so nothing else would ask for nodes: after a spot node is
+        taken back from under it, the pool would not replace the node and the job would stay short.
+        Only workloads that can grow are marked: growth happens at a checkpoint (`_grow`), so one that
+        has checkpointed, and only while its queue's quota would hold its full size."""
+        cache = self.cache
+        assert cache is not None
+        for key, obj in list(self.workloads.items()):
+            if obj.status.phase != "Admitted":
+                continue
+            admitted = cache.admitted.get(key)
+            wanted = None
+            if admitted is not None and obj.spec.last_checkpoint_time is not None:
+                wanted = self._short_demand(obj, admitted)
+            if obj.status.node_demand != wanted:
+                status = obj.status.model_copy(deep=True)
+                status.node_demand = wanted
+                self._write_status(key, obj, status)
+
+    def _short_demand(self, obj: WorkloadObject, admitted: Admitted) -> NodeDemand | None:
+        cache = self.cache
+        assert cache is not None
+        running = sum(admitted.assignment.counts)
+        missing = admitted.workload.pod_count - running
+        queue = cache.tree.nodes.get(obj.spec.queue)
+        if missing <= 0 or running <= 0 or queue is None:
+            return None
+        # What the missing pods would charge, at the rate the running ones do.
+        extra = {flavor: milli * missing // running for flavor, milli in admitted.assignment.usage.items()}
+        if cache.usage.fits(admitted.queue, extra) is not None:
+            return None
+        flavors = None if queue.unlimited else set(queue.quotas)
+        pools = capacity.serving_pools(obj.spec, self.pools.values(), flavors=flavors)
+        return NodeDemand(pools=pools) if pools else None
 
     def _queue_reason(self, queue: str) -> Reason | None:
         """Why a workload's queue cannot take it, when the queue is missing, left out of the quota tree
