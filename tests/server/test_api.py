@@ -273,7 +273,7 @@ def test_the_same_object_twice_in_one_apply_is_refused(client: TestClient) -> No
 def test_a_failing_apply_writes_nothing(
     client: TestClient, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client.post("/v1/apply", json=[queue("q", fairShareWeight=1)])
+    client.post("/v1/apply", json=[queue("q", fairShareWeight=1), queue("team-a")])
     head = store.resource_version
     real_apply = store._apply_locked
     calls = []
@@ -326,7 +326,7 @@ def test_changes_long_poll_and_resume(client: TestClient) -> None:
         "/v1/changes", params={"resourceVersion": first["resourceVersion"], "timeoutSeconds": 0.2}
     ).json()
     assert idle["items"] == [] and idle["resourceVersion"] == first["resourceVersion"]
-    client.post(job_path(), json=job("j"))
+    client.post(job_path(), json=job("j", queue_name="a"))
     later = client.get(
         "/v1/changes", params={"resourceVersion": first["resourceVersion"], "kind": "TrainingJob"}
     ).json()
@@ -359,6 +359,7 @@ def test_tokens_are_private_and_hashed(tmp_path: Path, tokens: TokenRegistry) ->
 
 
 def test_only_the_admin_creates_tokens(client: TestClient, team_client) -> None:  # type: ignore[no-untyped-def]
+    assert client.put(f"{API}/queues/team-a", json=queue("team-a")).status_code == 201
     response = client.post("/v1/tokens", json={"queue": "team-a"})
     assert response.status_code == 201 and response.json()["token"].startswith("gft_")
     team = team_client("team-a")

@@ -210,13 +210,20 @@ def test_status_writes_of_arbitrary_values_never_cause_a_server_error(
     client = TestClient(APP, raise_server_exceptions=False)
     path = f"{API}/namespaces/fuzz/trainingjobs/fuzz-status"
     if client.get(path, headers=HEADERS).status_code == 404:
+        client.put(f"{API}/queues/fuzz-status-q", json=queue("fuzz-status-q"), headers=HEADERS)
         created = client.post(
-            f"{API}/namespaces/fuzz/trainingjobs", json=job("fuzz-status", "fuzz"), headers=HEADERS
+            f"{API}/namespaces/fuzz/trainingjobs",
+            json=job("fuzz-status", "fuzz", queue_name="fuzz-status-q"),
+            headers=HEADERS,
         )
         assert created.status_code == 201, created.text
     body = {"status": {key: value}}
     if put:
-        response = client.put(path + "/status", json={**job("fuzz-status", "fuzz"), **body}, headers=HEADERS)
+        response = client.put(
+            path + "/status",
+            json={**job("fuzz-status", "fuzz", queue_name="fuzz-status-q"), **body},
+            headers=HEADERS,
+        )
     else:
         headers = {**HEADERS, "Content-Type": "application/merge-patch+json"}
         response = client.patch(path + "/status", json=body, headers=headers)

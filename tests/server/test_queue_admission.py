@@ -61,3 +61,29 @@ def test_deleting_a_queue_with_children_or_work_is_refused(client: TestClient, s
     assert client.delete(f"{API}/namespaces/team-a/trainingjobs/j1").status_code == 200
     assert client.delete(f"{API}/queues/team-a").status_code == 200
     assert client.delete(f"{API}/queues/org").status_code == 200
+
+
+def test_a_job_must_name_an_existing_leaf_queue_once_queues_are_set_up(client: TestClient) -> None:
+    assert client.post("/v1/apply", json=[queue("org"), queue("team-a", parent="org")]).status_code == 200
+    response = client.post("/v1/apply", json=[job("j1", queue_name="team-zzz")])
+    assert response.status_code == 422
+    error = error_of(response)
+    assert error["field"] == "spec.queue" and "unknown queue 'team-zzz'" in error["message"]
+    assert "team-a" in error["message"]  # the leaf queues it could name
+    response = client.post(f"{API}/namespaces/team-a/trainingjobs", json=job("j2", queue_name="org"))
+    assert response.status_code == 422
+    assert "child queues" in error_of(response)["message"]
+    # A queue written in the same apply counts.
+    applied = client.post("/v1/apply", json=[job("j3", queue_name="team-b"), queue("team-b", parent="org")])
+    assert applied.status_code == 200, applied.json()
+
+
+def test_tokens_are_made_only_for_queues_that_exist(client: TestClient) -> None:
+    # No queue stored yet: the quota tree is the one queue `default`.
+    assert client.post("/v1/tokens", json={"queue": "default"}).status_code == 201
+    assert client.post("/v1/tokens", json={"queue": "nope"}).status_code == 404
+    client.put(f"{API}/queues/team-a", json=queue("team-a"))
+    response = client.post("/v1/tokens", json={"queue": "nope"})
+    assert response.status_code == 404
+    assert "nope" in error_of(response)["message"]
+    assert client.post("/v1/tokens", json={"queue": "team-a"}).status_code == 201

@@ -31,12 +31,38 @@ def record(
 
     An event that cannot be written is logged and dropped: it is a record, never part of a decision.
     """
-    name = f"{obj.name}.{int(now * 1000):x}.{next(_seq)}"
+    record_about(
+        store,
+        obj.kind,
+        obj.name,
+        obj.namespace,
+        reason=reason,
+        message=message,
+        now=now,
+        type=type,
+        source=source,
+    )
+
+
+def record_about(
+    store: Store,
+    kind: str,
+    name: str,
+    namespace: str | None,
+    *,
+    reason: str,
+    message: str,
+    now: float,
+    type: Literal["Normal", "Warning"] = "Normal",
+    source: str = "",
+) -> None:
+    """`record` for an object known by kind and name only (e.g. a Workload's owner)."""
+    event_name = f"{name}.{int(now * 1000):x}.{next(_seq)}"
     event = Event(
-        metadata=ObjectMeta(name=name[-253:].lstrip(".-"), namespace=obj.namespace or "default"),
+        metadata=ObjectMeta(name=event_name[-253:].lstrip(".-"), namespace=namespace or "default"),
         spec=EventSpec(
-            involved_kind=obj.kind,
-            involved_name=obj.name,
+            involved_kind=kind,
+            involved_name=name,
             type=type,
             reason=reason,
             message=message,
@@ -47,4 +73,4 @@ def record(
     try:
         store.create(event)
     except GpuFleetError as exc:
-        log.warning("event %s for %s not recorded: %s", reason, obj.describe(), exc)
+        log.warning("event %s for %s %s not recorded: %s", reason, kind, name, exc)

@@ -865,6 +865,9 @@ class SchedulingController:
             reason["nodeDemand"] = None if demand is None else demand.pools
             if self.reasons.get(key) == reason:
                 continue
+            before = obj.status.pending_reason
+            if before is None or before.type != pending.reason.type:
+                self._failed_scheduling(obj, pending.reason, now)
             status = obj.status.model_copy(deep=True)
             status.pending_reason = PendingReason(
                 type=pending.reason.type, message=pending.reason.message, details=_details(pending.reason)
@@ -882,6 +885,22 @@ class SchedulingController:
             )
             self._write_status(key, obj, status)
             self.reasons[key] = reason
+
+    def _failed_scheduling(self, obj: WorkloadObject, reason: Reason, now: float) -> None:
+        """A Warning event, on the workload's owner (what `describe` shows), when the reason it waits
+        first appears or changes type: once per change rather than once per cycle."""
+        owner = obj.spec.owner
+        events.record_about(
+            self.store,
+            owner.kind or obj.kind,
+            owner.name or obj.name,
+            obj.namespace,
+            reason="FailedScheduling",
+            message=f"{reason.type}: {reason.message}",
+            now=now,
+            type="Warning",
+            source=SOURCE,
+        )
 
     def _write_short_demand(self) -> None:
         """Marks admitted elastic workloads that run short with the pools whose new nodes could give

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpufleet.api.errors import ConflictError, ValidationError
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.meta import check_name
 from gpufleet.api.queue import Queue
 from gpufleet.api.resource import Resource
 from gpufleet.store.protocol import Store
+
+DEFAULT_QUEUE = "default"
+"""The one queue there is while no Queue is stored (see `controllers.convert.quota_tree`)."""
 
 # Kinds submitted to a queue (`spec.queue`) and the phases in which they no longer use it.
 QUEUED_KINDS = ("TrainingJob", "InferenceService", "Workload")
@@ -39,6 +43,49 @@ def check_queues(store: Store, objects: Sequence[Resource]) -> None:
         problem = parent_problem(queue.name, queues)
         if problem is not None:
             raise ValidationError(problem, obj=queue.describe(), field="spec.parent")
+
+
+def check_queue_refs(store: Store, objects: Sequence[Resource]) -> None:
+    """Every job, service or workload written names a leaf queue that exists (or is written with it).
+
+    Only once queues are configured: with none at all the store is not set up for quotas yet (the
+    tree is one unlimited queue `default`), and objects may be written before their queues; those
+    that name a missing queue then wait with the reason `QueueNotFound`."""
+    queued = [obj for obj in objects if obj.kind in QUEUED_KINDS]
+    if not queued:
+        return
+    queues = queues_after(store, objects)
+    if not queues:
+        return
+    parents = {q.spec.parent for q in queues.values()}
+    for obj in queued:
+        name = getattr(getattr(obj, "spec", None), "queue", None)
+        if not isinstance(name, str):
+            continue
+        if name not in queues:
+            known = ", ".join(sorted(q for q in queues if q not in parents))
+            raise ValidationError(
+                f"unknown queue {name!r} (leaf queues: {known})", obj=obj.describe(), field="spec.queue"
+            )
+        if name in parents:
+            raise ValidationError(
+                f"queue {name!r} has child queues; submit to one of its leaf queues",
+                obj=obj.describe(),
+                field="spec.queue",
+            )
+
+
+def check_queue_exists(store: Store, name: str) -> None:
+    """A token is made only for a queue there is: `default` while no queue is stored, else a stored one."""
+    try:
+        check_name(name)
+    except ValueError as exc:
+        raise ValidationError(str(exc), field="queue") from None
+    queues = queues_after(store, ())
+    if name in queues or (not queues and name == DEFAULT_QUEUE):
+        return
+    known = ", ".join(sorted(queues)) or DEFAULT_QUEUE
+    raise NotFoundError(f"queue {name!r} does not exist (queues: {known})", obj=f"Queue {name}")
 
 
 def parent_problem(name: str, queues: Mapping[str, Queue]) -> str | None:

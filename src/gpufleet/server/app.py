@@ -24,6 +24,7 @@ from pydantic.json_schema import models_json_schema
 
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.resource import API_VERSION, KindInfo, kind_info, registered_kinds
+from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import documents, parse_documents
 from gpufleet.server.errors import ForbiddenError, install_error_handlers
@@ -152,6 +153,7 @@ def create_app(
     def create_token(request: TokenRequest, who: Who) -> JSONResponse:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not create tokens")
+        admission.check_queue_exists(store, request.queue)
         token = tokens.create(request.queue)
         return JSONResponse({"token": token, "queue": request.queue}, status_code=201)
 

@@ -68,6 +68,7 @@ class Operations:
         with self._writes:
             access.check_writable(principal, obj, None)
             admission.check_queues(self.store, [obj])
+            admission.check_queue_refs(self.store, [obj])
             return self.store.create(obj)
 
     def put(self, principal: Principal, obj: Resource) -> Applied:
@@ -82,6 +83,7 @@ class Operations:
                 )
             access.check_writable(principal, obj, existing)
             admission.check_queues(self.store, [obj])
+            admission.check_queue_refs(self.store, [obj])
             updated = self.store.update(obj)
         return Applied(updated, _action(existing, updated))
 
@@ -93,6 +95,7 @@ class Operations:
             for obj, existing in zip(objects, previous, strict=True):
                 access.check_writable(principal, obj, existing)
             admission.check_queues(self.store, objects)
+            admission.check_queue_refs(self.store, objects)
             results = self.store.apply_many(objects)
             return [
                 Applied(result, _action(existing, result))
