@@ -119,7 +119,7 @@ def test_priority_classes_come_from_the_configured_table() -> None:
         ),
         (
             "apiVersion: gpufleet.io/v2\nkind: Queue\nmetadata: {name: x}\n",
-            "document 1: Queue has apiVersion",
+            "document 1: Queue: apiVersion 'gpufleet.io/v2' is not served; use gpufleet.io/v1alpha1",
         ),
         ("kind: Queue\nmetadata: {name: x}\n", "document 1: every object needs apiVersion and kind"),
         ("- just\n- a list\n", "document 1: expected a mapping"),

@@ -172,5 +172,7 @@ def _kind_of(data: Any, where: str | None) -> KindInfo:
         known = ", ".join(sorted(k.kind for k in registered_kinds()))
         raise ValidationError(f"{prefix}unknown kind {kind!r} (known: {known})")
     if api_version != info.api_version:
-        raise ValidationError(f"{prefix}{kind} has apiVersion {info.api_version}, not {api_version!r}")
+        raise ValidationError(
+            f"{prefix}{kind}: apiVersion {api_version!r} is not served; use {info.api_version}"
+        )
     return info

@@ -282,6 +282,9 @@ def fault(
     """Makes the digital twin play a fault: what the controllers do about it shows in describe and events."""
     if kind not in _FAULTS:
         raise ValidationError(f"must be one of {', '.join(_FAULTS)}, got {kind!r}", field="KIND")
+    if kind in ("gpu-failure", "gpu-repair") and gpu is None:
+        # Said here in the command's own words; the API's answer would name its request type.
+        raise ValidationError(f"--gpu is required for {kind}")
     client = connect(server, token, state)
     body: dict[str, Any] = {"type": _FAULTS[kind], "node": node}
     if gpu is not None:
