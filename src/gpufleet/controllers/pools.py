@@ -15,7 +15,8 @@ removed, idle ones first. With it, the count follows demand between minNodes and
   the pool's spare nodes (provisioning, or ready and empty), then new ones are made, all in one rack
   for a gang that requires a rack (or not at all if that rack cannot hold it within maxNodes). Claimed
   spare nodes make the plan self-limiting: a workload that still waits while its nodes stand idle gets
-  no more.
+  no more. An admitted elastic workload that runs short (e.g. after a spot node was taken back from
+  under it) is marked the same way and asks for nodes for its missing pods only.
 - Down: a ready node that held no pod for `scaleDownDelaySeconds` and is claimed by no waiting
   workload is removed, never below minNodes. When each node became idle is kept in
   `status.idleSince`, so a restart of the controller does not restart the timers.
