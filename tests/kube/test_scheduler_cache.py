@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.queue import Queue, QueueSpec
 from gpufleet.kube.scheduler import KubeScheduler
+from gpufleet.kube.store import KubeStore
 
 from .fakeapi import FakeApiServer
 from .fixtures import gang, pod
@@ -154,3 +157,13 @@ def test_a_preemptor_waits_for_its_victims_without_taking_more(api: FakeApiServe
     api.request("DELETE", f"{PODS}/{leaving[0]}", body={"gracePeriodSeconds": 0})
     run(sched)
     assert bound(api)["high"] in {"gpu-1", "gpu-2"}
+
+
+def test_a_queue_with_an_unknown_parent_is_left_out_and_the_rest_is_scheduled(api: FakeApiServer) -> None:
+    sched = make(api)
+    KubeStore(api).create(Queue(metadata=ObjectMeta(name="qbad"), spec=QueueSpec(parent="nonexistent")))
+    add_node(api, "gpu-1")
+    add_pods(api, [pod("a", gpus=4)])
+    run(sched)
+    assert set(bound(api)) == {"a"}
+    assert "qbad" in sched.kcache.invalid_queues

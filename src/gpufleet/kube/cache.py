@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.queue import Queue
 from gpufleet.controllers import nodesync
-from gpufleet.controllers.convert import quota_tree
+from gpufleet.controllers.convert import quota_tree, usable_queues
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlot
 from gpufleet.kube import nodes as kube_nodes
@@ -93,6 +93,8 @@ class KubeCache:
         """Pods the Eviction API accepted: no longer members of their workload, holding their node's
         resources until they are gone (graceful termination)."""
         self.rebuilds = 0
+        self.invalid_queues: dict[str, str] = {}
+        """Queues left out of the quota tree, with why (warned once per change)."""
         self._members: dict[str, set[str]] = {}
         self._workload_of: dict[str, str] = {}
         self._foreign: dict[str, str] = {}
@@ -158,7 +160,14 @@ class KubeCache:
 
     def _start(self, sources: Sources) -> None:
         self.rebuilds += 1
-        tree, settings = quota_tree(sources.queues)
+        # A Queue that cannot be placed (unknown parent, a loop) is left out, not allowed to stop
+        # every pass: kubectl writes Queues without the embedded API's checks.
+        usable, broken = usable_queues(sources.queues)
+        for name, problem in sorted(broken.items()):
+            if self.invalid_queues.get(name) != problem:
+                log.warning("Queue %s is left out of the quota tree: %s", name, problem)
+        self.invalid_queues = broken
+        tree, settings = quota_tree(usable)
         fleet = FleetState(self.config.level_names(), nvlink_level=self.config.nvlink_level)
         nominated = self.cache.nominated if self.cache is not None else []
         self.cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=self.history)
