@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from gpufleet.api.errors import ValidationError as ApiValidationError
 from gpufleet.api.requests import PodRequest, Toleration
 from gpufleet.controllers.convert import pod_request
 from gpufleet.fleet.request import Taint
-from pydantic import ValidationError
 
 
 def test_absent_tolerations_and_selector_leave_the_yaml_as_it_was() -> None:
