@@ -26,6 +26,7 @@ is proposed only when the preemptor then fits: no loops of evictions that admit 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -567,15 +568,27 @@ def select_victims(
     search = _Search(snapshot, preemptor, assignment, fits, now)
     best: VictimSet | None = None
     best_key: tuple[int, Key] | None = None
-    scopes = [(search.lower_bound(scope.candidates), scope) for scope in _scopes(snapshot, preemptor, pool)]
-    if len(scopes) > 1:
-        # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
-        # remaining scope can beat the best set found (a branch and bound over scopes). Stable: equal
-        # bounds keep the scopes' order.
-        scopes.sort(key=_first)
-    for bound, scope in scopes[:max_scopes]:
+    # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
+    # remaining scope can beat the best set found (a branch and bound over scopes). Two bounds: a quick
+    # one from the candidates' own `victim_order` for every scope, and `_Search.scope_bound` (tighter,
+    # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
+    # Equal bounds keep the scopes' order (the index).
+    heap: list[tuple[tuple[int, Key], int, int, _Scope]] = [
+        (_quick_bound(scope.candidates), 0, i, scope)
+        for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
+    ]
+    heapq.heapify(heap)
+    searched = 0
+    while heap and searched < max_scopes:
+        bound, tight, i, scope = heap[0]
         if best_key is not None and bound >= best_key:
             break
+        if not tight:
+            # The tight bound is at least the quick one part by part: never below it.
+            heapq.heapreplace(heap, (max(bound, search.scope_bound(scope)), 1, i, scope))
+            continue
+        heapq.heappop(heap)
+        searched += 1
         found = search.scope(scope)
         if found is None:
             continue
@@ -585,8 +598,21 @@ def select_victims(
     return best
 
 
-def _first(item: tuple[tuple[int, Key], _Scope]) -> tuple[int, Key]:
-    return item[0]
+def _quick_bound(scoped: Sequence[Candidate]) -> tuple[int, Key]:
+    """A lower bound of any set of `scoped`: each part of `victim_order` at its least over the
+    candidates (a shrink may take one pod only: no lost work), any set possibly at nominal."""
+    evicts, own, lost, priority, newest, first = _order(scoped[0])
+    if scoped[0].kind == "shrink":
+        lost = 0.0
+    for candidate in scoped[1:]:
+        order = _order(candidate)
+        evicts = min(evicts, order[0])
+        own = min(own, order[1])
+        lost = min(lost, 0.0 if candidate.kind == "shrink" else order[2])
+        priority = min(priority, order[3])
+        newest = min(newest, order[4])
+        first = min(first, order[5])
+    return 0, (evicts, own, lost, priority, newest, 1, (first,))
 
 
 @dataclass(slots=True)
@@ -616,10 +642,100 @@ class _Search:
             None if assignment.model is None else snapshot.fleet.model_id(split_flavor(assignment.model)[0])
         )
         self._shrinks: dict[str, list[Candidate]] = {}
+        self._room_anywhere: bool | None = None
+        self._infos: dict[int, list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]] = {}
+        """`_info` per candidate (by id: the pool's candidates live as long as the search)."""
         self._room: dict[str, dict[str, int]] = {}
         """Per other queue, how far it is above its nominal quota in each of the preemptor's flavors."""
 
     # ----------------------------------------------------------- bounds
+    def scope_bound(self, scope: _Scope) -> tuple[int, Key]:
+        """A lower bound of the cost of any set the scope's exact search can give: for a node scope of a
+        whole-GPU preemptor, `_node_bound` (its sets must free enough GPUs on that node), else
+        `lower_bound` (each part of the cost at its least over the scope's candidates)."""
+        node, shape, code = scope.node, self.shape, self.code
+        if node is not None and shape is not None and code is not None and self._capacity_bound:
+            fleet = self.snapshot.fleet
+            if int(fleet.model[node]) == code:
+                size, needed = shape
+                found = self._node_bound(scope.candidates, node, needed * size - int(fleet.whole_free[node]))
+                if found is not None:
+                    return found
+        return self.lower_bound(scope.candidates)
+
+    def _node_bound(self, scoped: Sequence[Candidate], node: int, deficit: int) -> tuple[int, Key] | None:
+        """The cost bound of the sets that free `deficit` whole GPUs on `node`, part by part: each part
+        at its least over the options left by the parts before it (a set that keeps every other queue at
+        nominal uses only options that each keep their queue there; a shrink-only set only shrinks; ...),
+        lost work by a knapsack over GPUs freed on the node (one option per workload, <= 8 GPUs a node).
+        None when no set can free that much there (the scope is then bounded as before) or the node
+        already has room (capacity is then no constraint)."""
+        if deficit <= 0:
+            return None
+        # Per workload, its options freeing GPUs here: ((keeps nominal 0/1, evicts 0/1, own queue 0/1),
+        # lost work, GPUs freed here, -admitted at, priority).
+        groups: dict[int, list[tuple[tuple[int, int, int], float, int, float, int]]] = {}
+        infos = self._infos
+        for candidate in scoped:
+            info = infos.get(id(candidate))
+            if info is None:
+                info = infos[id(candidate)] = self._info(candidate)
+            for flags, lost, gains, newest, priority in info:
+                gain = gains.get(node, 0)
+                if gain > 0:
+                    key = id(candidate.admitted)
+                    options = groups.get(key)
+                    item = (flags, lost, gain, newest, priority)
+                    if options is None:
+                        groups[key] = [item]
+                    else:
+                        options.append(item)
+        pool = list(groups.values())
+
+        def enough(part: int, value: int) -> bool:
+            total = 0
+            for options in pool:
+                most = 0
+                for o in options:
+                    if o[0][part] <= value and o[2] > most:
+                        most = o[2]
+                total += most
+                if total >= deficit:
+                    return True
+            return False
+
+        if not enough(0, 1):
+            return None
+        bound: list[int] = []
+        for part in (0, 1, 2):
+            if enough(part, 0):
+                bound.append(0)
+                pool = [kept for options in pool if (kept := [o for o in options if o[0][part] == 0])]
+            else:
+                bound.append(1)
+        # Least lost work over sets of the remaining options that free the deficit: best[g] = least lost
+        # work freeing at least g GPUs (capped at the deficit).
+        inf = float("inf")
+        best = [0.0] + [inf] * deficit
+        for options in pool:
+            nxt = list(best)
+            for option in options:
+                gain, lost = option[2], option[1]
+                for g in range(deficit + 1):
+                    have = best[g]
+                    if have != inf:
+                        t = g + gain if g + gain < deficit else deficit
+                        if have + lost < nxt[t]:
+                            nxt[t] = have + lost
+            best = nxt
+        lost = best[deficit]
+        lost -= 1e-9 * abs(lost)  # sums in another order may round differently: stay below
+        priority = min(o[4] for options in pool for o in options)
+        newest = min(o[3] for options in pool for o in options)
+        # A set may also take workloads that free nothing here (for quota): names over the whole scope.
+        first = min(c.name for c in scoped)
+        return bound[0], (bound[1], bound[2], lost, priority, newest, 1, (first,))
+
     def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
         """No set from these candidates costs less: each part of `VictimSet.cost` at its least (the
         newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
@@ -649,6 +765,55 @@ class _Search:
             if order[5] < first:
                 first = order[5]
         return below, (evicts, own, lost, priority, newest, 1, (first,))
+
+    @property
+    def _capacity_bound(self) -> bool:
+        """Whether no node of the preemptor's GPU model has room for it now: a set that lets it fit must
+        then free GPUs on the node it goes to (else quota alone may be what a set frees)."""
+        room = self._room_anywhere
+        if room is None:
+            fleet = self.snapshot.fleet
+            assert self.shape is not None and self.code is not None
+            size, needed = self.shape
+            rows = slice(0, fleet.n_rows)
+            free = fleet.whole_free[rows][fleet.model[rows] == self.code]
+            room = self._room_anywhere = bool(free.size) and int(np.max(free)) >= size * needed
+        return not room
+
+    def _info(
+        self, candidate: Candidate
+    ) -> list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]:
+        """Per way of taking `candidate` (an evict; a shrink's steps): ((keeps its queue at nominal alone
+        0/1, evicts 0/1, own queue 0/1), lost work, whole GPUs freed per node, -admitted at, priority)."""
+        steps = self._shrink_steps(candidate) if candidate.kind == "shrink" else [candidate]
+        out = []
+        for step in steps:
+            if step.kind == "evict":
+                gains = dict(zip(step.rows, step.held, strict=True))
+            else:
+                gains = self._option(step).gpus
+            order = _order(step)
+            keeps = 0 if step.cause == WITHIN_QUEUE or self._keeps(step) else 1
+            out.append(((keeps, order[0], order[1]), order[2], gains, order[4], order[3]))
+        return out
+
+    def _keeps(self, candidate: Candidate) -> bool:
+        """Whether taking `candidate` (as it is: a shrink step or an evict) alone leaves its queue at or
+        above its nominal quota."""
+        if candidate.kind == "shrink":
+            amounts: Mapping[str, int] = self._option(candidate).amounts
+        else:
+            amounts = candidate.admitted.assignment.usage
+        room = self._room_of(candidate.admitted.queue)
+        return all(amounts.get(flavor, 0) <= above for flavor, above in room.items())
+
+    def _room_of(self, queue: str) -> dict[str, int]:
+        room = self._room.get(queue)
+        if room is None:
+            cache = self.snapshot.cache
+            room = {f: cache.usage.usage(queue, f) - cache.tree.nominal(queue, f) for f in self.flavors}
+            self._room[queue] = room
+        return room
 
     def _keeps_alone(self, candidate: Candidate) -> bool:
         """Whether taking the least of `candidate` (its first pod, for a shrink) leaves its queue at or
