@@ -46,8 +46,9 @@ from gpufleet.kube.config import (
     KubeConfig,
 )
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
+from gpufleet.kube.owned import create_pod, delete_pod
 from gpufleet.kube.pods import seconds
-from gpufleet.kube.resources import POD, SERVICE, resource_for
+from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.training import resources_of
@@ -447,19 +448,10 @@ class InferenceServiceOperator:
                 raise
 
     def _create(self, pod: Json) -> None:
-        try:
-            self.api.request("POST", POD.collection(pod["metadata"]["namespace"]), body=pod)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        create_pod(self.api, pod)
 
     def _delete(self, pod: Json) -> None:
-        meta = pod["metadata"]
-        try:
-            self.api.request("DELETE", POD.item(meta["name"], meta.get("namespace")))
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_pod(self.api, pod)
 
 
 def _load_sample(load: Json | None) -> LoadSample | None:

@@ -50,8 +50,9 @@ from gpufleet.kube.config import (
     KubeConfig,
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
+from gpufleet.kube.owned import create_pod, delete_pod
 from gpufleet.kube.pods import seconds
-from gpufleet.kube.resources import POD, SERVICE, resource_for
+from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import ApiError, Json, Transport
@@ -347,19 +348,10 @@ class TrainingJobOperator:
                 raise
 
     def _create(self, pod: Json) -> None:
-        try:
-            self.api.request("POST", POD.collection(pod["metadata"]["namespace"]), body=pod)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        create_pod(self.api, pod)
 
     def _delete(self, pod: Json) -> None:
-        meta = pod["metadata"]
-        try:
-            self.api.request("DELETE", POD.item(meta["name"], meta.get("namespace")))
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        delete_pod(self.api, pod)
 
     def _status(self, raw: Json, update: Json) -> None:
         patch_status(self.api, self.jobs, raw, update)
