@@ -191,15 +191,7 @@ class InferenceServiceController(Reconciler):
 
     # ----------------------------------------------------------------- autoscale
     def _desired(self, service: InferenceService, key: Key, replicas: list[_Replica], now: float) -> int:
-        spec = service.spec
-        scaling = spec.autoscaling
-        targets = ScalingTargets(
-            low=spec.replicas.min,
-            high=spec.replicas.max,
-            requests_per_replica=scaling.target_requests_per_replica,
-            latency_p99_ms=scaling.target_latency_p99_ms,
-            predictive=scaling.predictive,
-        )
+        targets = ScalingTargets.of(service.spec)
         if not targets.enabled:
             return targets.low
         try:

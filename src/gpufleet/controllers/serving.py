@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from gpufleet.api.inference import InferenceServiceSpec
+
 
 @dataclass(frozen=True, slots=True)
 class AutoscalerConfig:
@@ -64,6 +66,18 @@ class ScalingTargets:
     @property
     def enabled(self) -> bool:
         return self.requests_per_replica is not None or self.latency_p99_ms is not None
+
+    @classmethod
+    def of(cls, spec: InferenceServiceSpec) -> ScalingTargets:
+        """The targets an InferenceService's spec sets (both worlds read them the same way)."""
+        scaling = spec.autoscaling
+        return cls(
+            low=spec.replicas.min,
+            high=spec.replicas.max,
+            requests_per_replica=scaling.target_requests_per_replica,
+            latency_p99_ms=scaling.target_latency_p99_ms,
+            predictive=scaling.predictive,
+        )
 
 
 @dataclass(frozen=True, slots=True)

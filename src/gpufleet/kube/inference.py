@@ -292,15 +292,7 @@ class InferenceServiceOperator:
         update: Json,
         now: float,
     ) -> tuple[int, float | None]:
-        spec = service.spec
-        scaling = spec.autoscaling
-        targets = ScalingTargets(
-            low=spec.replicas.min,
-            high=spec.replicas.max,
-            requests_per_replica=scaling.target_requests_per_replica,
-            latency_p99_ms=scaling.target_latency_p99_ms,
-            predictive=scaling.predictive,
-        )
+        targets = ScalingTargets.of(service.spec)
         current = int((raw.get("status") or {}).get("desiredReplicas") or 0)
         if not targets.enabled:
             return targets.low, None
