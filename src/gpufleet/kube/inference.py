@@ -46,7 +46,7 @@ from gpufleet.kube.config import (
     KubeConfig,
 )
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
-from gpufleet.kube.owned import create_pod, delete_pod
+from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
@@ -429,15 +429,7 @@ class InferenceServiceOperator:
 
     # ------------------------------------------------------------------ writes
     def _ensure_service(self, raw: Json, template: Json | None) -> None:
-        try:
-            self.api.request(
-                "POST",
-                SERVICE.collection(raw["metadata"].get("namespace")),
-                body=cluster_service(raw, template),
-            )
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        create_owned(self.api, SERVICE, cluster_service(raw, template))
 
     def _create(self, pod: Json) -> None:
         create_pod(self.api, pod)

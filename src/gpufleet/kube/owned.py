@@ -1,22 +1,26 @@
-"""Creating and deleting the pods an operator owns, as a level-triggered loop must.
+"""Creating and deleting the objects an operator owns (pods, Services), as a level-triggered loop must.
 
-A reconcile may run again before the API server's answer to the last one is seen, so a pod that already
-exists (409) or is already gone (404) is the state the loop wanted, not an error.
+A reconcile may run again before the API server's answer to the last one is seen, so an object that
+already exists (409) or is already gone (404) is the state the loop wanted, not an error.
 """
 
 from __future__ import annotations
 
-from gpufleet.kube.resources import POD
+from gpufleet.kube.resources import POD, ResourceType
 from gpufleet.kube.transport import ApiError, Json, Transport
 
 
-def create_pod(api: Transport, pod: Json) -> None:
-    """Creates the pod; one that already exists counts as created."""
+def create_owned(api: Transport, resource: ResourceType, obj: Json) -> None:
+    """Creates the object; one that already exists counts as created."""
     try:
-        api.request("POST", POD.collection(pod["metadata"]["namespace"]), body=pod)
+        api.request("POST", resource.collection(obj["metadata"].get("namespace")), body=obj)
     except ApiError as exc:
         if exc.status != 409:
             raise
+
+
+def create_pod(api: Transport, pod: Json) -> None:
+    create_owned(api, POD, pod)
 
 
 def delete_pod(api: Transport, pod: Json) -> None:

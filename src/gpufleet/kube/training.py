@@ -50,12 +50,12 @@ from gpufleet.kube.config import (
     KubeConfig,
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
-from gpufleet.kube.owned import create_pod, delete_pod
+from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
-from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.transport import Json, Transport
 
 log = logging.getLogger(__name__)
 
@@ -339,13 +339,7 @@ class TrainingJobOperator:
 
     # ------------------------------------------------------------------ writes
     def _ensure_service(self, job: Json) -> None:
-        try:
-            self.api.request(
-                "POST", SERVICE.collection(job["metadata"].get("namespace")), body=headless_service(job)
-            )
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        create_owned(self.api, SERVICE, headless_service(job))
 
     def _create(self, pod: Json) -> None:
         create_pod(self.api, pod)
