@@ -1,13 +1,32 @@
-"""What a TrainingJob's state is, whatever world runs its workers: the checkpoint to resume from and
-whether one more restart is allowed. Shared by the embedded TrainingJob controller's rules and the
-Kubernetes operator, so both worlds resume from the same checkpoint and give up at the same count."""
+"""What a TrainingJob's state is, whatever world runs its workers.
+
+Shared by the embedded TrainingJob controller and the Kubernetes operator, so both worlds resume from
+the same checkpoint, give up at the same count and say the same in status, conditions and events:
+
+- `latest_checkpoint`: the checkpoint a restart resumes from;
+- `restart_allowed`: whether one more restart is within `restartPolicy.maxRestarts`;
+- `job_status`: the job's next status from what its world observed (its current attempt's workers,
+  the disruptions that ended earlier attempts, whether the job gave up, why it waits);
+- `job_events`: the Events a change of status is announced with.
+
+Each world translates what it reads (the embedded store's Workload and Pods; the API's pods) into an
+`Observed` and renders the status back (the store's object; a merge patch).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.status import CheckpointRef
+from gpufleet.api.training import TrainingJobStatus
+
+FINISHED = ("Succeeded", "Failed")
+QUEUED = PendingReason(type="Queued", message="waiting for the scheduler")
 
 
 def latest_checkpoint(checkpoints: Iterable[Checkpoint], job: str) -> Checkpoint | None:
@@ -27,3 +46,161 @@ def checkpoint_ref(ckpt: Checkpoint) -> CheckpointRef:
 def restart_allowed(*, restarts: int, max_restarts: int | None) -> bool:
     """Whether a job that has restarted `restarts` times may restart once more."""
     return max_restarts is None or restarts < max_restarts
+
+
+# ------------------------------------------------------------------------------------ status
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """The current attempt's workers, as the world running them counts them."""
+
+    expected: int
+    """How many workers the attempt runs with (what the scheduler admitted, or the spec's replicas)."""
+    placed: int
+    """Workers holding capacity now (`status.replicas`)."""
+    running: int
+    succeeded: int
+    admitted: bool
+    """Whether the whole gang holds its capacity."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """What ended an attempt: an eviction (preemption, node or GPU loss, spot) or a failed worker."""
+
+    reason: str
+    message: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}".rstrip(": ")
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything a job's status is derived from, read by its world."""
+
+    generation: int | None
+    checkpoint: Checkpoint | None
+    workers: Workers
+    disruptions: int
+    """Attempts ended by a disruption so far (`status.restarts`), the last one included."""
+    last_disruption: Disruption | None
+    gave_up: bool
+    """The last disruption was one more than `maxRestarts` allows: the job fails."""
+    lost_gpu_seconds: float | None = None
+    """GPU-seconds of work the disruptions threw away; None where the world does not measure it."""
+    pending: PendingReason | None = None
+    """Why the job waits; None leaves reason and Running condition to whoever writes them."""
+    admitted_time: datetime | None = None
+    """When the gang got its capacity, where the world knows better than `now`."""
+
+
+Phase = Literal["Pending", "Admitted", "Running", "Succeeded"]
+
+
+def progress(workers: Workers) -> Phase:
+    """Where a job that has not failed stands: done when every expected worker finished, Running
+    when all run, Admitted while its capacity is held, else Pending."""
+    if workers.succeeded and workers.succeeded >= max(workers.expected, 1):
+        return "Succeeded"
+    if not workers.admitted:
+        return "Pending"
+    if workers.expected and workers.running >= workers.expected:
+        return "Running"
+    return "Admitted"
+
+
+def limit_message(disruptions: int, last: Disruption | None) -> str:
+    message = f"disrupted {disruptions} times, more than maxRestarts allows"
+    return message if last is None else f"{message}; last: {last}"
+
+
+def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime) -> TrainingJobStatus:
+    """The job's status now. A finished job keeps its phase, counters and conditions (only the
+    checkpoint and generation it reports follow), except that it never says it runs."""
+    status = previous.model_copy(deep=True)
+    status.observed_generation = observed.generation
+    if observed.checkpoint is not None:
+        status.last_checkpoint = checkpoint_ref(observed.checkpoint)
+    if previous.phase in FINISHED:
+        status.conditions = _not_running(status.conditions, previous.phase, now)
+        return status
+    status.restarts = observed.disruptions
+    if observed.lost_gpu_seconds is not None:
+        status.lost_gpu_seconds = round(observed.lost_gpu_seconds, 3)
+    workers = observed.workers
+    status.replicas = workers.placed
+    status.ready_replicas = workers.running
+    if observed.gave_up:
+        message = limit_message(observed.disruptions, observed.last_disruption)
+        return _finish(status, "Failed", "RestartLimitExceeded", message, now)
+    phase = progress(workers)
+    if phase == "Succeeded":
+        return _finish(status, "Succeeded", "Completed", "all workers finished", now)
+    status.phase = phase
+    if phase == "Pending":
+        if observed.pending is not None:
+            status.pending_reason = observed.pending
+            running = Condition(type="Running", status="False", reason=observed.pending.type, message="")
+            status.conditions = set_condition(status.conditions, running, now=now)
+        return status
+    status.pending_reason = None
+    status.admitted_time = status.admitted_time or observed.admitted_time or now
+    admitted = Condition(type="Admitted", status="True", reason="Admitted", message="capacity reserved")
+    status.conditions = set_condition(status.conditions, admitted, now=now)
+    if phase == "Running":
+        status.start_time = status.start_time or now
+        running = Condition(type="Running", status="True", reason="AllWorkersRunning", message="")
+        status.conditions = set_condition(status.conditions, running, now=now)
+    return status
+
+
+def _finish(
+    status: TrainingJobStatus, phase: Literal["Succeeded", "Failed"], reason: str, message: str, now: datetime
+) -> TrainingJobStatus:
+    status.phase = phase
+    status.completion_time = now
+    status.pending_reason = None
+    status.ready_replicas = 0
+    done = Condition(type=phase, status="True", reason=reason, message=message)
+    status.conditions = _not_running(set_condition(status.conditions, done, now=now), phase, now)
+    return status
+
+
+def _not_running(conditions: list[Condition], phase: str, when: datetime) -> list[Condition]:
+    """`Running False` for a finished job: reason Completed after success, Failed after failure."""
+    reason, message = (
+        ("Completed", "all workers finished") if phase == "Succeeded" else ("Failed", "the job failed")
+    )
+    running = next((c for c in conditions if c.type == "Running"), None)
+    if running is not None and (running.status, running.reason) == ("False", reason):
+        return conditions
+    return set_condition(
+        conditions, Condition(type="Running", status="False", reason=reason, message=message), now=when
+    )
+
+
+# ------------------------------------------------------------------------------------ events
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+def job_events(
+    old: TrainingJobStatus, new: TrainingJobStatus, *, why: Disruption | None = None
+) -> list[JobEvent]:
+    """The Events announcing the change from `old` to `new`: a restart (Warning), a new phase."""
+    out: list[JobEvent] = []
+    if new.restarts > old.restarts and new.phase != "Failed":
+        ref = new.last_checkpoint
+        where = f"step {ref.step}" if ref is not None and ref.step is not None else "the start"
+        message = f"restart {new.restarts} from {where}"
+        if why is not None:
+            message += f" after {why}"
+        if new.lost_gpu_seconds:
+            message += f"; {new.lost_gpu_seconds:g} GPU-seconds lost so far"
+        out.append(JobEvent("Restarting", message, "Warning"))
+    if new.phase != old.phase:
+        out.append(JobEvent(new.phase, f"{old.phase} -> {new.phase}"))
+    return out

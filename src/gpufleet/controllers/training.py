@@ -1,7 +1,8 @@
 """The TrainingJob controller: a job's Workload, and the job's status read back from it and its pods.
 
 The job owns one Workload named `job-{name}`, the gang of its workers (`minReplicas` makes it
-elastic). Everything else is derived, level-triggered, from what the store holds now:
+elastic). Everything else is derived, level-triggered, from what the store holds now, by the rules
+of `controllers.jobstate` that the Kubernetes operator follows too:
 
 - phase: `Pending` while the workload waits (with the scheduler's reason), `Admitted` once it holds
   capacity, `Running` when every worker runs, `Succeeded` when they have all finished their work,
@@ -19,12 +20,11 @@ the twin (or the real job) resumes from the checkpoint's step.
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.fields import priority_value
-from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.runtime import (
     JOB_LABEL,
     OwnerRef,
@@ -83,7 +83,7 @@ class TrainingJobController(Reconciler):
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))
         if status != job.status:
-            self._announce(job, status, now)
+            self._announce(job, status, _last_disruption(workload), now)
             self.store.update_status(job.model_copy(update={"status": status}))
         return None
 
@@ -156,109 +156,50 @@ class TrainingJobController(Reconciler):
         checkpoint: Checkpoint | None,
         now: float,
     ) -> TrainingJobStatus:
-        wl = workload.status
-        status = job.status.model_copy(deep=True)
-        status.observed_generation = job.metadata.generation
-        status.restarts = len(wl.evictions)
-        status.lost_gpu_seconds = round(sum(e.lost_gpu_seconds for e in wl.evictions), 3)
-        if checkpoint is not None:
-            status.last_checkpoint = jobstate.checkpoint_ref(checkpoint)
-        expected = sum(wl.admission.counts) if wl.admission else 0
-        running = [p for p in pods if p.status.phase == "Running"]
-        succeeded = [p for p in pods if p.status.phase == "Succeeded"]
-        status.replicas = expected
-        status.ready_replicas = len(running)
-        when = to_datetime(now)
-        if job.status.phase in ("Succeeded", "Failed"):
-            # Finished: nothing changes any more, except a Running condition left True by an older
-            # version, which must not say a finished job runs.
-            status = job.status.model_copy(deep=True)
-            status.conditions = _not_running(status.conditions, job.status.phase, when)
-            return status
-        if wl.phase == "Failed":
-            last = wl.evictions[-1] if wl.evictions else None
-            status.phase = "Failed"
-            status.completion_time = when
-            status.pending_reason = None
-            message = f"evicted {len(wl.evictions)} times, more than maxRestarts"
-            if last is not None:
-                message += f"; last: {last.reason}: {last.message}"
-            status.conditions = set_condition(
-                status.conditions,
-                Condition(type="Failed", status="True", reason="RestartLimitExceeded", message=message),
-                now=when,
-            )
-            status.conditions = _not_running(status.conditions, "Failed", when)
-        elif succeeded and len(succeeded) >= max(expected, 1):
-            status.phase = "Succeeded"
-            status.completion_time = when
-            status.ready_replicas = 0
-            status.conditions = set_condition(
-                status.conditions,
-                Condition(
-                    type="Succeeded", status="True", reason="Completed", message="all workers finished"
-                ),
-                now=when,
-            )
-            status.conditions = _not_running(status.conditions, "Succeeded", when)
-        elif wl.phase == "Admitted":
-            status.pending_reason = None
-            status.admitted_time = status.admitted_time or wl.admitted_time
-            status.conditions = set_condition(
-                status.conditions,
-                Condition(type="Admitted", status="True", reason="Admitted", message="capacity reserved"),
-                now=when,
-            )
-            if expected and len(running) == expected:
-                status.phase = "Running"
-                status.start_time = status.start_time or when
-                status.conditions = set_condition(
-                    status.conditions,
-                    Condition(type="Running", status="True", reason="AllWorkersRunning", message=""),
-                    now=when,
-                )
-            else:
-                status.phase = "Admitted"
-        else:
-            status.phase = "Pending"
-            reason = wl.pending_reason
-            status.pending_reason = (
-                PendingReason(type=reason.type, message=reason.message, details=reason.details)
-                if reason
-                else PendingReason(type="Queued", message="waiting for the scheduler")
-            )
-            status.conditions = set_condition(
-                status.conditions,
-                Condition(type="Running", status="False", reason=status.pending_reason.type, message=""),
-                now=when,
-            )
-        return status
+        return jobstate.job_status(
+            job.status, _observed(job, workload, pods, checkpoint), now=to_datetime(now)
+        )
 
-    def _announce(self, job: TrainingJob, status: TrainingJobStatus, now: float) -> None:
-        old = job.status
-        if status.restarts > old.restarts:
+    def _announce(
+        self, job: TrainingJob, status: TrainingJobStatus, why: jobstate.Disruption | None, now: float
+    ) -> None:
+        for event in jobstate.job_events(job.status, status, why=why):
             events.record(
-                self.store,
-                job,
-                reason="Restarting",
-                message=f"restart {status.restarts}, {status.lost_gpu_seconds:g} GPU-seconds lost so far",
-                now=now,
-                type="Warning",
-            )
-        if status.phase != old.phase:
-            events.record(
-                self.store, job, reason=status.phase, message=f"{old.phase} -> {status.phase}", now=now
+                self.store, job, reason=event.reason, message=event.message, now=now, type=event.type
             )
 
 
-def _not_running(conditions: list[Condition], phase: str, when: datetime) -> list[Condition]:
-    """`Running False` for a finished job: reason Completed after success, Failed after failure."""
-    reason, message = (
-        ("Completed", "all workers finished") if phase == "Succeeded" else ("Failed", "the job failed")
+def _observed(
+    job: TrainingJob, workload: WorkloadObject, pods: list[Pod], checkpoint: Checkpoint | None
+) -> jobstate.Observed:
+    """What the store says of the job: the scheduler's workload (admission, evictions, its verdict on
+    the restart limit) and the current attempt's pods."""
+    wl = workload.status
+    expected = sum(wl.admission.counts) if wl.admission else 0
+    reason = wl.pending_reason
+    return jobstate.Observed(
+        generation=job.metadata.generation,
+        checkpoint=checkpoint,
+        workers=jobstate.Workers(
+            expected=expected,
+            placed=expected,
+            running=sum(p.status.phase == "Running" for p in pods),
+            succeeded=sum(p.status.phase == "Succeeded" for p in pods),
+            admitted=wl.phase == "Admitted",
+        ),
+        disruptions=len(wl.evictions),
+        last_disruption=_last_disruption(workload),
+        gave_up=wl.phase == "Failed",
+        lost_gpu_seconds=sum(e.lost_gpu_seconds for e in wl.evictions),
+        pending=(
+            PendingReason(type=reason.type, message=reason.message, details=reason.details)
+            if reason
+            else jobstate.QUEUED
+        ),
+        admitted_time=wl.admitted_time,
     )
-    running = next((c for c in conditions if c.type == "Running"), None)
-    if running is not None and (running.status, running.reason) == ("False", reason):
-        return conditions
-    return set_condition(
-        conditions, Condition(type="Running", status="False", reason=reason, message=message), now=when
-    )
+
+
+def _last_disruption(workload: WorkloadObject) -> jobstate.Disruption | None:
+    evictions = workload.status.evictions
+    return jobstate.Disruption(evictions[-1].reason, evictions[-1].message) if evictions else None
