@@ -60,6 +60,7 @@ def test_cli_prints_one_crd_per_kind() -> None:
         "InferenceService",
         "Checkpoint",
         "ModelVersion",
+        "ServiceLoad",  # the kubernetes world's InferenceService operator reads and writes it
     }
     job = by_kind["TrainingJob"]
     assert job["apiVersion"] == "apiextensions.k8s.io/v1"
@@ -78,7 +79,7 @@ def test_cli_writes_to_a_file(tmp_path) -> None:
     target = tmp_path / "crds.yaml"
     result = CliRunner().invoke(app, ["manifests", "crds", "-o", str(target)])
     assert result.exit_code == 0
-    assert len(list(yaml.safe_load_all(target.read_text()))) == 6
+    assert len(list(yaml.safe_load_all(target.read_text()))) == 7
 
 
 @pytest.mark.parametrize("crd", custom_resource_definitions(), ids=lambda crd: crd["spec"]["names"]["kind"])

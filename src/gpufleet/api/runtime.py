@@ -328,4 +328,4 @@ register_kind(
     ),
     crd=False,
 )
-register_kind(ServiceLoad, plural="serviceloads", crd=False)
+register_kind(ServiceLoad, plural="serviceloads")
