@@ -15,24 +15,29 @@ a bare API server has none, and the operator deletes what it owns when the job i
 
 A worker that failed, or was evicted (preemption, a drained node), ends the attempt: its remaining
 pods are deleted and, within `restartPolicy.maxRestarts`, the next attempt starts after
-`backoffSeconds` from the newest complete Checkpoint. Status: `phase` (Pending until every worker is
-bound, Admitted, Running when all run, Succeeded, Failed), `replicas`, `readyReplicas`, `restarts`,
-`lastCheckpoint`, conditions; `pendingReason` is the scheduler's, merged in by it, and left alone here.
+`backoffSeconds` from the newest complete Checkpoint (the job waits with pendingReason `Backoff`).
+Status and Events are those of the embedded world, decided by `controllers.jobstate` from the pods
+read here: `phase` (Pending until every worker is bound, Admitted, Running when all run, Succeeded,
+Failed past maxRestarts), `replicas` (bound workers), `readyReplicas`, `restarts` (attempts ended by
+a disruption), `lastCheckpoint`, conditions. Outside a backoff `pendingReason` is the scheduler's,
+merged in by it, and left alone here.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import kind_info
-from gpufleet.api.training import TrainingJob
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import jobstate
+from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
     GANG_LABEL,
@@ -51,9 +56,8 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
-from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import SERVICE, resource_for
-from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
+from gpufleet.kube.status import operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
 
@@ -63,6 +67,7 @@ JOB_LABEL = "gpufleet.io/training-job"
 ATTEMPT_LABEL = "gpufleet.io/attempt"
 MASTER_PORT = 29500
 FAILED_REASONS = ("Evicted", "Preempting", "DeadlineExceeded")
+BACKOFF = "Backoff"
 
 
 def owner_reference(job: Json) -> Json:
@@ -234,7 +239,10 @@ def headless_service(job: Json) -> Json:
 
 
 class TrainingJobOperator:
-    """Reconciles one TrainingJob from its raw object, its pods and its Checkpoints."""
+    """Reconciles one TrainingJob from its raw object, its pods and its Checkpoints.
+
+    What the status says is decided by `controllers.jobstate`, as in the embedded world; here the
+    pods are read into its observation, attempts are started and ended, and the status is patched."""
 
     def __init__(self, api: Transport, *, config: KubeConfig) -> None:
         self.api = api
@@ -247,95 +255,99 @@ class TrainingJobOperator:
         assert info is not None
         job = from_json(info, raw)
         assert isinstance(job, TrainingJob)
-        status: dict[str, Any] = dict(raw.get("status") or {})
-        phase = status.get("phase", "Pending")
         if raw["metadata"].get("deletionTimestamp"):
             return None
         if job.spec.worker.template is None or not (job.spec.worker.template.get("spec") or {}).get(
             "containers"
         ):
             message = "spec.worker.template.spec.containers is empty"
+            status = dict(raw.get("status") or {})
             failed = with_condition(status, "Failed", "True", "InvalidTemplate", message, now)
             self._status(raw, {"phase": "Failed", "conditions": failed})
             return None
         self._ensure_service(raw)
-        attempt_no = int(status.get("restarts", 0))
+        previous = job.status
         ckpt_info = kind_info("Checkpoint")
         assert ckpt_info is not None
         checkpoint = jobstate.latest_checkpoint(
             [c for c in (from_json(ckpt_info, c) for c in checkpoints) if isinstance(c, Checkpoint)], job.name
         )
-        attempt = Attempt(job, raw, attempt_no, checkpoint)
-        current = [p for p in pods if p["metadata"].get("labels", {}).get(ATTEMPT_LABEL) == str(attempt_no)]
+        attempt = Attempt(job, raw, previous.restarts, checkpoint)
+        current = [
+            p for p in pods if p["metadata"].get("labels", {}).get(ATTEMPT_LABEL) == str(attempt.number)
+        ]
         for old in pods:
             if old not in current and not old["metadata"].get("deletionTimestamp"):
                 self._delete(old)
-        update: dict[str, Any] = {"observedGeneration": raw["metadata"].get("generation")}
-        if checkpoint is not None:
-            update["lastCheckpoint"] = jobstate.checkpoint_ref(checkpoint).to_dict()
-        if phase in ("Succeeded", "Failed"):
-            self._status(raw, update)
-            return None
         broken = [p for p in current if _broken(p)]
-        if broken:
-            return self._restart(raw, job, status, update, current, broken[0], now)
-        resume = _restart_at(status, job.spec.restart_policy.backoff_seconds)
-        if resume is not None and resume > now:
-            self._status(raw, update)
-            return resume
-        existing = {p["metadata"]["name"] for p in current}
-        for rank in range(job.spec.replicas):
-            if attempt.pod_name(rank) not in existing:
-                self._create(worker_pod(attempt, rank, self.config))
-        update.update(_progress(status, current, job.spec.replicas, now))
-        self._status(raw, update)
+        if previous.phase not in jobstate.FINISHED and broken:
+            return self._restart(raw, job, checkpoint, current, _why(broken[0]), now)
+        pending = None
+        if previous.phase not in jobstate.FINISHED:
+            resume = _restart_at(previous, job.spec.restart_policy.backoff_seconds)
+            if resume is not None and resume > now:
+                self._write(raw, previous, _observed(job, checkpoint, current), now)
+                return resume
+            if resume is not None:
+                pending = jobstate.QUEUED  # the backoff is over: the scheduler says why it waits now
+            existing = {p["metadata"]["name"] for p in current}
+            for rank in range(job.spec.replicas):
+                if attempt.pod_name(rank) not in existing:
+                    self._create(worker_pod(attempt, rank, self.config))
+        self._write(raw, previous, _observed(job, checkpoint, current, pending=pending), now)
         return None
 
     def _restart(
         self,
         raw: Json,
         job: TrainingJob,
-        status: Json,
-        update: Json,
+        checkpoint: Checkpoint | None,
         current: list[Json],
-        broken: Json,
+        why: jobstate.Disruption,
         now: float,
     ) -> float | None:
-        restarts = int(status.get("restarts", 0))
-        why = _why(broken)
+        """Ends the attempt a broken worker belongs to; the next one starts after the backoff, unless
+        that was one restart more than `maxRestarts` allows."""
         for pod in current:
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete(pod)
+        previous = job.status
         policy = job.spec.restart_policy
-        if not jobstate.restart_allowed(restarts=restarts, max_restarts=policy.max_restarts):
-            update.update(
-                phase="Failed",
-                completionTime=stamp(now),
-                conditions=with_condition(
-                    status,
-                    "Failed",
-                    "True",
-                    "RestartLimitExceeded",
-                    f"restarted {restarts} times; last: {why}",
-                    now,
-                ),
-            )
-            self._status(raw, update)
-            return None
-        at = now + policy.backoff_seconds
-        update.update(
-            phase="Pending",
-            restarts=restarts + 1,
-            replicas=0,
-            readyReplicas=0,
-            # A fresh transition each restart: the backoff counts from this one.
-            conditions=with_condition(
-                _without(status, "Running"), "Running", "False", "Restarting", why, now
-            ),
+        allowed = jobstate.restart_allowed(restarts=previous.restarts, max_restarts=policy.max_restarts)
+        backoff = PendingReason(type=BACKOFF, message=f"{why}; requeued after {policy.backoff_seconds:g}s")
+        # A fresh Running transition each restart: the backoff counts from it.
+        base = previous.model_copy(
+            update={"conditions": [c for c in previous.conditions if c.type != "Running"]}
         )
-        self._status(raw, update)
-        self._event(raw, "Restarting", f"restart {restarts + 1} from the last checkpoint: {why}", now)
-        return at
+        observed = _observed(
+            job,
+            checkpoint,
+            [],
+            disruptions=previous.restarts + 1,
+            last=why,
+            gave_up=not allowed,
+            pending=backoff if allowed else None,
+        )
+        self._write(raw, previous, observed, now, base=base, why=why)
+        return now + policy.backoff_seconds if allowed else None
+
+    def _write(
+        self,
+        raw: Json,
+        previous: TrainingJobStatus,
+        observed: jobstate.Observed,
+        now: float,
+        *,
+        base: TrainingJobStatus | None = None,
+        why: jobstate.Disruption | None = None,
+    ) -> None:
+        """The shared status decision as a merge patch, and the Events that announce it."""
+        # API timestamps have a resolution of seconds.
+        status = jobstate.job_status(base or previous, observed, now=to_datetime(math.floor(now)))
+        update = _patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
+        if update and self._status(raw, update):
+            for event in jobstate.job_events(previous, status, why=why):
+                self._event(raw, event.reason, event.message, event.type)
 
     # ------------------------------------------------------------------ writes
     def _ensure_service(self, job: Json) -> None:
@@ -347,11 +359,11 @@ class TrainingJobOperator:
     def _delete(self, pod: Json) -> None:
         delete_pod(self.api, pod)
 
-    def _status(self, raw: Json, update: Json) -> None:
-        patch_status(self.api, self.jobs, raw, update)
+    def _status(self, raw: Json, update: Json) -> bool:
+        return patch_status(self.api, self.jobs, raw, update)
 
-    def _event(self, raw: Json, reason: str, message: str, now: float) -> None:
-        operator_event(self.api, raw, reason=reason, message=message, type="Warning")
+    def _event(self, raw: Json, reason: str, message: str, type: str) -> None:
+        operator_event(self.api, raw, reason=reason, message=message, type=type)
 
 
 def _broken(pod: Json) -> bool:
@@ -364,53 +376,62 @@ def _broken(pod: Json) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp") and status.get("phase") != "Succeeded")
 
 
-def _why(pod: Json) -> str:
+def _why(pod: Json) -> jobstate.Disruption:
+    """What ended the attempt, from the worker that broke it (its disruption condition, else its state)."""
+    name = pod["metadata"]["name"]
     status = pod.get("status") or {}
     for c in status.get("conditions") or []:
         if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-            return f"{pod['metadata']['name']} {c.get('reason')}: {c.get('message', '')}"
+            return jobstate.Disruption(f"{name} {c.get('reason')}", c.get("message", ""))
     reason = status.get("reason") or ("Deleted" if pod["metadata"].get("deletionTimestamp") else "Failed")
-    return f"{pod['metadata']['name']} {reason}: {status.get('message', '')}".rstrip(": ")
+    return jobstate.Disruption(f"{name} {reason}", status.get("message", ""))
 
 
-def _progress(status: Json, pods: list[Json], replicas: int, now: float) -> Json:
-    bound = [p for p in pods if p.get("spec", {}).get("nodeName")]
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    succeeded = [p for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"]
-    out: Json = {"replicas": len(bound), "readyReplicas": len(running)}
-    if len(succeeded) >= replicas:
-        out.update(
-            phase="Succeeded",
-            completionTime=stamp(now),
-            conditions=with_condition(status, "Succeeded", "True", "Completed", "all workers finished", now),
-        )
-    elif len(running) >= replicas:
-        out.update(
-            phase="Running",
-            pendingReason=None,
-            startTime=status.get("startTime") or stamp(now),
-            conditions=with_condition(status, "Running", "True", "AllWorkersRunning", "", now),
-        )
-    elif len(bound) >= replicas:
-        out.update(
-            phase="Admitted",
-            pendingReason=None,
-            admittedTime=status.get("admittedTime") or stamp(now),
-            conditions=with_condition(status, "Admitted", "True", "Admitted", "every worker is bound", now),
-        )
-    else:
-        out["phase"] = "Pending"
-    return out
+def _observed(
+    job: TrainingJob,
+    checkpoint: Checkpoint | None,
+    pods: list[Json],
+    *,
+    disruptions: int | None = None,
+    last: jobstate.Disruption | None = None,
+    gave_up: bool = False,
+    pending: PendingReason | None = None,
+) -> jobstate.Observed:
+    """The current attempt as `jobstate` reads it: its gang holds capacity once every worker is bound.
+
+    The pending reason is the scheduler's (merged into the job by it) unless one is given."""
+    bound = sum(bool(p.get("spec", {}).get("nodeName")) for p in pods)
+    phases = [(p.get("status") or {}).get("phase") for p in pods]
+    replicas = job.spec.replicas
+    return jobstate.Observed(
+        generation=job.metadata.generation,
+        checkpoint=checkpoint,
+        workers=jobstate.Workers(
+            expected=replicas,
+            placed=bound,
+            running=phases.count("Running"),
+            succeeded=phases.count("Succeeded"),
+            admitted=bound >= replicas,
+        ),
+        disruptions=job.status.restarts if disruptions is None else disruptions,
+        last_disruption=last,
+        gave_up=gave_up,
+        pending=pending,
+    )
 
 
-def _restart_at(status: Json, backoff: float) -> float | None:
-    """When a restarting job's next attempt may start: its Restarting transition plus the backoff."""
-    for c in status.get("conditions") or []:
-        if c.get("type") == "Running" and c.get("reason") == "Restarting":
-            since = seconds(c.get("lastTransitionTime"))
+def _patch(raw: Json, previous: Json, status: Json) -> Json:
+    """The merge patch from `previous` (the object's status as parsed) to `status`: what changed, what
+    the object does not hold yet, and null for what is gone."""
+    update = {k: v for k, v in status.items() if previous.get(k) != v or k not in raw}
+    update.update({k: None for k in previous if k not in status and k in raw})
+    return update
+
+
+def _restart_at(status: TrainingJobStatus, backoff: float) -> float | None:
+    """When a restarting job's next attempt may start: its Backoff transition plus the backoff."""
+    for c in status.conditions:
+        if c.type == "Running" and c.status == "False" and c.reason == BACKOFF:
+            since = to_seconds(c.last_transition_time)
             return None if since is None else since + backoff
     return None
-
-
-def _without(status: Json, kind: str) -> Json:
-    return {**status, "conditions": [c for c in status.get("conditions") or [] if c.get("type") != kind]}
