@@ -56,8 +56,16 @@ def test_preemption_goes_through_evictions_and_the_preemptor_follows(
         "victims asked to stop",
         lambda: all(cluster.get_pod(m)["metadata"].get("deletionTimestamp") for m in low),
     )
-    target = cluster.condition(low[0], "DisruptionTarget")
-    assert target and target["status"] == "True" and target["reason"] == "PreemptedByGpufleet"
+    # The Eviction API writes its own DisruptionTarget first; the scheduler's reason follows it.
+    target = wait_for(
+        "the victim's DisruptionTarget reason",
+        lambda: (
+            (c := cluster.condition(low[0], "DisruptionTarget"))
+            and c["reason"] == "PreemptedByGpufleet"
+            and c
+        ),
+    )
+    assert target["status"] == "True"
     assert wait_for("Preempted events", lambda: cluster.events("Preempted"))
     why = wait_for("preemptor's reason", lambda: cluster.condition("urgent", "PodScheduled"))
     assert why["message"].startswith("WaitingForPreemption"), why["message"]

@@ -7,6 +7,12 @@ from a resourceVersion with 410 Expired once the history is compacted, bookmarks
 a pod already bound) and Evictions (429 while a disruption budget forbids). Like a bare API server it
 runs no controllers: bound pods deleted with a grace period stay, with a deletionTimestamp.
 
+What a real server does that callers can trip over is done here too: gpufleet's CRDs are installed
+when the stand-in starts (`crds=False` leaves them out), a custom resource whose CRD is not installed
+is answered 404, fields its CRD's schema does not declare are pruned on every write, new pods get the
+`DefaultTolerationSeconds` tolerations, and an eviction sets the pod's `DisruptionTarget` condition
+(reason `EvictionByEvictionAPI`) before it deletes it.
+
 It is a unit-test tool, not the e2e proof (that is `pytest -m k8s`).
 """
 
@@ -22,10 +28,24 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.labels import LabelSelector
 from gpufleet.kube.transport import JSON_PATCH, ApiError, Json
 
 NOW = "2026-11-29T12:00:00Z"
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+BUILT_IN_GROUPS = ("apiextensions.k8s.io", "coordination.k8s.io", "policy", "batch", "scheduling.k8s.io",
+                   "apps", "events.k8s.io", "rbac.authorization.k8s.io")  # fmt: skip
+DEFAULT_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{name}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    }
+    for name in ("not-ready", "unreachable")
+]
+"""What the DefaultTolerationSeconds admission plugin adds to every pod (NoExecute only)."""
 
 
 def _status(code: int, reason: str, message: str) -> ApiError:
@@ -87,7 +107,7 @@ class FakeApiServer:
 
     STATUS_SUBRESOURCE = ("/v1/pods", "/v1/nodes", "/v1/services")
 
-    def __init__(self, *, retention: int = 1000) -> None:
+    def __init__(self, *, retention: int = 1000, crds: bool = True) -> None:
         self.objects: dict[str, dict[tuple[str, str], Json]] = {}
         self.log: list[tuple[int, str, str, Json]] = []  # (rv, resource key, type, object)
         self.rv = itertools.count(100)
@@ -98,6 +118,10 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.failures: list[ApiError] = []
         self.blocked_evictions: set[tuple[str, str]] = set()
+        if crds:
+            with self.lock:
+                for crd in custom_resource_definitions():
+                    self._create(CRDS, None, crd)
 
     # ------------------------------------------------------------------ test helpers
     def fail_next(self, count: int, status: int = 503) -> None:
@@ -150,6 +174,7 @@ class FakeApiServer:
             if self.failures:
                 raise self.failures.pop(0)
             key, ns, name, sub = _parse(path)
+            self._served(key)
             if method == "GET" and name is None:
                 return self._list(key, ns, query)
             if method == "GET":
@@ -179,6 +204,7 @@ class FakeApiServer:
             self.requests.append(("WATCH", path))
             if self.failures:
                 raise self.failures.pop(0)
+            self._served(key)
         since = int(query.get("resourceVersion") or self.head)
         selector = LabelSelector.parse(str(query.get("labelSelector", "")) or None)
         bookmarks = bool(query.get("allowWatchBookmarks"))
@@ -206,6 +232,26 @@ class FakeApiServer:
                     yield {"type": kind, "object": copy.deepcopy(obj)}
 
     # ------------------------------------------------------------------ internals
+    def _schema(self, key: str) -> Json | None:
+        """The openAPIV3Schema of a custom resource's CRD; None for built-in resources."""
+        if key.startswith("/"):
+            return None
+        group, _, rest = key.partition("/")
+        version, _, plural = rest.partition("/")
+        if group in BUILT_IN_GROUPS:
+            return None
+        crd = self.objects.get(CRDS, {}).get(("", f"{plural}.{group}"))
+        if crd is None:
+            return None
+        served = [v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")]
+        return served[0]["schema"]["openAPIV3Schema"] if served else None
+
+    def _served(self, key: str) -> None:
+        """A real server has no URL for a custom resource whose CRD is not installed: 404."""
+        group = key.partition("/")[0]
+        if not key.startswith("/") and group not in BUILT_IN_GROUPS and self._schema(key) is None:
+            raise _status(404, "NotFound", f"the server could not find the requested resource ({key})")
+
     def _find(self, key: str, ns: str | None, name: str | None) -> Json:
         found = self.objects.get(key, {}).get((ns or "", name or ""))
         if found is None:
@@ -269,9 +315,25 @@ class FakeApiServer:
             }
         else:
             obj.pop("status", None)
+        if key == "/v1/pods":
+            tolerations = obj["spec"].setdefault("tolerations", [])
+            tolerations += [
+                t for t in DEFAULT_TOLERATIONS if t["key"] not in {x.get("key") for x in tolerations}
+            ]
+        obj = self._pruned(key, obj)
         table[where] = obj
         self._bump(key, "ADDED", obj)
         return copy.deepcopy(obj)
+
+    def _pruned(self, key: str, obj: Json) -> Json:
+        schema = self._schema(key)
+        if schema is None:
+            return obj
+        # metadata is the server's own business, whatever the schema says of it
+        return {
+            **_prune({k: v for k, v in obj.items() if k != "metadata"}, schema),
+            "metadata": obj["metadata"],
+        }
 
     def _has_status(self, key: str) -> bool:
         return key in self.STATUS_SUBRESOURCE or not key.startswith("/")
@@ -303,9 +365,16 @@ class FakeApiServer:
                 new["status"] = copy.deepcopy(body["status"])
             if new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        new = self._pruned(key, new)
         if new == current:
             return copy.deepcopy(current)
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        # As the real registry: an update removes an object being deleted once no finalizer is left,
+        # but never one still in its grace period (a bound pod waiting for its kubelet).
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and not current["metadata"].get("deletionGracePeriodSeconds")
+        ):
             del self.objects[key][(ns or "", name)]
             self._bump(key, "DELETED", new)
             return copy.deepcopy(new)
@@ -352,13 +421,36 @@ class FakeApiServer:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
     def _evict(self, key: str, ns: str, name: str, body: Json) -> Json:
-        self._find(key, ns, name)
+        pod = self._find(key, ns, name)
         if (ns, name) in self.blocked_evictions:
             raise _status(
                 429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
             )
+        # The Eviction API's own condition, written over whatever DisruptionTarget the pod had.
+        conditions = [c for c in pod["status"].get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                           "message": "Eviction API: evicting", "lastTransitionTime": NOW})  # fmt: skip
+        self._replace(key, ns, name, {"status": {**pod["status"], "conditions": conditions}}, "status")
         self._delete(key, ns, name, body.get("deleteOptions") or {})
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+
+def _prune(value: Any, schema: Json) -> Any:
+    """What a structural schema keeps of a value: undeclared object fields are dropped."""
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is not None:
+            keep = schema.get("x-kubernetes-preserve-unknown-fields")
+            return {
+                k: _prune(v, props[k]) if k in props else v for k, v in value.items() if keep or k in props
+            }
+        if isinstance(extra, dict):
+            return {k: _prune(v, extra) for k, v in value.items()}
+        return value
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_prune(v, schema["items"]) for v in value]
+    return value
 
 
 def _field_selector(text: str) -> list[tuple[str, str]]:

@@ -13,7 +13,8 @@ from gpufleet.kube.crds import install_crds
 from .fakeapi import FakeApiServer
 
 
-def test_install_creates_then_updates_every_crd(api: FakeApiServer) -> None:
+def test_install_creates_then_updates_every_crd() -> None:
+    api = FakeApiServer(crds=False)
     names = install_crds(api, sleep=lambda _: None)
     expected = sorted(c["metadata"]["name"] for c in custom_resource_definitions())
     assert sorted(names) == expected and "trainingjobs.gpufleet.io" in names
@@ -27,7 +28,8 @@ def test_install_creates_then_updates_every_crd(api: FakeApiServer) -> None:
     assert after["resourceVersion"] != before and after["labels"] == {"app.kubernetes.io/version": "next"}
 
 
-def test_install_waits_for_established_and_gives_up(api: FakeApiServer) -> None:
+def test_install_waits_for_established_and_gives_up() -> None:
+    api = FakeApiServer(crds=False)
     crd = custom_resource_definitions()[0]
     api.put("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     api.objects["apiextensions.k8s.io/v1/customresourcedefinitions"][("", crd["metadata"]["name"])][

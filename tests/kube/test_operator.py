@@ -100,7 +100,12 @@ def test_workers_get_rendezvous_env_a_headless_service_and_are_bound(api: FakeAp
     assert first["spec"]["hostname"] == "llm-0-1" and first["spec"]["subdomain"] == "llm"
     assert first["spec"]["schedulerName"] == "gpufleet"
     assert first["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert first["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    # the template's toleration, then the two NoExecute ones admission adds to every pod
+    assert first["spec"]["tolerations"][0] == {"key": "nvidia.com/gpu", "operator": "Exists"}
+    assert {t["key"] for t in first["spec"]["tolerations"][1:]} == {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
     labels = first["metadata"]["labels"]
     assert labels["gpufleet.io/gang"] == "llm-0" and labels["gpufleet.io/gang-size"] == "2"
     assert first["metadata"]["annotations"]["gpufleet.io/topology-required"] == "rack"

@@ -3,9 +3,10 @@
 - Bind: the pod's GPU choice is written to its annotation first (so a restarted scheduler rebuilds
   exactly the same allocations), then a Binding is created. A 409 for a pod already bound to the
   same node means an earlier attempt got through: success.
-- Evict: the reason goes into the victim's status first (the `DisruptionTarget` condition, as
-  kube-scheduler does), then the Eviction API is asked, so PodDisruptionBudgets apply; 429 means a
-  budget forbids it for now. Pods are given their grace period to stop.
+- Evict: the Eviction API is asked, so PodDisruptionBudgets apply (429: a budget forbids it for now),
+  then the reason goes into the victim's status (the `DisruptionTarget` condition, as kube-scheduler
+  writes it); written first, it would be replaced by the Eviction API's own. Pods are given their
+  grace period to stop.
 - Pending: the `PodScheduled=False, Unschedulable` condition carries the reason, and an Event
   repeats it; both only when the reason changed.
 """
@@ -101,9 +102,12 @@ class Actions:
 
     # ------------------------------------------------------------------ evict
     def evict(self, pod: Json, *, reason: str, message: str, event_reason: str = "Preempted") -> bool:
-        """Marks the pod a disruption target and asks the Eviction API; False while a budget forbids."""
+        """Asks the Eviction API, then marks the pod a disruption target; False while a budget forbids.
+
+        The condition is written after the eviction: the Eviction API sets its own `DisruptionTarget`
+        (reason `EvictionByEvictionAPI`) over any the pod had, and the reason users need is ours.
+        """
         ns, name = _ref(pod)
-        self.set_condition(pod, "DisruptionTarget", "True", reason, message)
         options: Json = {}
         if self.grace_seconds is not None:
             options["gracePeriodSeconds"] = self.grace_seconds
@@ -122,6 +126,7 @@ class Actions:
                 log.info("eviction of %s/%s refused for now: %s", ns, name, exc.message)
                 return False
             raise
+        self.set_condition(pod, "DisruptionTarget", "True", reason, message)
         self.event(pod, reason=event_reason, message=message, type="Warning")
         return True
 
