@@ -18,6 +18,9 @@ rolled out to (the service keeps serving the old one).
 The forecast (requests/s per bucket of the season) and the stabilization window are written into the
 ServiceLoad's status with each observation the controller uses, and read back after a restart, so a
 restarted controller still scales before the daily peak and does not drop replicas early.
+
+These decisions, and what status and Events say, are `controllers.servicestate`'s, which the
+Kubernetes operator makes the same way for its replica pods.
 """
 
 from __future__ import annotations
@@ -27,36 +30,27 @@ from dataclasses import dataclass
 
 from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.fields import priority_value
-from gpufleet.api.inference import InferenceService, InferenceServiceStatus
-from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.inference import InferenceService
+from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.model_version import ModelVersion
 from gpufleet.api.runtime import (
     REVISION_LABEL,
     SERVICE_LABEL,
     OwnerRef,
     Pod,
-    Recommendation,
     ServiceLoad,
     WorkloadPodSet,
     WorkloadSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import events
+from gpufleet.controllers import events, servicestate
 from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved
 from gpufleet.controllers.serving import AutoscalerConfig as AutoscalerConfig  # re-exported (plane, tests)
-from gpufleet.controllers.serving import (
-    LoadSample,
-    ScalerMemory,
-    ScalingTargets,
-    choose_revision,
-    plan_rollout,
-    recommend,
-)
-from gpufleet.controllers.timeutil import to_datetime, to_seconds
+from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "svc-"
-NO_VERSION = "none"
 
 
 @dataclass(slots=True)
@@ -79,7 +73,7 @@ class InferenceServiceController(Reconciler):
     def __init__(self, store: Store, *, config: AutoscalerConfig | None = None) -> None:
         super().__init__(store)
         self.config = config or AutoscalerConfig()
-        self.memory: dict[Key, ScalerMemory] = {}
+        self.autoscaler = Autoscaler(self.config)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -107,32 +101,37 @@ class InferenceServiceController(Reconciler):
             for workload in self._workloads(namespace, name):
                 with contextlib.suppress(NotFoundError):
                     self.store.delete(WorkloadObject, workload.name, namespace)
-            self.memory.pop(key, None)
+            self.autoscaler.forget(key)
             return None
         replicas = self._replicas(service)
         for replica in [r for r in replicas if r.workload.status.phase in ("Failed", "Inactive")]:
             self.store.delete(WorkloadObject, replica.workload.name, namespace)
             replicas.remove(replica)
-        target, missing = self._target_revision(service, replicas)
         desired = self._desired(service, key, replicas, now)
-        new = [r for r in replicas if r.revision == target]
-        old = [r for r in replicas if r.revision != target]
-        next_index = max((r.index for r in replicas), default=-1) + 1
-        rollout = service.spec.rollout
-        plan = plan_rollout(
-            desired=desired,
-            new=new,
-            old=old,
-            max_surge=rollout.max_surge,
-            max_unavailable=rollout.max_unavailable,
+        step = servicestate.rollout_step(
+            service.spec, replicas, desired=desired, exists=self._version_exists(service)
         )
-        for _ in range(plan.create):
-            self._create(service, target, next_index)
-            next_index += 1
-        for replica in plan.remove:
+        for index in range(step.first_index, step.first_index + step.create):
+            self._create(service, step.target, index)
+        for replica in step.remove:
             self._delete(replica)
-            (old if replica in old else new).remove(replica)
-        self._write_status(service, new + old, desired, target, missing, bool(old), now)
+        waiting = [r for r in step.kept if r.workload.status.phase == "Pending"]
+        reason = waiting[0].workload.status.pending_reason if waiting else None
+        observed = ServiceObserved(
+            generation=service.metadata.generation,
+            minimum=service.spec.replicas.min,
+            desired=desired,
+            ready=sum(r.ready for r in step.kept),
+            target=step.target,
+            missing=step.missing,
+            rolling=step.rolling,
+            pending=(
+                PendingReason(type=reason.type, message=reason.message, details=reason.details)
+                if reason
+                else None
+            ),
+        )
+        self._write_status(service, observed, now)
         return None
 
     def _workloads(self, namespace: str, name: str) -> list[WorkloadObject]:
@@ -151,17 +150,16 @@ class InferenceServiceController(Reconciler):
             out.append(_Replica(workload, revision, index, workload.name in ready))
         return out
 
-    def _target_revision(self, service: InferenceService, replicas: list[_Replica]) -> tuple[str, str | None]:
-        """The revision to run, and the name of a requested version that does not exist (if any)."""
-        wanted = service.spec.model_version or NO_VERSION
-        exists = wanted == NO_VERSION
-        if not exists:
-            try:
-                self.store.get(ModelVersion, wanted, service.namespace)
-                exists = True
-            except NotFoundError:
-                pass
-        return choose_revision(wanted=wanted, exists=exists, current=[r.revision for r in replicas])
+    def _version_exists(self, service: InferenceService) -> bool:
+        """Whether the ModelVersion the service asks for exists (no version asked for: it does)."""
+        wanted = service.spec.model_version
+        if not wanted:
+            return True
+        try:
+            self.store.get(ModelVersion, wanted, service.namespace)
+        except NotFoundError:
+            return False
+        return True
 
     def _create(self, service: InferenceService, revision: str, index: int) -> None:
         spec = service.spec
@@ -191,114 +189,31 @@ class InferenceServiceController(Reconciler):
 
     # ----------------------------------------------------------------- autoscale
     def _desired(self, service: InferenceService, key: Key, replicas: list[_Replica], now: float) -> int:
-        targets = ScalingTargets.of(service.spec)
-        if not targets.enabled:
-            return targets.low
         try:
             observed: ServiceLoad | None = self.store.get(ServiceLoad, service.name, service.namespace)
         except NotFoundError:
             observed = None
-        memory = self.memory.get(key)
-        if memory is None:
-            memory = self.memory[key] = _restore(observed)
-        load = None
-        if observed is not None:
-            spec_load = observed.spec
-            load = LoadSample(
-                spec_load.time.timestamp(), spec_load.requests_per_second, spec_load.p99_latency_ms
-            )
-        result = recommend(
-            targets=targets,
+        scaling = self.autoscaler.desired(
+            key,
+            service.spec,
             current=service.status.desired_replicas,
             ready=sum(r.ready for r in replicas),
-            load=load,
-            memory=memory,
+            load=servicestate.load_sample(observed.spec) if observed is not None else None,
+            kept=observed.status if observed is not None else None,
             now=now,
-            config=self.config,
         )
-        if result.fresh and observed is not None:
-            self._persist(observed, memory)
-        return result.replicas
-
-    def _persist(self, observed: ServiceLoad, memory: ScalerMemory) -> None:
-        status = observed.status.model_copy(
-            update={
-                "season": {str(bucket): rps for bucket, rps in sorted(memory.season.items())},
-                "recent": [Recommendation(time=to_datetime(t), replicas=n) for t, n in memory.recent],
-            }
-        )
-        if status != observed.status:
+        if scaling.kept is not None and observed is not None and scaling.kept != observed.status:
             with contextlib.suppress(NotFoundError, ConflictError):
-                self.store.update_status(observed.model_copy(update={"status": status}))
+                self.store.update_status(observed.model_copy(update={"status": scaling.kept}))
+        return scaling.replicas
 
     # -------------------------------------------------------------------- status
-    def _write_status(
-        self,
-        service: InferenceService,
-        replicas: list[_Replica],
-        desired: int,
-        target: str,
-        missing: str | None,
-        rolling: bool,
-        now: float,
-    ) -> None:
-        when = to_datetime(now)
-        ready = sum(r.ready for r in replicas)
-        status: InferenceServiceStatus = service.status.model_copy(deep=True)
-        status.observed_generation = service.metadata.generation
-        status.desired_replicas = desired
-        status.ready_replicas = ready
-        status.phase = "Running" if ready else "Pending"
-        waiting = [r for r in replicas if r.workload.status.phase == "Pending"]
-        reason = waiting[0].workload.status.pending_reason if waiting and not ready else None
-        status.pending_reason = (
-            PendingReason(type=reason.type, message=reason.message, details=reason.details)
-            if reason
-            else None
-        )
-        minimum = service.spec.replicas.min
-        status.conditions = set_condition(
-            status.conditions,
-            Condition(
-                type="Ready",
-                status="True" if ready >= minimum and ready else "False",
-                reason="MinimumReplicasReady" if ready >= minimum else "ReplicasNotReady",
-                message=f"{ready}/{desired} replicas ready",
-            ),
-            now=when,
-        )
-        if missing is not None:
-            rolled = Condition(
-                type="RolledOut",
-                status="False",
-                reason="ModelVersionNotFound",
-                message=f"no ModelVersion {missing}",
-            )
-        elif rolling:
-            rolled = Condition(type="RolledOut", status="False", reason="RollingOut", message=f"to {target}")
-        else:
-            rolled = Condition(
-                type="RolledOut", status="True", reason="Complete", message=f"serving {target}"
-            )
-        status.conditions = set_condition(status.conditions, rolled, now=when)
+    def _write_status(self, service: InferenceService, observed: ServiceObserved, now: float) -> None:
+        status = servicestate.service_status(service.status, observed, now=to_datetime(now))
         if status == service.status:
             return
-        if status.desired_replicas != service.status.desired_replicas:
+        for notice in servicestate.service_events(service.status, status):
             events.record(
-                self.store,
-                service,
-                reason="Scaled",
-                message=f"desired replicas {service.status.desired_replicas} -> {desired}",
-                now=now,
+                self.store, service, reason=notice.reason, message=notice.message, now=now, type=notice.type
             )
         self.store.update_status(service.model_copy(update={"status": status}))
-
-
-def _restore(observed: ServiceLoad | None) -> ScalerMemory:
-    """The autoscaler's memory of a service as its ServiceLoad status kept it (empty if none)."""
-    memory = ScalerMemory()
-    if observed is None:
-        return memory
-    memory.season = {int(bucket): rps for bucket, rps in observed.status.season.items()}
-    memory.recent.extend((to_seconds(r.time) or 0.0, r.replicas) for r in observed.status.recent)
-    return memory

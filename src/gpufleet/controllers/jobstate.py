@@ -24,6 +24,7 @@ from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.status import CheckpointRef
 from gpufleet.api.training import TrainingJobStatus
+from gpufleet.controllers.notice import Notice
 
 FINISHED = ("Succeeded", "Failed")
 QUEUED = PendingReason(type="Queued", message="waiting for the scheduler")
@@ -180,18 +181,11 @@ def _not_running(conditions: list[Condition], phase: str, when: datetime) -> lis
 
 
 # ------------------------------------------------------------------------------------ events
-@dataclass(frozen=True, slots=True)
-class JobEvent:
-    reason: str
-    message: str
-    type: Literal["Normal", "Warning"] = "Normal"
-
-
 def job_events(
     old: TrainingJobStatus, new: TrainingJobStatus, *, why: Disruption | None = None
-) -> list[JobEvent]:
+) -> list[Notice]:
     """The Events announcing the change from `old` to `new`: a restart (Warning), a new phase."""
-    out: list[JobEvent] = []
+    out: list[Notice] = []
     if new.restarts > old.restarts and new.phase != "Failed":
         ref = new.last_checkpoint
         where = f"step {ref.step}" if ref is not None and ref.step is not None else "the start"
@@ -200,7 +194,7 @@ def job_events(
             message += f" after {why}"
         if new.lost_gpu_seconds:
             message += f"; {new.lost_gpu_seconds:g} GPU-seconds lost so far"
-        out.append(JobEvent("Restarting", message, "Warning"))
+        out.append(Notice("Restarting", message, "Warning"))
     if new.phase != old.phase:
-        out.append(JobEvent(new.phase, f"{old.phase} -> {new.phase}"))
+        out.append(Notice(new.phase, f"{old.phase} -> {new.phase}"))
     return out
