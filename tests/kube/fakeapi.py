@@ -28,6 +28,8 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import jsonschema
+
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.labels import LabelSelector
 from gpufleet.kube.transport import JSON_PATCH, ApiError, Json
@@ -326,14 +328,18 @@ class FakeApiServer:
         return copy.deepcopy(obj)
 
     def _pruned(self, key: str, obj: Json) -> Json:
+        """The object as a real server stores it: pruned to its CRD's schema, then validated (422)."""
         schema = self._schema(key)
         if schema is None:
             return obj
         # metadata is the server's own business, whatever the schema says of it
-        return {
-            **_prune({k: v for k, v in obj.items() if k != "metadata"}, schema),
-            "metadata": obj["metadata"],
-        }
+        body = _prune({k: v for k, v in obj.items() if k != "metadata"}, schema)
+        errors = sorted(jsonschema.Draft4Validator(_without_metadata(schema)).iter_errors(body), key=str)
+        if errors:
+            where = ".".join(str(p) for p in errors[0].absolute_path)
+            raise _status(422, "Invalid", f"{obj.get('kind')} {obj['metadata'].get('name')!r} is invalid: "
+                          f"{where}: {errors[0].message}")  # fmt: skip
+        return {**body, "metadata": obj["metadata"]}
 
     def _has_status(self, key: str) -> bool:
         return key in self.STATUS_SUBRESOURCE or not key.startswith("/")
@@ -451,6 +457,14 @@ def _prune(value: Any, schema: Json) -> Any:
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [_prune(v, schema["items"]) for v in value]
     return value
+
+
+def _without_metadata(schema: Json) -> Json:
+    return {
+        **schema,
+        "properties": {k: v for k, v in schema.get("properties", {}).items() if k != "metadata"},
+        "required": [k for k in schema.get("required", []) if k != "metadata"],
+    }
 
 
 def _field_selector(text: str) -> list[tuple[str, str]]:

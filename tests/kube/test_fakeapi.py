@@ -43,3 +43,11 @@ def test_an_eviction_writes_its_own_disruption_condition_and_a_bound_pod_waits_f
     patch = {"status": {"conditions": [{**target, "reason": "Mine"}]}}
     api.request("PATCH", f"{pods}/p/status", body=patch, content_type=MERGE_PATCH)
     assert api.request("GET", f"{pods}/p")["status"]["conditions"][0]["reason"] == "Mine"
+
+
+def test_a_custom_resource_its_schema_refuses_is_invalid() -> None:
+    api = FakeApiServer()
+    jobs = "/apis/gpufleet.io/v1alpha1/namespaces/ns/trainingjobs"
+    with pytest.raises(ApiError) as caught:
+        api.request("POST", jobs, body={"metadata": {"name": "j"}, "spec": {"replicas": 0, "worker": {}}})
+    assert caught.value.status == 422 and "spec.replicas" in caught.value.message
