@@ -31,7 +31,8 @@ class Image:
 class Scheduler:
     replicas: int = 2
     schedulerName: str = "gpufleet"
-    placement: str = "bestfit"
+    placement: str = ""
+    """One policy for every workload class; empty: each class has its built-in default."""
     topologyLevels: list[str] = field(
         default_factory=lambda: [
             "zone=topology.kubernetes.io/zone",
@@ -251,7 +252,7 @@ def _scheduler(v: Values) -> list[Json]:
         "kube",
         "scheduler",
         f"--scheduler-name={s.schedulerName}",
-        f"--placement={s.placement}",
+        *([f"--placement={s.placement}"] if s.placement else []),
         f"--namespace={ns}",
         f"--lease={name}",
         f"--grace-seconds={s.evictionGraceSeconds}",
