@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.queue import Queue
 from gpufleet.api.requests import PodRequest as ApiPodRequest
 from gpufleet.api.runtime import Node, Pod
@@ -166,6 +167,28 @@ def quota_tree(queues: Iterable[Queue]) -> tuple[QuotaTree, dict[str, QueueSetti
         # The one Queue-to-settings translation (strategy, per-user limit, preemption threshold too).
         settings[queue.name] = queue_settings(queue.name, spec)
     return QuotaTree(nodes), settings
+
+
+def placeable_quota_tree(
+    queues: Iterable[Queue],
+) -> tuple[QuotaTree, dict[str, QueueSettings], dict[str, str]]:
+    """The quota tree of the queues that can be placed in one, and why each of the others cannot.
+
+    Both worlds build their tree here, so a Queue is judged the same in each: one left out (unknown
+    parent, a loop of parents, below such a queue, or anything else the tree refuses) never stops
+    scheduling for the rest."""
+    usable, broken = usable_queues(queues)
+    while True:
+        try:
+            tree, settings = quota_tree(usable)
+            return tree, settings, broken
+        except GpuFleetError as exc:
+            # Whatever else the tree refuses names the queue at fault: leave that one out too.
+            name = (exc.obj or "").removeprefix("Queue ")
+            if name not in {q.name for q in usable}:
+                raise
+            broken[name] = exc.detail
+            usable = [q for q in usable if q.name != name]
 
 
 def usable_queues(queues: Iterable[Queue]) -> tuple[list[Queue], dict[str, str]]:

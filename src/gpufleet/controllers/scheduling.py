@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
@@ -71,6 +71,25 @@ SOURCE = "scheduler"
 QUEUE_NOT_FOUND = "QueueNotFound"
 QUEUE_INVALID = "QueueInvalid"
 QUEUE_NOT_LEAF = "QueueNotLeaf"
+
+
+def queue_reason(tree: QuotaTree, invalid: Mapping[str, str], queue: str) -> Reason | None:
+    """Why a workload's queue cannot take it, when the queue is missing, left out of the quota tree
+    (`invalid`: name -> why) or not a leaf; None when the queue is a usable leaf (the core's reason
+    stands). Both worlds explain a bad queue with it."""
+    if queue in tree.nodes:
+        if tree.is_leaf(queue):
+            return None
+        return Reason(
+            QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; submit to a leaf queue", {"queue": queue}
+        )
+    if queue in invalid:
+        return Reason(
+            QUEUE_INVALID,
+            f"queue {queue!r} is left out of the quota tree: {invalid[queue]}",
+            {"queue": queue},
+        )
+    return Reason(QUEUE_NOT_FOUND, f"queue {queue!r} does not exist", {"queue": queue})
 
 
 @dataclass(slots=True)
@@ -222,18 +241,7 @@ class SchedulingController:
         """The quota tree of the queues that can be placed in one. A queue that cannot (unknown parent,
         a loop of parents, or below such a queue) is left out and marked, so one bad object never
         stops scheduling for the rest; workloads submitted to it wait with a reason saying why."""
-        usable, broken = convert.usable_queues(queues)
-        while True:
-            try:
-                tree, settings = convert.quota_tree(usable)
-                break
-            except GpuFleetError as exc:
-                # Whatever else the tree refuses names the queue at fault: leave that one out too.
-                name = (exc.obj or "").removeprefix("Queue ")
-                if name not in {q.name for q in usable}:
-                    raise
-                broken[name] = exc.detail
-                usable = [q for q in usable if q.name != name]
+        tree, settings, broken = convert.placeable_quota_tree(queues)
         for name, message in sorted(broken.items()):
             if self.invalid_queues.get(name) != message:
                 log.warning("Queue %s is left out of the quota tree: %s", name, message)
@@ -941,22 +949,8 @@ class SchedulingController:
         return NodeDemand(pools=pools) if pools else None
 
     def _queue_reason(self, queue: str) -> Reason | None:
-        """Why a workload's queue cannot take it, when the queue is missing, left out of the quota tree
-        or not a leaf; None when the queue is a usable leaf (the core's reason stands)."""
-        cache = self.cache
-        assert cache is not None
-        if queue in cache.tree.nodes:
-            if cache.tree.is_leaf(queue):
-                return None
-            return Reason(
-                QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; submit to a leaf queue", {"queue": queue}
-            )
-        if queue in self.invalid_queues:
-            problem = self.invalid_queues[queue]
-            return Reason(
-                QUEUE_INVALID, f"queue {queue!r} is left out of the quota tree: {problem}", {"queue": queue}
-            )
-        return Reason(QUEUE_NOT_FOUND, f"queue {queue!r} does not exist", {"queue": queue})
+        assert self.cache is not None
+        return queue_reason(self.cache.tree, self.invalid_queues, queue)
 
     def _node_demand(self, obj: WorkloadObject, reason: Reason) -> NodeDemand | None:
         """The pools whose new nodes could serve a workload that waits for nodes; None if it waits for
