@@ -39,6 +39,7 @@ def place(
     row, gpus = int(rows[index]), scored.gpus[index]
     state.allocate(pod, row, request, gpus)
     policy.observe(state, row)
+    policy.learn(request)
     return row, gpus
 
 

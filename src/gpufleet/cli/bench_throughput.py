@@ -68,13 +68,18 @@ def throughput(
         "node, 50,000 at 5,000 nodes).",
     ),
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same decisions."),
-    policy: str = typer.Option("bestfit", help="Scoring policy by name."),
+    policy: str | None = typer.Option(
+        None,
+        help="One scoring policy for every stream. Not given: the scheduler's default for each stream's "
+        "workload class (single and share pods batch, gangs training), as users get it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of the table."),
 ) -> None:
     """Places streams of single pods, gangs and share pods on a synthetic fleet; reports rates, rejections,
     latency percentiles and peak memory. Streams not given scale with --nodes (see each option's default)."""
     try:
-        get_policy(policy)  # an unknown name fails here, listing the valid ones
+        if policy is not None:
+            get_policy(policy)  # an unknown name fails here, listing the valid ones
     except ValueError as exc:  # a policy that needs settings this benchmark cannot give (fgd's workload)
         raise ValidationError(f"policy {policy!r} cannot run here: {exc}", field="--policy") from exc
     if nodes < 1:

@@ -57,7 +57,11 @@ def scheduler(
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     name: str = typer.Option("gpufleet", "--scheduler-name", help="Pods with this schedulerName are ours."),
-    placement: str = typer.Option("bestfit", help="Placement scoring policy."),
+    placement: str | None = typer.Option(
+        None,
+        help="One placement scoring policy for every workload class. Not given: each class has its "
+        "built-in default (training and batch fgd+, inference spread).",
+    ),
     topology_level: list[str] = typer.Option(
         [],
         "--topology-level",

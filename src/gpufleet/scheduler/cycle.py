@@ -1,7 +1,9 @@
 """The scheduling cycle: pending workloads in, decisions out (admit+placement, preempt, pending+reason).
 
 `Scheduler.cycle(cache, now=...)` is pure as far as its caller can tell: it works on a `Snapshot` of
-the cache (an undo log over it) and leaves the cache exactly as it found it. Each world (the scenario
+the cache (an undo log over it) and leaves the cache exactly as it found it. A scheduler itself carries
+from cycle to cycle only its random generator and what its placement policies learnt of the pods it
+admitted (`learn`: the workload `fgd+` measures fragmentation against). Each world (the scenario
 runner, the simulator, the embedded control plane, Kubernetes) applies the decisions its own way;
 `apply_decisions` is how the in-memory worlds do it.
 
@@ -106,8 +108,12 @@ class Scheduler:
         self.rng = np.random.default_rng(self.config.seed)
         # Unknown class or policy names fail here, at construction, not in the first cycle.
         self.config.check_classes()
-        for name in self.config.policy_names():
-            get_policy(name)
+        # One instance per policy name in use, kept for the scheduler's lifetime: what a policy learns
+        # of the workload (`learn`) carries over from cycle to cycle; its per-node caches do not (each
+        # cycle starts with `invalidate`, since the world changed the fleet in between).
+        self.policies: dict[str, ScorePolicy] = {
+            name: get_policy(name) for name in self.config.policy_names()
+        }
 
     def cycle(self, cache: ClusterCache, *, now: float) -> CycleResult:
         snapshot = Snapshot(cache)
@@ -123,13 +129,12 @@ class _Cycle:
     def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float) -> None:
         self.config = scheduler.config
         self.rng = scheduler.rng
-        # One instance per policy name in use. Each is an observer of the cycle's statement from the
-        # start, so every allocation and release of the cycle (whichever policy placed it, and the
-        # preemption what-ifs) reaches every policy's per-node cache.
-        self.policies: dict[str, ScorePolicy] = {}
-        for name in self.config.policy_names():
-            policy = get_policy(name)
-            self.policies[name] = policy
+        # Every policy in use is an observer of the cycle's statement from the start, so every allocation
+        # and release of the cycle (whichever policy placed it, and the preemption what-ifs) reaches every
+        # policy's per-node cache.
+        self.policies = scheduler.policies
+        for policy in self.policies.values():
+            policy.invalidate()
             snapshot.statement.add_observer(policy)
         self.snapshot = snapshot
         self.cache = snapshot.cache
@@ -502,6 +507,7 @@ class _Cycle:
         name = workload.name
         if isinstance(outcome, _Admission):
             self.snapshot.assume(workload, outcome.assignment, list(outcome.allocations), now=self.now)
+            self._learn(workload, outcome.assignment)
             self.result.admitted.append(Admit(name, outcome.assignment, outcome.allocations, outcome.nodes))
             self.fair.refresh(workload.queue)
             return False
@@ -537,6 +543,13 @@ class _Cycle:
         self.result.pending[name] = Pending(name, outcome.reason)
         self._park(workload, outcome)
         return True
+
+    def _learn(self, workload: Workload, assignment: Assignment) -> None:
+        """Every policy in use learns every pod admitted, whichever class and policy placed it."""
+        for pod_set, count in zip(workload.pod_sets, assignment.counts, strict=True):
+            for policy in self.policies.values():
+                for _ in range(count):
+                    policy.learn(pod_set.request)
 
     # ------------------------------------------------------------- attempt
     def _attempt(self, workload: Workload) -> Outcome:

@@ -144,6 +144,7 @@ def run_once(
             row = int(rows[index])
             state.allocate(pod.name, row, request, scored.gpus[index])
             scorer.observe(state, row)
+            scorer.learn(request)
             allocated += request.total_gpu_milli
             placed += 1
         arrived += request.total_gpu_milli

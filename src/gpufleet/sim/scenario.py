@@ -28,12 +28,7 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest, Taint
 from gpufleet.fleet.state import AllocationError, FleetState
 from gpufleet.scheduler.cache import ClusterCache
-from gpufleet.scheduler.config import (
-    DEFAULT_PLACEMENT,
-    DEFAULT_PLACEMENT_BY_CLASS,
-    FairSharingConfig,
-    SchedulerConfig,
-)
+from gpufleet.scheduler.config import FairSharingConfig, SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.explain import Preempt
 from gpufleet.scheduler.flavors import (
@@ -255,11 +250,9 @@ def build_world(scenario: Scenario, *, source: str) -> World:
     fair = sched.fair_sharing
     table = sched.priority_classes or dict(DEFAULT_PRIORITY_CLASSES)
     config = SchedulerConfig(
-        placement=sched.placement or DEFAULT_PLACEMENT,
-        placement_by_class={
-            **DEFAULT_PLACEMENT_BY_CLASS,
-            **{str(k): v for k, v in sched.placement_by_class.items()},
-        },
+        # Only what the scenario says: the built-in per-class defaults apply where it says nothing.
+        placement=sched.placement or None,
+        placement_by_class={str(k): v for k, v in sched.placement_by_class.items()},
         priority_classes=table,
         fair_sharing=FairSharingConfig(fair.half_life_seconds, fair.history_weight)
         if fair
@@ -386,9 +379,11 @@ def _labels(node: ScenarioNode) -> dict[str, str]:
 
 def _check_policies(config: SchedulerConfig, source: str) -> None:
     """Every policy the scenario names exists and can run without further settings."""
-    named = [("spec.scheduler.placement", config.placement)] + [
+    named = [
         (f"spec.scheduler.placementByClass.{cls}", name) for cls, name in config.placement_by_class.items()
     ]
+    if config.placement is not None:
+        named.insert(0, ("spec.scheduler.placement", config.placement))
     for where, name in named:
         try:
             get_policy(name)

@@ -17,7 +17,10 @@ fleet thus gets a stream it can hold instead of 50,000 share pods that are mostl
 make the share rate a rate of rejections. Each stream reports its rejections beside its rate.
 
 Releases are not timed: they are the world's work, and cheap. Each placement runs through
-`place_workload`, the same call the scheduling cycle makes, with the configured scoring policy.
+`place_workload`, the same call the scheduling cycle makes, followed by `learn` for each pod placed, as
+the cycle does. The policy is the scheduler's default for each stream's workload class (single and share
+pods are batch, gangs training) unless `policy` names one for all streams; every policy in use observes
+every allocation and release, as in the cycle.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import numpy.typing as npt
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.placement import place_workload
 from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.statement import Statement
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 
 GiB = 1024
@@ -48,6 +53,8 @@ PODS_PER_NODE = 10
 GANGS_PER_NODE = 0.4
 SHARE_PODS_PER_NODE = 10
 SHARE_RESIDENT_PER_NODE = 6
+# The workload class of each stream's workloads: what chooses its policy when none is given.
+STREAM_CLASSES = {"pods": "batch", "gangs": "training", "share": "batch"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +65,8 @@ class ThroughputConfig:
     gangs: int = 2000
     share_pods: int = 50_000
     seed: int = 0
-    policy: str = "bestfit"
+    policy: str | None = None
+    """One scoring policy for every stream; None: the scheduler's default for each stream's class."""
     nodes_per_rack: int = 32
     racks_per_block: int = 8
     max_gang: int = 64
@@ -76,7 +84,7 @@ class ThroughputConfig:
         share_pods: int | None = None,
         gpus_per_node: int = 8,
         seed: int = 0,
-        policy: str = "bestfit",
+        policy: str | None = None,
     ) -> ThroughputConfig:
         """A run on `nodes` nodes; each stream not given is scaled to the fleet (see the module doc)."""
         return cls(
@@ -92,6 +100,18 @@ class ThroughputConfig:
     @property
     def resident_share_pods(self) -> int:
         return SHARE_RESIDENT_PER_NODE * self.nodes if self.share_resident is None else self.share_resident
+
+    def policies(self) -> dict[str, str]:
+        """The policy name of each stream."""
+        scheduler = SchedulerConfig(placement=self.policy)
+        return {stream: scheduler.policy_for(cls) for stream, cls in STREAM_CLASSES.items()}
+
+    def policy_text(self) -> str:
+        """The policy used, in words: one name, or each stream's when they differ."""
+        names = self.policies()
+        if len(set(names.values())) == 1:
+            return next(iter(names.values()))
+        return ", ".join(f"{stream} {name}" for stream, name in names.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +200,8 @@ class _Bench:
     def __init__(self, config: ThroughputConfig, progress: Callable[[str], None] | None) -> None:
         self.config = config
         self.state = build_fleet(config)
-        self.policy: ScorePolicy = get_policy(config.policy)
+        self.policy_of = config.policies()
+        self.policies: dict[str, ScorePolicy] = {name: get_policy(name) for name in self.policy_of.values()}
         self.rng = np.random.default_rng(config.seed)
         self.progress = progress or (lambda _msg: None)
         self.placed_total = 0
@@ -190,9 +211,17 @@ class _Bench:
         self.peak_resident = 0
 
     def _place(self, workload: Workload, stream: str) -> tuple[float, int]:
+        policies = list(self.policies.values())
         cpu = time.process_time()
         start = time.perf_counter()
-        result = place_workload(self.state, workload, policy=self.policy, rng=self.rng)
+        statement = Statement(self.state, observers=policies)
+        policy = self.policies[self.policy_of[stream]]
+        result = place_workload(self.state, workload, policy=policy, rng=self.rng, statement=statement)
+        statement.commit()
+        requests = {ps.name: ps.request for ps in workload.pod_sets}
+        for placement in result.placements:
+            for each in policies:
+                each.learn(requests[placement.pod_set])
         elapsed = time.perf_counter() - start
         self.cpu[stream].append(time.process_time() - cpu)
         placed = len(result.placements)
@@ -202,7 +231,8 @@ class _Bench:
 
     def _release(self, pod: str) -> None:
         alloc = self.state.release(pod)
-        self.policy.observe(self.state, alloc.node)
+        for policy in self.policies.values():
+            policy.observe(self.state, alloc.node)
 
     def single_pods(self) -> tuple[list[float], int]:
         cfg = self.config
@@ -214,7 +244,7 @@ class _Bench:
         for i in range(cfg.pods):
             while len(pool.items) >= cap:
                 self._release(pool.pop_random(self.rng))
-            workload = Workload(f"pod{i}", (PodSet("p", 1, request),))
+            workload = Workload(f"pod{i}", (PodSet("p", 1, request),), workload_class=STREAM_CLASSES["pods"])
             elapsed, n = self._place(workload, "pods")
             times.append(elapsed)
             if n:
@@ -247,7 +277,10 @@ class _Bench:
                     self._release(pod)
                 held -= gpus
             workload = Workload(
-                f"gang{i}", (PodSet("w", size, request),), topology=TopologyRequest(required=level)
+                f"gang{i}",
+                (PodSet("w", size, request),),
+                topology=TopologyRequest(required=level),
+                workload_class=STREAM_CLASSES["gangs"],
             )
             elapsed, n = self._place(workload, "gangs")
             times.append(elapsed)
@@ -271,7 +304,8 @@ class _Bench:
             while len(pool.items) >= cfg.resident_share_pods:
                 self._release(pool.pop_random(self.rng))
             request = requests[int(self.rng.integers(len(requests)))]
-            elapsed, n = self._place(Workload(f"share{i}", (PodSet("p", 1, request),)), "share")
+            share = Workload(f"share{i}", (PodSet("p", 1, request),), workload_class=STREAM_CLASSES["share"])
+            elapsed, n = self._place(share, "share")
             times.append(elapsed)
             if n:
                 placed += 1
@@ -295,7 +329,7 @@ def run_throughput(
     return ThroughputResult(
         nodes=config.nodes,
         gpus=config.nodes * config.gpus_per_node,
-        policy=config.policy,
+        policy=config.policy_text(),
         pods=config.pods,
         pods_placed=pods_placed,
         pods_rejected=config.pods - pods_placed,

@@ -67,6 +67,12 @@ class StatelessPolicy:
     def observe(self, state: FleetState, row: int) -> None:
         """Nothing is cached, so there is nothing to refresh."""
 
+    def learn(self, request: PodRequest) -> None:
+        """The score does not depend on the workload seen so far."""
+
+    def invalidate(self) -> None:
+        """Nothing is cached, so there is nothing to rebuild."""
+
 
 class RandomPolicy(StatelessPolicy):
     """A uniformly random feasible node; a share pod takes a uniformly random fitting GPU.
@@ -178,16 +184,34 @@ class ClusteringPolicy:
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
         self._counts = np.zeros((0, 0), dtype=np.int64)
+        # Rows counted so far: a node's pods placed before this policy was told of them (another cycle,
+        # a new fleet) are counted when the node is first scored after that.
+        self._counted = 0
+        self._state: FleetState | None = None
 
     def _ensure(self, state: FleetState) -> None:
+        if state is not self._state:
+            self._state, self._counted = state, 0
         rows, classes = state.n_rows, state.max_gpus + 1
         if self._counts.shape[0] < rows or self._counts.shape[1] < classes:
             grown = np.zeros((max(rows, 2 * self._counts.shape[0]), classes), dtype=np.int64)
             grown[: self._counts.shape[0], : self._counts.shape[1]] = self._counts
             self._counts = grown
+        while self._counted < rows:
+            self._count(state, self._counted)
+            self._counted += 1
+
+    def learn(self, request: PodRequest) -> None:
+        """The score depends on the pods on each node, not on the workload seen so far."""
+
+    def invalidate(self) -> None:
+        self._counted = 0
 
     def observe(self, state: FleetState, row: int) -> None:
         self._ensure(state)
+        self._count(state, row)
+
+    def _count(self, state: FleetState, row: int) -> None:
         counts = np.zeros(self._counts.shape[1], dtype=np.int64)
         for pod in state.node_pods[row]:
             alloc = state.allocations[pod]

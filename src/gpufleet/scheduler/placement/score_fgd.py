@@ -41,6 +41,7 @@ from gpufleet.scheduler.placement.scoring import (
 )
 
 MAX_SCORE = 100
+_NO_ROWS: Rows = np.zeros(0, dtype=np.intp)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -110,34 +111,64 @@ class FragmentationModel:
         self.cpu_only = self.milli == 0
         self._state: FleetState | None = None
         self._rows = 0
+        self._generation = -1
+        self._recheck = False
         k = len(shapes)
         self.access = np.zeros((0, k), dtype=np.bool_)
         self.fit_gpus = np.zeros((0, k), dtype=np.int64)
         self.stranded = np.zeros((0, k), dtype=np.int64)
         self.idle = np.zeros(0, dtype=np.int64)
         self.frag = np.zeros(0, dtype=np.float64)
+        # What each row was computed from (usable free milli per GPU, free CPU), to find the rows that
+        # changed behind the model's back (`recheck`).
+        self._free_seen = np.zeros((0, 0), dtype=np.int64)
+        self._cpu_seen = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------ cache
-    def sync(self, state: FleetState) -> None:
-        """Computes the cache for rows not seen yet (all rows for a new state)."""
-        if self._state is not state:
-            self._state, self._rows = state, 0
+    def sync(self, state: FleetState) -> Rows | None:
+        """Brings the cache up to date: every row for a new state or fleet generation (nodes added,
+        removed, relabelled), then the rows a `recheck` finds changed, then rows not seen yet.
+
+        Returns the rows recomputed because they had changed (new rows aside), or None when every row
+        was (a caller with caches of its own drops them all).
+        """
+        changed: Rows | None = _NO_ROWS
+        if self._state is not state or self._generation != state.generation:
+            self._state, self._rows, self._generation = state, 0, state.generation
+            self._recheck = False
+            changed = None
+        elif self._recheck:
+            self._recheck = False
+            changed = self._changed_rows(state)
+            if changed.size:
+                self._refresh(state, changed)
         n = state.n_rows
-        if n <= self._rows:
-            return
-        if self.idle.size < n:
-            self._grow(max(n, 2 * self.idle.size))
-        new = np.arange(self._rows, n, dtype=np.intp)
-        self.access[new] = self._access(state, new)
-        self._refresh(state, new)
-        self._rows = n
+        if n > self._rows:
+            if self.idle.size < n or self._free_seen.shape[1] != state.gpu_free.shape[1]:
+                self._grow(max(n, 2 * self.idle.size), state.gpu_free.shape[1])
+            new = np.arange(self._rows, n, dtype=np.intp)
+            self.access[new] = self._access(state, new)
+            self._refresh(state, new)
+            self._rows = n
+        return changed
+
+    def recheck(self) -> None:
+        """The fleet may have changed without `refresh` (between two scheduling cycles): the next `sync`
+        compares each row with what it was computed from and recomputes the rows that differ."""
+        self._recheck = True
+
+    def _changed_rows(self, state: FleetState) -> Rows:
+        n = self._rows
+        free = np.where(state.gpu_ok[:n], state.gpu_free[:n], 0)
+        differ = (free != self._free_seen[:n]).any(axis=1) | (state.cpu_free[:n] != self._cpu_seen[:n])
+        return np.flatnonzero(differ)
 
     def refresh(self, state: FleetState, row: int) -> None:
         """Recomputes one row after an allocation or a release there."""
         self.sync(state)
         self._refresh(state, np.array([row], dtype=np.intp))
 
-    def _grow(self, size: int) -> None:
+    def _grow(self, size: int, gpus: int) -> None:
         def grown(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
             out = np.zeros((size, *arr.shape[1:]), dtype=arr.dtype)
             out[: arr.shape[0]] = arr
@@ -148,6 +179,11 @@ class FragmentationModel:
         self.stranded = grown(self.stranded)  # type: ignore[assignment]
         self.idle = grown(self.idle)  # type: ignore[assignment]
         self.frag = grown(self.frag)  # type: ignore[assignment]
+        self._cpu_seen = grown(self._cpu_seen)  # type: ignore[assignment]
+        free_seen = np.zeros((size, gpus), dtype=np.int64)
+        if self._free_seen.shape[1] == gpus:
+            free_seen[: self._free_seen.shape[0]] = self._free_seen
+        self._free_seen = free_seen
 
     def _access(self, state: FleetState, rows: Rows) -> BoolArray:
         access = np.ones((rows.size, len(self.typical)), dtype=np.bool_)
@@ -161,6 +197,8 @@ class FragmentationModel:
 
     def _refresh(self, state: FleetState, rows: Rows) -> None:
         free = usable_free(state, rows)
+        self._free_seen[rows] = free
+        self._cpu_seen[rows] = state.cpu_free[rows]
         enough = free[:, :, None] >= self.milli[None, None, :]
         self.fit_gpus[rows] = enough.sum(axis=1)
         self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
@@ -259,6 +297,12 @@ class FgdPolicy:
 
     def observe(self, state: FleetState, row: int) -> None:
         self.model.refresh(state, row)
+
+    def learn(self, request: PodRequest) -> None:
+        """The typical workload is given, as in the paper: nothing to learn."""
+
+    def invalidate(self) -> None:
+        self.model.recheck()
 
     def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored:
         share_gpu: IntArray | None = None

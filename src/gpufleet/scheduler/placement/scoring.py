@@ -2,8 +2,9 @@
 
 A policy scores the candidate rows all at once (numpy over rows) and says, per row, which GPUs it would
 take there. The placer calls, per pod: `filter_nodes` -> `policy.score(rows)` -> `pick` ->
-`state.allocate(...)` -> `policy.observe(row)`. `observe` lets a policy keep per-node values cached
-(fragmentation, for instance) and refresh only the rows that changed.
+`state.allocate(...)` -> `policy.observe(row)`, and once the pod is placed for good `policy.learn(request)`.
+`observe` lets a policy keep per-node values cached (fragmentation, for instance) and refresh only the rows
+that changed; `learn` lets it model the workload it is placing.
 
 Policies live in `score_*.py` modules; this module holds the interface, the registry and the GPU-choice
 helpers they share.
@@ -77,13 +78,24 @@ class Scored:
 
 
 class ScorePolicy(Protocol):
-    """A placement scoring policy. `observe` is called after any allocation or release on `row`."""
+    """A placement scoring policy, built once per scheduler and kept for its lifetime.
+
+    `observe` is called after any allocation or release on `row`; `learn` once per pod placed, whichever
+    policy placed it (so a policy that models the workload sees the whole workload, not only the class it
+    places); `invalidate` when the fleet may have changed without `observe` (the world carried out the
+    last cycle's decisions, nodes came and went): per-node caches must no longer be trusted (rebuilt, or
+    checked against the fleet), while what was learnt stays.
+    """
 
     name: str
 
     def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored: ...
 
     def observe(self, state: FleetState, row: int) -> None: ...
+
+    def learn(self, request: PodRequest) -> None: ...
+
+    def invalidate(self) -> None: ...
 
 
 def pick(scored: Scored, rng: np.random.Generator, rank: IntArray | None = None) -> int:

@@ -1,0 +1,202 @@
+"""Packing policies on a training-like mixed stream: what each leaves for gangs.
+
+    .venv/bin/python benchmarks/mixed_stream.py [--policies bestfit,fgd+] [--seeds 3] [--arrivals 6000]
+
+A fleet of 8-GPU nodes (one NVLink domain each; 16 nodes a rack, 4 racks a block) receives one arrival
+per time step: 1-, 2- and 4-GPU pods, GPU-share pods, CPU-only pods and gangs of 2 to 12 whole-node pods
+(half of them require one rack). Each arrival stays for an exponential lifetime sized so that the offered
+GPU load is `--load` times the fleet; what does not fit at once is dropped (no queue, no preemption), so
+what a policy leaves fragmented shows as gangs and GPUs turned away. Every placement is one
+`place_workload` call with the policy under test, followed by `learn` for each pod placed, as in the
+scheduling cycle.
+
+Reported per policy, over the steps after the warm-up (mean over seeds):
+- gangs placed: the fraction of arriving gangs that were placed (rack-required ones apart);
+- GPU demand placed: GPUs placed over GPUs asked, all arrivals;
+- fragmented: free GPUs that no whole-node pod can use (free GPUs on nodes that are not entirely
+  free), as a percentage of all GPUs, averaged over steps;
+- whole nodes free: entirely free nodes, as a percentage of nodes, averaged over steps;
+- one domain: whether every placed rack-required gang got a single rack (it must).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.fleet.node import NodeSpec
+from gpufleet.fleet.request import GPU_MILLI, PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement import place_workload
+from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.statement import Statement
+from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
+
+GiB = 1024
+GPUS = 8
+NODES_PER_RACK = 16
+RACKS_PER_BLOCK = 4
+
+# (weight, pod request, pods per arrival range or None for one pod)
+ONE = PodRequest(gpus=1, cpu_milli=12_000, memory_mib=64 * GiB)
+TWO = PodRequest(gpus=2, cpu_milli=24_000, memory_mib=128 * GiB)
+FOUR = PodRequest(gpus=4, cpu_milli=48_000, memory_mib=256 * GiB)
+QUARTER = PodRequest(gpu_milli=250, cpu_milli=4_000, memory_mib=16 * GiB)
+HALF = PodRequest(gpu_milli=500, cpu_milli=6_000, memory_mib=32 * GiB)
+CPU_ONLY = PodRequest(cpu_milli=8_000, memory_mib=16 * GiB)
+NODE = PodRequest(gpus=GPUS, cpu_milli=96_000, memory_mib=512 * GiB)
+KINDS: tuple[tuple[str, float, PodRequest], ...] = (
+    ("one", 0.30, ONE),
+    ("two", 0.14, TWO),
+    ("four", 0.08, FOUR),
+    ("quarter", 0.12, QUARTER),
+    ("half", 0.10, HALF),
+    ("cpu", 0.12, CPU_ONLY),
+    ("gang", 0.14, NODE),
+)
+GANG_SIZES = (2, 12)
+
+
+@dataclass(slots=True)
+class Outcome:
+    policy: str
+    seed: int
+    gangs: int = 0
+    gangs_placed: int = 0
+    rack_gangs: int = 0
+    rack_gangs_placed: int = 0
+    gpus_asked: float = 0.0
+    gpus_placed: float = 0.0
+    fragmented: list[float] = field(default_factory=list)
+    whole_free: list[float] = field(default_factory=list)
+    one_domain: bool = True
+    decision_s: float = 0.0
+    decisions: int = 0
+
+
+def build_fleet(nodes: int) -> FleetState:
+    state = FleetState(("block", "rack"), max_gpus=GPUS, capacity=nodes)
+    for i in range(nodes):
+        rack = i // NODES_PER_RACK
+        state.add_node(
+            NodeSpec(
+                name=f"n{i:04d}",
+                gpu_model="H100-80GB",
+                gpus=GPUS,
+                cpu_milli=GPUS * 16_000,
+                memory_mib=GPUS * 128 * GiB,
+                labels={"block": f"b{rack // RACKS_PER_BLOCK}", "rack": f"r{rack}"},
+            )
+        )
+    return state
+
+
+def mean_gpus(rng_sizes: tuple[int, int]) -> float:
+    """Mean GPUs asked per arrival."""
+    low, high = rng_sizes
+    total = 0.0
+    for name, weight, request in KINDS:
+        pods = (low + high) / 2 if name == "gang" else 1
+        total += weight * pods * request.total_gpu_milli / GPU_MILLI
+    return total
+
+
+def run(policy_name: str, seed: int, nodes: int, arrivals: int, warmup: int, load: float) -> Outcome:
+    rng = np.random.default_rng(seed)
+    state = build_fleet(nodes)
+    policy: ScorePolicy = get_policy(policy_name)
+    out = Outcome(policy_name, seed)
+    lifetime = load * nodes * GPUS / mean_gpus(GANG_SIZES)
+    weights = np.array([w for _, w, _ in KINDS])
+    weights /= weights.sum()
+    leaving: list[tuple[float, int, list[str]]] = []
+    rows = state.n_rows
+    for step in range(arrivals):
+        while leaving and leaving[0][0] <= step:
+            _, _, pods = heapq.heappop(leaving)
+            for pod in pods:
+                alloc = state.release(pod)
+                policy.observe(state, alloc.node)
+        name, _, request = KINDS[int(rng.choice(len(KINDS), p=weights))]
+        count = int(rng.integers(GANG_SIZES[0], GANG_SIZES[1] + 1)) if name == "gang" else 1
+        required = "rack" if name == "gang" and rng.random() < 0.5 else None
+        workload = Workload(
+            f"w{step}",
+            (PodSet("p", count, request),),
+            topology=TopologyRequest(required=required),
+            workload_class="training" if name == "gang" else "batch",
+        )
+        statement = Statement(state, observers=[policy])
+        started = time.perf_counter()
+        result = place_workload(state, workload, policy=policy, rng=rng, statement=statement)
+        statement.commit()
+        for _ in result.placements:
+            policy.learn(request)
+        measured = step >= warmup
+        if measured:
+            out.decision_s += time.perf_counter() - started
+            out.decisions += 1
+        placed = result.no_fit is None
+        if placed:
+            stay = float(rng.exponential(lifetime))
+            heapq.heappush(leaving, (step + stay, step, [p.pod for p in result.placements]))
+        if not measured:
+            continue
+        asked = count * request.total_gpu_milli / GPU_MILLI
+        out.gpus_asked += asked
+        out.gpus_placed += asked if placed else 0.0
+        if name == "gang":
+            out.gangs += 1
+            out.gangs_placed += placed
+            if required:
+                out.rack_gangs += 1
+                out.rack_gangs_placed += placed
+                if placed:
+                    racks = {state.specs[p.row].labels.get("rack") for p in result.placements}
+                    out.one_domain &= len(racks) == 1
+        free = state.usable_gpu_free()[:rows]
+        whole = (free == GPU_MILLI).all(axis=1)
+        free_gpus = float(free.sum()) / GPU_MILLI
+        out.fragmented.append(100.0 * (free_gpus - GPUS * int(whole.sum())) / (rows * GPUS))
+        out.whole_free.append(100.0 * float(whole.mean()))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", default="bestfit,fgd+")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=256)
+    parser.add_argument("--arrivals", type=int, default=6000)
+    parser.add_argument("--warmup", type=int, default=1500)
+    parser.add_argument("--load", type=float, default=1.1)
+    args = parser.parse_args()
+    header = (
+        "| policy | gangs placed % | rack gangs placed % | GPU demand placed % | fragmented % of GPUs "
+        "| whole nodes free % | one domain | ms/decision |"
+    )
+    print(header)
+    print("|" + "---|" * 8)
+    for name in args.policies.split(","):
+        runs = [run(name, s, args.nodes, args.arrivals, args.warmup, args.load) for s in range(args.seeds)]
+
+        def pct(num: list[float], den: list[float]) -> str:
+            values = [100.0 * n / d for n, d in zip(num, den, strict=True) if d]
+            return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+        gangs = pct([r.gangs_placed for r in runs], [r.gangs for r in runs])
+        rack = pct([r.rack_gangs_placed for r in runs], [r.rack_gangs for r in runs])
+        demand = pct([r.gpus_placed for r in runs], [r.gpus_asked for r in runs])
+        frag = np.mean([np.mean(r.fragmented) for r in runs])
+        whole = np.mean([np.mean(r.whole_free) for r in runs])
+        one = all(r.one_domain for r in runs)
+        ms = 1000.0 * sum(r.decision_s for r in runs) / max(1, sum(r.decisions for r in runs))
+        print(f"| {name} | {gangs} | {rack} | {demand} | {frag:.2f} | {whole:.2f} | {one} | {ms:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
