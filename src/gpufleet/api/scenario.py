@@ -32,10 +32,13 @@ class ScenarioScheduler(ApiModel):
     """Overrides of the scheduler configuration for this scenario."""
 
     placement: str | None = Field(
-        default=None, description="Policy of the classes placementByClass does not name (default bestfit)."
+        default=None,
+        description="One policy for every workload class placementByClass does not name. Not given: each "
+        "class has its built-in default (training and batch fgd+, inference spread).",
     )
     placement_by_class: dict[WorkloadClass, str] = Field(
-        default_factory=dict, description="Per workload class, its policy (default: inference: spread)."
+        default_factory=dict,
+        description="Per workload class, its policy; wins over placement and over the built-in defaults.",
     )
     priority_classes: dict[str, int] | None = None
     fair_sharing: ScenarioFairSharing | None = None
