@@ -6,37 +6,38 @@ resources, labelled with the service (`gpufleet.io/inference-service`), the revi
 (`GPUFLEET_MODEL_VERSION`, `GPUFLEET_MODEL_URI`). A ClusterIP Service `{service}` selects them (its
 ports are the first container's, else 8080). Pods and Service are owned by the service.
 
-How many: the autoscaler of `controllers.serving` (the embedded world's arithmetic) on the load the
+How many: the `Autoscaler` of `controllers.servicestate` (the embedded world's) on the load the
 metric source reports (`kube.metrics`: Prometheus or the pods' endpoints), or, without one, on the
 `ServiceLoad` of the same name written by someone else. The operator writes each sample it takes
 into that ServiceLoad and keeps the autoscaler's memory (season, stabilization window) in its
 status, so a restarted operator scales as the old one would. An unreachable source sets the
 `MetricsAvailable=False` condition with the reason and an Event; the count stays where it was.
 
-Rollout: `plan_rollout` of `controllers.serving` (maxSurge, maxUnavailable) moves replicas to the
-revision `spec.modelVersion` names, once that ModelVersion exists. A replica that failed, or is being
-deleted (evicted, drained), is replaced.
+Rollout: `rollout_step` of `controllers.servicestate` (maxSurge, maxUnavailable) moves replicas to
+the revision `spec.modelVersion` names, once that ModelVersion exists. A replica that failed, or is
+being deleted (evicted, drained), is replaced. Status (phase, counts, Ready and RolledOut conditions)
+and the Scaled event are `servicestate`'s too; `pendingReason` is the scheduler's until a replica is
+ready.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from gpufleet.api.inference import InferenceService
+from pydantic import ValidationError
+
+from gpufleet.api.inference import InferenceService, InferenceServiceStatus
+from gpufleet.api.meta import Condition, set_condition
 from gpufleet.api.resource import kind_info
-from gpufleet.controllers.serving import (
-    AutoscalerConfig,
-    LoadSample,
-    ScalerMemory,
-    ScalingTargets,
-    choose_revision,
-    plan_rollout,
-    recommend,
-)
+from gpufleet.api.runtime import ServiceLoadSpec, ServiceLoadStatus
+from gpufleet.controllers import servicestate
+from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved
+from gpufleet.controllers.serving import AutoscalerConfig, LoadSample, ScalingTargets
+from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.kube.config import (
     GPU_MILLI_ANNOTATION,
     GPU_MODEL_LABEL,
@@ -47,11 +48,10 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
-from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
-from gpufleet.kube.training import resources_of
+from gpufleet.kube.training import resources_of, status_patch
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 SERVICE_LABEL = "gpufleet.io/inference-service"
 REVISION_LABEL = "gpufleet.io/revision"
 REPLICA_LABEL = "gpufleet.io/replica"
-NO_VERSION = "none"
 DEFAULT_PORT = 8080
 
 
@@ -189,7 +188,11 @@ def cluster_service(raw: Json, template: Json | None) -> Json:
 
 
 class InferenceServiceOperator:
-    """Reconciles one InferenceService from its raw object, its pods, its ModelVersion and ServiceLoad."""
+    """Reconciles one InferenceService from its raw object, its pods, its ModelVersion and ServiceLoad.
+
+    How many replicas, which to add and remove, and what status and Events say are decided by
+    `controllers.servicestate`, as in the embedded world; here pods and loads are read into its inputs
+    and the decisions are carried out through the API."""
 
     def __init__(
         self,
@@ -204,14 +207,14 @@ class InferenceServiceOperator:
         self.config = config
         self.source = source
         self.scaler = scaler or AutoscalerConfig()
+        self.autoscaler = Autoscaler(self.scaler)
         self.sample_seconds = sample_seconds
         self.services = resource_for("InferenceService")
         self.loads = resource_for("ServiceLoad")
-        self.memory: dict[str, ScalerMemory] = {}
         self.last_sample: dict[str, float] = {}
 
     def forget(self, key: str) -> None:
-        self.memory.pop(key, None)
+        self.autoscaler.forget(key)
         self.last_sample.pop(key, None)
 
     def reconcile(
@@ -222,47 +225,44 @@ class InferenceServiceOperator:
         assert info is not None
         service = from_json(info, raw)
         assert isinstance(service, InferenceService)
-        status: dict[str, Any] = dict(raw.get("status") or {})
         if raw["metadata"].get("deletionTimestamp"):
             return None
         template = service.spec.replica.template
         if not ((template or {}).get("spec") or {}).get("containers"):
             message = "spec.replica.template.spec.containers is empty"
+            status = dict(raw.get("status") or {})
             conditions = with_condition(status, "Ready", "False", "InvalidTemplate", message, now)
             patch_status(self.api, self.services, raw, {"phase": "Failed", "conditions": conditions})
             return None
         self._ensure_service(raw, template)
         replicas = self._replicas(pods)
-        wanted = service.spec.model_version or NO_VERSION
-        target, missing = choose_revision(
-            wanted=wanted,
-            exists=wanted == NO_VERSION or wanted in versions,
-            current=[r.revision for r in replicas],
-        )
-        update: Json = {"observedGeneration": raw["metadata"].get("generation")}
-        desired, again = self._desired(raw, service, replicas, load, update, now)
-        new = [r for r in replicas if r.revision == target]
-        old = [r for r in replicas if r.revision != target]
-        rollout = service.spec.rollout
-        plan = plan_rollout(
+        previous = service.status
+        desired, again, metrics = self._desired(raw, service, replicas, load, now)
+        step = servicestate.rollout_step(
+            service.spec,
+            replicas,
             desired=desired,
-            new=new,
-            old=old,
-            max_surge=rollout.max_surge,
-            max_unavailable=rollout.max_unavailable,
+            exists=service.spec.model_version in versions,
+            taken=[_index(p) for p in pods],
         )
-        used = {int(p["metadata"].get("labels", {}).get(REPLICA_LABEL, -1)) for p in pods}
-        next_index = max(used, default=-1) + 1
-        uri = ((versions.get(target) or {}).get("spec") or {}).get("uri")
-        for _ in range(plan.create):
+        uri = ((versions.get(step.target) or {}).get("spec") or {}).get("uri")
+        for index in range(step.first_index, step.first_index + step.create):
             self._create(
-                replica_pod(raw, service, index=next_index, revision=target, uri=uri, config=self.config)
+                replica_pod(raw, service, index=index, revision=step.target, uri=uri, config=self.config)
             )
-            next_index += 1
-        for replica in plan.remove:
+        for replica in step.remove:
             self._delete(replica.pod)
-            (old if replica in old else new).remove(replica)
-        self._status(raw, status, update, new + old, desired, target, missing, bool(old), now)
+        observed = ServiceObserved(
+            generation=service.metadata.generation,
+            minimum=service.spec.replicas.min,
+            desired=desired,
+            ready=sum(r.ready for r in step.kept),
+            target=step.target,
+            missing=step.missing,
+            rolling=step.rolling,
+            pending=previous.pending_reason,  # the scheduler's, merged in by it
+        )
+        self._status(raw, previous, observed, metrics, now)
         return again
 
     # ------------------------------------------------------------------ replicas
@@ -276,72 +276,64 @@ class InferenceServiceOperator:
             if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
                 self._delete(pod)
                 continue
-            index = labels.get(REPLICA_LABEL, "")
-            out.append(
-                PodReplica(pod, labels.get(REVISION_LABEL, NO_VERSION), int(index) if index.isdigit() else 0)
-            )
+            out.append(PodReplica(pod, labels.get(REVISION_LABEL, NO_VERSION), max(_index(pod), 0)))
         return out
 
     # ----------------------------------------------------------------- autoscale
     def _desired(
+        self, raw: Json, service: InferenceService, replicas: list[PodReplica], load: Json | None, now: float
+    ) -> tuple[int, float | None, Condition | None]:
+        """The replica count, when to sample again, and what the metric source's last answer says."""
+        if not ScalingTargets.of(service.spec).enabled:
+            return service.spec.replicas.min, None, None
+        key = f"{service.namespace or 'default'}/{service.name}"
+        kept = _kept(load)
+        sample, again, metrics = self._sample(raw, service, replicas, load, key, now)
+        ready = sum(r.ready for r in replicas)
+        scaling = self.autoscaler.desired(
+            key,
+            service.spec,
+            current=service.status.desired_replicas,
+            ready=ready,
+            load=sample,
+            kept=kept,
+            now=now,
+        )
+        if scaling.kept is not None and sample is not None:
+            self._record(raw, sample, ready, scaling.kept, load)
+        return scaling.replicas, again, metrics
+
+    def _sample(
         self,
         raw: Json,
         service: InferenceService,
         replicas: list[PodReplica],
         load: Json | None,
-        update: Json,
+        key: str,
         now: float,
-    ) -> tuple[int, float | None]:
-        targets = ScalingTargets.of(service.spec)
-        current = int((raw.get("status") or {}).get("desiredReplicas") or 0)
-        if not targets.enabled:
-            return targets.low, None
-        key = f"{service.namespace or 'default'}/{service.name}"
-        memory = self.memory.get(key)
-        if memory is None:
-            memory = self.memory[key] = _restore(load)
-        sample, again = self._sample(raw, replicas, load, update, key, now)
-        result = recommend(
-            targets=targets,
-            current=current,
-            ready=sum(r.ready for r in replicas),
-            load=sample,
-            memory=memory,
-            now=now,
-            config=self.scaler,
-        )
-        if result.fresh and sample is not None:
-            self._record(raw, sample, sum(r.ready for r in replicas), memory, load)
-        return result.replicas, again
-
-    def _sample(
-        self, raw: Json, replicas: list[PodReplica], load: Json | None, update: Json, key: str, now: float
-    ) -> tuple[LoadSample | None, float | None]:
+    ) -> tuple[LoadSample | None, float | None, Condition | None]:
         """This round's observation: from the source when one is due, else the ServiceLoad's."""
         if self.source is None:
-            return _load_sample(load), None
+            return _load_sample(load), None, None
         due = self.last_sample.get(key, float("-inf")) + self.sample_seconds
         if now < due:
-            return None, due
+            return None, due, None
         self.last_sample[key] = now
-        status = raw.get("status") or {}
         try:
             sample = self.source.sample(raw, [r.pod for r in replicas if r.ready], now=now)
         except MetricsUnavailable as exc:
-            update["conditions"] = with_condition(
-                status, "MetricsAvailable", "False", "MetricsUnavailable", str(exc), now
-            )
-            said: Json = next(
-                (c for c in status.get("conditions") or [] if c.get("type") == "MetricsAvailable"), {}
-            )
-            if said.get("message") != str(exc):
+            said = next((c for c in service.status.conditions if c.type == "MetricsAvailable"), None)
+            if said is None or said.message != str(exc):
                 operator_event(self.api, raw, reason="MetricsUnavailable", message=str(exc), type="Warning")
-            return None, now + self.sample_seconds
-        update["conditions"] = with_condition(status, "MetricsAvailable", "True", "Sampled", "", now)
-        return sample, now + self.sample_seconds
+            unavailable = Condition(
+                type="MetricsAvailable", status="False", reason="MetricsUnavailable", message=str(exc)
+            )
+            return None, now + self.sample_seconds, unavailable
+        sampled = Condition(type="MetricsAvailable", status="True", reason="Sampled", message="")
+        return sample, now + self.sample_seconds, sampled
 
     def _record(
-        self, raw: Json, sample: LoadSample, ready: int, memory: ScalerMemory, load: Json | None
+        self, raw: Json, sample: LoadSample, ready: int, kept: ServiceLoadStatus, load: Json | None
     ) -> None:
         """The sample into the ServiceLoad (when the operator took it) and the memory into its status."""
         meta = raw["metadata"]
@@ -372,60 +364,29 @@ class InferenceServiceOperator:
                 log.warning("ServiceLoad %s/%s not written: %s", namespace, name, exc)
                 return
         if load is not None:
-            kept = {
-                "season": {str(b): rps for b, rps in sorted(memory.season.items())},
-                "recent": [{"time": stamp(t), "replicas": n} for t, n in memory.recent],
-            }
-            patch_status(self.api, self.loads, load, kept)
+            memory = kept.to_dict()
+            patch_status(self.api, self.loads, load, {k: memory.get(k) for k in ("season", "recent")})
 
     # -------------------------------------------------------------------- status
     def _status(
         self,
         raw: Json,
-        status: Json,
-        update: Json,
-        replicas: list[PodReplica],
-        desired: int,
-        target: str,
-        missing: str | None,
-        rolling: bool,
+        previous: InferenceServiceStatus,
+        observed: ServiceObserved,
+        metrics: Condition | None,
         now: float,
     ) -> None:
-        ready = sum(r.ready for r in replicas)
-        minimum = int(((raw.get("spec") or {}).get("replicas") or {}).get("min", 1))
-        base = {**status, "conditions": update.get("conditions", status.get("conditions"))}
-        conditions = with_condition(
-            base,
-            "Ready",
-            "True" if ready and ready >= minimum else "False",
-            "MinimumReplicasReady" if ready >= minimum else "ReplicasNotReady",
-            f"{ready}/{desired} replicas ready",
-            now,
-        )
-        if missing is not None:
-            rolled = ("False", "ModelVersionNotFound", f"no ModelVersion {missing}")
-        elif rolling:
-            rolled = ("False", "RollingOut", f"to {target}")
-        else:
-            rolled = ("True", "Complete", f"serving {target}")
-        conditions = with_condition({"conditions": conditions}, "RolledOut", *rolled, now)
-        update.update(
-            desiredReplicas=desired,
-            readyReplicas=ready,
-            phase="Running" if ready else "Pending",
-            conditions=conditions,
-        )
-        if ready:
-            update["pendingReason"] = None
-        previous = status.get("desiredReplicas")
-        if (
-            patch_status(self.api, self.services, raw, update)
-            and previous is not None
-            and previous != desired
-        ):
-            operator_event(
-                self.api, raw, reason="Scaled", message=f"desired replicas {previous} -> {desired}"
-            )
+        """The shared status decision as a merge patch, and the Events that announce it."""
+        when = to_datetime(math.floor(now))  # API timestamps have a resolution of seconds
+        base = previous
+        if metrics is not None:
+            conditions = set_condition(previous.conditions, metrics, now=when)
+            base = previous.model_copy(update={"conditions": conditions})
+        status = servicestate.service_status(base, observed, now=when)
+        update = status_patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
+        if update and patch_status(self.api, self.services, raw, update):
+            for notice in servicestate.service_events(previous, status):
+                operator_event(self.api, raw, reason=notice.reason, message=notice.message, type=notice.type)
 
     # ------------------------------------------------------------------ writes
     def _ensure_service(self, raw: Json, template: Json | None) -> None:
@@ -438,23 +399,29 @@ class InferenceServiceOperator:
         delete_pod(self.api, pod)
 
 
+def _index(pod: Json) -> int:
+    """The replica index a pod's label gives (-1 without a valid one)."""
+    label = str((pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, ""))
+    return int(label) if label.isdigit() else -1
+
+
 def _load_sample(load: Json | None) -> LoadSample | None:
-    spec = (load or {}).get("spec") or {}
-    at = seconds(spec.get("time"))
-    if at is None:
+    """The observation a ServiceLoad written by someone else holds (None without a valid one)."""
+    try:
+        spec = ServiceLoadSpec.model_validate((load or {}).get("spec"))
+    except ValidationError:
         return None
-    return LoadSample(at, float(spec.get("requestsPerSecond", 0)), float(spec.get("p99LatencyMs", 0)))
+    return servicestate.load_sample(spec)
 
 
-def _restore(load: Json | None) -> ScalerMemory:
-    """The autoscaler's memory as a ServiceLoad's status kept it (empty if none)."""
-    memory = ScalerMemory()
-    status = (load or {}).get("status") or {}
-    for bucket, rps in (status.get("season") or {}).items():
-        if str(bucket).isdigit():
-            memory.season[int(bucket)] = float(rps)
-    for entry in status.get("recent") or []:
-        at = seconds(entry.get("time"))
-        if at is not None:
-            memory.recent.append((at, int(entry.get("replicas", 0))))
-    return memory
+def _kept(load: Json | None) -> ServiceLoadStatus | None:
+    """What the autoscaler kept in the ServiceLoad's status (None without one, or unreadable)."""
+    if load is None:
+        return None
+    try:
+        return ServiceLoadStatus.model_validate(load.get("status") or {})
+    except ValidationError:
+        log.warning(
+            "ServiceLoad %s: status unreadable, autoscaler memory starts empty", load["metadata"]["name"]
+        )
+        return None

@@ -344,7 +344,7 @@ class TrainingJobOperator:
         """The shared status decision as a merge patch, and the Events that announce it."""
         # API timestamps have a resolution of seconds.
         status = jobstate.job_status(base or previous, observed, now=to_datetime(math.floor(now)))
-        update = _patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
+        update = status_patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
         if update and self._status(raw, update):
             for event in jobstate.job_events(previous, status, why=why):
                 self._event(raw, event.reason, event.message, event.type)
@@ -420,7 +420,7 @@ def _observed(
     )
 
 
-def _patch(raw: Json, previous: Json, status: Json) -> Json:
+def status_patch(raw: Json, previous: Json, status: Json) -> Json:
     """The merge patch from `previous` (the object's status as parsed) to `status`: what changed, what
     the object does not hold yet, and null for what is gone."""
     update = {k: v for k, v in status.items() if previous.get(k) != v or k not in raw}
