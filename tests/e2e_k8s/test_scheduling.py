@@ -81,3 +81,35 @@ def test_not_ready_nodes_are_left_alone(cluster: Cluster, scheduler: Any) -> Non
     cluster.pod("waits", gpus=1)
     why = wait_for("pending reason", lambda: cluster.condition("waits", "PodScheduled"))
     assert why["status"] == "False" and cluster.node_of("waits") is None
+
+
+def test_a_queue_left_out_of_the_quota_tree_says_so_and_its_pods_wait_for_it(
+    cluster: Cluster, scheduler: Any
+) -> None:
+    queues = "/apis/gpufleet.io/v1alpha1/queues"
+    name = f"{cluster.queue}-orphan"
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"parent": f"{cluster.queue}-missing", "quotas": {"H100-80GB": {"nominal": 8}}},
+    }
+    cluster.api.request("POST", queues, body=body)
+    try:
+        cluster.node("a")
+        cluster.pod("orphaned", gpus=1, labels={"gpufleet.io/queue": name})
+        said = wait_for("the queue's Valid condition", lambda: valid_of(cluster, name))
+        assert said["status"] == "False" and said["reason"] == "InvalidParent", said
+        assert f"{cluster.queue}-missing" in said["message"]
+        why = wait_for("pending reason", lambda: cluster.condition("orphaned", "PodScheduled"))
+        assert why["message"].startswith(f"QueueInvalid: queue '{name}'"), why["message"]
+        assert cluster.node_of("orphaned") is None
+        shared = wait_for("the run's own queue marked valid", lambda: valid_of(cluster, cluster.queue))
+        assert shared["status"] == "True"
+    finally:
+        cluster.api.request("DELETE", f"{queues}/{name}")
+
+
+def valid_of(cluster: Cluster, queue: str) -> Any:
+    status = cluster.api.request("GET", f"/apis/gpufleet.io/v1alpha1/queues/{queue}").get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Valid"), None)

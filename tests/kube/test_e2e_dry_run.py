@@ -56,6 +56,7 @@ def scheduler(api: FakeApiServer, cluster: Cluster) -> Iterator[KubeScheduler]:
         e2e.test_required_topology_keeps_the_gang_in_one_rack,
         e2e.test_preemption_goes_through_evictions_and_the_preemptor_follows,
         e2e.test_not_ready_nodes_are_left_alone,
+        e2e.test_a_queue_left_out_of_the_quota_tree_says_so_and_its_pods_wait_for_it,
     ],
     ids=lambda case: case.__name__.removeprefix("test_"),
 )

@@ -176,20 +176,24 @@ class Actions:
     def event(self, obj: Json, *, reason: str, message: str, type: str = "Normal") -> None:
         """A core/v1 Event about an object (best effort: an Event lost is not an error)."""
         meta = obj["metadata"]
+        # Events about cluster-scoped objects (Nodes, Queues) live in `default` and name no namespace
+        # in involvedObject, which is where `kubectl describe` looks for them.
         ns = meta.get("namespace") or "default"
+        involved = {
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "kind": obj.get("kind", "Pod"),
+            "name": meta["name"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        if meta.get("namespace"):
+            involved["namespace"] = meta["namespace"]
         stamp = _now()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Pod"),
-                "name": meta["name"],
-                "namespace": ns,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            "involvedObject": involved,
             "reason": reason,
             "message": message[:1024],
             "type": type,

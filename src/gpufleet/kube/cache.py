@@ -26,12 +26,12 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.queue import Queue
 from gpufleet.controllers import nodesync
-from gpufleet.controllers.convert import quota_tree, usable_queues
+from gpufleet.controllers.convert import placeable_quota_tree
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlot
 from gpufleet.kube import nodes as kube_nodes
@@ -75,6 +75,8 @@ class Sources:
     pods: Mapping[str, Json]
     queues: Iterable[Queue]
     jobs: Mapping[str, Json]
+    malformed_queues: Mapping[str, str] = field(default_factory=dict)
+    """Queues whose objects the API's validation refuses (name -> why), left out of the tree."""
 
 
 class KubeCache:
@@ -123,7 +125,9 @@ class KubeCache:
             with self._lock:
                 self._dirty_jobs.add(key_of(obj))
 
-    def queues_changed(self, *_: object) -> None:
+    def queues_changed(self, event: str = "", old: Json | None = None, new: Json | None = None) -> None:
+        if event == "MODIFIED" and old is not None and new is not None and old.get("spec") == new.get("spec"):
+            return  # a status write (the scheduler's own Valid condition) changes no quota
         with self._lock:
             self._rebuild = True
 
@@ -162,12 +166,12 @@ class KubeCache:
         self.rebuilds += 1
         # A Queue that cannot be placed (unknown parent, a loop) is left out, not allowed to stop
         # every pass: kubectl writes Queues without the embedded API's checks.
-        usable, broken = usable_queues(sources.queues)
+        tree, settings, broken = placeable_quota_tree(sources.queues)
+        broken = {**sources.malformed_queues, **broken}
         for name, problem in sorted(broken.items()):
             if self.invalid_queues.get(name) != problem:
                 log.warning("Queue %s is left out of the quota tree: %s", name, problem)
         self.invalid_queues = broken
-        tree, settings = quota_tree(usable)
         fleet = FleetState(self.config.level_names(), nvlink_level=self.config.nvlink_level)
         nominated = self.cache.nominated if self.cache is not None else []
         self.cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=self.history)

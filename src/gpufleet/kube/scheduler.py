@@ -26,16 +26,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.api.queue import Queue
-from gpufleet.api.resource import kind_info
 from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.scheduling import queue_reason
 from gpufleet.kube import pods as kube_pods
+from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, NODE, POD, resource_for
-from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
@@ -110,6 +109,8 @@ class KubeScheduler:
         """Pods whose binding failed for a transient reason -> their core name, retried next pass."""
         self.withheld: dict[str, Workload] = {}
         """This pass's preemptors kept out of the cycles while their victims terminate."""
+        self.malformed_queues: dict[str, str] = {}
+        """Queues whose objects the API's validation refuses, as last read (name -> why)."""
         self.clock = clock
         self.period = period
         self.stats = PassStats()
@@ -159,11 +160,24 @@ class KubeScheduler:
             cache.pending.setdefault(name, workload)
         self.stats.passes += 1
         self._explain(outcome.last, self.withheld)
+        kube_queues.report(
+            self.actions.api,
+            self.actions,
+            self.queues.items(),
+            invalid=self.kcache.invalid_queues,
+            malformed=self.malformed_queues,
+            now=now,
+        )
         return outcome.last
 
     def _sources(self) -> Sources:
+        queues, self.malformed_queues = kube_queues.parse_queues(self.queues.items())
         return Sources(
-            nodes=_Items(self.nodes), pods=_Items(self.pods), queues=self._queues(), jobs=_Items(self.jobs)
+            nodes=_Items(self.nodes),
+            pods=_Items(self.pods),
+            queues=queues,
+            jobs=_Items(self.jobs),
+            malformed_queues=self.malformed_queues,
         )
 
     # ------------------------------------------------------------------ the carrier
@@ -259,7 +273,9 @@ class KubeScheduler:
     def _explain(self, result: CycleResult | None, withheld: Mapping[str, Any]) -> None:
         reasons: dict[str, Reason] = dict(self.kcache.reasons)
         if result is not None:
-            reasons.update({name: pending.reason for name, pending in result.pending.items()})
+            reasons.update(
+                {name: self._queue_first(name, pending.reason) for name, pending in result.pending.items()}
+            )
         for name in withheld:
             count = len(self.awaiting.get(name, ()))
             reasons[name] = Reason(
@@ -276,6 +292,15 @@ class KubeScheduler:
                     self.actions.pending(pod, reason_type=reason.type, message=reason.message)
             self._owner_reason(group, reason)
 
+    def _queue_first(self, name: str, reason: Reason) -> Reason:
+        """A workload whose queue is missing, left out of the quota tree or not a leaf waits for that,
+        whatever the core said (it sees only that the queue is not a leaf of its tree)."""
+        cache = self.kcache.cache
+        workload = cache.pending.get(name) if cache is not None else None
+        if cache is None or workload is None:
+            return reason
+        return queue_reason(cache.tree, self.kcache.invalid_queues, workload.queue) or reason
+
     def _owner_reason(self, group: kube_pods.Group, reason: Reason) -> None:
         owners = group.members[0]["metadata"].get("ownerReferences") or []
         for owner in owners:
@@ -291,20 +316,6 @@ class KubeScheduler:
                     continue
                 self.actions.owner_status(owner, group.namespace, status)
                 self.actions.said[said] = text
-
-    def _queues(self) -> list[Queue]:
-        info = kind_info("Queue")
-        assert info is not None
-        out = []
-        for raw in self.queues.items():
-            try:
-                queue = from_json(info, raw)
-            except Exception as exc:  # one malformed Queue must not stop scheduling
-                log.warning("queue %s ignored: %s", raw["metadata"].get("name"), exc)
-                continue
-            assert isinstance(queue, Queue)
-            out.append(queue)
-        return out
 
 
 def _plain(details: Mapping[str, Any]) -> dict[str, Any]:
