@@ -117,20 +117,12 @@ class InferenceServiceController(Reconciler):
             self._delete(replica)
         waiting = [r for r in step.kept if r.workload.status.phase == "Pending"]
         reason = waiting[0].workload.status.pending_reason if waiting else None
-        observed = ServiceObserved(
-            generation=service.metadata.generation,
-            minimum=service.spec.replicas.min,
-            desired=desired,
-            ready=sum(r.ready for r in step.kept),
-            target=step.target,
-            missing=step.missing,
-            rolling=step.rolling,
-            pending=(
-                PendingReason(type=reason.type, message=reason.message, details=reason.details)
-                if reason
-                else None
-            ),
+        pending = (
+            PendingReason(type=reason.type, message=reason.message, details=reason.details)
+            if reason
+            else None
         )
+        observed = servicestate.observe(service, step, desired=desired, pending=pending)
         self._write_status(service, observed, now)
         return None
 

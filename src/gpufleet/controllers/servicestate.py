@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
-from gpufleet.api.inference import InferenceServiceSpec, InferenceServiceStatus
+from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.runtime import Recommendation, ServiceLoadSpec, ServiceLoadStatus
 from gpufleet.controllers.notice import Notice
@@ -194,6 +194,22 @@ class ServiceObserved:
     rolling: bool
     pending: PendingReason | None
     """Why replicas wait, reported while none is ready."""
+
+
+def observe(
+    service: InferenceService, step: Step[R], *, desired: int, pending: PendingReason | None
+) -> ServiceObserved:
+    """What the status is derived from once this round's rollout step is taken."""
+    return ServiceObserved(
+        generation=service.metadata.generation,
+        minimum=service.spec.replicas.min,
+        desired=desired,
+        ready=sum(r.ready for r in step.kept),
+        target=step.target,
+        missing=step.missing,
+        rolling=step.rolling,
+        pending=pending,
+    )
 
 
 def service_status(

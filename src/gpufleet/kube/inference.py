@@ -22,7 +22,6 @@ ready.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from collections.abc import Sequence
@@ -38,10 +37,8 @@ from gpufleet.controllers import servicestate
 from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved
 from gpufleet.controllers.serving import AutoscalerConfig, LoadSample, ScalingTargets
 from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.kube import training
 from gpufleet.kube.config import (
-    GPU_MILLI_ANNOTATION,
-    GPU_MODEL_LABEL,
-    PREEMPTIBLE_ANNOTATION,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
     KubeConfig,
@@ -51,7 +48,7 @@ from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
-from gpufleet.kube.training import resources_of, status_patch
+from gpufleet.kube.training import status_patch
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
@@ -87,14 +84,7 @@ class PodReplica:
 
 
 def owner_reference(raw: Json) -> Json:
-    return {
-        "apiVersion": raw.get("apiVersion", "gpufleet.io/v1alpha1"),
-        "kind": "InferenceService",
-        "name": raw["metadata"]["name"],
-        "uid": raw["metadata"].get("uid"),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return training.owner_reference(raw, "InferenceService")
 
 
 def replica_pod(
@@ -102,68 +92,31 @@ def replica_pod(
 ) -> Json:
     """Replica `index` serving `revision`: the template with labels, resources and the model to load."""
     spec = service.spec
-    request = spec.replica
-    name, namespace = service.name, service.namespace or "default"
-    template = copy.deepcopy(request.template or {})
-    meta = template.get("metadata") or {}
-    pod_spec = template.get("spec") or {}
-    labels = dict(meta.get("labels") or {})
-    labels.update(
-        {SERVICE_LABEL: name, REVISION_LABEL: revision, REPLICA_LABEL: str(index), QUEUE_LABEL: spec.queue}
-    )
+    labels = {SERVICE_LABEL: service.name, REVISION_LABEL: revision, REPLICA_LABEL: str(index)}
+    labels[QUEUE_LABEL] = spec.queue
     if spec.priority_class:
         labels[PRIORITY_CLASS_LABEL] = spec.priority_class
-    annotations = dict(meta.get("annotations") or {})
-    annotations[PREEMPTIBLE_ANNOTATION] = "true" if spec.preemptible else "false"
-    if request.gpu_milli:
-        annotations[GPU_MILLI_ANNOTATION] = str(request.gpu_milli)
-    selector = dict(pod_spec.get("nodeSelector") or {})
-    selector.update(request.node_selector or {})
-    if len(request.gpu_models) == 1:
-        selector[GPU_MODEL_LABEL] = request.gpu_models[0]
-    tolerations = list(pod_spec.get("tolerations") or [])
-    tolerations += [t.model_dump(exclude_defaults=True) for t in request.tolerations or []]
     env = [{"name": "GPUFLEET_MODEL_VERSION", "value": revision}]
     if uri:
         env.append({"name": "GPUFLEET_MODEL_URI", "value": uri})
-    resources = resources_of(request)
-    containers = []
-    for i, container in enumerate(pod_spec["containers"]):
-        out = dict(container)
-        names = {e["name"] for e in env}
-        out["env"] = [e for e in out.get("env") or [] if e.get("name") not in names] + env
-        if i == 0 and resources:
-            current = dict(out.get("resources") or {})
-            limits, requests = dict(current.get("limits") or {}), dict(current.get("requests") or {})
-            for key, value in resources.items():
-                requests[key] = value
-                if key not in ("cpu", "memory"):
-                    limits[key] = value
-            out["resources"] = {**current, "limits": limits, "requests": requests}
-        containers.append(out)
-    pod_spec.update({"schedulerName": config.scheduler_name, "containers": containers})
-    pod_spec.setdefault("restartPolicy", "Always")
-    if selector:
-        pod_spec["nodeSelector"] = selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{index}",
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(raw)],
-        },
-        "spec": pod_spec,
-    }
+    pod = training.pod_from_template(
+        spec.replica,
+        name=f"{service.name}-{index}",
+        namespace=service.namespace or "default",
+        labels=labels,
+        annotations={},
+        env=env,
+        owner=owner_reference(raw),
+        preemptible=spec.preemptible,
+        config=config,
+        overrides={},
+    )
+    pod["spec"].setdefault("restartPolicy", "Always")  # a replica's server is restarted where it is
+    return pod
 
 
 def cluster_service(raw: Json, template: Json | None) -> Json:
     """The Service in front of the replicas: the first container's ports, else 8080."""
-    meta = raw["metadata"]
     containers = ((template or {}).get("spec") or {}).get("containers") or [{}]
     ports = [
         {
@@ -174,17 +127,7 @@ def cluster_service(raw: Json, template: Json | None) -> Json:
         for p in containers[0].get("ports") or []
         if p.get("containerPort")
     ] or [{"name": "http", "port": DEFAULT_PORT, "targetPort": DEFAULT_PORT}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": meta["name"],
-            "namespace": meta.get("namespace") or "default",
-            "labels": {SERVICE_LABEL: meta["name"]},
-            "ownerReferences": [owner_reference(raw)],
-        },
-        "spec": {"selector": {SERVICE_LABEL: meta["name"]}, "ports": ports},
-    }
+    return training.owned_service(raw, "InferenceService", SERVICE_LABEL, {"ports": ports})
 
 
 class InferenceServiceOperator:
@@ -252,16 +195,8 @@ class InferenceServiceOperator:
             )
         for replica in step.remove:
             self._delete(replica.pod)
-        observed = ServiceObserved(
-            generation=service.metadata.generation,
-            minimum=service.spec.replicas.min,
-            desired=desired,
-            ready=sum(r.ready for r in step.kept),
-            target=step.target,
-            missing=step.missing,
-            rolling=step.rolling,
-            pending=previous.pending_reason,  # the scheduler's, merged in by it
-        )
+        # The pending reason is the scheduler's, merged in by it.
+        observed = servicestate.observe(service, step, desired=desired, pending=previous.pending_reason)
         self._status(raw, previous, observed, metrics, now)
         return again
 

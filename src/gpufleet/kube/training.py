@@ -70,11 +70,12 @@ FAILED_REASONS = ("Evicted", "Preempting", "DeadlineExceeded")
 BACKOFF = "Backoff"
 
 
-def owner_reference(job: Json) -> Json:
+def owner_reference(job: Json, kind: str = "TrainingJob") -> Json:
+    """The controller reference of what the operator makes for a gpufleet object (`kind`)."""
     meta = job["metadata"]
     return {
         "apiVersion": job.get("apiVersion", "gpufleet.io/v1alpha1"),
-        "kind": "TrainingJob",
+        "kind": kind,
         "name": meta["name"],
         "uid": meta.get("uid"),
         "controller": True,
@@ -116,57 +117,75 @@ class Attempt:
 def worker_pod(attempt: Attempt, rank: int, config: KubeConfig) -> Json:
     """Worker `rank` of an attempt: the template with gpufleet's labels, resources and rendezvous env."""
     job, spec = attempt.job, attempt.job.spec
-    namespace = job.namespace or "default"
-    template = copy.deepcopy(spec.worker.template or {})
-    meta = template.get("metadata") or {}
-    pod_spec = template.get("spec") or {}
-    labels = dict(meta.get("labels") or {})
-    labels.update(
-        {
-            JOB_LABEL: job.name,
-            ATTEMPT_LABEL: str(attempt.number),
-            GANG_LABEL: attempt.gang,
-            GANG_SIZE_LABEL: str(spec.replicas),
-            POD_SET_LABEL: "worker",
-            QUEUE_LABEL: spec.queue,
-        }
-    )
+    labels = {
+        JOB_LABEL: job.name,
+        ATTEMPT_LABEL: str(attempt.number),
+        GANG_LABEL: attempt.gang,
+        GANG_SIZE_LABEL: str(spec.replicas),
+        POD_SET_LABEL: "worker",
+        QUEUE_LABEL: spec.queue,
+    }
     if spec.elastic:
         labels[GANG_MIN_LABEL] = str(spec.min_count)
     if spec.priority_class:
         labels[PRIORITY_CLASS_LABEL] = spec.priority_class
     if spec.user:
         labels[USER_LABEL] = spec.user
-    annotations = dict(meta.get("annotations") or {})
-    annotations[PREEMPTIBLE_ANNOTATION] = "true" if spec.preemptible else "false"
+    annotations = {}
     if spec.topology.required:
         annotations[TOPOLOGY_REQUIRED_ANNOTATION] = spec.topology.required
     if spec.topology.preferred:
         annotations[TOPOLOGY_PREFERRED_ANNOTATION] = spec.topology.preferred
-    if spec.worker.gpu_milli:
-        annotations[GPU_MILLI_ANNOTATION] = str(spec.worker.gpu_milli)
     if attempt.checkpoint is not None and attempt.checkpoint.spec.time is not None:
         annotations[CHECKPOINT_ANNOTATION] = attempt.checkpoint.spec.time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return pod_from_template(
+        spec.worker,
+        name=attempt.pod_name(rank),
+        namespace=job.namespace or "default",
+        labels=labels,
+        annotations=annotations,
+        env=_rendezvous(attempt, rank, job.namespace or "default"),
+        owner=owner_reference(attempt.raw),
+        preemptible=spec.preemptible,
+        config=config,
+        overrides={"hostname": attempt.pod_name(rank), "subdomain": job.name, "restartPolicy": "Never"},
+    )
+
+
+def pod_from_template(
+    request: PodRequest,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    env: list[Json],
+    owner: Json,
+    preemptible: bool,
+    config: KubeConfig,
+    overrides: Json,
+) -> Json:
+    """A pod of the operator from `request.template`: gpufleet's labels and annotations over the
+    template's, the request's placement (node selector, a single GPU model, tolerations), its
+    resources on the first container, `env` on every container, and `overrides` in the pod spec."""
+    template = copy.deepcopy(request.template or {})
+    meta = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    annotated = dict(meta.get("annotations") or {})
+    annotated[PREEMPTIBLE_ANNOTATION] = "true" if preemptible else "false"
+    if request.gpu_milli:
+        annotated[GPU_MILLI_ANNOTATION] = str(request.gpu_milli)
     selector = dict(pod_spec.get("nodeSelector") or {})
-    selector.update(spec.worker.node_selector or {})
-    if len(spec.worker.gpu_models) == 1:
-        selector[GPU_MODEL_LABEL] = spec.worker.gpu_models[0]
+    selector.update(request.node_selector or {})
+    if len(request.gpu_models) == 1:
+        selector[GPU_MODEL_LABEL] = request.gpu_models[0]
     tolerations = list(pod_spec.get("tolerations") or [])
-    tolerations += [t.model_dump(exclude_defaults=True) for t in spec.worker.tolerations or []]
-    env = _rendezvous(attempt, rank, namespace)
-    resources = resources_of(spec.worker)
+    tolerations += [t.model_dump(exclude_defaults=True) for t in request.tolerations or []]
+    resources = resources_of(request)
     containers = [
         _container(c, env, resources if i == 0 else {}) for i, c in enumerate(pod_spec["containers"])
     ]
-    pod_spec.update(
-        {
-            "schedulerName": config.scheduler_name,
-            "hostname": attempt.pod_name(rank),
-            "subdomain": job.name,
-            "restartPolicy": "Never",
-            "containers": containers,
-        }
-    )
+    pod_spec.update({"schedulerName": config.scheduler_name, "containers": containers, **overrides})
     if selector:
         pod_spec["nodeSelector"] = selector
     if tolerations:
@@ -175,11 +194,11 @@ def worker_pod(attempt: Attempt, rank: int, config: KubeConfig) -> Json:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": attempt.pod_name(rank),
+            "name": name,
             "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(attempt.raw)],
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": {**annotated, **annotations},
+            "ownerReferences": [owner],
         },
         "spec": pod_spec,
     }
@@ -219,22 +238,27 @@ def _container(container: Json, env: list[Json], resources: Mapping[str, str]) -
 
 
 def headless_service(job: Json) -> Json:
-    meta = job["metadata"]
+    spec = {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,  # rendezvous happens before anyone is ready
+        "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+    }
+    return owned_service(job, "TrainingJob", JOB_LABEL, spec)
+
+
+def owned_service(raw: Json, kind: str, label: str, spec: Json) -> Json:
+    """A Service of the gpufleet object `raw` (a `kind`) selecting its pods by `label: name`."""
+    meta = raw["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": meta["name"],
             "namespace": meta.get("namespace") or "default",
-            "labels": {JOB_LABEL: meta["name"]},
-            "ownerReferences": [owner_reference(job)],
+            "labels": {label: meta["name"]},
+            "ownerReferences": [owner_reference(raw, kind)],
         },
-        "spec": {
-            "clusterIP": "None",
-            "selector": {JOB_LABEL: meta["name"]},
-            "publishNotReadyAddresses": True,  # rendezvous happens before anyone is ready
-            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
-        },
+        "spec": {"selector": {label: meta["name"]}, **spec},
     }
 
 
