@@ -50,7 +50,7 @@ from gpufleet.api.runtime import (
     PodSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import capacity, convert, events, nodesync
+from gpufleet.controllers import capacity, convert, events, jobstate, nodesync
 from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
@@ -721,8 +721,10 @@ class SchedulingController:
             status.admission = None
             status.admitted_time = None
             status.node_demand = None
-            limit = obj.spec.max_restarts
-            failed = limit is not None and len(status.evictions) > limit
+            # The eviction just recorded ends an attempt; the restarts before it decide whether another
+            # is allowed, by the rule the Kubernetes operator follows too.
+            restarts = len(status.evictions) - 1
+            failed = not jobstate.restart_allowed(restarts=restarts, max_restarts=obj.spec.max_restarts)
             backoff = obj.spec.backoff_seconds
             cache.pending.pop(key, None)
             if failed:
