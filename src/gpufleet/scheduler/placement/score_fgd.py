@@ -113,6 +113,9 @@ class FragmentationModel:
         self._rows = 0
         self._generation = -1
         self._recheck = False
+        # Rows allocated on or released since the last `sync`, recomputed together there: a what-if
+        # that places and rolls back many pods between two scorings costs a list append per change.
+        self._dirty: list[int] = []
         k = len(shapes)
         self.access = np.zeros((0, k), dtype=np.bool_)
         self.fit_gpus = np.zeros((0, k), dtype=np.int64)
@@ -136,10 +139,18 @@ class FragmentationModel:
         if self._state is not state or self._generation != state.generation:
             self._state, self._rows, self._generation = state, 0, state.generation
             self._recheck = False
+            self._dirty.clear()
             changed = None
         elif self._recheck:
             self._recheck = False
+            self._dirty.clear()
             changed = self._changed_rows(state)
+            if changed.size:
+                self._refresh(state, changed)
+        elif self._dirty:
+            marked = np.unique(np.array(self._dirty, dtype=np.intp))
+            self._dirty.clear()
+            changed = marked[marked < self._rows]
             if changed.size:
                 self._refresh(state, changed)
         n = state.n_rows
@@ -167,6 +178,10 @@ class FragmentationModel:
         """Recomputes one row after an allocation or a release there."""
         self.sync(state)
         self._refresh(state, np.array([row], dtype=np.intp))
+
+    def mark(self, row: int) -> None:
+        """Row `row` changed (an allocation or a release there): recomputed at the next `sync`."""
+        self._dirty.append(row)
 
     def _grow(self, size: int, gpus: int) -> None:
         def grown(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:

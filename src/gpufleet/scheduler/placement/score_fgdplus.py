@@ -148,11 +148,9 @@ class AdaptiveFgdPolicy:
             self._next_refit = min(2 * self._next_refit, self.estimate.seen + 1_000)
 
     def observe(self, state: FleetState, row: int) -> None:
-        self._sync(state)
-        self.model.refresh(state, row)
-        for cached in self._scores.values():
-            if row < cached.valid.size:
-                cached.valid[row] = False
+        # Recomputed (with the other rows changed meanwhile) when the next pod is scored: preemption's
+        # what-ifs allocate and release many pods between two scorings.
+        self.model.mark(row)
 
     def invalidate(self) -> None:
         # Only the rows that changed are recomputed, at the next `_sync`: a cycle that finds most of
@@ -161,7 +159,8 @@ class AdaptiveFgdPolicy:
         self._domains = None
 
     def _sync(self, state: FleetState) -> None:
-        """Brings the model up to date and drops the kept scores of every row it recomputed."""
+        """Brings the model up to date (rows observed, rows found changed after `invalidate`, new rows)
+        and drops the kept scores of every row it recomputed."""
         changed = self.model.sync(state)
         if changed is None or state is not self._state:
             self._state = state
