@@ -27,9 +27,10 @@ is proposed only when the preemptor then fits: no loops of evictions that admit 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -168,27 +169,39 @@ def _cause(*, victim: Admitted, preemptor: Workload, settings: QueueSettings, bo
 
 def candidates(
     snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
-) -> list[Candidate]:
-    """Every workload the preemptor may take capacity from, as shrink and/or evict candidates."""
+) -> Sequence[Candidate]:
+    """Every workload the preemptor may take capacity from, as shrink and/or evict candidates, in
+    `victim_order` (a `_Pool`: the queues' kept lists, merged only as far as the search reads them)."""
     cache = snapshot.cache
     tree = cache.tree
     own_settings = cache.settings[preemptor.queue]
     root = tree.root_of(preemptor.queue)
     borrowing = _is_borrowing(snapshot, preemptor, assignment)
     flavors = set(assignment.usage)
-    out: list[Candidate] = []
+    parts: list[_Part] = []
     queues = []
     if own_settings.preemption.within_queue != "Never":
         queues.append(preemptor.queue)
     if _reaches_others(own_settings, borrowing):
         queues.extend(q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue)
-    # The final sort ends in the name, so the order of this scan does not matter.
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
+    held = cache.admitted.get(preemptor.name)
     for queue in queues:
         kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
         # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
         every = kind == RECLAIM and reclaim_any
-        for candidate in _queue_candidates(snapshot, queue, kind, now=now):
+        kept, part = _queue_candidates(snapshot, queue, kind, now=now)
+        if (
+            part is not None
+            and every
+            and (held is None or held.queue != queue)
+            and (not flavors or part.meets(flavors))
+        ):
+            if part.kept:
+                parts.append(part)  # the whole kept list: its order and per-node groups are kept too
+            continue
+        out = []
+        for candidate in kept:
             admitted = candidate.admitted
             if candidate.name == preemptor.name or (
                 flavors and flavors.isdisjoint(admitted.assignment.usage)
@@ -198,8 +211,9 @@ def candidates(
                 victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing
             ):
                 out.append(candidate)
-    out.sort(key=_order)
-    return out
+        if out:
+            parts.append(_Part(out))
+    return _Pool(parts)
 
 
 def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
@@ -207,24 +221,47 @@ def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
     return order if order is not None else victim_order(candidate)
 
 
+@dataclass(slots=True)
+class _Borrowers:
+    """`_borrowing_queues`' memo for one tree and set of flavors: the answer at a usage version, and per
+    queue looked at, (its charge count, whether it borrowed then)."""
+
+    version: int
+    queues: list[str]
+    seen: dict[str, tuple[int, bool]]
+
+
 def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[str]:
     """The queues of the tree under `root` with admitted workloads that borrow one of `flavors`.
 
-    Memo for the cycle, keyed by the usage table's version: every preemptor of a cycle scans the same
-    tree, and usage (so who borrows, and who has members) changes only between some of them."""
+    Memo for the cycle: every preemptor of a cycle scans the same tree, and usage (so who borrows, and
+    who has members) changes only between some of them, and then for a few queues. A queue without
+    child queues changes its usage only when it is charged or refunded (`ClusterCache.charges`, never
+    undone), so at the same charge count its answer stands; a queue with children is looked at again."""
     cache = snapshot.cache
     usage = cache.usage
     key = ("borrowing", root, frozenset(flavors))
     found = snapshot.memo.get(key)
-    if isinstance(found, tuple) and found[0] == usage.version:
-        return list(found[1])
+    if isinstance(found, _Borrowers) and found.version == usage.version:
+        return list(found.queues)
     tree = cache.tree
-    queues = [
-        name
-        for name, members in cache.by_queue.items()
-        if members and tree.root_of(name) == root and _borrows(snapshot, name, flavors)
-    ]
-    snapshot.memo[key] = (usage.version, queues)
+    children, charges = tree.children, cache.charges
+    before = found.seen if isinstance(found, _Borrowers) else {}
+    seen: dict[str, tuple[int, bool]] = {}
+    queues = []
+    for name, members in cache.by_queue.items():
+        if not members:
+            continue
+        count = charges.get(name, 0)
+        last = before.get(name)
+        if last is not None and last[0] == count and not children.get(name):
+            borrows = last[1]
+        else:
+            borrows = tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+        seen[name] = (count, borrows)
+        if borrows:
+            queues.append(name)
+    snapshot.memo[key] = _Borrowers(usage.version, queues, seen)
     return list(queues)
 
 
@@ -249,6 +286,149 @@ def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: As
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
 
 
+_Bound = tuple[int, Key]
+"""A lower bound of a set's (keeps every other queue at nominal 0/1, `VictimSet.cost`)."""
+_Least = tuple[int, int, float, int, float, tuple[str]]
+"""Some candidates' `victim_order`, part by part at its least (a shrink counted with no lost work; the
+name as a 1-tuple): what `_quick_bound` makes of them, flat."""
+_Entry = tuple[
+    int, int, int, float, int, float, int, tuple[str, ...], int, int, "_Scope | _Part | list[_Part]"
+]
+"""A scope in the search's heap: its bound flattened (`_flat`), whether the bound is the tight one, its
+index (a node scope: the node), and the scope (a node scope not built yet: the parts with candidates
+there)."""
+
+
+class _Part:
+    """One queue's candidates as preemptors take them whole: in victim order, and grouped per node for
+    the node-by-node search. Kept with the queue's candidate list: the groups for as long as the list
+    holds, the order and the per-node least orders until the list is re-timed (`retimed`)."""
+
+    __slots__ = ("_flavors", "_least", "_milli", "_ordered", "groups", "held", "kept")
+
+    def __init__(self, kept: list[Candidate]) -> None:
+        self.kept = kept
+        groups: dict[int, list[Candidate]] = {}
+        held: dict[int, int] = {}
+        for candidate in kept:
+            for node in candidate.rows:
+                group = groups.get(node)
+                if group is None:
+                    groups[node] = [candidate]
+                else:
+                    group.append(candidate)
+            # A shrink holds nothing for the bound (`held` empty): zip stops at once.
+            for node, gpus in zip(candidate.rows, candidate.held, strict=False):
+                held[node] = held.get(node, 0) + gpus
+        self.groups = groups
+        """Per node the candidates touch: those candidates (in the kept list's order)."""
+        self.held = held
+        """Per node: the whole GPUs the evict candidates hold there."""
+        self._ordered: list[Candidate] | None = None
+        self._least: dict[int, _Least] | None = None
+        self._milli: dict[str, int] = {}
+        self._flavors: set[frozenset[str]] | None = None
+
+    def retimed(self) -> None:
+        """The candidates' lost work changed: their order and least orders are computed again."""
+        self._ordered = None
+        self._least = None
+
+    @property
+    def ordered(self) -> list[Candidate]:
+        found = self._ordered
+        if found is None:
+            found = self._ordered = sorted(self.kept, key=_order)
+        return found
+
+    def meets(self, flavors: set[str]) -> bool:
+        """Whether every candidate holds one of `flavors` (the flavor filter leaves none out)."""
+        held = self._flavors
+        if held is None:
+            held = self._flavors = {frozenset(c.admitted.assignment.usage) for c in self.kept}
+        return all(not flavors.isdisjoint(f) for f in held)
+
+    def milli(self, flavor: str) -> int:
+        """The milli-GPU of `flavor` its evict candidates hold."""
+        found = self._milli.get(flavor)
+        if found is None:
+            found = self._milli[flavor] = sum(
+                c.admitted.assignment.usage.get(flavor, 0) for c in self.kept if c.kind == "evict"
+            )
+        return found
+
+    def least(self) -> dict[int, _Least]:
+        """Per node: `_Least` of this queue's candidates there."""
+        found = self._least
+        if found is None:
+            found = self._least = {node: _least(group) for node, group in self.groups.items()}
+        return found
+
+
+def _least(scoped: Sequence[Candidate]) -> _Least:
+    """`_quick_bound`'s parts of `scoped`, flat."""
+    evicts, own, lost, priority, newest, first = _order(scoped[0])
+    if scoped[0].kind == "shrink":
+        lost = 0.0
+    for candidate in scoped[1:]:
+        order = _order(candidate)
+        if order[0] < evicts:
+            evicts = order[0]
+        if order[1] < own:
+            own = order[1]
+        spent = 0.0 if candidate.kind == "shrink" else order[2]
+        if spent < lost:
+            lost = spent
+        if order[3] < priority:
+            priority = order[3]
+        if order[4] < newest:
+            newest = order[4]
+        if order[5] < first:
+            first = order[5]
+    return evicts, own, lost, priority, newest, (first,)
+
+
+class _Pool(Sequence[Candidate]):
+    """A preemptor's candidates in `victim_order`: the parts (one per queue, each in that order) merged
+    only when read whole; `_quota_feasible` reads a prefix and the node-by-node search the parts'
+    groups, so most searches never sort the whole pool."""
+
+    def __init__(self, parts: list[_Part]) -> None:
+        self.parts = parts
+        self._size = sum(len(part.kept) for part in parts)
+        self._items: list[Candidate] | None = None
+
+    def items(self) -> list[Candidate]:
+        found = self._items
+        if found is None:
+            # The order's last part is the name: no two candidates tie, so the merge is the one order.
+            found = self._items = sorted(
+                itertools.chain.from_iterable(p.ordered for p in self.parts), key=_order
+            )
+        return found
+
+    def in_order(self) -> Iterator[Candidate]:
+        """The candidates in order, merged lazily (a reader that stops early sorts nothing)."""
+        if self._items is not None:
+            return iter(self._items)
+        if len(self.parts) == 1:
+            return iter(self.parts[0].ordered)
+        return heapq.merge(*(p.ordered for p in self.parts), key=_order)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self.items())
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Candidate]: ...
+    def __getitem__(self, index: int | slice) -> Candidate | list[Candidate]:
+        return self.items()[index]
+
+
 @dataclass(slots=True)
 class _QueueCandidates:
     """One queue's candidates for one cause, as last computed, and what they were computed from."""
@@ -263,6 +443,8 @@ class _QueueCandidates:
     """The time the candidates' lost work is computed for (NaN: not yet)."""
     checked: tuple[int, int] = (-1, -1)
     """(snapshot serial, the queue's charge count) of the last check that found the members unchanged."""
+    part: _Part | None = None
+    """The candidates in victim order and grouped per node, as timed at `now` (built on first use)."""
 
     def holds(self, snapshot: Snapshot, queue: str, token: tuple[object, ...]) -> bool:
         """Whether the queue still has exactly these members, unchanged (the same objects).
@@ -287,14 +469,17 @@ class _QueueCandidates:
         return True
 
 
-def _queue_candidates(snapshot: Snapshot, queue: str, cause: str, *, now: float) -> list[Candidate]:
+def _queue_candidates(
+    snapshot: Snapshot, queue: str, cause: str, *, now: float
+) -> tuple[list[Candidate], _Part | None]:
     """A queue's workloads that any preemptor may take from (preemptible, past the minimum runtime,
-    not admitted in this cycle) as `cause` candidates.
+    not admitted in this cycle) as `cause` candidates, and, when that is the whole kept list, its
+    `_Part` (sorted and grouped per node once for every preemptor that takes the list whole).
 
     Kept on the cache across cycles (every preemptor of a tree looks at the same borrowing queues, cycle
     after cycle): reused while the queue's members are the same objects (an admission, eviction, shrink
     or checkpoint replaces one), its settings and the fleet's nodes unchanged; only the lost work, which
-    depends on the time, is computed again when the time moved.
+    depends on the time, is computed again when the time moved (and the part built again).
     """
     cache = snapshot.cache
     key = (queue, cause)
@@ -309,10 +494,14 @@ def _queue_candidates(snapshot: Snapshot, queue: str, cause: str, *, now: float)
             candidate.lost_gpu_seconds = candidate.admitted.lost_gpu_seconds(now, removed)
             candidate.order = victim_order(candidate)
         found.now = now
+        if found.part is not None:
+            found.part.retimed()
     min_runtime = settings.min_runtime_seconds
     if min_runtime <= 0:
-        return found.candidates
-    return [c for c in found.candidates if now - _started(c.admitted, now) >= min_runtime]
+        if found.part is None:
+            found.part = _Part(found.candidates)
+        return found.candidates, found.part
+    return [c for c in found.candidates if now - _started(c.admitted, now) >= min_runtime], None
 
 
 def _started(admitted: Admitted, now: float) -> float:
@@ -483,9 +672,7 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
     """The candidate lists to try: one per domain of the required level (or per node for one pod), each
     in the pool's order."""
     fleet = snapshot.fleet
-    level = preemptor.topology.required
-    if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
-        level = "host"
+    level = _scope_level(preemptor)
     if level is None:
         return [_Scope(list(pool))]
     level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
@@ -525,6 +712,77 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
             if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
         ]
     return [_Scope(by_domain[d], level_no=level_no, domain=d) for d in sorted(by_domain)]
+
+
+def _scope_level(preemptor: Workload) -> str | None:
+    """The level whose domains are the scopes (a one-pod workload: its host), or None: the whole fleet."""
+    level = preemptor.topology.required
+    if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
+        level = "host"
+    return level
+
+
+def _node_heap(snapshot: Snapshot, preemptor: Workload, pool: _Pool) -> list[_Entry]:
+    """`_scopes` node by node, as heap entries, from the pool's parts: each node's quick bound and held
+    GPUs combined over the queues with candidates there (a least and a sum: the same as over the node's
+    candidates together); the scope itself is built only if the search looks at it (most never are)."""
+    least: dict[int, _Least] = {}
+    held: dict[int, int] = {}
+    where: dict[int, _Part | list[_Part]] = {}
+    for part in pool.parts:
+        for node, found in part.least().items():
+            have = least.get(node)
+            if have is None:
+                least[node] = found
+                where[node] = part
+            else:
+                least[node] = _lesser(have, found)
+                other = where[node]
+                if isinstance(other, list):
+                    other.append(part)
+                else:
+                    where[node] = [other, part]
+        for node, gpus in part.held.items():
+            held[node] = held.get(node, 0) + gpus
+    needed = _one_pod_whole_gpus(preemptor)
+    # As in `_scopes`: a node whose free GPUs and its candidates' GPUs together fall short is skipped.
+    whole_free = snapshot.fleet.whole_free
+    return [
+        (0, evicts, own, lost, priority, newest, 1, first, 0, node, where[node])
+        for node, (evicts, own, lost, priority, newest, first) in least.items()
+        if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
+    ]
+
+
+def _lesser(a: _Least, b: _Least) -> _Least:
+    """Part by part the lesser of two `_Least`: that of their candidates together."""
+    return (
+        a[0] if a[0] <= b[0] else b[0],
+        a[1] if a[1] <= b[1] else b[1],
+        a[2] if a[2] <= b[2] else b[2],
+        a[3] if a[3] <= b[3] else b[3],
+        a[4] if a[4] <= b[4] else b[4],
+        a[5] if a[5] <= b[5] else b[5],
+    )
+
+
+def _flat(bound: _Bound, tight: int, i: int, scope: _Scope) -> _Entry:
+    """A heap entry: the bound's parts side by side (a bound's names are always one name, so the flat
+    tuple orders as the nested one), then tight, index and scope."""
+    keeps, (evicts, own, lost, priority, newest, count, names) = bound
+    return (keeps, evicts, own, lost, priority, newest, count, names, tight, i, scope)
+
+
+def _nested(entry: _Entry) -> _Bound:
+    return entry[0], (entry[1], entry[2], entry[3], entry[4], entry[5], entry[6], entry[7])
+
+
+def _node_scope(node: int, parts: _Part | list[_Part]) -> _Scope:
+    """A node scope from the parts with candidates there: those candidates in victim order."""
+    if isinstance(parts, _Part):
+        return _Scope(sorted(parts.groups[node], key=_order), node=node)
+    found = [c for part in parts for c in part.groups[node]]
+    return _Scope(sorted(found, key=_order), node=node)
 
 
 def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
@@ -572,20 +830,28 @@ def select_victims(
     # remaining scope can beat the best set found (a branch and bound over scopes). Two bounds: a quick
     # one from the candidates' own `victim_order` for every scope, and `_Search.scope_bound` (tighter,
     # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
-    # Equal bounds keep the scopes' order (the index).
-    heap: list[tuple[tuple[int, Key], int, int, _Scope]] = [
-        (_quick_bound(scope.candidates), 0, i, scope)
-        for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
-    ]
+    # Equal bounds keep the scopes' order (the index; for node scopes, the node). A node scope from the
+    # pool's parts is built only when it comes first (most never do).
+    heap: list[_Entry]
+    if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
+        heap = _node_heap(snapshot, preemptor, pool)
+    else:
+        heap = [
+            _flat(_quick_bound(scope.candidates), 0, i, scope)
+            for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
+        ]
     heapq.heapify(heap)
     searched = 0
     while heap and searched < max_scopes:
-        bound, tight, i, scope = heap[0]
+        entry = heap[0]
+        bound = _nested(entry)
         if best_key is not None and bound >= best_key:
             break
-        if not tight:
+        i, lazy = entry[9], entry[10]
+        scope = lazy if isinstance(lazy, _Scope) else _node_scope(i, lazy)
+        if not entry[8]:
             # The tight bound is at least the quick one part by part: never below it.
-            heapq.heapreplace(heap, (max(bound, search.scope_bound(scope)), 1, i, scope))
+            heapq.heapreplace(heap, _flat(max(bound, search.scope_bound(scope)), 1, i, scope))
             continue
         heapq.heappop(heap)
         searched += 1
@@ -1183,7 +1449,7 @@ def _quota_feasible(
     version = usage.version
     done: list[Admitted] = []
     ok = usage.fits(preemptor.queue, assignment.usage) is None
-    for candidate in pool:
+    for candidate in pool.in_order() if isinstance(pool, _Pool) else pool:
         if ok:
             break
         if candidate.kind != "evict":
@@ -1214,10 +1480,12 @@ def _capacity_feasible(
     code = fleet.model_id(split_flavor(assignment.model)[0])
     rows = slice(0, fleet.n_rows)
     free = int(np.sum(fleet.whole_free[rows][fleet.model[rows] == code]))
-    held = (
-        sum(c.admitted.assignment.usage.get(assignment.model, 0) for c in pool if c.kind == "evict") // 1000
-    )
-    return free + held >= needed
+    model = assignment.model
+    if isinstance(pool, _Pool):
+        milli = sum(part.milli(model) for part in pool.parts)
+    else:
+        milli = sum(c.admitted.assignment.usage.get(model, 0) for c in pool if c.kind == "evict")
+    return free + milli // 1000 >= needed
 
 
 def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
