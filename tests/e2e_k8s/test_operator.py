@@ -312,3 +312,65 @@ def test_a_spot_interruption_notice_cordons_the_node_and_evicts_its_pods(
     annotations = api.request("GET", f"/api/v1/nodes/{node}")["metadata"]["annotations"]
     assert annotations["gpufleet.io/cordoned-by"] == "spot-interruption"
     cluster.finish_deleting()
+
+
+def test_a_job_whose_queue_offers_spot_capacity_tolerates_the_spot_taint_and_runs_there(
+    api: Transport, cluster: Cluster, scheduler: Any, operator: Any
+) -> None:
+    """The operator taints a spot pool's nodes; the workers of a job whose queue has a `MODEL/spot`
+    flavor get the toleration without the user writing it, and land there."""
+    spot_label = {"gpufleet.io/e2e-spot": RUN}
+    node = cluster.node("sp-0", labels=spot_label)
+    pool_name, queue_name, name = f"spot-{RUN}", f"{cluster.queue}-spot", f"sj-{RUN}"
+    pool = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "GPUPool",
+        "metadata": {"name": pool_name},
+        "spec": {
+            "gpuModel": "H100-80GB",
+            "gpusPerNode": 8,
+            "capacityType": "spot",
+            "nodeSelector": spot_label,
+        },
+    }
+    queue = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": queue_name},
+        "spec": {"quotas": {"H100-80GB/spot": {"nominal": 8}}},
+    }
+    api.request("POST", f"{GROUP}/gpupools", body=pool)
+    api.request("POST", f"{GROUP}/queues", body=queue)
+    jobs = _collection(cluster, "trainingjobs")
+    try:
+
+        def tainted() -> bool:
+            taints = api.request("GET", f"/api/v1/nodes/{node}").get("spec", {}).get("taints") or []
+            return any(t["key"] == "gpufleet.io/spot" for t in taints)
+
+        wait_for("the spot taint on the pool's node", tainted)
+        body = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": cluster.namespace},
+            "spec": {
+                "queue": queue_name,
+                "replicas": 1,
+                "worker": {
+                    "gpus": 8,
+                    "nodeSelector": dict(cluster.selector),
+                    "template": {
+                        "spec": {"containers": [{"name": "t", "image": "registry.k8s.io/pause:3.10"}]}
+                    },
+                },
+            },
+        }
+        api.request("POST", jobs, body=body)
+        assert wait_for("worker bound", lambda: cluster.node_of(f"{name}-0-0"), timeout=60) == node
+        tolerations = cluster.get_pod(f"{name}-0-0")["spec"].get("tolerations") or []
+        assert {"key": "gpufleet.io/spot", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+    finally:
+        for path in (f"{jobs}/{name}", f"{GROUP}/queues/{queue_name}", f"{GROUP}/gpupools/{pool_name}"):
+            with contextlib.suppress(ApiError):
+                api.request("DELETE", path)
+        cluster.finish_deleting()

@@ -88,6 +88,7 @@ def operator(api: FakeApiServer, cluster: Cluster) -> Iterator[Operator]:
         e2e_operator.test_a_failed_worker_restarts_the_job_from_its_last_checkpoint,
         e2e_operator.test_an_inference_service_scales_on_its_load_and_rolls_out_a_new_version,
         e2e_operator.test_a_spot_interruption_notice_cordons_the_node_and_evicts_its_pods,
+        e2e_operator.test_a_job_whose_queue_offers_spot_capacity_tolerates_the_spot_taint_and_runs_there,
     ],
     ids=lambda case: case.__name__.removeprefix("test_"),
 )

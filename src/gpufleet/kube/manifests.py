@@ -118,7 +118,13 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
     ("", ("pods/status",), ("patch",), "PodScheduled and DisruptionTarget conditions with the reason"),
     ("", ("nodes",), ("get", "list", "watch"), "informer cache: capacity, topology labels, taints"),
     ("", ("events",), ("create",), "FailedScheduling, Preempted, drain and scaling events"),
-    ("gpufleet.io", ("queues",), ("get", "list", "watch"), "the quota tree"),
+    (
+        "gpufleet.io",
+        ("queues",),
+        ("get", "list", "watch"),
+        "the quota tree; the operator reads a workload's queue to see whether it takes spot capacity",
+    ),
+    ("gpufleet.io", ("queues/status",), ("patch",), "each Queue's Valid condition"),
     (
         "gpufleet.io",
         ("trainingjobs/status", "inferenceservices/status"),
