@@ -484,11 +484,17 @@ def _queue_candidates(
     cache = snapshot.cache
     key = (queue, cause)
     settings = cache.settings[queue]
-    token = (cache.queue_epochs.get(queue, 0), cache.fleet.generation, settings)
     found = cache.candidate_lists.get(key)
-    if not (isinstance(found, _QueueCandidates) and found.holds(snapshot, queue, token)):
-        found = _compute(snapshot, queue, cause, token)
-        cache.candidate_lists[key] = found
+    # Found unchanged in this cycle at this charge count: it holds (settings, the fleet's nodes and the
+    # queue's epoch change only between cycles), so not even the token is built.
+    if not (
+        isinstance(found, _QueueCandidates)
+        and found.checked == (snapshot.serial, cache.charges.get(queue, 0))
+    ):
+        token = (cache.queue_epochs.get(queue, 0), cache.fleet.generation, settings)
+        if not (isinstance(found, _QueueCandidates) and found.holds(snapshot, queue, token)):
+            found = _compute(snapshot, queue, cause, token)
+            cache.candidate_lists[key] = found
     if found.now != now:
         for candidate, removed in zip(found.candidates, found.removed, strict=True):
             candidate.lost_gpu_seconds = candidate.admitted.lost_gpu_seconds(now, removed)
@@ -722,12 +728,12 @@ def _scope_level(preemptor: Workload) -> str | None:
     return level
 
 
-def _node_heap(snapshot: Snapshot, preemptor: Workload, pool: _Pool) -> list[_Entry]:
-    """`_scopes` node by node, as heap entries, from the pool's parts: each node's quick bound and held
-    GPUs combined over the queues with candidates there (a least and a sum: the same as over the node's
-    candidates together); the scope itself is built only if the search looks at it (most never are)."""
+def _node_heap(pool: _Pool) -> list[_Entry]:
+    """`_scopes` node by node, as heap entries, from the pool's parts: each node's quick bound combined
+    over the queues with candidates there (a least: the same as over the node's candidates together);
+    the scope is built, and tested for the GPUs it can free (`_short`), only if it comes first in the
+    search (most never do; a scope skipped then is one `_scopes` would have left out)."""
     least: dict[int, _Least] = {}
-    held: dict[int, int] = {}
     where: dict[int, _Part | list[_Part]] = {}
     for part in pool.parts:
         for node, found in part.least().items():
@@ -742,16 +748,17 @@ def _node_heap(snapshot: Snapshot, preemptor: Workload, pool: _Pool) -> list[_En
                     other.append(part)
                 else:
                     where[node] = [other, part]
-        for node, gpus in part.held.items():
-            held[node] = held.get(node, 0) + gpus
-    needed = _one_pod_whole_gpus(preemptor)
-    # As in `_scopes`: a node whose free GPUs and its candidates' GPUs together fall short is skipped.
-    whole_free = snapshot.fleet.whole_free
     return [
         (0, evicts, own, lost, priority, newest, 1, first, 0, node, where[node])
         for node, (evicts, own, lost, priority, newest, first) in least.items()
-        if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
     ]
+
+
+def _short(snapshot: Snapshot, node: int, parts: _Part | list[_Part], needed: int) -> bool:
+    """`_scopes`' test of a node scope, for one from the pool's parts: whether its free GPUs and its
+    candidates' GPUs together fall short of `needed` (the scope is then skipped)."""
+    held = parts.held.get(node, 0) if isinstance(parts, _Part) else sum(p.held.get(node, 0) for p in parts)
+    return int(snapshot.fleet.whole_free[node]) + held < needed
 
 
 def _lesser(a: _Least, b: _Least) -> _Least:
@@ -833,8 +840,10 @@ def select_victims(
     # Equal bounds keep the scopes' order (the index; for node scopes, the node). A node scope from the
     # pool's parts is built only when it comes first (most never do).
     heap: list[_Entry]
+    needed: int | None = None
     if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
-        heap = _node_heap(snapshot, preemptor, pool)
+        heap = _node_heap(pool)
+        needed = _one_pod_whole_gpus(preemptor)
     else:
         heap = [
             _flat(_quick_bound(scope.candidates), 0, i, scope)
@@ -848,7 +857,13 @@ def select_victims(
         if best_key is not None and bound >= best_key:
             break
         i, lazy = entry[9], entry[10]
-        scope = lazy if isinstance(lazy, _Scope) else _node_scope(i, lazy)
+        if isinstance(lazy, _Scope):
+            scope = lazy
+        elif needed is not None and _short(snapshot, i, lazy, needed):
+            heapq.heappop(heap)
+            continue
+        else:
+            scope = _node_scope(i, lazy)
         if not entry[8]:
             # The tight bound is at least the quick one part by part: never below it.
             heapq.heapreplace(heap, _flat(max(bound, search.scope_bound(scope)), 1, i, scope))
