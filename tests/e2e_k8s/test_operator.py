@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from gpufleet.kube.transport import ApiError, Json, Transport
 
@@ -27,7 +28,8 @@ def operator(api: Transport, cluster: Cluster) -> Iterator[Any]:
 
     # Only this run's Nodes: on a shared cluster the operator must not cordon anyone else's.
     selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
-    config = KubeConfig(scheduler_name=cluster.scheduler_name)
+    # Its namespace is the run's: the pools' sharing ConfigMaps go there and leave with it.
+    config = KubeConfig(scheduler_name=cluster.scheduler_name, namespace=cluster.namespace)
     op = Operator(api, config=config, period=1.0, node_selector=selector)
     stop = threading.Event()
     op.informers.start(stop)
@@ -374,3 +376,59 @@ def test_a_job_whose_queue_offers_spot_capacity_tolerates_the_spot_taint_and_run
             with contextlib.suppress(ApiError):
                 api.request("DELETE", path)
         cluster.finish_deleting()
+
+
+def test_a_shared_pool_gets_its_sharing_config_map_and_its_nodes_select_it(
+    api: Transport, cluster: Cluster, operator: Any
+) -> None:
+    """Time-slicing: one ConfigMap per pool in the device plugin's format the agent reads, picked by
+    the nodes' labels; gone with the pool, and so are the labels."""
+    from gpufleet.agent.config import parse_config
+
+    shared_label = {"gpufleet.io/e2e-shared": RUN}
+    node = cluster.node("ts-0", labels=shared_label)
+    pool_name = f"ts-{RUN}"
+    pool = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "GPUPool",
+        "metadata": {"name": pool_name},
+        "spec": {
+            "gpuModel": "H100-80GB",
+            "gpusPerNode": 8,
+            "sharing": {"timeSlicing": {"replicas": 4}},
+            "nodeSelector": shared_label,
+        },
+    }
+    api.request("POST", f"{GROUP}/gpupools", body=pool)
+    path = f"/api/v1/namespaces/{cluster.namespace}/configmaps/gpufleet-sharing-{pool_name}"
+
+    def config_map() -> Json | None:
+        try:
+            return api.request("GET", path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def labels() -> dict[str, str]:
+        return api.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {}
+
+    try:
+        made = wait_for("the pool's sharing ConfigMap", config_map)
+        assert set(made["data"]) == {"time-slicing-4"}
+        read = parse_config(yaml.safe_load(made["data"]["time-slicing-4"]), where="configmap")
+        assert (
+            read.sharing.strategy == "time-slicing"
+            and read.sharing.replication.replicas("nvidia.com/gpu") == 4
+        )
+        assert made["metadata"]["ownerReferences"][0]["name"] == pool_name
+        picked = wait_for(
+            "the node's sharing labels", lambda: labels().get("gpufleet.io/sharing-config") and labels()
+        )
+        assert picked["gpufleet.io/sharing-config"] == f"gpufleet-sharing-{pool_name}"
+        assert picked["nvidia.com/device-plugin.config"] == "time-slicing-4"
+    finally:
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", f"{GROUP}/gpupools/{pool_name}")
+    wait_for("the ConfigMap removed with its pool", lambda: config_map() is None)
+    wait_for("the sharing labels removed", lambda: "gpufleet.io/sharing-config" not in labels())

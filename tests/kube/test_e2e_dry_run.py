@@ -68,7 +68,10 @@ def test_e2e_case_on_the_stand_in(case, cluster: Cluster, scheduler: KubeSchedul
 def operator(api: FakeApiServer, cluster: Cluster) -> Iterator[Operator]:
     selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
     op = Operator(
-        api, config=KubeConfig(scheduler_name=cluster.scheduler_name), period=0.2, node_selector=selector
+        api,
+        config=KubeConfig(scheduler_name=cluster.scheduler_name, namespace=cluster.namespace),
+        period=0.2,
+        node_selector=selector,
     )
     for informer in op.informers._informers.values():
         informer._watch_seconds = 1
@@ -96,3 +99,9 @@ def test_e2e_operator_case_on_the_stand_in(
     case, api: FakeApiServer, cluster: Cluster, scheduler: KubeScheduler, operator: Operator
 ) -> None:
     case(api, cluster, scheduler, operator)
+
+
+def test_e2e_sharing_case_on_the_stand_in(api: FakeApiServer, cluster: Cluster, operator: Operator) -> None:
+    e2e_operator.test_a_shared_pool_gets_its_sharing_config_map_and_its_nodes_select_it(
+        api, cluster, operator
+    )

@@ -3,8 +3,9 @@
 GPUPool. A Node belongs to the first pool (by name) whose non-empty `spec.nodeSelector` its labels
 match. The operator puts on it `gpufleet.io/pool`, `gpufleet.io/capacity-type`, the sharing
 configuration (`nvidia.com/device-plugin.config: time-slicing-N | mps-N` for the NVIDIA device plugin,
-`nvidia.com/mig.config: all-<profile> | gpufleet-<pool>` for the GPU operator's MIG manager; those
-named configurations must exist in their config maps) and, on spot pools, the taint
+`nvidia.com/mig.config: all-<profile> | gpufleet-<pool>` for the GPU operator's MIG manager, and
+`gpufleet.io/sharing-config` naming the ConfigMap that holds those named configs, which the operator
+writes per pool: `kube.sharing`) and, on spot pools, the taint
 `gpufleet.io/spot=true:NoSchedule`. What it applied is recorded in the `gpufleet.io/pool-applied`
 annotation, so a node that leaves the pool loses exactly that. The pool's status counts its nodes,
 ready nodes and GPUs.
@@ -36,11 +37,13 @@ from gpufleet.kube.config import (
     MIG_CONFIG_LABEL,
     POOL_APPLIED_ANNOTATION,
     POOL_LABEL,
+    SHARING_CONFIG_LABEL,
     SPOT_TAINT,
     UNHEALTHY_GPUS_ANNOTATION,
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, ready
 from gpufleet.kube.resources import NODE, POD, resource_for
+from gpufleet.kube.sharing import config_map_name, desired_config_map, sync_config_map
 from gpufleet.kube.status import OPERATOR, patch_status
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
@@ -80,6 +83,8 @@ def pool_labels(pool: Json) -> dict[str, str]:
         labels[MIG_CONFIG_LABEL] = (
             f"all-{profiles.pop()}" if uniform else f"gpufleet-{pool['metadata']['name']}"
         )
+    if DEVICE_PLUGIN_CONFIG_LABEL in labels or MIG_CONFIG_LABEL in labels:
+        labels[SHARING_CONFIG_LABEL] = config_map_name(pool["metadata"]["name"])
     return labels
 
 
@@ -144,8 +149,12 @@ def _drainable(pod: Json) -> bool:
 class FleetOperator:
     """Applies pools to nodes, drains interrupted and unhealthy nodes, lifts its own cordons."""
 
-    def __init__(self, api: Transport, *, grace_seconds: int | None = 30) -> None:
+    def __init__(
+        self, api: Transport, *, grace_seconds: int | None = 30, namespace: str = "gpufleet-system"
+    ) -> None:
         self.api = api
+        self.namespace = namespace
+        """Where the pools' sharing ConfigMaps live (the operator's own namespace)."""
         self.pools = resource_for("GPUPool")
         self.actions = Actions(api, identity=OPERATOR, grace_seconds=grace_seconds)
         self._said: dict[str, str] = {}
@@ -163,6 +172,18 @@ class FleetOperator:
             "observedGeneration": pool["metadata"].get("generation"),
         }
         patch_status(self.api, self.pools, pool, update)
+        wanted = desired_config_map(pool, pool_labels(pool), self.namespace)
+        try:
+            sync_config_map(self.api, name, wanted, self.namespace)
+        except ApiError as exc:
+            if exc.retryable or exc.status == 409:
+                raise  # the operator tries the pool again
+            # e.g. the namespace is missing or RBAC forbids it: say so, and go on with the nodes
+            log.warning("GPUPool %s: sharing ConfigMap in %s not written: %s", name, self.namespace, exc)
+
+    def forget_pool(self, name: str) -> None:
+        """A deleted pool's sharing ConfigMap goes too (no garbage collector may be running)."""
+        sync_config_map(self.api, name, None, self.namespace)
 
     def reconcile_node(self, node: Json, pools: Sequence[Json], *, now: float) -> float | None:
         """Pool labels and taints, then cordon and drain (or uncordon); when to look again, if ever."""

@@ -179,6 +179,14 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
 LEASE_RULES: tuple[Rule, ...] = (
     ("coordination.k8s.io", ("leases",), ("get", "create", "update"), "leader election between the replicas"),
 )
+SHARING_CONFIG_RULES: tuple[Rule, ...] = (
+    (
+        "",
+        ("configmaps",),
+        ("get", "create", "update", "delete"),
+        "operator: each sharing GPUPool's ConfigMap of device-plugin and mig-parted configs",
+    ),
+)
 AGENT_RULES: tuple[Rule, ...] = (
     ("", ("nodes",), ("get", "patch"), "GPU Feature Discovery labels on the agent's own Node"),
 )
@@ -337,6 +345,8 @@ def _scheduler(v: Values) -> list[Json]:
         _binding("ClusterRoleBinding", name, None, "scheduler", name, ns),
         _role("Role", f"{name}-leader-election", ns, "scheduler", LEASE_RULES),
         _binding("RoleBinding", f"{name}-leader-election", ns, "scheduler", name, ns),
+        _role("Role", f"{name}-sharing-config", ns, "scheduler", SHARING_CONFIG_RULES),
+        _binding("RoleBinding", f"{name}-sharing-config", ns, "scheduler", name, ns),
         deployment,
     ]
 

@@ -69,7 +69,7 @@ class Operator:
         if nodes:
             self.nodes: Informer = inf.informer(NODE, label_selector=node_selector)
             self.pools: Informer = inf.informer(resource_for(POOL))
-            self.fleet = FleetOperator(transport)
+            self.fleet = FleetOperator(transport, namespace=self.config.namespace)
         self.clock = clock
         self.period = period
         self.requeue: dict[Key, float] = {}
@@ -183,6 +183,8 @@ class Operator:
             pool = self.pools.get(key)
             if pool is not None:
                 self.fleet.reconcile_pool(pool, self.nodes.items(), self.pools.items())
+            else:
+                self.fleet.forget_pool(key)
             return None
         node = self.nodes.get(key)
         if node is None:

@@ -1,0 +1,144 @@
+"""A GPUPool's sharing configuration as the GPU stack reads it: one ConfigMap per pool.
+
+NVIDIA's GPU Operator applies time-slicing and MPS through the device plugin's config (a ConfigMap of
+named configs; the node label `nvidia.com/device-plugin.config` picks one) and MIG through mig-parted's
+config (the label `nvidia.com/mig.config` picks one). For each pool that shares its GPUs the operator
+keeps the ConfigMap `gpufleet-sharing-<pool>` in its own namespace, holding the named config its
+nodes' labels pick:
+
+- time-slicing / MPS: under the device-plugin label's value (`time-slicing-N`, `mps-N`), a config in the
+  device plugin's format (`version: v1`, `sharing.timeSlicing|mps.resources`), which gpufleet's node
+  agent reads too (`gpufleet.agent.config`);
+- MIG: under the mig.config label's value (`all-PROFILE`, `gpufleet-POOL`), a mig-parted config
+  (`version: v1`, `mig-configs`) with the pool's layout.
+
+The pool's nodes are labelled `gpufleet.io/sharing-config=<ConfigMap name>`, so a node's config is
+found from its labels alone. The ConfigMap is owned by the pool (a real cluster's garbage collector
+removes it with the pool); the operator also removes it itself when the pool stops sharing or is gone,
+since a bare API server collects nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpufleet.kube.config import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, POOL_LABEL
+from gpufleet.kube.resources import ResourceType
+from gpufleet.kube.transport import ApiError, Json, Transport
+
+CONFIG_MAP = ResourceType("ConfigMap", "", "v1", "configmaps", True)
+GPU_RESOURCE = "nvidia.com/gpu"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpufleet"}
+
+
+def config_map_name(pool: str) -> str:
+    return f"gpufleet-sharing-{pool}"
+
+
+def named_configs(pool: Json, labels: dict[str, str]) -> dict[str, str]:
+    """The named configs (name -> YAML) a pool's nodes pick with `labels`; empty for exclusive GPUs."""
+    sharing = (pool.get("spec") or {}).get("sharing") or {}
+    configs: dict[str, str] = {}
+    for section in ("timeSlicing", "mps"):
+        if sharing.get(section) and DEVICE_PLUGIN_CONFIG_LABEL in labels:
+            replicas = int(sharing[section]["replicas"])
+            document = {
+                "version": "v1",
+                "sharing": {section: {"resources": [{"name": GPU_RESOURCE, "replicas": replicas}]}},
+            }
+            configs[labels[DEVICE_PLUGIN_CONFIG_LABEL]] = _dump(document)
+    if sharing.get("mig") and MIG_CONFIG_LABEL in labels:
+        name = labels[MIG_CONFIG_LABEL]
+        gpus = int((pool.get("spec") or {}).get("gpusPerNode") or 0)
+        entries = mig_parted_entries(sharing["mig"], gpus)
+        configs[name] = _dump({"version": "v1", "mig-configs": {name: entries}})
+    return configs
+
+
+def mig_parted_entries(layout: dict[str, list[str]], gpus: int) -> list[Json]:
+    """mig-parted's entries for a pool layout: a GPU index -> the profiles of its instances, and `*`
+    for every GPU not listed (as the scheduler reads the layout), so no GPU is in two entries."""
+    listed = sorted(int(k) for k in layout if k.isdigit())
+    entries = []
+    if "*" in layout:
+        rest = [gpu for gpu in range(gpus) if gpu not in listed]
+        if not listed or rest:
+            entries.append(_entry("all" if not listed else rest, layout["*"]))
+    entries += [_entry([gpu], layout[str(gpu)]) for gpu in listed]
+    return entries
+
+
+def _entry(devices: Any, profiles: list[str]) -> Json:
+    counts: dict[str, int] = {}
+    for profile in profiles:
+        counts[profile] = counts.get(profile, 0) + 1
+    return {"devices": devices, "mig-enabled": True, "mig-devices": counts}
+
+
+def desired_config_map(pool: Json, labels: dict[str, str], namespace: str) -> Json | None:
+    """The ConfigMap the pool should have, or None when its GPUs are not shared."""
+    configs = named_configs(pool, labels)
+    if not configs:
+        return None
+    meta = pool["metadata"]
+    owner = {
+        "apiVersion": pool.get("apiVersion", "gpufleet.io/v1alpha1"),
+        "kind": "GPUPool",
+        "name": meta["name"],
+        "uid": meta.get("uid"),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": config_map_name(meta["name"]),
+            "namespace": namespace,
+            "labels": {POOL_LABEL: meta["name"], **MANAGED_BY},
+            "ownerReferences": [owner] if owner["uid"] else [],
+        },
+        "data": configs,
+    }
+
+
+def sync_config_map(api: Transport, pool_name: str, wanted: Json | None, namespace: str) -> None:
+    """Creates, replaces or deletes the pool's ConfigMap so it is `wanted` (None: none at all)."""
+    path = CONFIG_MAP.item(config_map_name(pool_name), namespace)
+    try:
+        current: Json | None = api.request("GET", path)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        current = None
+    if wanted is None:
+        if current is not None:
+            _delete(api, path)
+        return
+    if current is None:
+        try:
+            api.request("POST", CONFIG_MAP.collection(namespace), body=wanted)
+        except ApiError as exc:
+            if exc.status != 409:  # made meanwhile: the next round compares it
+                raise
+        return
+    meta = current["metadata"]
+    same = current.get("data") == wanted["data"] and all(
+        (meta.get("labels") or {}).get(k) == v for k, v in wanted["metadata"]["labels"].items()
+    )
+    if same:
+        return
+    body = {**wanted, "metadata": {**wanted["metadata"], "resourceVersion": meta["resourceVersion"]}}
+    api.request("PUT", path, body=body)  # a 409 (changed meanwhile) is retried by the operator
+
+
+def _delete(api: Transport, path: str) -> None:
+    try:
+        api.request("DELETE", path)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def _dump(document: Json) -> str:
+    return yaml.safe_dump(document, sort_keys=False)
