@@ -26,6 +26,7 @@ is proposed only when the preemptor then fits: no loops of evictions that admit 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -304,10 +305,15 @@ class _Part:
     the node-by-node search. Kept with the queue's candidate list: the groups for as long as the list
     holds, the order and the per-node least orders until the list is re-timed (`retimed`)."""
 
-    __slots__ = ("_flavors", "_least", "_milli", "_ordered", "groups", "held", "kept")
+    __slots__ = ("_flavors", "_least", "_milli", "_ordered", "groups", "held", "kept", "shared", "stamp")
 
-    def __init__(self, kept: list[Candidate]) -> None:
+    def __init__(self, kept: list[Candidate], *, shared: bool = False) -> None:
         self.kept = kept
+        self.shared = shared
+        """Kept with its queue's list (the same object for every preemptor while the list holds), not
+        built for one preemptor."""
+        self.stamp = 0
+        """Counts re-timings: a node index that saw this part at another stamp saw other least orders."""
         groups: dict[int, list[Candidate]] = {}
         held: dict[int, int] = {}
         for candidate in kept:
@@ -333,6 +339,7 @@ class _Part:
         """The candidates' lost work changed: their order and least orders are computed again."""
         self._ordered = None
         self._least = None
+        self.stamp += 1
 
     @property
     def ordered(self) -> list[Candidate]:
@@ -388,6 +395,10 @@ def _least(scoped: Sequence[Candidate]) -> _Least:
     return evicts, own, lost, priority, newest, (first,)
 
 
+_SCANS = 4
+"""Candidates `_Pool.in_order` finds by a scan of the parts' heads before it merges by a heap."""
+
+
 class _Pool(Sequence[Candidate]):
     """A preemptor's candidates in `victim_order`: the parts (one per queue, each in that order) merged
     only when read whole; `_quota_feasible` reads a prefix and the node-by-node search the parts'
@@ -413,7 +424,27 @@ class _Pool(Sequence[Candidate]):
             return iter(self._items)
         if len(self.parts) == 1:
             return iter(self.parts[0].ordered)
-        return heapq.merge(*(p.ordered for p in self.parts), key=_order)
+        return self._merged()
+
+    def _merged(self) -> Iterator[Candidate]:
+        """The parts merged: the first few by scanning the parts' heads (`_quota_feasible` mostly stops
+        after the first evict, and a heap over hundreds of parts costs more to set up than a scan), the
+        rest by a heap."""
+        lists = [part.ordered for part in self.parts]
+        at = [0] * len(lists)
+        for _ in range(_SCANS):
+            least: tuple[int, int, float, int, float, str] | None = None
+            where = -1
+            for j, items in enumerate(lists):
+                if at[j] < len(items):
+                    key = _order(items[at[j]])
+                    if least is None or key < least:
+                        least, where = key, j
+            if least is None:
+                return
+            yield lists[where][at[where]]
+            at[where] += 1
+        yield from heapq.merge(*(items[at[j] :] for j, items in enumerate(lists)), key=_order)
 
     def __len__(self) -> int:
         return self._size
@@ -505,7 +536,7 @@ def _queue_candidates(
     min_runtime = settings.min_runtime_seconds
     if min_runtime <= 0:
         if found.part is None:
-            found.part = _Part(found.candidates)
+            found.part = _Part(found.candidates, shared=True)
         return found.candidates, found.part
     return [c for c in found.candidates if now - _started(c.admitted, now) >= min_runtime], None
 
@@ -728,14 +759,14 @@ def _scope_level(preemptor: Workload) -> str | None:
     return level
 
 
-def _node_heap(pool: _Pool) -> list[_Entry]:
-    """`_scopes` node by node, as heap entries, from the pool's parts: each node's quick bound combined
-    over the queues with candidates there (a least: the same as over the node's candidates together);
-    the scope is built, and tested for the GPUs it can free (`_short`), only if it comes first in the
-    search (most never do; a scope skipped then is one `_scopes` would have left out)."""
+def _node_heap(parts: Iterable[_Part]) -> list[_Entry]:
+    """`_scopes` node by node, as heap entries, from the parts: each node's quick bound combined over the
+    queues with candidates there (a least: the same as over the node's candidates together); the scope
+    is built, and tested for the GPUs it can free (`_short`), only if it comes first in the search (most
+    never do; a scope skipped then is one `_scopes` would have left out)."""
     least: dict[int, _Least] = {}
     where: dict[int, _Part | list[_Part]] = {}
-    for part in pool.parts:
+    for part in parts:
         for node, found in part.least().items():
             have = least.get(node)
             if have is None:
@@ -748,10 +779,120 @@ def _node_heap(pool: _Pool) -> list[_Entry]:
                     other.append(part)
                 else:
                     where[node] = [other, part]
-    return [
-        (0, evicts, own, lost, priority, newest, 1, first, 0, node, where[node])
-        for node, (evicts, own, lost, priority, newest, first) in least.items()
-    ]
+    return [_entry(node, found, where[node]) for node, found in least.items()]
+
+
+def _entry(node: int, least: _Least, parts: _Part | list[_Part]) -> _Entry:
+    evicts, own, lost, priority, newest, first = least
+    return (0, evicts, own, lost, priority, newest, 1, first, 0, node, parts)
+
+
+class _NodeIndex:
+    """The node scopes of the kept parts (`_Part.shared`) of the latest search in a cycle, in the order
+    of their quick bounds: the next preemptor's pool mostly holds the same parts (the borrowing queues
+    of the tree, less the few charged since), so its search updates the nodes of the parts that changed
+    instead of bounding and ordering every node again. Per cycle (`Snapshot.memo`)."""
+
+    def __init__(self) -> None:
+        self.members: dict[int, tuple[_Part, int]] = {}
+        """By id: the parts counted, with their stamps when counted."""
+        self.where: dict[int, list[_Part]] = {}
+        self.least: dict[int, _Least] = {}
+        self.entries: dict[int, _Entry] = {}
+        self.order: list[_Entry] = []
+        """`entries` sorted: the node scopes in the order the search takes them."""
+        self.searches = 0
+
+    def update(self, shared: list[_Part]) -> None:
+        """Makes the index that of `shared`: part by part when few changed, else all again."""
+        now = {id(part): part for part in shared}
+        members = self.members
+        gone = [
+            part for key, (part, stamp) in members.items() if now.get(key) is not part or part.stamp != stamp
+        ]
+        new = [part for key, part in now.items() if key not in members or members[key][1] != part.stamp]
+        if 2 * (len(gone) + len(new)) > len(shared) + len(members):
+            self._build(shared)
+            return
+        touched: set[int] = set()
+        for part in gone:
+            del members[id(part)]
+            for node in part.groups:
+                self.where[node].remove(part)
+                touched.add(node)
+        for part in new:
+            members[id(part)] = (part, part.stamp)
+            for node in part.groups:
+                self.where.setdefault(node, []).append(part)
+                touched.add(node)
+        order, entries = self.order, self.entries
+        for node in touched:
+            old = entries.pop(node, None)
+            if old is not None:
+                at = bisect.bisect_left(order, old)
+                assert order[at] is old
+                del order[at]
+            where = self.where[node]
+            if not where:
+                del self.where[node]
+                self.least.pop(node, None)
+                continue
+            entry = entries[node] = _entry(node, self._least_of(node, where), where)
+            bisect.insort(order, entry)
+
+    def _build(self, shared: list[_Part]) -> None:
+        self.members = {id(part): (part, part.stamp) for part in shared}
+        where: dict[int, list[_Part]] = {}
+        for part in shared:
+            for node in part.groups:
+                found = where.get(node)
+                if found is None:
+                    where[node] = [part]
+                else:
+                    found.append(part)
+        self.where = where
+        self.least = {}
+        self.entries = {
+            node: _entry(node, self._least_of(node, parts), parts) for node, parts in where.items()
+        }
+        self.order = sorted(self.entries.values())
+
+    def _least_of(self, node: int, parts: list[_Part]) -> _Least:
+        least = parts[0].least()[node]
+        for part in parts[1:]:
+            least = _lesser(least, part.least()[node])
+        self.least[node] = least
+        return least
+
+    def overlay(self, own: list[_Part]) -> list[_Entry]:
+        """The entries of the nodes where this preemptor's own parts (built for it) have candidates: the
+        index's parts there and its own, bounded together."""
+        least: dict[int, _Least] = {}
+        where: dict[int, list[_Part]] = {}
+        for part in own:
+            for node, found in part.least().items():
+                have = least.get(node)
+                if have is None:
+                    have = self.least.get(node)
+                    where[node] = [*self.where.get(node, ()), part]
+                else:
+                    where[node].append(part)
+                least[node] = found if have is None else _lesser(have, found)
+        return [_entry(node, found, where[node]) for node, found in least.items()]
+
+
+def _node_entries(snapshot: Snapshot, pool: _Pool) -> tuple[list[_Entry], list[_Entry]]:
+    """The node scopes of the pool as (entries in order, a heap of more entries): the first search of a
+    cycle bounds every node into the heap; later ones keep the kept parts' nodes in a `_NodeIndex` and
+    put only the nodes of their own parts in the heap (those nodes are then left out of the order)."""
+    index = snapshot.memo.get(_NodeIndex)
+    if not isinstance(index, _NodeIndex):
+        snapshot.memo[_NodeIndex] = _NodeIndex()
+        return [], _node_heap(pool.parts)
+    shared = [part for part in pool.parts if part.shared]
+    index.update(shared)
+    own = [part for part in pool.parts if not part.shared]
+    return index.order, index.overlay(own) if own else []
 
 
 def _short(snapshot: Snapshot, node: int, parts: _Part | list[_Part], needed: int) -> bool:
@@ -839,10 +980,15 @@ def select_victims(
     # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
     # Equal bounds keep the scopes' order (the index; for node scopes, the node). A node scope from the
     # pool's parts is built only when it comes first (most never do).
+    # The scopes in bound order are those of `ordered` (left as they are: a later search may use them
+    # again) merged with those of `heap`; a node with an entry in `heap` is passed over in `ordered`.
+    ordered: list[_Entry] = []
     heap: list[_Entry]
+    passed: set[int] = set()
     needed: int | None = None
     if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
-        heap = _node_heap(pool)
+        ordered, heap = _node_entries(snapshot, pool)
+        passed = {entry[9] for entry in heap} if ordered else set()
         needed = _one_pod_whole_gpus(preemptor)
     else:
         heap = [
@@ -850,25 +996,34 @@ def select_victims(
             for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
         ]
     heapq.heapify(heap)
-    searched = 0
-    while heap and searched < max_scopes:
-        entry = heap[0]
+    searched = at = 0
+    while searched < max_scopes:
+        while at < len(ordered) and ordered[at][9] in passed:
+            at += 1
+        if at < len(ordered) and (not heap or ordered[at] < heap[0]):
+            entry, listed = ordered[at], True
+        elif heap:
+            entry, listed = heap[0], False
+        else:
+            break
         bound = _nested(entry)
         if best_key is not None and bound >= best_key:
             break
+        if listed:
+            at += 1
+        else:
+            heapq.heappop(heap)
         i, lazy = entry[9], entry[10]
         if isinstance(lazy, _Scope):
             scope = lazy
         elif needed is not None and _short(snapshot, i, lazy, needed):
-            heapq.heappop(heap)
             continue
         else:
             scope = _node_scope(i, lazy)
         if not entry[8]:
             # The tight bound is at least the quick one part by part: never below it.
-            heapq.heapreplace(heap, _flat(max(bound, search.scope_bound(scope)), 1, i, scope))
+            heapq.heappush(heap, _flat(max(bound, search.scope_bound(scope)), 1, i, scope))
             continue
-        heapq.heappop(heap)
         searched += 1
         found = search.scope(scope)
         if found is None:
