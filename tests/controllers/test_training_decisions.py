@@ -226,3 +226,9 @@ def test_a_restart_event_names_the_checkpoint_step_it_resumes_from() -> None:
     new = TrainingJobStatus(phase="Pending", restarts=1, last_checkpoint=ref)
     (event, _) = jobstate.job_events(TrainingJobStatus(phase="Running"), new)
     assert event.message == "restart 1 from step 200"
+
+
+def test_workers_are_counted_from_their_pods_phases() -> None:
+    phases = ["Running", "Running", "Succeeded", "Pending", None, "Failed"]
+    counted = Workers.of(phases, expected=6, placed=5, admitted=True)
+    assert counted == Workers(expected=6, placed=5, running=2, succeeded=1, admitted=True)

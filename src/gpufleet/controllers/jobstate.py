@@ -63,6 +63,12 @@ class Workers:
     admitted: bool
     """Whether the whole gang holds its capacity."""
 
+    @classmethod
+    def of(cls, phases: Iterable[str | None], *, expected: int, placed: int, admitted: bool) -> Workers:
+        """The attempt's workers from the phases of its pods."""
+        seen = list(phases)
+        return cls(expected, placed, seen.count("Running"), seen.count("Succeeded"), admitted)
+
 
 @dataclass(frozen=True, slots=True)
 class Disruption:

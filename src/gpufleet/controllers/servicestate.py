@@ -26,6 +26,7 @@ from gpufleet.controllers.notice import Notice
 from gpufleet.controllers.serving import (
     AutoscalerConfig,
     LoadSample,
+    Replica,
     ScalerMemory,
     ScalingTargets,
     choose_revision,
@@ -114,18 +115,11 @@ class Autoscaler:
 
 
 # ----------------------------------------------------------------------------------- rollout
-class ServiceReplica(Protocol):
+class ServiceReplica(Replica, Protocol):
+    """A replica as the rollout sees it: `serving.Replica` and the revision it serves."""
+
     @property
     def revision(self) -> str: ...
-
-    @property
-    def index(self) -> int: ...
-
-    @property
-    def placed(self) -> bool: ...
-
-    @property
-    def ready(self) -> bool: ...
 
 
 R = TypeVar("R", bound=ServiceReplica)

@@ -180,11 +180,10 @@ def _observed(
     return jobstate.Observed(
         generation=job.metadata.generation,
         checkpoint=checkpoint,
-        workers=jobstate.Workers(
+        workers=jobstate.Workers.of(
+            (p.status.phase for p in pods),
             expected=expected,
             placed=expected,
-            running=sum(p.status.phase == "Running" for p in pods),
-            succeeded=sum(p.status.phase == "Succeeded" for p in pods),
             admitted=wl.phase == "Admitted",
         ),
         disruptions=len(wl.evictions),

@@ -425,18 +425,12 @@ def _observed(
 
     The pending reason is the scheduler's (merged into the job by it) unless one is given."""
     bound = sum(bool(p.get("spec", {}).get("nodeName")) for p in pods)
-    phases = [(p.get("status") or {}).get("phase") for p in pods]
+    phases = ((p.get("status") or {}).get("phase") for p in pods)
     replicas = job.spec.replicas
     return jobstate.Observed(
         generation=job.metadata.generation,
         checkpoint=checkpoint,
-        workers=jobstate.Workers(
-            expected=replicas,
-            placed=bound,
-            running=phases.count("Running"),
-            succeeded=phases.count("Succeeded"),
-            admitted=bound >= replicas,
-        ),
+        workers=jobstate.Workers.of(phases, expected=replicas, placed=bound, admitted=bound >= replicas),
         disruptions=job.status.restarts if disruptions is None else disruptions,
         last_disruption=last,
         gave_up=gave_up,
