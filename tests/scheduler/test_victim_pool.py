@@ -24,22 +24,27 @@ from gpufleet.scheduler.workload import PodSet, Workload
 H100 = "H100-80GB"
 
 
+BORROWERS = ("b0", "b1", "b2", "b3")
+LENDERS = ("l0", "l1", "l2", "l3")
+
+
 def _cache(rng: random.Random) -> ClusterCache:
     fleet = FleetState()
-    for i in range(6):
+    for i in range(8):
         fleet.add_node(NodeSpec(f"n{i}", H100, 8, 512_000, 512_000, sharing=SharingMode.EXCLUSIVE))
-    quotas = {"a": 12, "b": 12, "c": 8, "d": 16}
+    quotas = {**dict.fromkeys(BORROWERS, 4), **dict.fromkeys(LENDERS, 12)}  # 64 GPUs: the fleet
     tree = QuotaTree(
         [QuotaNode("root")]
         + [QuotaNode(name, "root", {H100: FlavorLimits(gpus * 1000)}) for name, gpus in quotas.items()]
     )
-    # Some queues take other queues' workloads whole (reclaim `Any`), others filter them per preemptor
-    # (`LowerPriority`) or keep young workloads (a minimum runtime): both ways of building the pool.
+    # Most queues take other queues' workloads whole (reclaim `Any`, no minimum runtime): their kept
+    # lists are shared by every preemptor of a cycle; a few filter them per preemptor (`LowerPriority`)
+    # or keep young workloads (a minimum runtime): both ways of building the pool.
     settings = {
         name: QueueSettings(
             name,
-            preemption=PreemptionPolicy(reclaim_within_cohort=rng.choice(("Any", "Any", "LowerPriority"))),
-            min_runtime_seconds=rng.choice((0.0, 0.0, 60.0)),
+            preemption=PreemptionPolicy(reclaim_within_cohort=rng.choice(("Any",) * 4 + ("LowerPriority",))),
+            min_runtime_seconds=rng.choice((0.0,) * 4 + (60.0,)),
         )
         for name in tree.nodes
     }
@@ -63,18 +68,37 @@ def _victims(found: preemption.VictimSet | None) -> list[tuple[str, str, tuple[s
     return None if found is None else [(c.name, c.kind, c.pods) for c in found.victims]
 
 
+def _check_index(snapshot: Any, preemptor: Workload, pool: preemption._Pool) -> None:
+    """After a node-by-node search (not the cycle's first), the cycle's node index is that of the pool's
+    kept parts as if built afresh: the same nodes, bounds and parts per node, in bound order."""
+    index = snapshot.memo.get(preemption._NodeIndex)
+    shared = [part for part in pool.parts if part.shared]
+    if not isinstance(index, preemption._NodeIndex) or not index.members:
+        return  # no node-by-node search yet in this cycle, or only the first (which bounds every node)
+    if preemption._scope_level(preemptor) not in ("host", "nvlink"):
+        return
+    fresh = {entry[9]: entry for entry in preemption._node_heap(shared)}
+    assert {node: entry[:10] for node, entry in index.entries.items()} == {
+        node: entry[:10] for node, entry in fresh.items()
+    }
+    for node, entry in fresh.items():
+        parts = entry[10] if isinstance(entry[10], list) else [entry[10]]
+        assert {id(p) for p in index.where[node]} == {id(p) for p in parts}
+    assert index.order == sorted(index.entries.values())
+    assert {id(part) for part in shared} == set(index.members)
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_the_kept_pool_decides_as_the_sorted_list(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
     cache = _cache(rng)
     t = 0.0
-    for i in range(30):
+    # Borrowers fill the fleet far beyond their nominal quota: every lender's arrival must reclaim.
+    for i in range(40):
         pods = rng.choice((1, 1, 1, 2))
         elastic = 1 if pods > 1 and rng.random() < 0.5 else None
-        job = _job(
-            f"w{i:02d}", rng.choice("abcd"), rng.choice((1, 1, 2, 4)), pods, elastic, rng.choice((1, 2)), t
-        )
-        cache.submit(job)
+        gpus = rng.choice((1, 1, 2, 4))
+        cache.submit(_job(f"w{i:02d}", rng.choice(BORROWERS), gpus, pods, elastic, rng.choice((1, 2)), t))
         t += 1.0
     compared = []
     original = preemption.select_victims
@@ -100,22 +124,28 @@ def test_the_kept_pool_decides_as_the_sorted_list(seed: int, monkeypatch: pytest
         found = original(snapshot, preemptor, assignment, counted(from_pool), now=now, pool=pool)
         assert _victims(found) == _victims(expected)
         assert len(from_pool) == len(from_list)
+        if (
+            pool
+            and preemption._quota_feasible(snapshot, preemptor, assignment, pool)
+            and preemption._capacity_feasible(snapshot, preemptor, assignment, pool)
+        ):
+            _check_index(snapshot, preemptor, pool)  # the search reached the scopes
         compared.append(found is not None)
         return found
 
     monkeypatch.setattr(cycle_module, "select_victims", spy)
     scheduler = Scheduler()
     now = 100.0
-    for step in range(4):
+    for step in range(5):
         result = scheduler.cycle(cache, now=now)
         apply_decisions(cache, result, now=now)
-        now += 50.0
-        for j in range(3):
+        now += 50.0  # the candidates are re-timed in the next cycle
+        # Arrivals in several lenders at once: one cycle searches for several preemptors in turn.
+        for j in range(6):
             gpus = rng.choice((1, 2, 4, 8))
-            pods = rng.choice((1, 1, 2))
-            cache.submit(
-                _job(f"hi{step}-{j}", rng.choice("abcd"), gpus, pods, None, rng.choice((2, 10)), now)
-            )
+            pods = rng.choice((1, 1, 1, 2))
+            queue = rng.choice(LENDERS + BORROWERS[:1])
+            cache.submit(_job(f"hi{step}-{j}", queue, gpus, pods, None, rng.choice((2, 10)), now))
     for _ in range(3):
         result = scheduler.cycle(cache, now=now)
         apply_decisions(cache, result, now=now)
