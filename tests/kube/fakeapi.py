@@ -10,8 +10,9 @@ runs no controllers: bound pods deleted with a grace period stay, with a deletio
 What a real server does that callers can trip over is done here too: gpufleet's CRDs are installed
 when the stand-in starts (`crds=False` leaves them out), a custom resource whose CRD is not installed
 is answered 404, fields its CRD's schema does not declare are pruned on every write, new pods get the
-`DefaultTolerationSeconds` tolerations, and an eviction sets the pod's `DisruptionTarget` condition
-(reason `EvictionByEvictionAPI`) before it deletes it.
+`DefaultTolerationSeconds` tolerations, an eviction sets the pod's `DisruptionTarget` condition
+(reason `EvictionByEvictionAPI`) before it deletes it, and a watch with a label selector reports an
+object that enters the selection as ADDED and one that leaves it as DELETED.
 
 It is a unit-test tool, not the e2e proof (that is `pytest -m k8s`).
 """
@@ -111,7 +112,9 @@ class FakeApiServer:
 
     def __init__(self, *, retention: int = 1000, crds: bool = True) -> None:
         self.objects: dict[str, dict[tuple[str, str], Json]] = {}
-        self.log: list[tuple[int, str, str, Json]] = []  # (rv, resource key, type, object)
+        # (rv, resource key, type, object, its labels before the change: None when it is new)
+        self.log: list[tuple[int, str, str, Json, dict[str, str] | None]] = []
+        self._labels: dict[tuple[str, str, str], dict[str, str]] = {}
         self.rv = itertools.count(100)
         self.head = 99
         self.compacted = 0
@@ -216,7 +219,7 @@ class FakeApiServer:
                 if since < self.compacted:
                     raise _status(410, "Expired", f"too old resource version: {since} ({self.compacted})")
                 batch = [
-                    (rv, kind, obj) for rv, k, kind, obj in self.log
+                    (rv, kind, obj, before) for rv, k, kind, obj, before in self.log
                     if rv > since and k == key and (ns is None or obj["metadata"].get("namespace") == ns)
                 ]  # fmt: skip
                 if not batch:
@@ -228,10 +231,16 @@ class FakeApiServer:
                         return
                     self.lock.wait(min(remaining, 0.05))
                     continue
-            for rv, kind, obj in batch:
+            for rv, kind, obj, before in batch:
                 since = rv
-                if selector.matches(obj["metadata"].get("labels", {})):
-                    yield {"type": kind, "object": copy.deepcopy(obj)}
+                # As the API server's watch cache: an object that comes into the selection is ADDED,
+                # one that leaves it is DELETED, whatever the change was.
+                now_in = kind != "DELETED" and selector.matches(obj["metadata"].get("labels") or {})
+                was_in = before is not None and selector.matches(before)
+                if now_in:
+                    yield {"type": "MODIFIED" if was_in else "ADDED", "object": copy.deepcopy(obj)}
+                elif was_in:
+                    yield {"type": "DELETED", "object": copy.deepcopy(obj)}
 
     # ------------------------------------------------------------------ internals
     def _schema(self, key: str) -> Json | None:
@@ -278,7 +287,13 @@ class FakeApiServer:
         rv = next(self.rv)
         self.head = rv
         obj["metadata"]["resourceVersion"] = str(rv)
-        self.log.append((rv, key, kind, copy.deepcopy(obj)))
+        where = (key, obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+        before = self._labels.get(where)
+        if kind == "DELETED":
+            self._labels.pop(where, None)
+        else:
+            self._labels[where] = dict(obj["metadata"].get("labels") or {})
+        self.log.append((rv, key, kind, copy.deepcopy(obj), None if kind == "ADDED" else before))
         if len(self.log) > self.retention:
             dropped = self.log.pop(0)
             self.compacted = dropped[0]

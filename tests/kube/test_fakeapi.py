@@ -51,3 +51,15 @@ def test_a_custom_resource_its_schema_refuses_is_invalid() -> None:
     with pytest.raises(ApiError) as caught:
         api.request("POST", jobs, body={"metadata": {"name": "j"}, "spec": {"replicas": 0, "worker": {}}})
     assert caught.value.status == 422 and "spec.replicas" in caught.value.message
+
+
+def test_a_watch_with_a_label_selector_sees_objects_enter_and_leave_the_selection() -> None:
+    api = FakeApiServer()
+    pods = "/api/v1/namespaces/ns/pods"
+    start = api.request("GET", pods)["metadata"]["resourceVersion"]
+    api.request("POST", pods, body={"metadata": {"name": "p"}, "spec": {"containers": []}})
+    for labels in ({"gpufleet.io/job": "j"}, {"gpufleet.io/job": "j", "x": "1"}, {"gpufleet.io/job": None}):
+        api.request("PATCH", f"{pods}/p", body={"metadata": {"labels": labels}}, content_type=MERGE_PATCH)
+    query = {"resourceVersion": start, "labelSelector": "gpufleet.io/job", "timeoutSeconds": 0}
+    seen = [line["type"] for line in api.watch(pods, query=query, timeout=0)]
+    assert seen == ["ADDED", "MODIFIED", "DELETED"]
