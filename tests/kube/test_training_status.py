@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpufleet.kube.operator import Operator
 from gpufleet.kube.scheduler import KubeScheduler
+from gpufleet.kube.status import stamp
 
 from . import test_operator
 from .fakeapi import FakeApiServer
@@ -81,3 +82,21 @@ def test_a_restart_waits_out_its_backoff_and_giving_up_counts_the_last_disruptio
     assert "llm-1-1 Error: OOM" in message
     assert condition(failed, "Running") == ("False", "Failed")
     assert not [n for n in pods(api) if n.startswith("llm-2-")]
+
+
+def test_a_backoff_begun_by_an_earlier_operator_is_still_waited_out(
+    api: FakeApiServer, world: tuple[Operator, KubeScheduler, Clock]
+) -> None:
+    op, _, clock = world
+    make_job(api)  # backoffSeconds 30
+    restarting = {"type": "Running", "status": "False", "reason": "Restarting", "message": "llm-0-0 Error",
+                  "lastTransitionTime": stamp(clock.now)}  # fmt: skip
+    body = {"status": {"phase": "Pending", "restarts": 1, "conditions": [restarting]}}
+    path = "/apis/gpufleet.io/v1alpha1/namespaces/team-a/trainingjobs/llm/status"
+    api.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+    clock.now += 10
+    sync(op)
+    assert pods(api) == {}
+    clock.now += 21
+    sync(op)
+    assert set(pods(api)) == {"llm-1-0", "llm-1-1"}

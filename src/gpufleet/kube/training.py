@@ -449,7 +449,8 @@ def status_patch(raw: Json, previous: Json, status: Json) -> Json:
 def _restart_at(status: TrainingJobStatus, backoff: float) -> float | None:
     """When a restarting job's next attempt may start: its Backoff transition plus the backoff."""
     for c in status.conditions:
-        if c.type == "Running" and c.status == "False" and c.reason == BACKOFF:
+        # "Restarting": what operators before the shared status wrote for the same transition.
+        if c.type == "Running" and c.status == "False" and c.reason in (BACKOFF, "Restarting"):
             since = to_seconds(c.last_transition_time)
             return None if since is None else since + backoff
     return None
