@@ -187,10 +187,20 @@ def candidates(
         queues.extend(q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue)
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     held = cache.admitted.get(preemptor.name)
+    charges = cache.charges
+    # Per cycle, the queues whose kept part every preemptor of this tree and flavors takes whole, as
+    # (charge count, part, its stamp) when found so: at the same count and stamp, taken again at once.
+    whole = _whole_parts(snapshot, root, flavors, now)
     for queue in queues:
         kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
         # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
         every = kind == RECLAIM and reclaim_any
+        if every and (held is None or held.queue != queue):
+            known = whole.get(queue)
+            if known is not None and known[0] == charges.get(queue, 0) and known[1].stamp == known[2]:
+                if known[1].kept:
+                    parts.append(known[1])
+                continue
         kept, part = _queue_candidates(snapshot, queue, kind, now=now)
         if (
             part is not None
@@ -198,6 +208,7 @@ def candidates(
             and (held is None or held.queue != queue)
             and (not flavors or part.meets(flavors))
         ):
+            whole[queue] = (charges.get(queue, 0), part, part.stamp)
             if part.kept:
                 parts.append(part)  # the whole kept list: its order and per-node groups are kept too
             continue
@@ -215,6 +226,17 @@ def candidates(
         if out:
             parts.append(_Part(out))
     return _Pool(parts)
+
+
+def _whole_parts(
+    snapshot: Snapshot, root: str, flavors: set[str], now: float
+) -> dict[str, tuple[int, _Part, int]]:
+    """`candidates`' per-cycle memo of the queues' parts taken whole (see there)."""
+    key = ("whole", root, frozenset(flavors), now)
+    found = snapshot.memo.get(key)
+    if not isinstance(found, dict):
+        found = snapshot.memo[key] = {}
+    return found
 
 
 def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
@@ -247,19 +269,20 @@ def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[
         return list(found.queues)
     tree = cache.tree
     children, charges = tree.children, cache.charges
-    before = found.seen if isinstance(found, _Borrowers) else {}
-    seen: dict[str, tuple[int, bool]] = {}
+    # Updated in place: an entry of a queue without members now is passed over, and looked at again
+    # when it has members (a charge, so another count).
+    seen: dict[str, tuple[int, bool]] = found.seen if isinstance(found, _Borrowers) else {}
     queues = []
     for name, members in cache.by_queue.items():
         if not members:
             continue
         count = charges.get(name, 0)
-        last = before.get(name)
+        last = seen.get(name)
         if last is not None and last[0] == count and not children.get(name):
             borrows = last[1]
         else:
             borrows = tree.root_of(name) == root and _borrows(snapshot, name, flavors)
-        seen[name] = (count, borrows)
+            seen[name] = (count, borrows)
         if borrows:
             queues.append(name)
     snapshot.memo[key] = _Borrowers(usage.version, queues, seen)
