@@ -30,6 +30,8 @@ Key = tuple[str, str]
 """(kind, `namespace/name` or `name` for cluster-scoped kinds)."""
 
 TRAINING, INFERENCE, NODE_KIND, POOL = "TrainingJob", "InferenceService", "Node", "GPUPool"
+REFUSED_RETRY_SECONDS = 30.0
+"""When an object the API server refused a write for (or whose reconcile failed) is looked at again."""
 
 
 class Operator:
@@ -165,10 +167,17 @@ class Operator:
             try:
                 again = self._reconcile(kind, key, now)
             except ApiError as exc:
-                if not exc.retryable and exc.status != 409:
-                    raise
-                log.info("%s %s: %s; trying again", kind, key, exc)
-                again = now + 1.0
+                if exc.retryable or exc.status == 409:
+                    log.info("%s %s: %s; trying again", kind, key, exc)
+                    again = now + 1.0
+                else:  # refused (422, 403...): say so, and let the rest of the round go on
+                    log.warning("%s %s: %s; trying again in %gs", kind, key, exc, REFUSED_RETRY_SECONDS)
+                    again = now + REFUSED_RETRY_SECONDS
+            except Exception:  # one object's bug must not starve the others
+                log.exception(
+                    "%s %s: reconcile failed; trying again in %gs", kind, key, REFUSED_RETRY_SECONDS
+                )
+                again = now + REFUSED_RETRY_SECONDS
             if again is not None:
                 self.requeue[(kind, key)] = again
 
