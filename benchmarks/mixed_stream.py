@@ -1,17 +1,19 @@
 """Packing policies on a training-like mixed stream: what each leaves for gangs.
 
-    .venv/bin/python benchmarks/mixed_stream.py [--policies bestfit,fgd+] [--seeds 3] [--arrivals 6000]
+    .venv/bin/python benchmarks/mixed_stream.py [--policies bestfit,fgd+] [--seeds 3] [--gang-weight 0.14]
 
 A fleet of 8-GPU nodes (one NVLink domain each; 16 nodes a rack, 4 racks a block) receives one arrival
 per time step: 1-, 2- and 4-GPU pods, GPU-share pods, CPU-only pods and gangs of 2 to 12 whole-node pods
-(half of them require one rack). Each arrival stays for an exponential lifetime sized so that the offered
-GPU load is `--load` times the fleet; what does not fit at once is dropped (no queue, no preemption), so
-what a policy leaves fragmented shows as gangs and GPUs turned away. Every placement is one
+(half of them require one rack; `--gang-weight` is the share of arrivals that are gangs). Each arrival
+stays for an exponential lifetime sized so that the offered GPU load is `--load` times the fleet; what
+does not fit at once is dropped (no queue, no preemption), so what a policy leaves fragmented shows as
+gangs and GPUs turned away. Every placement is one
 `place_workload` call with the policy under test, followed by `learn` for each pod placed, as in the
 scheduling cycle.
 
 Reported per policy, over the steps after the warm-up (mean over seeds):
-- gangs placed: the fraction of arriving gangs that were placed (rack-required ones apart);
+- gangs placed: the fraction of arriving gangs that were placed; rack gangs placed: the same for the
+  gangs that require one rack;
 - GPU demand placed: GPUs placed over GPUs asked, all arrivals;
 - fragmented: free GPUs that no whole-node pod can use (free GPUs on nodes that are not entirely
   free), as a percentage of all GPUs, averaged over steps;
@@ -27,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI, PodRequest
@@ -95,24 +98,35 @@ def build_fleet(nodes: int) -> FleetState:
     return state
 
 
-def mean_gpus(rng_sizes: tuple[int, int]) -> float:
+def kind_weights(gang_weight: float) -> npt.NDArray[np.float64]:
+    """Arrival probabilities: gangs `gang_weight`, the other kinds in their listed proportions."""
+    weights = np.array([w for _, w, _ in KINDS])
+    gang = [name for name, _, _ in KINDS].index("gang")
+    others = weights.sum() - weights[gang]
+    weights = weights * (1.0 - gang_weight) / others
+    weights[gang] = gang_weight
+    return np.asarray(weights, dtype=np.float64)
+
+
+def mean_gpus(weights: npt.NDArray[np.float64]) -> float:
     """Mean GPUs asked per arrival."""
-    low, high = rng_sizes
+    low, high = GANG_SIZES
     total = 0.0
-    for name, weight, request in KINDS:
+    for (name, _, request), weight in zip(KINDS, weights, strict=True):
         pods = (low + high) / 2 if name == "gang" else 1
-        total += weight * pods * request.total_gpu_milli / GPU_MILLI
+        total += float(weight) * pods * request.total_gpu_milli / GPU_MILLI
     return total
 
 
-def run(policy_name: str, seed: int, nodes: int, arrivals: int, warmup: int, load: float) -> Outcome:
+def run(
+    policy_name: str, seed: int, nodes: int, arrivals: int, warmup: int, load: float, gang_weight: float
+) -> Outcome:
     rng = np.random.default_rng(seed)
     state = build_fleet(nodes)
     policy: ScorePolicy = get_policy(policy_name)
     out = Outcome(policy_name, seed)
-    lifetime = load * nodes * GPUS / mean_gpus(GANG_SIZES)
-    weights = np.array([w for _, w, _ in KINDS])
-    weights /= weights.sum()
+    weights = kind_weights(gang_weight)
+    lifetime = load * nodes * GPUS / mean_gpus(weights)
     leaving: list[tuple[float, int, list[str]]] = []
     rows = state.n_rows
     for step in range(arrivals):
@@ -174,6 +188,7 @@ def main() -> None:
     parser.add_argument("--arrivals", type=int, default=6000)
     parser.add_argument("--warmup", type=int, default=1500)
     parser.add_argument("--load", type=float, default=1.1)
+    parser.add_argument("--gang-weight", type=float, default=0.14)
     args = parser.parse_args()
     header = (
         "| policy | gangs placed % | rack gangs placed % | GPU demand placed % | fragmented % of GPUs "
@@ -182,7 +197,10 @@ def main() -> None:
     print(header)
     print("|" + "---|" * 8)
     for name in args.policies.split(","):
-        runs = [run(name, s, args.nodes, args.arrivals, args.warmup, args.load) for s in range(args.seeds)]
+        runs = [
+            run(name, s, args.nodes, args.arrivals, args.warmup, args.load, args.gang_weight)
+            for s in range(args.seeds)
+        ]
 
         def pct(num: list[float], den: list[float]) -> str:
             values = [100.0 * n / d for n, d in zip(num, den, strict=True) if d]

@@ -229,7 +229,9 @@ class FragmentationModel:
         """F for nodes described by their idle milli, free CPU and per-shape GPU counts (leading dims)."""
         fits = access & ~self.cpu_only & (cpu_free[..., None] >= self.cpu) & (fit_gpus >= self.count)
         per_shape = np.where(fits, stranded, idle[..., None])
-        return np.asarray(per_shape @ self.weights, dtype=np.float64)
+        # A row's value must not depend on which other rows are computed with it (a matrix product may
+        # round differently by batch size), or exact ties between nodes would break by rounding.
+        return np.asarray((per_shape * self.weights).sum(axis=-1), dtype=np.float64)
 
     def gain(self, state: FleetState, request: PodRequest, rows: Rows) -> FloatArray:
         """Per row, F_before - F_after of placing a pod that takes no share (whole GPUs, CPU only)."""
