@@ -11,7 +11,7 @@ from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import filter_nodes
-from gpufleet.scheduler.placement.score_fgd import FragmentationModel
+from gpufleet.scheduler.placement.score_fgd import DIRTY_LIMIT, FragmentationModel
 from gpufleet.scheduler.placement.score_fgdplus import AdaptiveFgdPolicy
 from gpufleet.scheduler.placement.scoring import pick
 from gpufleet.sim.throughput import STREAM_CLASSES, ThroughputConfig
@@ -100,3 +100,24 @@ def test_throughput_bench_runs_the_default_policy_of_each_streams_class() -> Non
     defaults = SchedulerConfig()
     assert ThroughputConfig().policies() == {s: defaults.policy_for(c) for s, c in STREAM_CLASSES.items()}
     assert set(ThroughputConfig(policy="bestfit").policies().values()) == {"bestfit"}
+
+
+def test_changes_observed_while_nothing_is_scored_are_bounded_and_still_seen() -> None:
+    # A policy whose classes are not being placed still observes every change; it keeps a bounded
+    # record of them and scores correctly when asked again.
+    state = racked_fleet(4, 2)
+    policy = AdaptiveFgdPolicy()
+    one = REQUESTS[0]
+    policy.score(state, one, filter_nodes(state, one).rows)
+    for i in range(DIRTY_LIMIT + 10):
+        state.allocate(f"p{i}", i % 4, one, (i // 4 % 8,))
+        policy.observe(state, i % 4)
+        state.release(f"p{i}")
+        policy.observe(state, i % 4)
+    assert len(policy.model._dirty) <= DIRTY_LIMIT
+    state.allocate("last", 2, one, (0,))
+    policy.observe(state, 2)
+    rows = filter_nodes(state, one).rows
+    np.testing.assert_allclose(
+        policy.score(state, one, rows).scores, afresh(policy).score(state, one, rows).scores
+    )

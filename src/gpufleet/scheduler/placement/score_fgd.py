@@ -42,6 +42,8 @@ from gpufleet.scheduler.placement.scoring import (
 
 MAX_SCORE = 100
 _NO_ROWS: Rows = np.zeros(0, dtype=np.intp)
+# Rows marked changed that are kept for the next `sync` before it compares every row instead.
+DIRTY_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -148,7 +150,7 @@ class FragmentationModel:
             if changed.size:
                 self._refresh(state, changed)
         elif self._dirty:
-            marked = np.unique(np.array(self._dirty, dtype=np.intp))
+            marked = np.array(sorted(set(self._dirty)), dtype=np.intp)  # a few rows: cheaper than np.unique
             self._dirty.clear()
             changed = marked[marked < self._rows]
             if changed.size:
@@ -167,6 +169,7 @@ class FragmentationModel:
         """The fleet may have changed without `refresh` (between two scheduling cycles): the next `sync`
         compares each row with what it was computed from and recomputes the rows that differ."""
         self._recheck = True
+        self._dirty.clear()
 
     def _changed_rows(self, state: FleetState) -> Rows:
         n = self._rows
@@ -181,7 +184,13 @@ class FragmentationModel:
 
     def mark(self, row: int) -> None:
         """Row `row` changed (an allocation or a release there): recomputed at the next `sync`."""
+        if self._recheck:
+            return  # every row is compared with the fleet anyway
         self._dirty.append(row)
+        if len(self._dirty) > DIRTY_LIMIT:
+            # Changes pile up while nothing is scored (this policy's classes are not being placed):
+            # comparing every row later costs less than keeping them all.
+            self.recheck()
 
     def _grow(self, size: int, gpus: int) -> None:
         def grown(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
