@@ -309,8 +309,11 @@ def test_a_spot_interruption_notice_cordons_the_node_and_evicts_its_pods(
             return exc.status == 404
 
     wait_for("pod evicted", evicted)
-    reasons = {e["involvedObject"]["name"] for e in cluster.events("SpotInterruption")}
-    assert "on-spot" in reasons
+    # The Event follows the eviction (and the DisruptionTarget reason), so it may come a moment later.
+    wait_for(
+        "the pod's SpotInterruption event",
+        lambda: "on-spot" in {e["involvedObject"]["name"] for e in cluster.events("SpotInterruption")},
+    )
     annotations = api.request("GET", f"/api/v1/nodes/{node}")["metadata"]["annotations"]
     assert annotations["gpufleet.io/cordoned-by"] == "spot-interruption"
     cluster.finish_deleting()
