@@ -108,7 +108,11 @@ def operator(
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     name: str = typer.Option("gpufleet", "--scheduler-name", help="schedulerName written into the pods."),
-    namespace: str = typer.Option("gpufleet-system", help="Namespace of the leader-election Lease."),
+    namespace: str = typer.Option(
+        "gpufleet-system",
+        help="Namespace of the leader-election Lease and of the sharing GPUPools' ConfigMaps "
+        "(gpufleet-sharing-POOL, which the node agents read).",
+    ),
     lease: str = typer.Option("gpufleet-operator", help="Name of the leader-election Lease."),
     identity: str = typer.Option("", help="This replica's identity (default: POD_NAME or the host name)."),
     leader_elect: bool = typer.Option(
