@@ -117,6 +117,10 @@ def test_policies_live_as_long_as_the_scheduler_and_rebuild_their_caches_each_cy
     assert len(policy.learnt) == 3
     # The world applied each cycle's admissions without telling the policy: each cycle invalidates.
     assert policy.invalidated == 3
+    # A what-if cycle (its admissions not carried out) teaches nothing.
+    cache.submit(_workload("trial", "batch", at=5))
+    assert [a.workload for a in scheduler.cycle(cache, now=20.0, learn=False).admitted] == ["trial"]
+    assert len(policy.learnt) == 3
 
 
 def test_a_policy_learns_the_workload_of_every_class_not_only_of_its_own() -> None:

@@ -115,10 +115,12 @@ class Scheduler:
             name: get_policy(name) for name in self.config.policy_names()
         }
 
-    def cycle(self, cache: ClusterCache, *, now: float) -> CycleResult:
+    def cycle(self, cache: ClusterCache, *, now: float, learn: bool = True) -> CycleResult:
+        """One cycle. `learn=False` for a what-if whose admissions the world will not carry out: the
+        placement policies then learn nothing from it."""
         snapshot = Snapshot(cache)
         try:
-            return _Cycle(self, snapshot, now).run()
+            return _Cycle(self, snapshot, now, learn=learn).run()
         finally:
             snapshot.restore()
 
@@ -126,9 +128,10 @@ class Scheduler:
 class _Cycle:
     """One cycle's working state: the snapshot, fair shares, memos of failures, the result."""
 
-    def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float) -> None:
+    def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float, *, learn: bool = True) -> None:
         self.config = scheduler.config
         self.rng = scheduler.rng
+        self.learns = learn
         # Every policy in use is an observer of the cycle's statement from the start, so every allocation
         # and release of the cycle (whichever policy placed it, and the preemption what-ifs) reaches every
         # policy's per-node cache.
@@ -546,6 +549,8 @@ class _Cycle:
 
     def _learn(self, workload: Workload, assignment: Assignment) -> None:
         """Every policy in use learns every pod admitted, whichever class and policy placed it."""
+        if not self.learns:
+            return
         for pod_set, count in zip(workload.pod_sets, assignment.counts, strict=True):
             for policy in self.policies.values():
                 for _ in range(count):
