@@ -586,7 +586,7 @@ class SchedulingController:
         allocations = [alloc for pod, alloc in admitted.pods.items() if pod in cache.fleet.allocations]
         cache.evict(key, now=now)
         try:
-            result = self.scheduler.cycle(cache, now=now)
+            result = self.scheduler.cycle(cache, now=now, learn=False)  # a trial: nothing to learn
         finally:
             cache.pending.pop(key, None)
             restored = cache.admit(workload, assignment, allocations, now=now)
