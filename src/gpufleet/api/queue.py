@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -27,6 +28,43 @@ def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
                 f"flavor {name!r}: give a GPU model, or MODEL/CAPACITY with a capacity type of "
                 f"{', '.join(CAPACITY_TYPES)}",
             )
+
+
+def check_flavor_order(quotas: Mapping[str, object], order: Sequence[str] | None) -> None:
+    """`flavorOrder`, when given, lists exactly the quota's flavors, each once."""
+    if order is None:
+        return
+    seen: set[str] = set()
+    for flavor in order:
+        if flavor not in quotas:
+            raise field_error("flavorOrder", f"flavor {flavor!r} has no quota in quotas")
+        if flavor in seen:
+            raise field_error("flavorOrder", f"flavor {flavor!r} is listed more than once")
+        seen.add(flavor)
+    for flavor in quotas:
+        if flavor not in seen:
+            raise field_error(
+                "flavorOrder", f"flavor {flavor!r} of quotas is missing: list every flavor once"
+            )
+
+
+Q = TypeVar("Q")
+
+
+def ordered_quotas(quotas: Mapping[str, Q], order: Sequence[str] | None) -> list[tuple[str, Q]]:
+    """A queue's quotas in the order its flavors are tried: `flavorOrder` when given, else the order of
+    the `quotas` keys as read (a file's order; sorted when a Kubernetes API server returns the object,
+    which keeps a custom resource's map as a Go map and writes its keys sorted)."""
+    if order is None:
+        return list(quotas.items())
+    return [(flavor, quotas[flavor]) for flavor in order]
+
+
+FLAVOR_ORDER_DESCRIPTION = (
+    "The order the queue's flavors are tried in, first that fits (Kueue's flavor order), e.g. "
+    "[H100-80GB/on-demand, H100-80GB/spot]: every flavor of quotas, each once. Without it the order of "
+    "the quotas keys is used, which a Kubernetes API server does not keep (it returns them sorted)."
+)
 
 
 class FlavorQuota(ApiModel):
@@ -69,6 +107,7 @@ class QueuePreemption(ApiModel):
 class QueueSpec(ApiModel):
     parent: str | None = None
     quotas: dict[str, FlavorQuota] = Field(default_factory=dict)
+    flavor_order: list[str] | None = Field(default=None, description=FLAVOR_ORDER_DESCRIPTION)
     fair_share_weight: float = Field(default=1.0, ge=0)
     preemption: QueuePreemption = Field(default_factory=QueuePreemption)
     min_runtime_seconds: float = Field(default=0.0, ge=0)
@@ -84,7 +123,12 @@ class QueueSpec(ApiModel):
     @model_validator(mode="after")
     def _flavor_names(self) -> QueueSpec:
         check_flavor_names(self.quotas)
+        check_flavor_order(self.quotas, self.flavor_order)
         return self
+
+    def ordered_quotas(self) -> list[tuple[str, FlavorQuota]]:
+        """The quotas in the order the flavors are tried (see `ordered_quotas`)."""
+        return ordered_quotas(self.quotas, self.flavor_order)
 
 
 class QueueStatus(ObjectStatus):

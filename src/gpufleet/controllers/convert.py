@@ -161,7 +161,8 @@ def quota_tree(queues: Iterable[Queue]) -> tuple[QuotaTree, dict[str, QueueSetti
         spec = queue.spec
         quotas = {
             flavor: FlavorLimits(round(q.nominal * 1000), _milli(q.borrowing_limit), _milli(q.lending_limit))
-            for flavor, q in spec.quotas.items()
+            # Insertion order is the order flavors are tried: flavorOrder when the queue gives one.
+            for flavor, q in spec.ordered_quotas()
         }
         nodes.append(QuotaNode(queue.name, spec.parent, quotas))
         # The one Queue-to-settings translation (strategy, per-user limit, preemption threshold too).
