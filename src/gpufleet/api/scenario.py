@@ -16,7 +16,14 @@ from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.pool import Sharing
-from gpufleet.api.queue import FlavorQuota, QueuePreemption, check_flavor_names
+from gpufleet.api.queue import (
+    FLAVOR_ORDER_DESCRIPTION,
+    FlavorQuota,
+    QueuePreemption,
+    check_flavor_names,
+    check_flavor_order,
+    ordered_quotas,
+)
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import API_VERSION, Resource, register_kind
 from gpufleet.api.runtime import WorkloadClass
@@ -93,6 +100,7 @@ class ScenarioQueue(ApiModel):
     name: str = Field(min_length=1)
     parent: str | None = None
     quotas: dict[str, FlavorQuota] = Field(default_factory=dict)
+    flavor_order: list[str] | None = Field(default=None, description=FLAVOR_ORDER_DESCRIPTION)
     fair_share_weight: float = Field(default=1.0, ge=0)
     preemption: QueuePreemption = Field(default_factory=QueuePreemption)
     min_runtime_seconds: float = Field(default=0.0, ge=0)
@@ -108,7 +116,12 @@ class ScenarioQueue(ApiModel):
     @model_validator(mode="after")
     def _flavor_names(self) -> ScenarioQueue:
         check_flavor_names(self.quotas)
+        check_flavor_order(self.quotas, self.flavor_order)
         return self
+
+    def ordered_quotas(self) -> list[tuple[str, FlavorQuota]]:
+        """The quotas in the order the flavors are tried (`api.queue.ordered_quotas`)."""
+        return ordered_quotas(self.quotas, self.flavor_order)
 
 
 class ScenarioPodSet(PodRequest):
