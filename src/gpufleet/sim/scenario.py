@@ -358,7 +358,7 @@ def _build_queues(queues: list[ScenarioQueue], source: str) -> tuple[QuotaTree, 
     for queue in queues:
         quotas = {
             flavor: FlavorLimits(round(q.nominal * 1000), _milli(q.borrowing_limit), _milli(q.lending_limit))
-            for flavor, q in queue.quotas.items()
+            for flavor, q in queue.ordered_quotas()  # the order flavors are tried in
         }
         nodes.append(QuotaNode(queue.name, queue.parent, quotas))
         settings[queue.name] = queue_settings(queue.name, queue)
