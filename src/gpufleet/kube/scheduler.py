@@ -290,7 +290,9 @@ class KubeScheduler:
             for pod in group.members:
                 if not kube_pods.is_bound(pod) and key_of(pod) not in self.kcache.assumed:
                     self.actions.pending(pod, reason_type=reason.type, message=reason.message)
-            self._owner_reason(group, reason)
+            if not (name.endswith(REST) and group.min_size is not None):
+                # The rest of an elastic gang waits; the gang runs with what it was admitted.
+                self._owner_reason(group, reason)
 
     def _queue_first(self, name: str, reason: Reason) -> Reason:
         """A workload whose queue is missing, left out of the quota tree or not a leaf waits for that,
@@ -310,7 +312,9 @@ class KubeScheduler:
                     "phase": "Pending",
                     "pendingReason": {"type": reason.type, "message": reason.message, "details": details},
                 }
-                text = json.dumps(status, sort_keys=True)
+                # Per gang: a new attempt's gang is explained again even where an earlier one was
+                # told the same, since its owner's status was reset in between.
+                text = group.key + " " + json.dumps(status, sort_keys=True)
                 said = (group.namespace, f"owner:{owner.get('kind')}/{owner.get('name')}")
                 if self.actions.said.get(said) == text:
                     continue
