@@ -70,12 +70,21 @@ class Actions:
     said: dict[tuple[str, str], str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ bind
-    def bind(self, pod: Json, node: str, alloc: Allocation | None = None) -> bool:
-        """Binds a pod to a node; False if the pod is gone or bound elsewhere."""
+    def bind(
+        self,
+        pod: Json,
+        node: str,
+        alloc: Allocation | None = None,
+        *,
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Binds a pod to a node; False if the pod is gone or bound elsewhere. With GPUs chosen, the
+        choice (and any other `annotations`) is written to the pod in the same patch first."""
         ns, name = _ref(pod)
         try:
             if alloc is not None:
-                patch = {"metadata": {"annotations": {GPUS_ANNOTATION: allocation_annotation(alloc)}}}
+                noted = {GPUS_ANNOTATION: allocation_annotation(alloc), **(annotations or {})}
+                patch = {"metadata": {"annotations": noted}}
                 self.api.request("PATCH", POD.item(name, ns), body=patch, content_type=MERGE_PATCH)
             binding = {
                 "apiVersion": "v1",
