@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, overload
@@ -328,7 +329,18 @@ class _Part:
     the node-by-node search. Kept with the queue's candidate list: the groups for as long as the list
     holds, the order and the per-node least orders until the list is re-timed (`retimed`)."""
 
-    __slots__ = ("_flavors", "_least", "_milli", "_ordered", "groups", "held", "kept", "shared", "stamp")
+    __slots__ = (
+        "_evicts",
+        "_flavors",
+        "_least",
+        "_milli",
+        "_ordered",
+        "groups",
+        "held",
+        "kept",
+        "shared",
+        "stamp",
+    )
 
     def __init__(self, kept: list[Candidate], *, shared: bool = False) -> None:
         self.kept = kept
@@ -356,6 +368,7 @@ class _Part:
         self._ordered: list[Candidate] | None = None
         self._least: dict[int, _Least] | None = None
         self._milli: dict[str, int] = {}
+        self._evicts: bool | None = None
         self._flavors: set[frozenset[str]] | None = None
 
     def retimed(self) -> None:
@@ -385,6 +398,14 @@ class _Part:
             found = self._milli[flavor] = sum(
                 c.admitted.assignment.usage.get(flavor, 0) for c in self.kept if c.kind == "evict"
             )
+        return found
+
+    @property
+    def evicts_only(self) -> bool:
+        """Whether every candidate is an evict from another queue (no shrink, nothing within the queue)."""
+        found = self._evicts
+        if found is None:
+            found = self._evicts = all(c.kind == "evict" and c.cause != WITHIN_QUEUE for c in self.kept)
         return found
 
     def least(self) -> dict[int, _Least]:
@@ -1041,6 +1062,13 @@ def select_victims(
             scope = lazy
         elif needed is not None and _short(snapshot, i, lazy, needed):
             continue
+        elif not entry[0] and not entry[8] and search.below_nominal(i, lazy):
+            # Its tight bound starts with 1: until a scope at nominal is ruled out, it waits with a bound
+            # that low, but no lower than its tight one (and not yet tight). Scopes are searched in the
+            # order of their tight bounds whatever lower bounds they wait with, so this changes nothing
+            # but the tight bounds computed (most nodes of a tree that borrows little are such).
+            heapq.heappush(heap, (1, 0, 0, -math.inf, -(1 << 62), -math.inf, 0, (), 0, i, lazy))
+            continue
         else:
             scope = _node_scope(i, lazy)
         if not entry[8]:
@@ -1273,6 +1301,23 @@ class _Search:
             room = {f: cache.usage.usage(queue, f) - cache.tree.nominal(queue, f) for f in self.flavors}
             self._room[queue] = room
         return room
+
+    def below_nominal(self, node: int, parts: _Part | list[_Part]) -> bool:
+        """Whether no candidate of these parts (kept lists of other queues) on `node` keeps its queue at
+        nominal when taken alone: then every set of them pushes a queue below nominal, and the node's
+        scope has a tight bound that starts with 1 (`_node_bound`, `lower_bound`). False when unsure (a
+        part built for one preemptor, or with shrinks, which give up less than their workload)."""
+        for part in parts if isinstance(parts, list) else (parts,):
+            if not part.shared or not part.evicts_only:
+                return False
+            group = part.groups[node]
+            room = self._room_of(group[0].admitted.queue)
+            for flavor, above in room.items():
+                if all(c.admitted.assignment.usage.get(flavor, 0) > above for c in group):
+                    break  # each gives up more of this flavor than its queue has above nominal
+            else:
+                return False
+        return True
 
     def _keeps_alone(self, candidate: Candidate) -> bool:
         """Whether taking the least of `candidate` (its first pod, for a shrink) leaves its queue at or
