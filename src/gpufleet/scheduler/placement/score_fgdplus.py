@@ -9,7 +9,12 @@ Three changes to FGD, each a general rule rather than a fit to one trace:
    the idle GPU milli that its free CPU cannot feed at the workload's observed CPU-per-GPU ratio, so a
    CPU-heavy pod (including CPU-only pods, which FGD scores as ties) goes where CPU is plentiful
    relative to idle GPUs.
-3. Exact gains instead of integer points, and among equal gains the fuller node wins (best fit).
+3. Exact gains instead of integer points; among equal gains the fuller node wins (best fit), and among
+   nodes equal on both, the one in the fuller rack (the finest topology level), so that pods without a
+   topology request leave empty racks whole for gangs that require one.
+
+The CPU-per-GPU ratio is taken at each refit, and scores are kept per request and node row until the
+row changes (`RowScores`), so a pod costs the rescoring of the few nodes changed since the last one.
 """
 
 from __future__ import annotations
