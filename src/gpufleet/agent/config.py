@@ -255,6 +255,16 @@ def parse_config(data: Mapping[str, Any] | None, *, where: str = "config") -> Ag
     return config
 
 
+def _document(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"not YAML: {exc}", obj=where) from exc
+    if data is not None and not isinstance(data, dict):
+        raise ValidationError("the config is a mapping", obj=where)
+    return data or {}
+
+
 def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None) -> AgentConfig:
     """The config in `path` (YAML or JSON), or the defaults when no file is named."""
     if path is None:
@@ -264,13 +274,28 @@ def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None
             text = Path(path).read_text()
         except OSError as exc:
             raise ValidationError(f"cannot read config: {exc.strerror}", obj=str(path)) from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValidationError(f"not YAML: {exc}", obj=str(path)) from exc
-        if data is not None and not isinstance(data, dict):
-            raise ValidationError("the config is a mapping", obj=str(path))
-        config = parse_config(data, where=str(path))
+        config = parse_config(_document(text, str(path)), where=str(path))
     if env:
         config = config.model_copy(update={"health": config.health.with_env(env)})
     return config
+
+
+# The top-level sections a named config sets for the running agent; `version` only says which format
+# it is, and `health` stays the local file's (the running health monitor tracks faults under it).
+_SECTIONS = ("flags", "sharing")
+
+
+def overlay_named_config(base: AgentConfig, text: str, *, where: str) -> AgentConfig:
+    """`base` (the local file or the defaults) with the sections a named config sets replaced by its.
+
+    A named config is a node label's pick in a ConfigMap of several, as NVIDIA's GPU Operator hands
+    its device plugin one; gpufleet's operator writes only `sharing` there, so flags set in the local
+    file stay unless the named config sets `flags` too. Errors name `where` (the ConfigMap and key)
+    and the field; a `health` section is validated but not applied (logged as ignored).
+    """
+    data = _document(text, where)
+    named = parse_config(data, where=where)
+    if "health" in data:
+        log.warning("%s: section health is ignored; health checks follow the agent's own config", where)
+    update = {section: getattr(named, section) for section in _SECTIONS if section in data}
+    return base.model_copy(update=update)

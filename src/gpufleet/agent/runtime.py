@@ -21,6 +21,7 @@ from gpufleet.agent.exporter import (
 from gpufleet.agent.health import HealthMonitor, HealthState
 from gpufleet.agent.labels import gfd_labels, write_feature_file
 from gpufleet.agent.nvml import NodeInfo, NvmlBackend
+from gpufleet.api.errors import ValidationError
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -85,6 +86,37 @@ class Agent:
         self.node_labeler = node_labeler
         self.label_interval = parse_duration(config.flags.gfd.sleep_interval)
         self._stop = threading.Event()
+        self._reconfigure = threading.Lock()
+        self._started = False
+
+    def apply_config(self, config: AgentConfig, *, where: str | None = None) -> bool:
+        """Switches the running agent to `config`: the device plugins re-register with the resources it
+        gives (time-slicing and MPS replicas, MIG strategy) and the labels are published again. A
+        config that does not fit this node (MPS on GPUs in MIG mode, a sharing entry for a resource
+        the node lacks) raises ValidationError naming `where` and the field, and nothing changes.
+        False when `config` is the one in force. The health checks keep the settings they started
+        with (the running monitor tracks faults under them): `overlay_named_config` keeps `health`."""
+        with self._reconfigure:
+            if config == self.config:
+                return False
+            try:
+                resources = build_resources(self.node, config)
+            except ValidationError as exc:
+                if where is None or exc.obj is not None:
+                    raise
+                raise ValidationError(exc.detail, obj=where, field=exc.field) from exc
+            self.plugins.reconfigure(config, resources, self.node)
+            self.config, self.resources = config, resources
+            self.label_interval = parse_duration(config.flags.gfd.sleep_interval)
+            log.info(
+                "node %s: config%s applied; resources %s",
+                self.node_name,
+                f" from {where}" if where else "",
+                {r.name: len(r.devices) for r in resources},
+            )
+        if self._started:
+            self.publish_labels()
+        return True
 
     def labels(self) -> dict[str, str]:
         return gfd_labels(self.node, self.config, self.resources, timestamp=int(time.time()))
@@ -110,8 +142,10 @@ class Agent:
             ", ".join(sorted({g.name for g in self.node.gpus})) or "none",
             [r.name for r in self.resources],
         )
-        self.monitor.start()
-        self.plugins.start()
+        with self._reconfigure:
+            self.monitor.start()
+            self.plugins.start()
+            self._started = True
         if self.metrics is not None:
             self.metrics.start()
         self.publish_labels()
@@ -125,6 +159,8 @@ class Agent:
         self._stop.set()
         if self.metrics is not None:
             self.metrics.stop()
-        self.plugins.stop()
-        self.monitor.stop()
+        with self._reconfigure:
+            self._started = False
+            self.plugins.stop()
+            self.monitor.stop()
         self.backend.close()

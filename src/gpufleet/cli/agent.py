@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.agent.config import AgentConfig, load_config
+from gpufleet.agent.config import AgentConfig, load_config, overlay_named_config
 from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
@@ -25,6 +25,10 @@ from gpufleet.agent.labels import gfd_labels, node_label_patch
 from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
 from gpufleet.agent.runtime import Agent
 from gpufleet.api.errors import ValidationError
+from gpufleet.kube.agent_config import RESYNC_SECONDS, NodeSharingConfig, SharingConfigWatcher
+
+log = logging.getLogger("gpufleet.agent")
+Reporter = Callable[..., None]
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -66,6 +70,19 @@ def run(
     label_node: bool = typer.Option(
         None, "--label-node/--no-label-node", help="apply the labels to the Node (default: when in a cluster)"
     ),
+    sharing_config: bool = typer.Option(
+        None,
+        "--sharing-config/--no-sharing-config",
+        help="follow the Node's gpufleet.io/sharing-config label: apply the entry its "
+        "nvidia.com/device-plugin.config label picks from that ConfigMap over --config, and re-apply "
+        "on changes (default: when in a cluster)",
+    ),
+    sharing_namespace: str = typer.Option(
+        "gpufleet-system", "--sharing-namespace", help="namespace of the sharing ConfigMaps (the operator's)"
+    ),
+    sharing_resync: float = typer.Option(
+        RESYNC_SECONDS, "--sharing-resync", help="seconds between reads of the Node's labels"
+    ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
 ) -> None:
     """Runs discovery, the device plugin, health checks and the exporter until SIGTERM or SIGINT."""
@@ -98,6 +115,10 @@ def run(
             node_labeler=labeler,
         )
     done = threading.Event()
+    if sharing_config is None:
+        sharing_config = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if sharing_config:
+        _follow_sharing_config(agent, cfg, config, sharing_namespace, sharing_resync, done)
 
     def on_signal(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -114,6 +135,71 @@ def run(
     finally:
         if not done.is_set():
             agent.stop()
+
+
+class PoolSharing:
+    """Applies what the Node's labels select from its pool's sharing ConfigMap over the local config
+    (`--config` or the defaults), as the GPU Operator's config-manager does for NVIDIA's plugin.
+
+    No label: the local config. A selection that cannot be applied (the ConfigMap or key missing, a
+    field refused, a config that does not fit the node's GPUs) is refused whole: the error, naming
+    the ConfigMap, key and field, is logged and reported as a Warning Event on the Node, and the
+    config in force stays.
+    """
+
+    def __init__(self, agent: Agent, base: AgentConfig, local: str, report: Reporter | None = None) -> None:
+        self.agent = agent
+        self.base = base
+        self.local = local
+        self.report: Reporter = report or _no_report
+
+    def __call__(self, selection: NodeSharingConfig | None) -> None:
+        try:
+            wanted, where = self.wanted(selection)
+            changed = self.agent.apply_config(wanted, where=where)
+        except ValidationError as exc:
+            log.error("sharing config refused, the one in force stays: %s", exc)
+            self.report("SharingConfigInvalid", f"{exc}; the config in force stays", warning=True)
+            return
+        if changed:
+            resources = ", ".join(f"{r.name}: {len(r.devices)}" for r in self.agent.resources) or "none"
+            self.report("SharingConfigApplied", f"device plugin config from {where}: {resources}")
+
+    def wanted(self, selection: NodeSharingConfig | None) -> tuple[AgentConfig, str]:
+        if selection is None:
+            return self.base, self.local
+        for entry in (selection.device_plugin, selection.mig):
+            if entry is not None and entry.text is None:
+                raise ValidationError(entry.missing or "missing", obj=f"node {self.agent.node_name}")
+        if selection.device_plugin is None:
+            return self.base, f"{self.local} (ConfigMap {selection.config_map} has no device plugin entry)"
+        entry = selection.device_plugin
+        assert entry.text is not None
+        return overlay_named_config(self.base, entry.text, where=entry.where), entry.where
+
+
+def _follow_sharing_config(
+    agent: Agent, base: AgentConfig, path: Path | None, namespace: str, resync: float, done: threading.Event
+) -> SharingConfigWatcher:
+    """Reads the Node's selection once (so the plugins first register with it), then follows it."""
+    from gpufleet.kube.client import KubeTransport
+
+    local = f"local config {path}" if path is not None else "the default config"
+    apply = PoolSharing(agent, base, local)
+    watcher = SharingConfigWatcher(
+        KubeTransport.from_environment(), agent.node_name, namespace, apply, resync=resync
+    )
+    apply.report = watcher.report
+    try:
+        watcher.poll()
+    except Exception as exc:  # the API server away at start: the local config until it answers
+        log.warning("node %s: sharing config not read yet (%s); %s for now", agent.node_name, exc, local)
+    watcher.start(done)
+    return watcher
+
+
+def _no_report(reason: str, message: str, *, warning: bool = False) -> None:
+    pass
 
 
 @contextmanager

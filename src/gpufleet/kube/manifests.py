@@ -59,6 +59,9 @@ class Agent:
         default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     )
     metricsPort: int = 9400
+    sharingConfig: bool = True
+    """Follow the Node's `gpufleet.io/sharing-config` label: apply its pool's ConfigMap entry (in the
+    chart's namespace, written by the operator) and re-apply on changes; false: the local config only."""
     resources: dict[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "100m", "memory": "128Mi"},
@@ -188,7 +191,21 @@ SHARING_CONFIG_RULES: tuple[Rule, ...] = (
     ),
 )
 AGENT_RULES: tuple[Rule, ...] = (
-    ("", ("nodes",), ("get", "patch"), "GPU Feature Discovery labels on the agent's own Node"),
+    (
+        "",
+        ("nodes",),
+        ("get", "patch"),
+        "GPU Feature Discovery labels on the agent's own Node; its sharing-config labels read",
+    ),
+)
+AGENT_SHARING_RULES: tuple[Rule, ...] = (
+    (
+        "",
+        ("configmaps",),
+        ("get", "list", "watch"),
+        "agent: the sharing ConfigMap its Node's gpufleet.io/sharing-config label names",
+    ),
+    ("", ("events",), ("create",), "agent: SharingConfigApplied and SharingConfigInvalid Events on its Node"),
 )
 
 
@@ -359,6 +376,9 @@ def _agent(v: Values) -> list[Json]:
         else {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0}
     )
     selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "agent"}
+    sharing_args = (
+        ["--sharing-config", f"--sharing-namespace={ns}"] if a.sharingConfig else ["--no-sharing-config"]
+    )
     pod_spec: Json = {
         "serviceAccountName": name,
         "priorityClassName": "system-node-critical",
@@ -370,7 +390,12 @@ def _agent(v: Values) -> list[Json]:
                 "image": _image(v),
                 "imagePullPolicy": v.image.pullPolicy,
                 "command": ["gpufleet"],
-                "args": ["agent", f"--metrics-port={a.metricsPort}", "--label-node"],
+                "args": [
+                    "agent",
+                    f"--metrics-port={a.metricsPort}",
+                    "--label-node",
+                    *sharing_args,
+                ],
                 "env": [
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
@@ -414,13 +439,18 @@ def _agent(v: Values) -> list[Json]:
         "clusterIP": "None",
         "ports": [{"name": "metrics", "port": a.metricsPort, "targetPort": "metrics"}],
     }
-    objects = [
+    objects: list[Json] = [
         _meta("v1", "ServiceAccount", name, ns, "agent"),
         _role("ClusterRole", name, None, "agent", AGENT_RULES),
         _binding("ClusterRoleBinding", name, None, "agent", name, ns),
-        daemonset,
-        service,
     ]
+    if a.sharingConfig:
+        # A Role: the agents read ConfigMaps and write Events only in gpufleet's namespace.
+        objects += [
+            _role("Role", f"{name}-sharing-config", ns, "agent", AGENT_SHARING_RULES),
+            _binding("RoleBinding", f"{name}-sharing-config", ns, "agent", name, ns),
+        ]
+    objects += [daemonset, service]
     if v.serviceMonitor.enabled:
         monitor = _meta("monitoring.coreos.com/v1", "ServiceMonitor", name, ns, "agent")
         monitor["spec"] = {

@@ -214,6 +214,7 @@ class PluginManager:
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.kubelet_socket = self.plugin_dir / KUBELET_SOCKET
+        self.health = health
         self.resources = build_resources(node, config)
         self.plugins = [
             ResourcePlugin(resource=r, node=node, config=config, health=health, plugin_dir=self.plugin_dir)
@@ -225,11 +226,14 @@ class PluginManager:
         self._seen: Any = None
         self._thread: threading.Thread | None = None
         self._pending: list[ResourcePlugin] = []
+        self._running = False
         self.registrations = 0
 
     def start(self) -> None:
         self._seen = self._socket_identity()
-        self._start_all()
+        with self._lock:
+            self._running = True
+            self._start_all_locked()
         self._thread = threading.Thread(target=self._watch, name="gpufleet-kubelet-watch", daemon=True)
         self._thread.start()
 
@@ -240,17 +244,41 @@ class PluginManager:
                 plugin.stop()
             self._start_all_locked()
 
+    def reconfigure(self, config: AgentConfig, resources: list[Resource], node: NodeInfo) -> None:
+        """Serves `resources` (built from `config`) instead of the current ones and registers them, as
+        NVIDIA's plugin does when its config-manager restarts it: kubelet drops the resources whose
+        plugin went away and takes the new device lists. If a new plugin cannot be served, the old
+        ones are served again and the error raised, so the node never advertises half of each."""
+        with self._lock:
+            old, old_resources = self.plugins, self.resources
+            for plugin in old:
+                plugin.stop()
+            fresh = [
+                ResourcePlugin(
+                    resource=r, node=node, config=config, health=self.health, plugin_dir=self.plugin_dir
+                )
+                for r in resources
+            ]
+            self.plugins, self.resources = fresh, list(resources)
+            if not self._running:
+                return  # start() serves them
+            try:
+                self._start_all_locked()
+            except Exception:
+                for plugin in fresh:
+                    plugin.stop()
+                self.plugins, self.resources = old, old_resources
+                self._start_all_locked()
+                raise
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self._poll + 5)
         with self._lock:
+            self._running = False
             for plugin in self.plugins:
                 plugin.stop()
-
-    def _start_all(self) -> None:
-        with self._lock:
-            self._start_all_locked()
 
     def _start_all_locked(self) -> None:
         for plugin in self.plugins:

@@ -1,0 +1,220 @@
+"""What the node agent reads from the cluster for its GPU sharing: its Node's labels and its pool's ConfigMap.
+
+NVIDIA's GPU Operator runs a config-manager beside the device plugin: it follows the node label
+`nvidia.com/device-plugin.config`, picks that entry of the plugin's ConfigMap and restarts the plugin
+with it. gpufleet's agent does the same from the labels the operator puts on a pool's nodes
+(`kube.fleet`): `gpufleet.io/sharing-config` names the ConfigMap (in the operator's namespace,
+`kube.sharing` writes it), `nvidia.com/device-plugin.config` the device-plugin entry in it and
+`nvidia.com/mig.config` the mig-parted entry.
+
+This module only reads and watches; what the entries mean is the agent's business
+(`gpufleet.agent.config`), and the CLI joins the two, since the agent may not use the client. It needs
+`get` on the Node, `list`/`watch` on ConfigMaps of one namespace and `create` on Events there:
+
+- the ConfigMap is watched (by name), so a change of it is seen at once;
+- the Node is read again at every change of the ConfigMap and every `resync` seconds, since watching
+  it would take `list`/`watch` on every Node of the cluster; a label change is seen within `resync`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gpufleet.kube.config import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, SHARING_CONFIG_LABEL
+from gpufleet.kube.informer import Backoff
+from gpufleet.kube.resources import EVENT, NODE
+from gpufleet.kube.sharing import CONFIG_MAP
+from gpufleet.kube.transport import ApiError, Json, Transport
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 30.0
+COMPONENT = "gpufleet-agent"
+
+
+@dataclass(frozen=True, slots=True)
+class NamedConfig:
+    """One entry of the sharing ConfigMap, picked by a node label."""
+
+    config_map: str
+    """`namespace/name` of the ConfigMap."""
+    key: str
+    text: str | None
+    """The entry's YAML; None when the ConfigMap or this key is missing (`missing` says which)."""
+    missing: str | None = None
+
+    @property
+    def where(self) -> str:
+        """How errors name the entry: `ConfigMap gpufleet-system/gpufleet-sharing-ts, key time-slicing-4`."""
+        return f"ConfigMap {self.config_map}, key {self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSharingConfig:
+    """What the Node's labels select: the device-plugin entry and the mig-parted entry (either may be
+    absent when the pool shares its GPUs only one way)."""
+
+    config_map: str
+    device_plugin: NamedConfig | None
+    mig: NamedConfig | None
+
+
+def selected(node: Json, namespace: str, config_map: Json | None) -> NodeSharingConfig | None:
+    """The entries a Node's labels pick from `config_map` (the ConfigMap they name, or None when it
+    does not exist); None when the Node names no sharing ConfigMap."""
+    labels: Mapping[str, str] = node.get("metadata", {}).get("labels") or {}
+    name = labels.get(SHARING_CONFIG_LABEL)
+    if not name:
+        return None
+    where = f"{namespace}/{name}"
+    data: Mapping[str, str] = (config_map or {}).get("data") or {}
+
+    def entry(label: str) -> NamedConfig | None:
+        key = labels.get(label)
+        if not key:
+            return None
+        if config_map is None:
+            missing = f"ConfigMap {where} (named by {SHARING_CONFIG_LABEL}) not found"
+            return NamedConfig(where, key, None, missing)
+        if key not in data:
+            known = ", ".join(sorted(data)) or "none"
+            missing = f"ConfigMap {where} has no key {key!r} (named by {label}); it has {known}"
+            return NamedConfig(where, key, None, missing)
+        return NamedConfig(where, key, data[key])
+
+    return NodeSharingConfig(where, entry(DEVICE_PLUGIN_CONFIG_LABEL), entry(MIG_CONFIG_LABEL))
+
+
+OnChange = Callable[[NodeSharingConfig | None], None]
+
+
+class SharingConfigWatcher:
+    """Follows one Node's sharing labels and the ConfigMap they name; calls `on_change` with what they
+    select at the start and whenever that changes (None: the Node names no sharing ConfigMap)."""
+
+    def __init__(
+        self,
+        api: Transport,
+        node_name: str,
+        namespace: str,
+        on_change: OnChange,
+        *,
+        resync: float = RESYNC_SECONDS,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.api = api
+        self.node_name = node_name
+        self.namespace = namespace
+        self.on_change = on_change
+        self.resync = resync
+        self._backoff = backoff or Backoff()
+        self._node: Json = {}
+        self._last: NodeSharingConfig | None = None
+        self._told = False
+        self._thread: threading.Thread | None = None
+
+    def read(self) -> tuple[NodeSharingConfig | None, str | None]:
+        """Reads the Node and the ConfigMap it names once: what they select, and the ConfigMaps'
+        resourceVersion to watch from (None when the Node names no ConfigMap)."""
+        node = self.api.request("GET", NODE.item(self.node_name))
+        self._node = node
+        name = (node.get("metadata", {}).get("labels") or {}).get(SHARING_CONFIG_LABEL)
+        if not name:
+            return None, None
+        # A list by name rather than a GET: it answers for a missing ConfigMap too, with the version
+        # to watch from for its creation.
+        found = self.api.request(
+            "GET", CONFIG_MAP.collection(self.namespace), query={"fieldSelector": f"metadata.name={name}"}
+        )
+        items = [item for item in found.get("items", []) if item.get("metadata", {}).get("name") == name]
+        version = str(found.get("metadata", {}).get("resourceVersion") or "") or None
+        return selected(node, self.namespace, items[0] if items else None), version
+
+    def poll(self) -> str | None:
+        """One read; tells `on_change` when the selection differs from the last one told. Returns the
+        resourceVersion to watch the ConfigMap from."""
+        selection, version = self.read()
+        if not self._told or selection != self._last:
+            self._last, self._told = selection, True
+            try:
+                self.on_change(selection)
+            except Exception:  # the watcher must outlive a failure to apply; the next change retries
+                log.exception("applying the sharing config of node %s failed", self.node_name)
+        return version
+
+    def run(self, stop: threading.Event) -> None:
+        """Polls, then waits for a change of the ConfigMap (or `resync`), until `stop` is set."""
+        while not stop.is_set():
+            try:
+                version = self.poll()
+                self._backoff.reset()
+                self._wait(stop, version)
+            except Exception as exc:  # the API server away, a watch cut: try again after a pause
+                delay = self._backoff.delay()
+                log.warning("node %s sharing config: %s; retrying in %.1fs", self.node_name, exc, delay)
+                stop.wait(delay)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        self._thread = threading.Thread(
+            target=self.run, args=(stop,), daemon=True, name="gpufleet-sharing-config"
+        )
+        self._thread.start()
+        return self._thread
+
+    def _wait(self, stop: threading.Event, version: str | None) -> None:
+        name = self._last.config_map.split("/", 1)[1] if self._last is not None else None
+        if name is None or version is None:
+            stop.wait(self.resync)
+            return
+        query: dict[str, str | int | bool] = {
+            "fieldSelector": f"metadata.name={name}",
+            "resourceVersion": version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": max(1, int(self.resync)),
+        }
+        lines = self.api.watch(CONFIG_MAP.collection(self.namespace), query=query, timeout=self.resync + 10)
+        try:
+            for line in lines:
+                obj = line.get("object") or {}
+                if line.get("type") != "BOOKMARK" and obj.get("metadata", {}).get("name") == name:
+                    return  # it changed: read it (and the Node) again
+                if stop.is_set():
+                    return
+        except ApiError as exc:
+            if exc.status != 410:  # 410: the version is too old; the next read starts afresh
+                raise
+
+    def report(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event about the Node (best effort), in the namespace the agent may write Events to;
+        `kubectl describe node` lists a Node's Events from every namespace."""
+        meta = self._node.get("metadata") or {}
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{self.node_name}.", "namespace": self.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": self.node_name,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT, "host": self.node_name},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.node_name,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.api.request("POST", EVENT.collection(self.namespace), body=event)
+        except ApiError as exc:
+            log.debug("event %s on node %s not written: %s", reason, self.node_name, exc)

@@ -1,0 +1,306 @@
+"""The agent takes its GPU sharing from its pool's ConfigMap, as NVIDIA's plugin does under the GPU
+Operator's config-manager: the operator writes the ConfigMap and labels the Node (the real operator
+code runs here against the in-memory API server), the agent follows them and its device plugin
+re-registers with kubelet (a fake one over real gRPC) with the replicas the selected entry asks for."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.agent.config import AgentConfig, parse_config
+from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.agent.runtime import Agent
+from gpufleet.cli.agent import PoolSharing
+from gpufleet.kube.agent_config import SharingConfigWatcher
+from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.operator import Operator
+from kube.fake_http import serve, write_kubeconfig
+from kube.fakeapi import FakeApiServer
+from kube.test_fleet import MERGE, POOLS, make_pool, sync
+from kube.test_operator import Clock
+from kube.test_scheduler import add_node
+
+from .fakes import FakeKubelet
+from .test_exporter import _free_port
+
+NS = "gpu-ops"
+NODE = "node-a"
+CONFIG_MAPS = f"/api/v1/namespaces/{NS}/configmaps"
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def api() -> FakeApiServer:
+    return FakeApiServer()
+
+
+@pytest.fixture
+def operator(api: FakeApiServer) -> Operator:
+    return Operator(api, config=KubeConfig(namespace=NS), clock=Clock())
+
+
+def shared_pool(api: FakeApiServer, operator: Operator, replicas: int) -> None:
+    """A pool time-slicing its GPUs `replicas` ways with the agent's node in it, as the operator
+    leaves it: the ConfigMap `gpufleet-sharing-ts` and the Node's labels."""
+    make_pool(api, "ts", sharing={"timeSlicing": {"replicas": replicas}})
+    add_node(api, NODE, labels={"pool": "ts"})
+    sync(operator)
+
+
+def edit_entry(api: FakeApiServer, key: str, text: str) -> None:
+    """What someone editing the ConfigMap by hand does: one entry's text changes, nothing else."""
+    path = f"{CONFIG_MAPS}/gpufleet-sharing-ts"
+    api.request("PATCH", path, body={"data": {key: text}}, content_type=MERGE)
+
+
+def time_slicing(replicas: int, resource: str = GPU) -> str:
+    document = {
+        "version": "v1",
+        "sharing": {"timeSlicing": {"resources": [{"name": resource, "replicas": replicas}]}},
+    }
+    return yaml.safe_dump(document)
+
+
+def events(api: FakeApiServer, reason: str) -> list[dict]:
+    found = [e for (ns, _), e in api.objects.get("/v1/events", {}).items() if ns == NS]
+    return [e for e in found if e["reason"] == reason and e["involvedObject"]["name"] == NODE]
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def advertised(kubelet: FakeKubelet, resource: str, count: int) -> list[str]:
+    """The device IDs of the newest ListAndWatch answer for `resource` once it has `count` devices
+    (a re-registration opens a new stream; answers of the old one may still be queued)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        ids = [d.ID for d in kubelet.next_list(resource, timeout=15).devices]
+        if len(ids) == count:
+            return ids
+    raise AssertionError(f"{resource} never advertised {count} devices")
+
+
+class Following:
+    """An agent over a recorded HGX H100 and the fake kubelet, following its Node's sharing config."""
+
+    def __init__(self, api: FakeApiServer, kubelet: FakeKubelet, base: AgentConfig, resync: float) -> None:
+        self.agent = Agent(
+            RecordedNvml.from_profile("hgx-h100"),
+            base,
+            node_name=NODE,
+            plugin_dir=kubelet.dir,
+            metrics_port=None,
+            kubelet_poll_interval=0.05,
+        )
+        self.apply = PoolSharing(self.agent, base, "the default config")
+        self.watcher = SharingConfigWatcher(api, NODE, NS, self.apply, resync=resync)
+        self.apply.report = self.watcher.report
+        self.stop = threading.Event()
+
+    def start(self) -> Following:
+        self.watcher.poll()  # as the CLI: the plugins register with the pool's config from the start
+        self.agent.start()
+        self.watcher.start(self.stop)
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.agent.stop()
+
+
+@pytest.fixture
+def follow(api: FakeApiServer, kubelet: FakeKubelet) -> Iterator[Callable[..., Following]]:
+    started: list[Following] = []
+
+    def start(resync: float = 0.2, base: AgentConfig | None = None) -> Following:
+        running = Following(api, kubelet, base or parse_config({"health": {"disabled": True}}), resync)
+        started.append(running.start())
+        return running
+
+    yield start
+    for running in started:
+        running.close()
+
+
+def test_the_pools_time_slicing_is_advertised_and_follows_the_config_map_and_the_label(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    shared_pool(api, operator, replicas=4)
+    # A resync far beyond the test: changes of the ConfigMap must come through its watch.
+    running = follow(resync=30)
+    uuids = [gpu.uuid for gpu in running.agent.node.gpus]
+    assert kubelet.registration().resource_name == GPU
+    assert advertised(kubelet, GPU, 32) == [f"{u}::{i}" for u in uuids for i in range(4)]
+    assert running.agent.labels()["nvidia.com/gpu.replicas"] == "4"
+    applied = events(api, "SharingConfigApplied")
+    assert "ConfigMap gpu-ops/gpufleet-sharing-ts, key time-slicing-4" in applied[0]["message"]
+
+    # The entry edited in place: re-applied without a restart of the agent.
+    edit_entry(api, "time-slicing-4", time_slicing(3))
+    assert kubelet.registration().resource_name == GPU
+    assert advertised(kubelet, GPU, 24) == [f"{u}::{i}" for u in uuids for i in range(3)]
+
+    # The pool's sharing changes: the operator rewrites the ConfigMap and relabels the Node.
+    patch = {"spec": {"sharing": {"timeSlicing": {"replicas": 2}}}}
+    api.request("PATCH", f"{POOLS}/ts", body=patch, content_type=MERGE)
+    sync(operator)
+    assert advertised(kubelet, GPU, 16) == [f"{u}::{i}" for u in uuids for i in range(2)]
+    assert running.agent.config.sharing.time_slicing is not None
+
+    # The pool stops sharing: no label, so the local config (whole GPUs) is back.
+    api.request("PATCH", f"{POOLS}/ts", body={"spec": {"sharing": None}}, content_type=MERGE)
+    sync(operator)
+    assert advertised(kubelet, GPU, 8) == uuids
+    assert running.agent.config.sharing.strategy == "none"
+
+
+def test_mps_from_the_config_map_is_what_the_plugin_serves(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    make_pool(api, "ts", sharing={"mps": {"replicas": 2}})
+    add_node(api, NODE, labels={"pool": "ts"})
+    sync(operator)
+    running = follow()
+    assert len(advertised(kubelet, GPU, 16)) == 16
+    assert running.agent.config.sharing.strategy == "mps"
+    assert running.agent.config.sharing.fail_requests_greater_than_one
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (time_slicing(0), "field sharing.timeSlicing.resources[0].replicas: must be at least 1, got 0"),
+        (
+            time_slicing(2, "nvidia.com/mig-1g.10gb"),
+            "field sharing: sharing names resource 'nvidia.com/mig-1g.10gb'",
+        ),
+        ("version: v2\n", "field version:"),
+        ("sharing: [oops\n", "not YAML"),
+    ],
+    ids=["replicas-0", "resource-the-node-lacks", "unknown-version", "not-yaml"],
+)
+def test_a_config_that_cannot_be_applied_is_refused_naming_configmap_key_and_field_and_the_previous_stays(
+    api: FakeApiServer,
+    operator: Operator,
+    kubelet: FakeKubelet,
+    follow: Callable[..., Following],
+    text: str,
+    field: str,
+) -> None:
+    shared_pool(api, operator, replicas=4)
+    running = follow()
+    assert len(advertised(kubelet, GPU, 32)) == 32
+    before = running.agent.config
+    registrations = running.agent.plugins.registrations
+
+    edit_entry(api, "time-slicing-4", text)
+    refused = wait_until("the Warning Event", lambda: events(api, "SharingConfigInvalid"))
+    assert refused[0]["type"] == "Warning"
+    message = refused[0]["message"]
+    assert message.startswith("ConfigMap gpu-ops/gpufleet-sharing-ts, key time-slicing-4: "), message
+    assert field in message and message.endswith("the config in force stays")
+    # Nothing was applied: the same config, no re-registration, the plugin still serves 4 replicas.
+    assert running.agent.config == before
+    assert running.agent.plugins.registrations == registrations
+    assert [len(r.devices) for r in running.agent.resources] == [32]
+
+    # Fixed: applied again.
+    edit_entry(api, "time-slicing-4", time_slicing(2))
+    assert len(advertised(kubelet, GPU, 16)) == 16
+
+
+def test_a_label_naming_a_missing_entry_is_refused_and_the_local_config_stays(
+    api: FakeApiServer, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    labels = {
+        "gpufleet.io/sharing-config": "gpufleet-sharing-gone",
+        "nvidia.com/device-plugin.config": "time-slicing-4",
+    }
+    add_node(api, NODE, labels=labels)
+    running = follow()
+    refused = wait_until("the Warning Event", lambda: events(api, "SharingConfigInvalid"))
+    assert (
+        "ConfigMap gpu-ops/gpufleet-sharing-gone (named by gpufleet.io/sharing-config) not found"
+        in (refused[0]["message"])
+    )
+    assert len(advertised(kubelet, GPU, 8)) == 8
+    assert running.agent.config.sharing.strategy == "none"
+
+    # The ConfigMap appears (without that key, then with it): watched by name, picked up.
+    body = {"metadata": {"name": "gpufleet-sharing-gone"}, "data": {"mps-2": time_slicing(2)}}
+    api.request("POST", CONFIG_MAPS, body=body)
+    wait_until(
+        "the missing key reported",
+        lambda: any(
+            "has no key 'time-slicing-4'" in e["message"] for e in events(api, "SharingConfigInvalid")
+        ),
+    )
+    edit_entry_path = f"{CONFIG_MAPS}/gpufleet-sharing-gone"
+    api.request(
+        "PATCH", edit_entry_path, body={"data": {"time-slicing-4": time_slicing(4)}}, content_type=MERGE
+    )
+    assert len(advertised(kubelet, GPU, 32)) == 32
+
+
+def test_the_local_config_keeps_what_the_named_config_does_not_set(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    """The operator's entries set only `sharing`: the local file's flags (device ID strategy) stay."""
+    shared_pool(api, operator, replicas=2)
+    base = parse_config({"flags": {"plugin": {"deviceIDStrategy": "index"}}, "health": {"disabled": True}})
+    running = follow(base=base)
+    assert len(advertised(kubelet, GPU, 16)) == 16
+    assert running.agent.config.flags == base.flags
+    assert running.agent.config.sharing.time_slicing is not None
+
+
+def test_the_agent_cli_follows_the_config_map_through_the_official_client(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, short_dir: Path
+) -> None:
+    """`gpufleet agent` as the DaemonSet runs it, against the stand-in served over HTTP."""
+    shared_pool(api, operator, replicas=4)
+    server = serve(api)
+    kubeconfig = short_dir / "kubeconfig"
+    write_kubeconfig(kubeconfig, server.server_address[1])
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "agent", "--node-name", NODE, "--profile", "hgx-h100",
+         "--plugin-dir", str(kubelet.dir), "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+         "--feature-file", "", "--no-label-node", "--pod-resources-socket", str(short_dir / "none.sock"),
+         "--sharing-config", "--sharing-namespace", NS, "--sharing-resync", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**env, "PYTHONUNBUFFERED": "1", "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+    try:
+        assert kubelet.registration(timeout=30).resource_name == GPU
+        assert len(advertised(kubelet, GPU, 32)) == 32
+        edit_entry(api, "time-slicing-4", time_slicing(0))
+        wait_until("the Warning Event", lambda: events(api, "SharingConfigInvalid"), timeout=20)
+        edit_entry(api, "time-slicing-4", time_slicing(2))
+        assert len(advertised(kubelet, GPU, 16)) == 16
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+        server.shutdown()
+    assert proc.returncode == 0, output
+    assert "sharing config refused, the one in force stays" in output
+    assert "field sharing.timeSlicing.resources[0].replicas" in output
