@@ -11,7 +11,8 @@ What a real server does that callers can trip over is done here too: gpufleet's 
 when the stand-in starts (`crds=False` leaves them out), a custom resource whose CRD is not installed
 is answered 404, fields its CRD's schema does not declare are pruned on every write, new pods get the
 `DefaultTolerationSeconds` tolerations, an eviction sets the pod's `DisruptionTarget` condition
-(reason `EvictionByEvictionAPI`) before it deletes it, and a watch with a label selector reports an
+(reason `EvictionByEvictionAPI`) before it deletes it, a custom resource's object keys come back
+sorted (it is stored as unstructured JSON, Go maps), and a watch with a label selector reports an
 object that enters the selection as ADDED and one that leaves it as DELETED.
 
 It is a unit-test tool, not the e2e proof (that is `pytest -m k8s`).
@@ -354,7 +355,9 @@ class FakeApiServer:
             where = ".".join(str(p) for p in errors[0].absolute_path)
             raise _status(422, "Invalid", f"{obj.get('kind')} {obj['metadata'].get('name')!r} is invalid: "
                           f"{where}: {errors[0].message}")  # fmt: skip
-        return {**body, "metadata": obj["metadata"]}
+        # A custom resource is kept as unstructured JSON (Go maps): its object keys come back sorted, so
+        # the order a user wrote a map in (a Queue's quotas) does not survive the server.
+        return _sorted_keys({**body, "metadata": obj["metadata"]})
 
     def _has_status(self, key: str) -> bool:
         return key in self.STATUS_SUBRESOURCE or not key.startswith("/")
@@ -471,6 +474,14 @@ def _prune(value: Any, schema: Json) -> Any:
         return value
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [_prune(v, schema["items"]) for v in value]
+    return value
+
+
+def _sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
     return value
 
 

@@ -10,6 +10,11 @@ between passes; a change of Queues (the quota tree) rebuilds it whole, keeping t
 - Workloads (a gang, a Job's gang or a single pod): each time one of its pods changes, the workload is
   taken out of the cache and put back as the pods now say: admitted with what its bound pods hold,
   pending when none is bound and all members exist, or waiting for its members.
+- Flavors: a workload accounted from its bound pods is charged to the quota flavor it was admitted
+  under (`H100-80GB/spot`, not the node's plain model): the flavor its pods were assumed with or that
+  was noted on them at bind time (`gpufleet.io/flavor`), else the one the cycle would give its node (the
+  queue's first flavor, in its order, of the node's GPU model whose capacity type, if any, is the node's
+  `gpufleet.io/capacity-type`). MIG pods count in their profile either way.
 - Assumptions: a pod the scheduler bound (or is binding) counts as bound on its chosen node before the
   informer shows it, with the GPUs chosen (Kueue's assume). An assumption ends when the informer
   shows the pod bound, or the pod is gone, or the bind failed for good.
@@ -42,7 +47,7 @@ from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Reason
-from gpufleet.scheduler.flavors import Assignment, usage_of
+from gpufleet.scheduler.flavors import CAPACITY_TYPE_LABEL, Assignment, model_of, split_flavor, usage_of
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -65,6 +70,8 @@ class Assumed:
 
     node: str
     allocation: Allocation
+    flavor: str | None = None
+    """The quota flavor the pod's GPUs are charged to (what the cycle admitted it under)."""
 
 
 @dataclass(slots=True)
@@ -333,9 +340,9 @@ class KubeCache:
             out.update({f"{workload}/{pod_set}/{i}": p for i, p in enumerate(same)})
         return out
 
-    def assume(self, pod: Json, node: str, allocation: Allocation) -> None:
+    def assume(self, pod: Json, node: str, allocation: Allocation, flavor: str | None = None) -> None:
         """Counts a pod as bound to `node` until the informer shows it so."""
-        self.assumed[key_of(pod)] = Assumed(node, allocation)
+        self.assumed[key_of(pod)] = Assumed(node, allocation, flavor)
 
     def mark(self, pod_key: str) -> None:
         """Looks at a pod again at the next refresh (an assumption dropped, a bind that failed)."""
@@ -360,6 +367,7 @@ class KubeCache:
         counts = {ps.name: 0 for ps in workload.pod_sets}
         allocations: list[Allocation] = []
         model: str | None = None
+        derived: str | None = None
         missing: dict[str, int] = {ps.name: 0 for ps in workload.pod_sets}
         for core_name, pod in sorted(names.items()):
             pod_set = kube_pods.pod_set_of(pod)
@@ -371,8 +379,14 @@ class KubeCache:
                 continue
             allocations.append(alloc)
             counts[pod_set] += 1
-            if requests[pod_set].total_gpu_milli:
-                model = cache.fleet.specs[alloc.node].gpu_model or model
+            if requests[pod_set].total_gpu_milli and model is None:
+                # One flavor for the whole workload, as the cycle assigns it: the first pod's that was
+                # noted at bind time, else the one the first pod's node implies.
+                flavor, noted = self._admitted_flavor(workload.queue, pod, alloc.node)
+                if noted:
+                    model = flavor
+                elif derived is None:
+                    derived = flavor
         for alloc in allocations:  # cache.admit takes them again
             cache.fleet.release(alloc.pod)
         if workload.queue not in cache.tree.nodes:
@@ -384,6 +398,7 @@ class KubeCache:
             for alloc in allocations:
                 cache.fleet.reinstate(alloc)
             return
+        model = model or derived
         order = tuple(counts[ps.name] for ps in workload.pod_sets)
         assignment = Assignment(model, order, usage_of(workload, model, order))
         admitted = cache.admit(workload, assignment, allocations, now=now)
@@ -391,6 +406,38 @@ class KubeCache:
         admitted.workload = dataclasses.replace(admitted.workload, admitted_at=started)
         if any(missing.values()):
             self._submit_rest(workload, missing, allocations)
+
+    def _admitted_flavor(self, queue: str, pod: Json, row: int) -> tuple[str | None, bool]:
+        """The flavor a bound pod's GPUs were admitted under, and whether it was noted rather than derived.
+
+        Noted: the flavor the scheduler assumed, or wrote on the pod when binding it, while the queue still
+        has it for the node's GPU model. Derived, as the cycle assigns flavors: the queue's first flavor
+        (in its order) of the node's model that selects the node (a plain model selects every node of the
+        model; `MODEL/spot` only nodes labelled `gpufleet.io/capacity-type: spot`); the plain model in an
+        unlimited queue (it tries models) or when none of the queue's flavors selects the node.
+        """
+        cache = self.cache
+        assert cache is not None
+        spec = cache.fleet.specs[row]
+        model = spec.gpu_model
+        if not model:
+            return None, False
+        quota = cache.tree.nodes.get(queue)
+        flavors = [] if quota is None or quota.unlimited else list(quota.quotas)
+        assumed = self.assumed.get(key_of(pod))
+        noted = assumed.flavor if assumed is not None and assumed.flavor else kube_pods.recorded_flavor(pod)
+        if (
+            noted is not None
+            and model_of(noted) == model
+            and (noted in flavors if flavors else noted == model)
+        ):
+            return noted, True
+        capacity = spec.labels.get(CAPACITY_TYPE_LABEL)
+        for flavor in flavors:
+            flavor_model, flavor_capacity = split_flavor(flavor)
+            if flavor_model == model and flavor_capacity in (None, capacity):
+                return flavor, False
+        return model, False
 
     def _submit_rest(self, workload: Workload, missing: Mapping[str, int], placed: list[Allocation]) -> None:
         """The unbound members of a partly bound gang, as a workload of their own that must all start."""

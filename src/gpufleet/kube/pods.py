@@ -194,6 +194,18 @@ def pod_set_of(pod: Json) -> str:
     return str((pod["metadata"].get("labels") or {}).get(POD_SET_LABEL, "main"))
 
 
+FLAVOR_ANNOTATION = "gpufleet.io/flavor"
+"""Written at bind time, with the GPUs chosen: the quota flavor the pod's GPUs are charged to (`H100-80GB`,
+`H100-80GB/spot`, or a MIG profile), so a scheduler that starts later charges the running workload to
+the flavor it was admitted under."""
+
+
+def recorded_flavor(pod: Json) -> str | None:
+    """The flavor noted on a bound pod by the scheduler that bound it (None when none was noted)."""
+    value = (pod["metadata"].get("annotations") or {}).get(FLAVOR_ANNOTATION)
+    return str(value) if value else None
+
+
 JOB_GANG_ANNOTATION = "gpufleet.io/gang-scheduling"
 """On a Job: `"true"` makes its pods (without a gang label) one gang sized by parallelism/completions."""
 

@@ -5,10 +5,11 @@ parked workloads and in-flight assumptions live as long as this replica leads. E
 what changed, then runs the cycle loop the embedded world runs (`controllers.decisions.run_cycles`)
 with this world's carrier:
 
-- admit: the admission is assumed in the cache, then each pod's GPUs are annotated and a Binding is
-  created (a gang only when the cycle admitted all of it). A bind refused for good (pod gone, bound
-  elsewhere) drops the assumption and the workload is looked at again; a bind that failed for a
-  transient reason is retried at the next pass, on the same node, so a gang is always completed.
+- admit: the admission is assumed in the cache, then each pod's GPUs and quota flavor are annotated
+  (`gpufleet.io/gpus`, `gpufleet.io/flavor`) and a Binding is created (a gang only when the cycle
+  admitted all of it). A bind refused for good (pod gone, bound elsewhere) drops the assumption and the
+  workload is looked at again; a bind that failed for a transient reason is retried at the next pass,
+  on the same node, so a gang is always completed.
 - preempt: victims are asked to leave through the Eviction API (PodDisruptionBudgets apply); until
   they are gone they keep holding their node's resources, and their preemptor waits for them
   (`WaitingForPreemption`) instead of looking for more victims; it is tried first once they are gone.
@@ -39,6 +40,7 @@ from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt, Reason
+from gpufleet.scheduler.flavors import pod_usage
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import Workload
 
@@ -188,13 +190,17 @@ class KubeScheduler:
         if workload is None:
             return
         pods = self.kcache.core_pods(admit.workload)
+        requests = {ps.name: ps.request for ps in workload.pod_sets}
         cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
         self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
         for alloc in admit.allocations:
             pod = pods.get(alloc.pod)
             if pod is None:
                 continue
-            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc)
+            # The flavor the pod is charged to goes with it, so a later scheduler charges the same one.
+            charged = pod_usage(requests[kube_pods.pod_set_of(pod)], admit.assignment.model)
+            flavor = charged[0] if charged is not None else None
+            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor)
             self._bind(pod, alloc.pod)
 
     def _bind(self, pod: Json, core_name: str) -> None:
@@ -203,8 +209,11 @@ class KubeScheduler:
         if assumed is None:
             return
         alloc = assumed.allocation
+        noted = {kube_pods.FLAVOR_ANNOTATION: assumed.flavor} if assumed.flavor else None
         try:
-            ok = self.actions.bind(pod, assumed.node, alloc if alloc.gpus or alloc.mig else None)
+            ok = self.actions.bind(
+                pod, assumed.node, alloc if alloc.gpus or alloc.mig else None, annotations=noted
+            )
         except ApiError as exc:  # the API server is struggling: the same binding, next pass
             log.warning("binding %s to %s failed (%s); retrying", key, assumed.node, exc)
             self.retry_binds[key] = core_name
