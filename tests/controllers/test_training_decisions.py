@@ -66,7 +66,8 @@ def condition(status: TrainingJobStatus, kind: str) -> tuple[str, str | None] | 
         (workers(admitted=False, expected=0), "Pending"),
         (workers(running=2), "Admitted"),  # capacity held, not every worker runs yet
         (workers(running=4), "Running"),
-        (workers(running=3, succeeded=1), "Admitted"),  # one finished early: not done yet
+        (workers(running=3, succeeded=1), "Running"),  # ranks finish one by one: still running
+        (workers(running=2, succeeded=1), "Admitted"),  # one worker neither runs nor finished
         (workers(succeeded=4), "Succeeded"),
         (workers(expected=0, admitted=False, succeeded=1), "Succeeded"),  # capacity already returned
         (workers(expected=0, admitted=True), "Admitted"),  # no workers expected: never Running
@@ -232,3 +233,39 @@ def test_workers_are_counted_from_their_pods_phases() -> None:
     phases = ["Running", "Running", "Succeeded", "Pending", None, "Failed"]
     counted = Workers.of(phases, expected=6, placed=5, admitted=True)
     assert counted == Workers(expected=6, placed=5, running=2, succeeded=1, admitted=True)
+
+
+def test_a_job_whose_workers_finish_one_by_one_stays_running_until_all_are_done() -> None:
+    running = jobstate.job_status(TrainingJobStatus(), observed(workers(running=4)), now=EARLIER)
+    finishing = jobstate.job_status(running, observed(workers(running=1, succeeded=3)), now=NOW)
+    assert finishing.phase == "Running" and finishing.ready_replicas == 1
+    assert condition(finishing, "Running") == ("True", "AllWorkersRunning")
+    assert [e.message for e in jobstate.job_events(running, finishing)] == []  # no step backwards
+    done = jobstate.job_status(finishing, observed(workers(succeeded=4)), now=NOW)
+    assert [e.message for e in jobstate.job_events(finishing, done)] == ["Running -> Succeeded"]
+
+
+def test_a_restarted_job_is_no_longer_admitted_until_its_new_attempt_is() -> None:
+    running = jobstate.job_status(TrainingJobStatus(), observed(workers(running=4)), now=EARLIER)
+    backoff = PendingReason(type="Backoff", message="llm-0-1 Error; requeued after 30s")
+    waiting = jobstate.job_status(
+        running, observed(workers(admitted=False, expected=0), disruptions=1, pending=backoff), now=NOW
+    )
+    assert waiting.phase == "Pending" and condition(waiting, "Admitted") == ("False", "Backoff")
+    quota = PendingReason(type="QuotaExceeded", message="team-a is at its quota")
+    queued = jobstate.job_status(
+        waiting, observed(workers(admitted=False, expected=0), disruptions=1, pending=quota), now=NOW
+    )
+    assert condition(queued, "Admitted") == ("False", "QuotaExceeded")
+    later = NOW + timedelta(minutes=1)
+    again = jobstate.job_status(queued, observed(workers(running=2), disruptions=1), now=later)
+    admitted = next(c for c in again.conditions if c.type == "Admitted")
+    assert (admitted.status, admitted.last_transition_time) == ("True", later)
+
+
+def test_a_job_never_admitted_gets_no_admitted_condition_while_it_waits() -> None:
+    reason = PendingReason(type="QuotaExceeded", message="team-a is at its quota")
+    waiting = jobstate.job_status(
+        TrainingJobStatus(), observed(workers(admitted=False, expected=0), pending=reason), now=NOW
+    )
+    assert condition(waiting, "Admitted") is None

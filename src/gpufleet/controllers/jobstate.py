@@ -106,12 +106,14 @@ Phase = Literal["Pending", "Admitted", "Running", "Succeeded"]
 
 def progress(workers: Workers) -> Phase:
     """Where a job that has not failed stands: done when every expected worker finished, Running
-    when all run, Admitted while its capacity is held, else Pending."""
+    while every worker runs or has finished (ranks end at slightly different times, and a job whose
+    first ranks are done is not back to merely holding capacity), Admitted while its capacity is
+    held, else Pending."""
     if workers.succeeded and workers.succeeded >= max(workers.expected, 1):
         return "Succeeded"
     if not workers.admitted:
         return "Pending"
-    if workers.expected and workers.running >= workers.expected:
+    if workers.expected and workers.running and workers.running + workers.succeeded >= workers.expected:
         return "Running"
     return "Admitted"
 
@@ -149,6 +151,7 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
             status.pending_reason = observed.pending
             running = Condition(type="Running", status="False", reason=observed.pending.type, message="")
             status.conditions = set_condition(status.conditions, running, now=now)
+        status.conditions = _not_admitted(status.conditions, status.pending_reason or QUEUED, now)
         return status
     status.pending_reason = None
     status.admitted_time = status.admitted_time or observed.admitted_time or now
@@ -159,6 +162,16 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
         running = Condition(type="Running", status="True", reason="AllWorkersRunning", message="")
         status.conditions = set_condition(status.conditions, running, now=now)
     return status
+
+
+def _not_admitted(conditions: list[Condition], why: PendingReason, now: datetime) -> list[Condition]:
+    """`Admitted False` with the reason the job waits, for a job that held capacity in an earlier
+    attempt (a restart, a re-queue): the new attempt holds none yet. A job never admitted gets none."""
+    admitted = next((c for c in conditions if c.type == "Admitted"), None)
+    if admitted is None or (admitted.status, admitted.reason) == ("False", why.type):
+        return conditions
+    waiting = Condition(type="Admitted", status="False", reason=why.type, message=why.message)
+    return set_condition(conditions, waiting, now=now)
 
 
 def _finish(

@@ -4,9 +4,10 @@ The job owns one Workload named `job-{name}`, the gang of its workers (`minRepli
 elastic). Everything else is derived, level-triggered, from what the store holds now, by the rules
 of `controllers.jobstate` that the Kubernetes operator follows too:
 
-- phase: `Pending` while the workload waits (with the scheduler's reason), `Admitted` once it holds
-  capacity, `Running` when every worker runs, `Succeeded` when they have all finished their work,
-  `Failed` when the workload was evicted more than `restartPolicy.maxRestarts` times;
+- phase: `Pending` while the workload waits (with the scheduler's reason; a restarted job's
+  `Admitted` condition turns False with it), `Admitted` once it holds capacity, `Running` while every
+  admitted worker runs or has finished, `Succeeded` when they have all finished their work, `Failed`
+  when the workload was evicted more than `restartPolicy.maxRestarts` times;
 - `restarts` and `lostGpuSeconds`: the evictions the scheduler recorded in the workload's status
   (GPU failure, node loss, spot interruption, preemption), each with the GPU-seconds since the last
   checkpoint it threw away;

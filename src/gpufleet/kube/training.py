@@ -17,10 +17,14 @@ A worker that failed, or was evicted (preemption, a drained node), ends the atte
 pods are deleted and, within `restartPolicy.maxRestarts`, the next attempt starts after
 `backoffSeconds` from the newest complete Checkpoint (the job waits with pendingReason `Backoff`).
 Status and Events are those of the embedded world, decided by `controllers.jobstate` from the pods
-read here: `phase` (Pending until every worker is bound, Admitted, Running when all run, Succeeded,
-Failed past maxRestarts), `replicas` (bound workers), `readyReplicas`, `restarts` (attempts ended by
-a disruption), `lastCheckpoint`, conditions. Outside a backoff `pendingReason` is the scheduler's,
-merged in by it, and left alone here.
+read here: `phase` (Pending until every worker is bound, or `minReplicas` of an elastic job: the
+bound workers are the ones the attempt runs with; Admitted; Running while every bound worker runs or
+has finished; Succeeded; Failed past maxRestarts), `replicas` (bound workers), `readyReplicas`,
+`restarts` (attempts ended by a disruption), `lastCheckpoint`, conditions. Outside a backoff
+`pendingReason` is the scheduler's, merged in by it; it is only repeated here into the Running
+condition. When a backoff ends, `Backoff` becomes `Queued` (written before the new attempt's pods
+exist) until the scheduler says why the new attempt waits. A finished job's workers that were never
+bound (an elastic job's surplus) are deleted.
 """
 
 from __future__ import annotations
@@ -306,20 +310,33 @@ class TrainingJobOperator:
         broken = [p for p in current if _broken(p)]
         if previous.phase not in jobstate.FINISHED and broken:
             return self._restart(raw, job, checkpoint, current, _why(broken[0]), now)
-        pending = None
-        if previous.phase not in jobstate.FINISHED:
-            resume = _restart_at(previous, job.spec.restart_policy.backoff_seconds)
-            if resume is not None and resume > now:
-                self._write(raw, previous, _observed(job, checkpoint, current), now)
-                return resume
-            if resume is not None:
-                pending = jobstate.QUEUED  # the backoff is over: the scheduler says why it waits now
-            existing = {p["metadata"]["name"] for p in current}
-            for rank in range(job.spec.replicas):
-                if attempt.pod_name(rank) not in existing:
-                    self._create(worker_pod(attempt, rank, self.config))
-        self._write(raw, previous, _observed(job, checkpoint, current, pending=pending), now)
+        if previous.phase in jobstate.FINISHED:
+            self._write(raw, previous, _observed(job, checkpoint, current), now)
+            self._drop_unbound(current)
+            return None
+        resume = _restart_at(previous, job.spec.restart_policy.backoff_seconds)
+        if resume is not None and resume > now:
+            self._write(raw, previous, _observed(job, checkpoint, current), now)
+            return resume
+        observed = _observed(job, checkpoint, current, pending=_waiting(previous, resume is not None))
+        if resume is not None:
+            # The end of the backoff is written before the new attempt's pods exist: the scheduler
+            # can only explain them afterwards, so its reason is never overwritten by this write.
+            self._write(raw, previous, observed, now)
+        existing = {p["metadata"]["name"] for p in current}
+        for rank in range(job.spec.replicas):
+            if attempt.pod_name(rank) not in existing:
+                self._create(worker_pod(attempt, rank, self.config))
+        if resume is None and self._write(raw, previous, observed, now).phase in jobstate.FINISHED:
+            self._drop_unbound(current)
         return None
+
+    def _drop_unbound(self, pods: list[Json]) -> None:
+        """A finished job's workers the scheduler never bound (an elastic job that ran with fewer
+        than `replicas`) would start late, alone: they go."""
+        for pod in pods:
+            if not pod.get("spec", {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                self._delete(pod)
 
     def _restart(
         self,
@@ -364,7 +381,7 @@ class TrainingJobOperator:
         *,
         base: TrainingJobStatus | None = None,
         why: jobstate.Disruption | None = None,
-    ) -> None:
+    ) -> TrainingJobStatus:
         """The shared status decision as a merge patch, and the Events that announce it."""
         # API timestamps have a resolution of seconds.
         status = jobstate.job_status(base or previous, observed, now=to_datetime(math.floor(now)))
@@ -372,6 +389,7 @@ class TrainingJobOperator:
         if update and self._status(raw, update):
             for event in jobstate.job_events(previous, status, why=why):
                 self._event(raw, event.reason, event.message, event.type)
+        return status
 
     # ------------------------------------------------------------------ writes
     def _ensure_service(self, job: Json) -> None:
@@ -421,21 +439,38 @@ def _observed(
     gave_up: bool = False,
     pending: PendingReason | None = None,
 ) -> jobstate.Observed:
-    """The current attempt as `jobstate` reads it: its gang holds capacity once every worker is bound.
+    """The current attempt as `jobstate` reads it: its gang holds capacity once the scheduler bound
+    it, every worker (or, for an elastic job, at least `minReplicas`: the scheduler admits such a
+    gang with what fits and binds the rest later, if ever); the bound workers are the ones expected
+    to run and finish, as the admitted count is in the embedded world.
 
-    The pending reason is the scheduler's (merged into the job by it) unless one is given."""
+    The pending reason is left to the scheduler (merged into the job by it) unless one is given."""
     bound = sum(bool(p.get("spec", {}).get("nodeName")) for p in pods)
     phases = ((p.get("status") or {}).get("phase") for p in pods)
-    replicas = job.spec.replicas
+    admitted = bound >= job.spec.min_count
+    expected = bound if admitted else job.spec.replicas
     return jobstate.Observed(
         generation=job.metadata.generation,
         checkpoint=checkpoint,
-        workers=jobstate.Workers.of(phases, expected=replicas, placed=bound, admitted=bound >= replicas),
+        workers=jobstate.Workers.of(phases, expected=expected, placed=bound, admitted=admitted),
         disruptions=job.status.restarts if disruptions is None else disruptions,
         last_disruption=last,
         gave_up=gave_up,
         pending=pending,
     )
+
+
+def _waiting(previous: TrainingJobStatus, backoff_over: bool) -> PendingReason | None:
+    """Why a job outside its backoff waits, as its status should say (Running condition included).
+
+    The reason is the scheduler's, merged into the object by it; it is only repeated here so that the
+    Running condition carries it, as in the embedded world. The operator's own `Backoff` (or the
+    Running condition an earlier operator wrote for it, `Restarting`) is replaced by `Queued` once
+    the backoff is over, until the scheduler says why the new attempt waits."""
+    said = previous.pending_reason
+    if backoff_over or (said is not None and said.type == BACKOFF):
+        return jobstate.QUEUED
+    return said
 
 
 def status_patch(raw: Json, previous: Json, status: Json) -> Json:
