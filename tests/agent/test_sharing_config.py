@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet.agent import migparted
 from gpufleet.agent.config import AgentConfig, parse_config
 from gpufleet.agent.nvml import RecordedNvml
 from gpufleet.agent.runtime import Agent
+from gpufleet.api.errors import ValidationError
 from gpufleet.cli.agent import PoolSharing
 from gpufleet.kube.agent_config import SharingConfigWatcher
 from gpufleet.kube.config import KubeConfig
@@ -73,7 +75,8 @@ def time_slicing(replicas: int, resource: str = GPU) -> str:
 
 
 def events(api: FakeApiServer, reason: str) -> list[dict]:
-    found = [e for (ns, _), e in api.objects.get("/v1/events", {}).items() if ns == NS]
+    # Events about a Node live in default (the API server refuses them elsewhere).
+    found = [e for (ns, _), e in api.objects.get("/v1/events", {}).items() if ns == "default"]
     return [e for e in found if e["reason"] == reason and e["involvedObject"]["name"] == NODE]
 
 
@@ -99,11 +102,14 @@ def advertised(kubelet: FakeKubelet, resource: str, count: int) -> list[str]:
 
 
 class Following:
-    """An agent over a recorded HGX H100 and the fake kubelet, following its Node's sharing config."""
+    """An agent over a recorded node (HGX H100 unless told) and the fake kubelet, following its Node's
+    sharing config."""
 
-    def __init__(self, api: FakeApiServer, kubelet: FakeKubelet, base: AgentConfig, resync: float) -> None:
+    def __init__(
+        self, api: FakeApiServer, kubelet: FakeKubelet, base: AgentConfig, resync: float, profile: str
+    ) -> None:
         self.agent = Agent(
-            RecordedNvml.from_profile("hgx-h100"),
+            RecordedNvml.from_profile(profile),
             base,
             node_name=NODE,
             plugin_dir=kubelet.dir,
@@ -130,8 +136,9 @@ class Following:
 def follow(api: FakeApiServer, kubelet: FakeKubelet) -> Iterator[Callable[..., Following]]:
     started: list[Following] = []
 
-    def start(resync: float = 0.2, base: AgentConfig | None = None) -> Following:
-        running = Following(api, kubelet, base or parse_config({"health": {"disabled": True}}), resync)
+    def start(resync: float = 0.2, base: AgentConfig | None = None, profile: str = "hgx-h100") -> Following:
+        base = base or parse_config({"health": {"disabled": True}})
+        running = Following(api, kubelet, base, resync, profile)
         started.append(running.start())
         return running
 
@@ -270,6 +277,108 @@ def test_the_local_config_keeps_what_the_named_config_does_not_set(
     assert len(advertised(kubelet, GPU, 16)) == 16
     assert running.agent.config.flags == base.flags
     assert running.agent.config.sharing.time_slicing is not None
+
+
+# The recorded A100 node's MIG layout, as a GPUPool writes it: GPUs 4 and 5 take the `*` entry.
+A100_LAYOUT = {
+    **{str(i): ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"] for i in range(4)},
+    "*": ["1g.10gb"] * 7,
+    **{str(i): ["3g.40gb", "3g.40gb"] for i in (6, 7)},
+}
+
+
+def mig_pool(api: FakeApiServer, operator: Operator, layout: dict[str, list[str]]) -> None:
+    make_pool(api, "mig", gpuModel="A100-80GB", sharing={"mig": layout})
+    add_node(api, NODE, labels={"pool": "mig"})
+    sync(operator)
+
+
+def test_a_mig_pools_layout_is_checked_against_what_nvml_reports(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    mig_pool(api, operator, {"*": ["1g.10gb"] * 7})
+    running = follow(profile="a100-80gb-mig")
+    pending = wait_until("the pending layout reported", lambda: events(api, "MigLayoutPending"))
+    message = pending[0]["message"]
+    assert message.startswith("ConfigMap gpu-ops/gpufleet-sharing-mig, key all-1g.10gb: not in place on ")
+    assert "GPU 0: has 1g.10gb x2, 2g.20gb x1, 3g.40gb x1, wants 1g.10gb x7" in message
+    assert "GPU 6: has 3g.40gb x2, wants 1g.10gb x7" in message and "GPU 4:" not in message
+    # The device plugin entry is absent (MIG only): the local config stays, nothing is refused.
+    assert running.agent.config.sharing.strategy == "none" and not events(api, "SharingConfigInvalid")
+    assert len(advertised(kubelet, GPU, 8)) == 8
+
+
+def test_a_mig_layout_already_in_place_is_reported_so(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    mig_pool(api, operator, A100_LAYOUT)
+    follow(profile="a100-80gb-mig")
+    in_place = wait_until("the layout reported in place", lambda: events(api, "MigLayoutInPlace"))
+    assert in_place[0]["message"] == (
+        "ConfigMap gpu-ops/gpufleet-sharing-mig, key gpufleet-mig: every GPU has its MIG layout"
+    )
+    assert not events(api, "MigLayoutPending")
+    assert len(advertised(kubelet, GPU, 8)) == 8
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        (
+            {"devices": "all", "mig-enabled": True, "mig-devices": {"9g.99gb": 1}},
+            "field mig-configs.all-1g.10gb[0].mig-devices.9g.99gb: GPU 0 (A100-80GB) has no MIG profile",
+        ),
+        (
+            {"devices": [8], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+            "field mig-configs.all-1g.10gb[0].devices: GPU 8 is not on this node (it has 8)",
+        ),
+        (
+            {"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 2}},
+            "field mig-configs.all-1g.10gb[0].mig-devices: GPU 0 (A100-80GB): MIG layout",
+        ),
+        (
+            {"devices": "all", "mig-enabled": True, "mig-device": {"1g.10gb": 7}},
+            "field mig-configs.all-1g.10gb[0].mig-device: Extra inputs are not permitted",
+        ),
+    ],
+    ids=["unknown-profile", "missing-gpu", "does-not-fit", "misspelt-field"],
+)
+def test_a_mig_entry_that_cannot_be_applied_is_refused_naming_the_field(
+    api: FakeApiServer,
+    operator: Operator,
+    kubelet: FakeKubelet,
+    follow: Callable[..., Following],
+    entry: dict,
+    field: str,
+) -> None:
+    mig_pool(api, operator, {"*": ["1g.10gb"] * 7})
+    follow(profile="a100-80gb-mig")
+    wait_until("the first check", lambda: events(api, "MigLayoutPending"))
+    text = yaml.safe_dump({"version": "v1", "mig-configs": {"all-1g.10gb": [entry]}})
+    path = f"{CONFIG_MAPS}/gpufleet-sharing-mig"
+    api.request("PATCH", path, body={"data": {"all-1g.10gb": text}}, content_type=MERGE)
+    refused = wait_until("the Warning Event", lambda: events(api, "SharingConfigInvalid"))
+    message = refused[0]["message"]
+    assert message.startswith("ConfigMap gpu-ops/gpufleet-sharing-mig, key all-1g.10gb: "), message
+    assert field in message
+    assert len(advertised(kubelet, GPU, 8)) == 8
+
+
+def test_mig_parteds_own_config_format_is_read() -> None:
+    """An entry as mig-parted's example configs write it (`all-balanced`), over the recorded A100 node:
+    GPUs 0-3 have that layout, the others do not."""
+    text = (
+        "version: v1\nmig-configs:\n  all-balanced:\n    - devices: all\n      mig-enabled: true\n"
+        '      mig-devices:\n        "1g.10gb": 2\n        "2g.20gb": 1\n        "3g.40gb": 1\n'
+        "  all-disabled:\n    - devices: all\n      mig-enabled: false\n"
+    )
+    node = RecordedNvml.from_profile("a100-80gb-mig").discover()
+    pending = migparted.check(text, "all-balanced", node, where="mig-parted.yaml")
+    assert [line.split(":")[0] for line in pending] == ["GPU 4", "GPU 5", "GPU 6", "GPU 7"]
+    disabled = migparted.check(text, "all-disabled", node, where="mig-parted.yaml")
+    assert disabled[0] == "GPU 0: has 1g.10gb x2, 2g.20gb x1, 3g.40gb x1, wants MIG disabled"
+    with pytest.raises(ValidationError, match=r"mig-parted.yaml: field mig-configs: no config 'all-3g'"):
+        migparted.check(text, "all-3g", node, where="mig-parted.yaml")
 
 
 def test_the_agent_cli_follows_the_config_map_through_the_official_client(

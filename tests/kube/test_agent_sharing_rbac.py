@@ -13,20 +13,20 @@ def verbs(role: dict) -> set[tuple[str, str]]:
     return {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
 
 
-def test_the_agent_reads_configmaps_and_writes_events_only_in_gpufleets_namespace() -> None:
+def test_the_agent_reads_configmaps_only_in_gpufleets_namespace_and_writes_node_events_in_default() -> None:
     objects = by_key(render_all(values_from({"namespace": "gpu"})))
+    account = [{"kind": "ServiceAccount", "name": "gpufleet-agent", "namespace": "gpu"}]
     role = objects[("Role", "gpufleet-agent-sharing-config")]
     assert role["metadata"]["namespace"] == "gpu"
-    assert verbs(role) == {
-        ("configmaps", "get"),
-        ("configmaps", "list"),
-        ("configmaps", "watch"),
-        ("events", "create"),
-    }
+    assert verbs(role) == {("configmaps", "get"), ("configmaps", "list"), ("configmaps", "watch")}
     assert "sharing-config label names" in role["metadata"]["annotations"]["gpufleet.io/rbac-reasons"]
     binding = objects[("RoleBinding", "gpufleet-agent-sharing-config")]
-    assert binding["roleRef"]["name"] == "gpufleet-agent-sharing-config"
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-agent", "namespace": "gpu"}]
+    assert binding["roleRef"]["name"] == "gpufleet-agent-sharing-config" and binding["subjects"] == account
+    # Events about a Node are refused by the API server anywhere but in default.
+    events = objects[("Role", "gpufleet-agent-node-events")]
+    assert events["metadata"]["namespace"] == "default" and verbs(events) == {("events", "create")}
+    binding = objects[("RoleBinding", "gpufleet-agent-node-events")]
+    assert binding["metadata"]["namespace"] == "default" and binding["subjects"] == account
     # Cluster-wide, the agent still only reads and labels Nodes (its own: it names it).
     assert verbs(objects[("ClusterRole", "gpufleet-agent")]) == {("nodes", "get"), ("nodes", "patch")}
     args = objects[("DaemonSet", "gpufleet-agent")]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -40,4 +40,5 @@ def test_the_chart_renders_the_same_agent_objects(follow: bool) -> None:
     assert helm(values.as_dict()) == rendered
     args = rendered[("DaemonSet", "gpufleet-agent")]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert (("Role", "gpufleet-agent-sharing-config") in rendered) is follow
+    assert (("RoleBinding", "gpufleet-agent-node-events") in rendered) is follow
     assert ("--no-sharing-config" in args) is not follow

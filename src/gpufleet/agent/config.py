@@ -225,7 +225,7 @@ class AgentConfig(_Model):
     health: Health = Health()
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
+def field_path(loc: tuple[int | str, ...]) -> str:
     """pydantic's ('sharing', 'timeSlicing', 'resources', 0, 'replicas') as
     `sharing.timeSlicing.resources[0].replicas`."""
     path = ""
@@ -242,14 +242,20 @@ def _message(error: Any) -> str:
     return str(error["msg"])
 
 
+def first_error(exc: PydanticValidationError) -> tuple[str, tuple[int | str, ...]]:
+    """The first error pydantic found: its words and where (a `loc` for `field_path`)."""
+    first = exc.errors()[0]
+    return _message(first), tuple(first["loc"])
+
+
 def parse_config(data: Mapping[str, Any] | None, *, where: str = "config") -> AgentConfig:
     """Validates a config document; errors name the file and the field path. Fields that are
     accepted but ignored are logged as warnings."""
     try:
         config = AgentConfig.model_validate(dict(data or {}))
     except PydanticValidationError as exc:
-        first = exc.errors()[0]
-        raise ValidationError(_message(first), obj=where, field=_field_path(first["loc"]) or None) from exc
+        message, loc = first_error(exc)
+        raise ValidationError(message, obj=where, field=field_path(loc) or None) from exc
     for path in config.sharing.ignored_fields():
         log.warning("%s: field %s is ignored, as by NVIDIA's plugin", where, path)
     return config

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.agent import migparted
 from gpufleet.agent.config import AgentConfig, load_config, overlay_named_config
 from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
@@ -144,7 +145,9 @@ class PoolSharing:
     No label: the local config. A selection that cannot be applied (the ConfigMap or key missing, a
     field refused, a config that does not fit the node's GPUs) is refused whole: the error, naming
     the ConfigMap, key and field, is logged and reported as a Warning Event on the Node, and the
-    config in force stays.
+    config in force stays. A mig-parted entry (`nvidia.com/mig.config`) is checked against the node
+    and compared with the MIG layout NVML reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU
+    Operator's MIG manager, not the agent, creates the instances.
     """
 
     def __init__(self, agent: Agent, base: AgentConfig, local: str, report: Reporter | None = None) -> None:
@@ -156,6 +159,7 @@ class PoolSharing:
     def __call__(self, selection: NodeSharingConfig | None) -> None:
         try:
             wanted, where = self.wanted(selection)
+            pending = self.mig_pending(selection)
             changed = self.agent.apply_config(wanted, where=where)
         except ValidationError as exc:
             log.error("sharing config refused, the one in force stays: %s", exc)
@@ -164,6 +168,26 @@ class PoolSharing:
         if changed:
             resources = ", ".join(f"{r.name}: {len(r.devices)}" for r in self.agent.resources) or "none"
             self.report("SharingConfigApplied", f"device plugin config from {where}: {resources}")
+        if selection is not None and selection.mig is not None:
+            mig_where = selection.mig.where
+            if pending:
+                message = (
+                    f"{mig_where}: not in place on {'; '.join(pending)}. The GPU Operator's MIG manager "
+                    "applies it; the agent advertises a changed MIG layout once restarted"
+                )
+                log.warning("%s", message)
+                self.report("MigLayoutPending", message, warning=True)
+            else:
+                log.info("%s: every GPU has its MIG layout", mig_where)
+                self.report("MigLayoutInPlace", f"{mig_where}: every GPU has its MIG layout")
+
+    def mig_pending(self, selection: NodeSharingConfig | None) -> list[str]:
+        """The GPUs whose MIG layout is not the selected mig-parted entry's yet; ValidationError for
+        an entry that cannot be applied to this node."""
+        entry = selection.mig if selection is not None else None
+        if entry is None or entry.text is None:
+            return []
+        return migparted.check(entry.text, entry.key, self.agent.node, where=entry.where)
 
     def wanted(self, selection: NodeSharingConfig | None) -> tuple[AgentConfig, str]:
         if selection is None:

@@ -9,7 +9,8 @@ with it. gpufleet's agent does the same from the labels the operator puts on a p
 
 This module only reads and watches; what the entries mean is the agent's business
 (`gpufleet.agent.config`), and the CLI joins the two, since the agent may not use the client. It needs
-`get` on the Node, `list`/`watch` on ConfigMaps of one namespace and `create` on Events there:
+`get` on the Node, `list`/`watch` on ConfigMaps of one namespace and `create` on Events in `default`
+(the API server keeps Events about cluster-scoped objects such as Nodes there, as kubelet's are):
 
 - the ConfigMap is watched (by name), so a change of it is seen at once;
 - the Node is read again at every change of the ConfigMap and every `resync` seconds, since watching
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
 COMPONENT = "gpufleet-agent"
+NODE_EVENTS_NAMESPACE = "default"
+"""Where an Event about a Node must be: the API server refuses one elsewhere (`involvedObject.namespace`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +192,13 @@ class SharingConfigWatcher:
                 raise
 
     def report(self, reason: str, message: str, *, warning: bool = False) -> None:
-        """An Event about the Node (best effort), in the namespace the agent may write Events to;
-        `kubectl describe node` lists a Node's Events from every namespace."""
+        """An Event about the Node (best effort), which `kubectl describe node` shows."""
         meta = self._node.get("metadata") or {}
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{self.node_name}.", "namespace": self.namespace},
+            "metadata": {"generateName": f"{self.node_name}.", "namespace": NODE_EVENTS_NAMESPACE},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -215,6 +217,6 @@ class SharingConfigWatcher:
             "count": 1,
         }
         try:
-            self.api.request("POST", EVENT.collection(self.namespace), body=event)
+            self.api.request("POST", EVENT.collection(NODE_EVENTS_NAMESPACE), body=event)
         except ApiError as exc:
             log.debug("event %s on node %s not written: %s", reason, self.node_name, exc)

@@ -205,8 +205,16 @@ AGENT_SHARING_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch"),
         "agent: the sharing ConfigMap its Node's gpufleet.io/sharing-config label names",
     ),
-    ("", ("events",), ("create",), "agent: SharingConfigApplied and SharingConfigInvalid Events on its Node"),
 )
+AGENT_EVENT_RULES: tuple[Rule, ...] = (
+    (
+        "",
+        ("events",),
+        ("create",),
+        "agent: sharing-config Events on its Node (a Node's Events must be in default)",
+    ),
+)
+NODE_EVENTS_NAMESPACE = "default"
 
 
 def render_all(values: Values | None = None) -> list[Json]:
@@ -445,10 +453,13 @@ def _agent(v: Values) -> list[Json]:
         _binding("ClusterRoleBinding", name, None, "agent", name, ns),
     ]
     if a.sharingConfig:
-        # A Role: the agents read ConfigMaps and write Events only in gpufleet's namespace.
+        # Roles: the agents read ConfigMaps only in gpufleet's namespace, write Events only in default.
+        events = NODE_EVENTS_NAMESPACE
         objects += [
             _role("Role", f"{name}-sharing-config", ns, "agent", AGENT_SHARING_RULES),
             _binding("RoleBinding", f"{name}-sharing-config", ns, "agent", name, ns),
+            _role("Role", f"{name}-node-events", events, "agent", AGENT_EVENT_RULES),
+            _binding("RoleBinding", f"{name}-node-events", events, "agent", name, ns),
         ]
     objects += [daemonset, service]
     if v.serviceMonitor.enabled:
