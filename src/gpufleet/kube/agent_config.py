@@ -137,25 +137,28 @@ class SharingConfigWatcher:
         version = str(found.get("metadata", {}).get("resourceVersion") or "") or None
         return selected(node, self.namespace, items[0] if items else None), version
 
-    def poll(self) -> str | None:
+    def poll(self) -> tuple[str | None, str | None]:
         """One read; tells `on_change` when the selection differs from the last one told. Returns the
-        resourceVersion to watch the ConfigMap from."""
+        ConfigMap's name and the resourceVersion to watch it from (None, None: no ConfigMap named)."""
         selection, version = self.read()
         if not self._told or selection != self._last:
-            self._last, self._told = selection, True
             try:
                 self.on_change(selection)
-            except Exception:  # the watcher must outlive a failure to apply; the next change retries
+            except Exception:  # the watcher outlives a failure to apply; the next read tries again
                 log.exception("applying the sharing config of node %s failed", self.node_name)
-        return version
+            else:
+                self._last, self._told = selection, True
+        if selection is None:
+            return None, None
+        return selection.config_map.split("/", 1)[1], version
 
     def run(self, stop: threading.Event) -> None:
         """Polls, then waits for a change of the ConfigMap (or `resync`), until `stop` is set."""
         while not stop.is_set():
             try:
-                version = self.poll()
+                name, version = self.poll()
                 self._backoff.reset()
-                self._wait(stop, version)
+                self._wait(stop, name, version)
             except Exception as exc:  # the API server away, a watch cut: try again after a pause
                 delay = self._backoff.delay()
                 log.warning("node %s sharing config: %s; retrying in %.1fs", self.node_name, exc, delay)
@@ -168,8 +171,7 @@ class SharingConfigWatcher:
         self._thread.start()
         return self._thread
 
-    def _wait(self, stop: threading.Event, version: str | None) -> None:
-        name = self._last.config_map.split("/", 1)[1] if self._last is not None else None
+    def _wait(self, stop: threading.Event, name: str | None, version: str | None) -> None:
         if name is None or version is None:
             stop.wait(self.resync)
             return

@@ -1,0 +1,117 @@
+"""What the node agent reads for its GPU sharing: its Node's labels and the ConfigMap they name."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet.kube.agent_config import NodeSharingConfig, SharingConfigWatcher
+from gpufleet.kube.informer import Backoff
+
+from .fakeapi import FakeApiServer
+from .test_fleet import MERGE
+from .test_scheduler import add_node
+
+CONFIG_MAPS = "/api/v1/namespaces/gpu-ops/configmaps"
+
+
+def config_map(api: FakeApiServer, name: str, data: dict[str, str]) -> None:
+    api.request("POST", CONFIG_MAPS, body={"metadata": {"name": name}, "data": data})
+
+
+def label(api: FakeApiServer, labels: dict[str, str | None]) -> None:
+    api.request("PATCH", "/api/v1/nodes/n1", body={"metadata": {"labels": labels}}, content_type=MERGE)
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_label_picks_the_entry_and_a_label_change_is_seen_at_the_next_read(api: FakeApiServer) -> None:
+    config_map(api, "gpufleet-sharing-a", {"time-slicing-2": "A2", "mps-2": "AM"})
+    config_map(api, "gpufleet-sharing-b", {"time-slicing-4": "B4"})
+    labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-a", "nvidia.com/device-plugin.config": "mps-2"}
+    add_node(api, "n1", labels=labels)
+    told: list[NodeSharingConfig | None] = []
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.2)
+    stop = threading.Event()
+    watcher.start(stop)
+    try:
+        wait_until("the first selection", lambda: told)
+        first = told[0]
+        assert first is not None and first.config_map == "gpu-ops/gpufleet-sharing-a" and first.mig is None
+        assert first.device_plugin is not None and first.device_plugin.text == "AM"
+
+        # Another pool: only the Node changes, which is read every `resync`.
+        label(
+            api,
+            {
+                "gpufleet.io/sharing-config": "gpufleet-sharing-b",
+                "nvidia.com/device-plugin.config": "time-slicing-4",
+            },
+        )
+        wait_until("the new pool's entry", lambda: len(told) == 2)
+        assert (
+            told[1] is not None and told[1].device_plugin is not None and told[1].device_plugin.text == "B4"
+        )
+
+        # Out of every pool: None, once.
+        label(api, {"gpufleet.io/sharing-config": None, "nvidia.com/device-plugin.config": None})
+        wait_until("no selection", lambda: len(told) == 3)
+        time.sleep(0.5)
+        assert told[2:] == [None]
+    finally:
+        stop.set()
+
+
+def test_an_unreachable_server_and_a_failed_apply_are_tried_again(api: FakeApiServer) -> None:
+    config_map(api, "gpufleet-sharing-a", {"time-slicing-2": "A2"})
+    labels = {
+        "gpufleet.io/sharing-config": "gpufleet-sharing-a",
+        "nvidia.com/device-plugin.config": "time-slicing-2",
+    }
+    add_node(api, "n1", labels=labels)
+    calls: list[NodeSharingConfig | None] = []
+
+    def flaky(selection: NodeSharingConfig | None) -> None:
+        calls.append(selection)
+        if len(calls) == 1:
+            raise OSError("the plugin socket could not be served")
+
+    watcher = SharingConfigWatcher(
+        api, "n1", "gpu-ops", flaky, resync=0.2, backoff=Backoff(initial=0.05, maximum=0.1)
+    )
+    api.fail_next(3)
+    stop = threading.Event()
+    watcher.start(stop)
+    try:
+        wait_until("the apply tried again", lambda: len(calls) >= 2)
+        assert calls[0] == calls[1]
+        time.sleep(0.5)
+        assert len(calls) == 2  # applied: not told again while nothing changes
+    finally:
+        stop.set()
+
+
+def test_events_about_the_node_go_where_the_api_server_takes_them(api: FakeApiServer) -> None:
+    add_node(api, "n1")
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", lambda _: None)
+    watcher.read()
+    watcher.report("SharingConfigInvalid", "ConfigMap x, key y: field z: bad", warning=True)
+    (event,) = api.objects["/v1/events"].values()
+    node = api.get("/api/v1/nodes/n1")
+    assert event["metadata"]["namespace"] == "default" and event["type"] == "Warning"
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "n1",
+        "uid": node["metadata"]["uid"],
+        "resourceVersion": node["metadata"]["resourceVersion"],
+    }
