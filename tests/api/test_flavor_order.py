@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from gpufleet.api import parse_object
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.queue import Queue
 from gpufleet.controllers.convert import quota_tree
+from gpufleet.sim.scenario import load_file
 
 
 def queue(name: str = "q", **spec: object) -> dict:
@@ -62,3 +66,31 @@ def test_the_quota_tree_tries_flavors_in_flavor_order_else_in_key_order() -> Non
     assert list(tree.nodes["ordered"].quotas) == order
     assert list(tree.nodes["plain"].quotas) == ["A100-80GB", "H100-80GB/on-demand", "H100-80GB/spot"]
     assert tree.nodes["ordered"].quotas["H100-80GB/spot"].nominal == 16_000
+
+
+def test_a_scenario_queue_takes_flavor_order_and_refuses_a_wrong_one(tmp_path: Path) -> None:
+    scenario = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Scenario",
+        "metadata": {"name": "order"},
+        "spec": {
+            "queues": [{"name": "q", **queue(flavorOrder=["A100-80GB", "H100-80GB/spot"])["spec"]}],
+            "submit": [{"name": "w", "queue": "q", "podSets": [{"gpus": 1}]}],
+            "expect": {"admitted": ["w"]},
+        },
+    }
+    path = tmp_path / "order.yaml"
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    with pytest.raises(
+        ValidationError, match=r"spec\.queues\[0\]\.flavorOrder: flavor 'H100-80GB/on-demand'"
+    ):
+        load_file(path)
+    scenario["spec"]["queues"][0]["flavorOrder"].insert(0, "H100-80GB/on-demand")
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    (loaded,) = load_file(path)
+    queue_spec = loaded.scenario.spec.queues[0]
+    assert [f for f, _ in queue_spec.ordered_quotas()] == [
+        "H100-80GB/on-demand",
+        "A100-80GB",
+        "H100-80GB/spot",
+    ]
