@@ -198,7 +198,8 @@ class KubeScheduler:
             if pod is None:
                 continue
             # The flavor the pod is charged to goes with it, so a later scheduler charges the same one.
-            charged = pod_usage(requests[kube_pods.pod_set_of(pod)], admit.assignment.model)
+            request = requests.get(kube_pods.pod_set_of(pod))
+            charged = pod_usage(request, admit.assignment.model) if request is not None else None
             flavor = charged[0] if charged is not None else None
             self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor)
             self._bind(pod, alloc.pod)
