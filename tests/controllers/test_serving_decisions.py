@@ -104,6 +104,29 @@ def test_a_restarted_autoscaler_keeps_the_window_it_saved() -> None:
     assert fresh.replicas == 1  # what forgetting the window would do
 
 
+def test_a_restarted_autoscaler_does_not_use_the_observation_it_already_used_again() -> None:
+    s = spec(1, 10, rps=None, latency=200.0)
+    slow = sample(T0, 0.0, p99=450.0)  # above the latency target: one replica over those ready
+    first = Autoscaler(CONFIG).desired("s", s, current=3, ready=3, load=slow, kept=None, now=T0)
+    assert first.replicas == 4 and first.kept is not None
+    assert first.kept.last_sample_time == datetime.fromtimestamp(T0, UTC)
+    restarted = Autoscaler(CONFIG)  # the 4th replica is ready now; no new observation came
+    again = restarted.desired("s", s, current=4, ready=4, load=slow, kept=first.kept, now=T0 + 30)
+    assert (again.replicas, again.kept) == (4, None)
+    newer = restarted.desired("s", s, current=4, ready=4, load=sample(T0 + 60, 0.0, p99=450.0),
+                              kept=first.kept, now=T0 + 60)  # fmt: skip
+    assert newer.replicas == 5  # a new observation is used
+
+
+def test_a_lowered_max_bounds_the_count_at_once_whatever_the_window_holds() -> None:
+    scaler = Autoscaler(CONFIG)
+    first = scaler.desired("s", spec(1, 10), current=0, ready=0, load=sample(T0, 1000.0), kept=None, now=T0)
+    assert first.replicas == 10
+    lowered = scaler.desired("s", spec(1, 5), current=10, ready=10, load=sample(T0 + 60, 1000.0),
+                             kept=None, now=T0 + 60)  # fmt: skip
+    assert lowered.replicas == 5  # the 10 in the window was recommended under the old max
+
+
 def test_a_service_load_is_read_as_the_observation_it_records() -> None:
     when = datetime(2030, 3, 17, 12, 0, tzinfo=UTC)
     load = ServiceLoadSpec(requests_per_second=120.0, p99_latency_ms=80.0, ready_replicas=2, time=when)

@@ -274,6 +274,10 @@ class ServiceLoadStatus(ObjectStatus):
     recent: list[Recommendation] = Field(
         default_factory=list, description="Replica counts recommended inside the stabilization window."
     )
+    last_sample_time: AwareDatetime | None = Field(
+        default=None,
+        description="spec.time of the last observation the autoscaler used: it uses each one once.",
+    )
 
 
 class ServiceLoad(Resource):

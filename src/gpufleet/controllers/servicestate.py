@@ -3,8 +3,9 @@
 Shared by the embedded InferenceService controller (replicas are Workloads) and the Kubernetes
 operator (replicas are Pods), on top of the arithmetic of `controllers.serving`:
 
-- `Autoscaler`: the replica count a service wants now, with the memory (season, stabilization window)
-  each service keeps between observations, restored from and saved into its ServiceLoad's status;
+- `Autoscaler`: the replica count a service wants now, with the memory (season, stabilization window,
+  the time of the last observation used) each service keeps between observations, restored from and
+  saved into its ServiceLoad's status;
 - `rollout_step`: which revision to serve, how many replicas of it to add and which to remove now;
 - `service_status` and `service_events`: what status, conditions and Events say.
 
@@ -52,6 +53,7 @@ def restore(kept: ServiceLoadStatus | None) -> ScalerMemory:
         return memory
     memory.season = {int(bucket): rps for bucket, rps in kept.season.items() if bucket.isdigit()}
     memory.recent.extend((to_seconds(r.time) or 0.0, r.replicas) for r in kept.recent)
+    memory.last_load = to_seconds(kept.last_sample_time)
     return memory
 
 
@@ -61,6 +63,7 @@ def remembered(kept: ServiceLoadStatus, memory: ScalerMemory) -> ServiceLoadStat
         update={
             "season": {str(bucket): rps for bucket, rps in sorted(memory.season.items())},
             "recent": [Recommendation(time=to_datetime(t), replicas=n) for t, n in memory.recent],
+            "last_sample_time": None if memory.last_load is None else to_datetime(memory.last_load),
         }
     )
 

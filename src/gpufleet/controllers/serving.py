@@ -125,7 +125,9 @@ def recommend(
         window.popleft()
     if wanted >= current:
         return Recommendation(wanted, True)
-    return Recommendation(min(current, max(w for _, w in window)), True)
+    # The window may hold counts recommended under other bounds (a lowered max, a raised min).
+    stabilized = min(current, max(w for _, w in window))
+    return Recommendation(min(max(stabilized, low), high), True)
 
 
 def _bucket(t: float, config: AutoscalerConfig) -> int:

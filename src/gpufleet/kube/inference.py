@@ -9,8 +9,8 @@ ports are the first container's, else 8080). Pods and Service are owned by the s
 How many: the `Autoscaler` of `controllers.servicestate` (the embedded world's) on the load the
 metric source reports (`kube.metrics`: Prometheus or the pods' endpoints), or, without one, on the
 `ServiceLoad` of the same name written by someone else. The operator writes each sample it takes
-into that ServiceLoad and keeps the autoscaler's memory (season, stabilization window) in its
-status, so a restarted operator scales as the old one would. An unreachable source sets the
+into that ServiceLoad and keeps the autoscaler's memory (season, stabilization window, the time of
+the last sample used) in its status, so a restarted operator scales as the old one would. An unreachable source sets the
 `MetricsAvailable=False` condition with the reason and an Event; the count stays where it was.
 
 Rollout: `rollout_step` of `controllers.servicestate` (maxSurge, maxUnavailable) moves replicas to
@@ -300,7 +300,8 @@ class InferenceServiceOperator:
                 return
         if load is not None:
             memory = kept.to_dict()
-            patch_status(self.api, self.loads, load, {k: memory.get(k) for k in ("season", "recent")})
+            kept_fields = ("season", "recent", "lastSampleTime")
+            patch_status(self.api, self.loads, load, {k: memory.get(k) for k in kept_fields})
 
     # -------------------------------------------------------------------- status
     def _status(
