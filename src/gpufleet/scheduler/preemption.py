@@ -331,6 +331,7 @@ class _Part:
 
     __slots__ = (
         "_evicts",
+        "_first",
         "_flavors",
         "_least",
         "_milli",
@@ -366,6 +367,7 @@ class _Part:
         self.held = held
         """Per node: the whole GPUs the evict candidates hold there."""
         self._ordered: list[Candidate] | None = None
+        self._first: Candidate | None = None
         self._least: dict[int, _Least] | None = None
         self._milli: dict[str, int] = {}
         self._evicts: bool | None = None
@@ -374,6 +376,7 @@ class _Part:
     def retimed(self) -> None:
         """The candidates' lost work changed: their order and least orders are computed again."""
         self._ordered = None
+        self._first = None
         self._least = None
         self.stamp += 1
 
@@ -382,6 +385,17 @@ class _Part:
         found = self._ordered
         if found is None:
             found = self._ordered = sorted(self.kept, key=_order)
+        return found
+
+    @property
+    def first(self) -> Candidate:
+        """`ordered[0]`, without sorting when the order is not known yet (a search mostly reads no more
+        of a part than its first)."""
+        if self._ordered is not None:
+            return self._ordered[0]
+        found = self._first
+        if found is None:
+            found = self._first = min(self.kept, key=_order)
         return found
 
     def meets(self, flavors: set[str]) -> bool:
@@ -472,23 +486,27 @@ class _Pool(Sequence[Candidate]):
 
     def _merged(self) -> Iterator[Candidate]:
         """The parts merged: the first few by scanning the parts' heads (`_quota_feasible` mostly stops
-        after the first evict, and a heap over hundreds of parts costs more to set up than a scan), the
-        rest by a heap."""
-        lists = [part.ordered for part in self.parts]
-        at = [0] * len(lists)
+        after the first evict, and a heap over hundreds of parts costs more to set up than a scan; a
+        part is sorted only once its first is taken), the rest by a heap."""
+        parts = self.parts
+        heads: list[Candidate | None] = [part.first for part in parts]
+        taken = [0] * len(parts)
         for _ in range(_SCANS):
             least: tuple[int, int, float, int, float, str] | None = None
             where = -1
-            for j, items in enumerate(lists):
-                if at[j] < len(items):
-                    key = _order(items[at[j]])
+            for j, head in enumerate(heads):
+                if head is not None:
+                    key = _order(head)
                     if least is None or key < least:
                         least, where = key, j
-            if least is None:
+            found = heads[where]
+            if least is None or found is None:
                 return
-            yield lists[where][at[where]]
-            at[where] += 1
-        yield from heapq.merge(*(items[at[j] :] for j, items in enumerate(lists)), key=_order)
+            yield found
+            taken[where] += 1
+            ordered = parts[where].ordered
+            heads[where] = ordered[taken[where]] if taken[where] < len(ordered) else None
+        yield from heapq.merge(*(part.ordered[taken[j] :] for j, part in enumerate(parts)), key=_order)
 
     def __len__(self) -> int:
         return self._size
