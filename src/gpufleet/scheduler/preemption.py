@@ -8,7 +8,8 @@ Steps (ARCHITECTURE.md, Scheduling cycle step 4):
    nominal quota is never a reclaim target);
 2. scopes: a workload that requires a topology domain is tried domain by domain (the candidates with
    pods in that domain), so victims free one domain rather than scattered capacity; a one-pod workload
-   is tried node by node; any other workload over the whole fleet;
+   is tried node by node; any other workload over the whole fleet (node scopes are bounded from the
+   queues' kept candidates grouped per node, and built only when the search comes to them);
 3. in each scope, the cheapest sufficient set (`VictimSet.cost`): while the scope holds few workloads,
    an exact search over its minimal sets that pass quota and a free-GPU bound, each workload untouched,
    shrunk by 1, 2, ... pods (elastic: only the pods the preemptor needs) or evicted, the sets then
@@ -499,9 +500,10 @@ class _Pool(Sequence[Candidate]):
                     key = _order(head)
                     if least is None or key < least:
                         least, where = key, j
-            found = heads[where]
-            if least is None or found is None:
+            if least is None:
                 return
+            found = heads[where]
+            assert found is not None
             yield found
             taken[where] += 1
             ordered = parts[where].ordered
