@@ -204,15 +204,20 @@ class PoolSharing:
 
 def _follow_sharing_config(
     agent: Agent, base: AgentConfig, path: Path | None, namespace: str, resync: float, done: threading.Event
-) -> SharingConfigWatcher:
+) -> SharingConfigWatcher | None:
     """Reads the Node's selection once (so the plugins first register with it), then follows it."""
     from gpufleet.kube.client import KubeTransport
 
     local = f"local config {path}" if path is not None else "the default config"
+    try:
+        api = KubeTransport.from_environment()
+    except Exception as exc:  # no service account and no kubeconfig: nothing to follow
+        log.error(
+            "node %s: no API access, so no sharing config to follow (%s); %s", agent.node_name, exc, local
+        )
+        return None
     apply = PoolSharing(agent, base, local)
-    watcher = SharingConfigWatcher(
-        KubeTransport.from_environment(), agent.node_name, namespace, apply, resync=resync
-    )
+    watcher = SharingConfigWatcher(api, agent.node_name, namespace, apply, resync=resync)
     apply.report = watcher.report
     try:
         watcher.poll()
