@@ -10,8 +10,9 @@ How many: the `Autoscaler` of `controllers.servicestate` (the embedded world's) 
 metric source reports (`kube.metrics`: Prometheus or the pods' endpoints), or, without one, on the
 `ServiceLoad` of the same name written by someone else. The operator writes each sample it takes
 into that ServiceLoad and keeps the autoscaler's memory (season, stabilization window, the time of
-the last sample used) in its status, so a restarted operator scales as the old one would. An unreachable source sets the
-`MetricsAvailable=False` condition with the reason and an Event; the count stays where it was.
+the last sample used) in its status, so a restarted operator scales as the old one would. An
+unreachable source sets the `MetricsAvailable=False` condition with the reason and an Event; the
+count stays where it was.
 
 Rollout: `rollout_step` of `controllers.servicestate` (maxSurge, maxUnavailable) moves replicas to
 the revision `spec.modelVersion` names, once that ModelVersion exists. A replica that failed, or is
