@@ -132,3 +132,98 @@ def test_agent_runs_until_sigterm(kubelet: FakeKubelet, short_dir: Path) -> None
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert not (kubelet.dir / "nvidia-gpu.sock").exists()
+
+
+MIG_RESOURCES = {"nvidia.com/mig-1g.10gb": 22, "nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-3g.40gb": 8}
+
+
+def _inspect_resources(*args: str, env: dict[str, str] | None = None) -> dict[str, int]:
+    result = runner.invoke(app, ["agent", "inspect", "--profile", "a100-80gb-mig", "--json", *args], env=env)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    # GFD's label says which strategy is in force.
+    mixed = any(name.startswith("nvidia.com/mig-") for name in data["resources"])
+    assert data["labels"]["nvidia.com/mig.strategy"] == ("mixed" if mixed else "none")
+    return {name: len(ids) for name, ids in data["resources"].items()}
+
+
+def test_mig_strategy_order_is_nvidias_flag_then_environment_then_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("version: v1\nflags: {migStrategy: none}\n")
+    whole = {"nvidia.com/gpu": 8}
+    no_env = {"MIG_STRATEGY": ""}
+    assert _inspect_resources("--config", str(config), env=no_env) == whole
+    assert _inspect_resources("--config", str(config), env={"MIG_STRATEGY": "mixed"}) == MIG_RESOURCES
+    assert _inspect_resources("--config", str(config), "--mig-strategy", "mixed", env=no_env) == MIG_RESOURCES
+    # The flag wins over the environment, which wins over the file.
+    mixed_file = tmp_path / "mixed.yaml"
+    mixed_file.write_text("version: v1\nflags: {migStrategy: mixed}\n")
+    assert _inspect_resources("--config", str(mixed_file), env={"MIG_STRATEGY": "none"}) == whole
+    flag_over_env = ("--config", str(config), "--mig-strategy", "mixed")
+    assert _inspect_resources(*flag_over_env, env={"MIG_STRATEGY": "none"}) == MIG_RESOURCES
+    assert _inspect_resources("--mig-strategy", "none", env={"MIG_STRATEGY": "mixed"}) == whole
+
+
+def test_a_mig_strategy_that_does_not_fit_names_the_option_not_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("version: v1\nflags: {migStrategy: mixed}\n")
+    result = _gpufleet("agent", "inspect", "--profile", "a100-80gb-mig", "--config", str(config),
+                       "--mig-strategy", "single")  # fmt: skip
+    stderr = " ".join(result.stderr.split())
+    assert result.returncode == 2, result.stderr
+    assert "--mig-strategy (or MIG_STRATEGY): MIG strategy 'single' needs one MIG profile" in stderr
+    assert str(config) not in stderr
+
+
+def _run_agent(
+    kubelet: FakeKubelet, short_dir: Path, *args: str, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "agent", "--node-name", "node-a",
+         "--profile", "a100-80gb-mig", "--plugin-dir", str(kubelet.dir), "--metrics-port", "0",
+         "--feature-file", "", "--no-label-node", "--no-sharing-config",
+         "--pod-resources-socket", str(short_dir / "none.sock"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+    )  # fmt: skip
+
+
+def _registered(kubelet: FakeKubelet, count: int) -> dict[str, int]:
+    """The resources the first `count` registrations name, with the devices each lists."""
+    names = [kubelet.registration(timeout=30).resource_name for _ in range(count)]
+    return {name: len(kubelet.next_list(name, timeout=15).devices) for name in names}
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    return output
+
+
+def test_the_agent_with_mig_strategy_mixed_advertises_each_mig_profile(
+    kubelet: FakeKubelet, short_dir: Path
+) -> None:
+    """The recorded A100 node in MIG mode: one device plugin per profile, as the chart runs it."""
+    proc = _run_agent(kubelet, short_dir, "--mig-strategy", "mixed", env={"MIG_STRATEGY": "none"})
+    try:
+        assert _registered(kubelet, 3) == MIG_RESOURCES
+        assert kubelet.registrations.empty()
+    finally:
+        _stop(proc)
+    assert {p.name for p in kubelet.dir.glob("*.sock")} == {"kubelet.sock"}
+
+
+def test_the_agent_with_mig_strategy_none_advertises_mig_mode_gpus_whole(
+    kubelet: FakeKubelet, short_dir: Path
+) -> None:
+    """From the environment (MIG_STRATEGY) over a config file that asks for mixed."""
+    config = short_dir / "c.yaml"
+    config.write_text("version: v1\nflags: {migStrategy: mixed}\n")
+    proc = _run_agent(kubelet, short_dir, "--config", str(config), env={"MIG_STRATEGY": "none"})
+    try:
+        assert _registered(kubelet, 1) == {"nvidia.com/gpu": 8}
+        time.sleep(0.5)  # a plugin per MIG profile would have registered by now
+        assert kubelet.registrations.empty()
+    finally:
+        _stop(proc)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.agent.config import DEFAULT_IGNORED_XIDS, load_config, parse_config
+from gpufleet.agent.config import (
+    DEFAULT_IGNORED_XIDS,
+    load_config,
+    overlay_named_config,
+    parse_config,
+    with_flags,
+)
 from gpufleet.api.errors import ValidationError
 
 NVIDIA_EXAMPLE = """\
@@ -126,3 +132,46 @@ def test_ignored_per_resource_fields_are_warned_about(caplog: pytest.LogCaptureF
     assert [r.getMessage() for r in caplog.records] == [
         "config: field sharing.mps.resources[0].rename is ignored, as by NVIDIA's plugin"
     ]
+
+
+LOCAL_FLAGS = {
+    "nvidiaDriverRoot": "/run/nvidia/driver",
+    "plugin": {"deviceIDStrategy": "index", "deviceListStrategy": "volume-mounts"},
+    "gfd": {"sleepInterval": "30s"},
+}
+
+
+def test_a_named_configs_flags_are_merged_into_the_local_ones_field_by_field() -> None:
+    """An entry that sets only flags.migStrategy (and one plugin flag) keeps every other local flag."""
+    base = parse_config({"flags": LOCAL_FLAGS})
+    entry = "version: v1\nflags:\n  migStrategy: mixed\n  plugin: {passDeviceSpecs: true}\n"
+    flags = overlay_named_config(base, entry, where="ConfigMap ns/cm, key k").flags
+    assert flags.mig_strategy == "mixed" and flags.plugin.pass_device_specs
+    assert flags.nvidia_driver_root == "/run/nvidia/driver" and flags.gfd.sleep_interval == "30s"
+    assert flags.plugin.device_id_strategy == "index"
+    assert flags.plugin.device_list_strategy == ("volume-mounts",)
+    # A flag the entry writes wins even when it writes the default value.
+    reset = overlay_named_config(base, "flags: {plugin: {deviceIDStrategy: uuid}}\n", where="k")
+    assert reset.flags.plugin.device_id_strategy == "uuid"
+    assert reset.flags.plugin.device_list_strategy == ("volume-mounts",)
+
+
+def test_a_named_configs_sharing_replaces_the_local_sharing_whole() -> None:
+    local = {
+        "timeSlicing": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}
+    }
+    base = parse_config({"flags": LOCAL_FLAGS, "sharing": local})
+    entry = "sharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+    config = overlay_named_config(base, entry, where="k")
+    assert config.sharing.strategy == "mps" and config.sharing.time_slicing is None
+    assert config.flags == base.flags
+    # Without a sharing section the local one stays.
+    assert overlay_named_config(base, "flags: {migStrategy: mixed}\n", where="k").sharing == base.sharing
+
+
+def test_pinned_flags_win_over_the_file_and_keep_its_other_flags() -> None:
+    base = parse_config({"flags": {**LOCAL_FLAGS, "migStrategy": "single"}})
+    pinned = with_flags(base, {"mig_strategy": "mixed"})
+    assert pinned.flags.mig_strategy == "mixed"
+    assert pinned.flags.model_copy(update={"mig_strategy": "single"}) == base.flags
+    assert with_flags(base, {}) is base

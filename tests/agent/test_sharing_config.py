@@ -5,6 +5,7 @@ re-registers with kubelet (a fake one over real gRPC) with the replicas the sele
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from gpufleet.agent import migparted
-from gpufleet.agent.config import AgentConfig, parse_config
+from gpufleet.agent.config import AgentConfig, parse_config, with_flags
 from gpufleet.agent.nvml import RecordedNvml
 from gpufleet.agent.runtime import Agent
 from gpufleet.api.errors import ValidationError
@@ -106,8 +107,15 @@ class Following:
     sharing config."""
 
     def __init__(
-        self, api: FakeApiServer, kubelet: FakeKubelet, base: AgentConfig, resync: float, profile: str
+        self,
+        api: FakeApiServer,
+        kubelet: FakeKubelet,
+        base: AgentConfig,
+        resync: float,
+        profile: str,
+        pinned: dict[str, Any],
     ) -> None:
+        base = with_flags(base, pinned)  # as the CLI: --mig-strategy over the local config
         self.agent = Agent(
             RecordedNvml.from_profile(profile),
             base,
@@ -116,7 +124,7 @@ class Following:
             metrics_port=None,
             kubelet_poll_interval=0.05,
         )
-        self.apply = PoolSharing(self.agent, base, "the default config")
+        self.apply = PoolSharing(self.agent, base, "the default config", pinned=pinned)
         self.watcher = SharingConfigWatcher(api, NODE, NS, self.apply, resync=resync)
         self.apply.report = self.watcher.report
         self.stop = threading.Event()
@@ -136,9 +144,14 @@ class Following:
 def follow(api: FakeApiServer, kubelet: FakeKubelet) -> Iterator[Callable[..., Following]]:
     started: list[Following] = []
 
-    def start(resync: float = 0.2, base: AgentConfig | None = None, profile: str = "hgx-h100") -> Following:
+    def start(
+        resync: float = 0.2,
+        base: AgentConfig | None = None,
+        profile: str = "hgx-h100",
+        pinned: dict[str, Any] | None = None,
+    ) -> Following:
         base = base or parse_config({"health": {"disabled": True}})
-        running = Following(api, kubelet, base, resync, profile)
+        running = Following(api, kubelet, base, resync, profile, pinned or {})
         started.append(running.start())
         return running
 
@@ -319,6 +332,84 @@ def test_a_mig_layout_already_in_place_is_reported_so(
     )
     assert not events(api, "MigLayoutPending")
     assert len(advertised(kubelet, GPU, 8)) == 8
+
+
+# What the recorded A100 node advertises under the mixed strategy: one resource per MIG profile.
+A100_MIXED = {"nvidia.com/mig-1g.10gb": 22, "nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-3g.40gb": 8}
+
+
+def registered(kubelet: FakeKubelet, count: int) -> dict[str, int]:
+    """The resources of the next `count` registrations, with the devices each advertises."""
+    names = [kubelet.registration().resource_name for _ in range(count)]
+    return {name: len(kubelet.next_list(name, timeout=15).devices) for name in names}
+
+
+def label_node(api: FakeApiServer, labels: dict[str, str]) -> None:
+    body = {"metadata": {"labels": labels}}
+    api.request("PATCH", f"/api/v1/nodes/{NODE}", body=body, content_type=MERGE)
+
+
+def test_a_mig_pool_under_the_cluster_wide_mixed_strategy_advertises_its_mig_profiles(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    """The chart's agent.migStrategy (--mig-strategy mixed): a MIG pool's ConfigMap has no device
+    plugin entry, yet its node advertises nvidia.com/mig-<profile>, not 8 whole GPUs."""
+    mig_pool(api, operator, A100_LAYOUT)
+    running = follow(profile="a100-80gb-mig", pinned={"mig_strategy": "mixed"})
+    assert registered(kubelet, 3) == A100_MIXED
+    wait_until("the layout reported in place", lambda: events(api, "MigLayoutInPlace"))
+    assert running.agent.labels()["nvidia.com/mig.strategy"] == "mixed"
+    assert "nvidia.com/gpu" not in {r.name for r in running.agent.resources}
+
+
+def test_a_pinned_mig_strategy_wins_over_an_entrys_flags(
+    api: FakeApiServer,
+    operator: Operator,
+    kubelet: FakeKubelet,
+    follow: Callable[..., Following],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mig_pool(api, operator, A100_LAYOUT)
+    running = follow(profile="a100-80gb-mig", pinned={"mig_strategy": "mixed"})
+    assert registered(kubelet, 3) == A100_MIXED
+    registrations = running.agent.plugins.registrations
+    # A device plugin entry written by hand into the pool's ConfigMap, asking for none.
+    path = f"{CONFIG_MAPS}/gpufleet-sharing-mig"
+    entry = "version: v1\nflags: {migStrategy: none}\n"
+    api.request("PATCH", path, body={"data": {"hand-written": entry}}, content_type=MERGE)
+    with caplog.at_level(logging.WARNING, logger="gpufleet.agent"):
+        label_node(api, {"nvidia.com/device-plugin.config": "hand-written"})
+        wait_until(
+            "the override logged",
+            lambda: any("is overridden by --mig-strategy" in r.getMessage() for r in caplog.records),
+        )
+    warning = next(r.getMessage() for r in caplog.records if "overridden" in r.getMessage())
+    assert warning == (
+        "ConfigMap gpu-ops/gpufleet-sharing-mig, key hand-written: flags.migStrategy 'none' is "
+        "overridden by --mig-strategy (or MIG_STRATEGY) 'mixed'"
+    )
+    assert running.agent.config.flags.mig_strategy == "mixed"
+    assert running.agent.plugins.registrations == registrations  # nothing changed, no re-registration
+    assert not events(api, "SharingConfigInvalid")
+
+
+def test_an_entry_setting_only_the_mig_strategy_keeps_the_local_flags(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    """Without a pinned strategy an entry's flags.migStrategy applies; the other local flags stay."""
+    mig_pool(api, operator, A100_LAYOUT)
+    local = {"plugin": {"deviceIDStrategy": "index"}, "nvidiaDriverRoot": "/run/nvidia/driver"}
+    base = parse_config({"flags": local, "health": {"disabled": True}})
+    running = follow(profile="a100-80gb-mig", base=base)
+    assert registered(kubelet, 1) == {GPU: 8}
+    path = f"{CONFIG_MAPS}/gpufleet-sharing-mig"
+    entry = "version: v1\nflags: {migStrategy: mixed}\n"
+    api.request("PATCH", path, body={"data": {"mixed": entry}}, content_type=MERGE)
+    label_node(api, {"nvidia.com/device-plugin.config": "mixed"})
+    assert registered(kubelet, 3) == A100_MIXED
+    flags = running.agent.config.flags
+    assert flags.mig_strategy == "mixed" and flags.plugin.device_id_strategy == "index"
+    assert flags.nvidia_driver_root == "/run/nvidia/driver"
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ DEFAULT_RESOURCE = "nvidia.com/gpu"
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 DeviceListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
+MigStrategy = Literal["none", "single", "mixed"]
 
 
 # NVIDIA's spellings that are not plain camelCase of the Python name.
@@ -73,7 +74,7 @@ class GfdFlags(_Model):
 
 
 class Flags(_Model):
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    mig_strategy: MigStrategy = "none"
     fail_on_init_error: bool = True
     nvidia_driver_root: str = "/"
     mps_root: str = "/run/nvidia/mps"
@@ -286,22 +287,45 @@ def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None
     return config
 
 
-# The top-level sections a named config sets for the running agent; `version` only says which format
-# it is, and `health` stays the local file's (the running health monitor tracks faults under it).
-_SECTIONS = ("flags", "sharing")
+def _set_fields_over(base: _Model, named: _Model) -> _Model:
+    """`base` with the fields the named document wrote (not those it left to their defaults) taken
+    from `named`, nested sections (`flags.plugin`, `flags.gfd`) merged the same way."""
+    update: dict[str, Any] = {}
+    for name in named.model_fields_set:
+        mine, theirs = getattr(base, name), getattr(named, name)
+        both_sections = isinstance(mine, _Model) and isinstance(theirs, _Model)
+        update[name] = _set_fields_over(mine, theirs) if both_sections else theirs
+    return base.model_copy(update=update)
 
 
 def overlay_named_config(base: AgentConfig, text: str, *, where: str) -> AgentConfig:
-    """`base` (the local file or the defaults) with the sections a named config sets replaced by its.
+    """`base` (the local file or the defaults) with what a named config sets laid over it.
 
     A named config is a node label's pick in a ConfigMap of several, as NVIDIA's GPU Operator hands
-    its device plugin one; gpufleet's operator writes only `sharing` there, so flags set in the local
-    file stay unless the named config sets `flags` too. Errors name `where` (the ConfigMap and key)
-    and the field; a `health` section is validated but not applied (logged as ignored).
+    its device plugin one. Its `sharing` section replaces the local one whole (a pool's sharing is the
+    node's sharing: a local timeSlicing beside the pool's mps would contradict it). Its `flags` are
+    merged field by field: an entry that sets only `flags.migStrategy` keeps the device list strategy,
+    driver root and the rest of the local file's flags. gpufleet's operator writes only `sharing`.
+    Errors name `where` (the ConfigMap and key) and the field. `version` only says which format it
+    is; a `health` section is validated but not applied (logged as ignored): the running health
+    monitor tracks faults under the local settings.
     """
     data = _document(text, where)
     named = parse_config(data, where=where)
     if "health" in data:
         log.warning("%s: section health is ignored; health checks follow the agent's own config", where)
-    update = {section: getattr(named, section) for section in _SECTIONS if section in data}
+    update: dict[str, Any] = {}
+    if "flags" in data:
+        update["flags"] = _set_fields_over(base.flags, named.flags)
+    if "sharing" in data:
+        update["sharing"] = named.sharing
     return base.model_copy(update=update)
+
+
+def with_flags(config: AgentConfig, pinned: Mapping[str, Any]) -> AgentConfig:
+    """`config` with the flags given on the command line or in the environment (`mig_strategy` from
+    `--mig-strategy` or MIG_STRATEGY), which win over every config file, local or named, in NVIDIA's
+    order: command-line flag, then environment variable, then config file."""
+    if not pinned:
+        return config
+    return config.model_copy(update={"flags": config.flags.model_copy(update=dict(pinned))})

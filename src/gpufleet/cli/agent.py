@@ -8,8 +8,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.agent import migparted
-from gpufleet.agent.config import AgentConfig, load_config, overlay_named_config
+from gpufleet.agent.config import AgentConfig, load_config, overlay_named_config, with_flags
 from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
@@ -40,6 +41,26 @@ app = typer.Typer(
 )
 
 _PROFILE_HELP = "a recorded node profile (JSON file, or a bundled name: {}); default: real NVML"
+_MIG_STRATEGY_HELP = (
+    "how MIG devices are advertised: none (MIG-mode GPUs whole, as nvidia.com/gpu), single (MIG devices "
+    "as nvidia.com/gpu) or mixed (one nvidia.com/mig-<profile> resource per profile). Overrides "
+    "flags.migStrategy of every config file, the local --config and the pool's ConfigMap entry; the "
+    "order is NVIDIA's device plugin's: this flag, then MIG_STRATEGY, then the config file (default none)"
+)
+MIG_STRATEGY_SOURCE = "--mig-strategy (or MIG_STRATEGY)"
+
+
+class MigStrategy(StrEnum):
+    """The NVIDIA device plugin's MIG strategies."""
+
+    none = "none"
+    single = "single"
+    mixed = "mixed"
+
+
+def _pinned(mig_strategy: MigStrategy | None) -> dict[str, Any]:
+    """The flags set on the command line or in the environment, which win over the config files."""
+    return {} if mig_strategy is None else {"mig_strategy": mig_strategy.value}
 
 
 def register(parent: typer.Typer) -> None:
@@ -55,6 +76,9 @@ def run(
     ),
     profile: str = typer.Option(None, "--profile", help=_PROFILE_HELP.format(", ".join(bundled_profiles()))),
     config: Path = typer.Option(None, "--config", help="config file in the NVIDIA device plugin's format"),
+    mig_strategy: MigStrategy = typer.Option(
+        None, "--mig-strategy", envvar="MIG_STRATEGY", case_sensitive=False, help=_MIG_STRATEGY_HELP
+    ),
     plugin_dir: Path = typer.Option(
         Path(DEVICE_PLUGIN_PATH), "--plugin-dir", help="kubelet's device-plugin dir"
     ),
@@ -94,7 +118,8 @@ def run(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
-    cfg = load_config(config, env=os.environ)
+    pinned = _pinned(mig_strategy)
+    cfg = with_flags(load_config(config, env=os.environ), pinned)
     backend = open_backend(profile)
     if label_node is None:
         label_node = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -103,7 +128,7 @@ def run(
         from gpufleet.kube.node_labels import node_labeler
 
         labeler = node_labeler(node_label_patch)
-    with _naming_the_config(config):
+    with _naming_the_config(config, pinned):
         agent = Agent(
             backend,
             cfg,
@@ -119,7 +144,7 @@ def run(
     if sharing_config is None:
         sharing_config = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     if sharing_config:
-        _follow_sharing_config(agent, cfg, config, sharing_namespace, sharing_resync, done)
+        _follow_sharing_config(agent, cfg, config, pinned, sharing_namespace, sharing_resync, done)
 
     def on_signal(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -147,14 +172,25 @@ class PoolSharing:
     the ConfigMap, key and field, is logged and reported as a Warning Event on the Node, and the
     config in force stays. A mig-parted entry (`nvidia.com/mig.config`) is checked against the node
     and compared with the MIG layout NVML reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU
-    Operator's MIG manager, not the agent, creates the instances.
+    Operator's MIG manager, not the agent, creates the instances. Flags `pinned` on the command line
+    or in the environment (`--mig-strategy`, MIG_STRATEGY) win over an entry's `flags`, as they win
+    over the local file: `base` has them already.
     """
 
-    def __init__(self, agent: Agent, base: AgentConfig, local: str, report: Reporter | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        base: AgentConfig,
+        local: str,
+        report: Reporter | None = None,
+        *,
+        pinned: Mapping[str, Any] | None = None,
+    ) -> None:
         self.agent = agent
         self.base = base
         self.local = local
         self.report: Reporter = report or _no_report
+        self.pinned = dict(pinned or {})
 
     def __call__(self, selection: NodeSharingConfig | None) -> None:
         try:
@@ -199,11 +235,31 @@ class PoolSharing:
             return self.base, f"{self.local} (ConfigMap {selection.config_map} has no device plugin entry)"
         entry = selection.device_plugin
         assert entry.text is not None
-        return overlay_named_config(self.base, entry.text, where=entry.where), entry.where
+        config = overlay_named_config(self.base, entry.text, where=entry.where)
+        return self.pin(config, entry.where), entry.where
+
+    def pin(self, config: AgentConfig, where: str) -> AgentConfig:
+        """`config` with the pinned flags put back over what the entry set, saying so when it differed."""
+        pinned = with_flags(config, self.pinned)
+        if pinned.flags.mig_strategy != config.flags.mig_strategy:
+            log.warning(
+                "%s: flags.migStrategy %r is overridden by %s %r",
+                where,
+                config.flags.mig_strategy,
+                MIG_STRATEGY_SOURCE,
+                pinned.flags.mig_strategy,
+            )
+        return pinned
 
 
 def _follow_sharing_config(
-    agent: Agent, base: AgentConfig, path: Path | None, namespace: str, resync: float, done: threading.Event
+    agent: Agent,
+    base: AgentConfig,
+    path: Path | None,
+    pinned: Mapping[str, Any],
+    namespace: str,
+    resync: float,
+    done: threading.Event,
 ) -> SharingConfigWatcher | None:
     """Reads the Node's selection once (so the plugins first register with it), then follows it."""
     from gpufleet.kube.client import KubeTransport
@@ -216,7 +272,7 @@ def _follow_sharing_config(
             "node %s: no API access, so no sharing config to follow (%s); %s", agent.node_name, exc, local
         )
         return None
-    apply = PoolSharing(agent, base, local)
+    apply = PoolSharing(agent, base, local, pinned=pinned)
     watcher = SharingConfigWatcher(api, agent.node_name, namespace, apply, resync=resync)
     apply.report = watcher.report
     try:
@@ -232,13 +288,18 @@ def _no_report(reason: str, message: str, *, warning: bool = False) -> None:
 
 
 @contextmanager
-def _naming_the_config(config: Path | None) -> Iterator[None]:
+def _naming_the_config(config: Path | None, pinned: Mapping[str, Any]) -> Iterator[None]:
     """Errors where the config does not fit this node (MPS on MIG-mode GPUs, a sharing entry for a
-    resource the node lacks) name the config file too, as errors found while reading it do."""
+    resource the node lacks) name the config file too, as errors found while reading it do; a MIG
+    strategy that does not fit names the option it came from when it was not the file's."""
     try:
         yield
     except ValidationError as exc:
-        if config is None or exc.obj is not None:
+        if exc.obj is not None:
+            raise
+        if exc.field == "flags.migStrategy" and "mig_strategy" in pinned:
+            raise ValidationError(exc.detail, obj=MIG_STRATEGY_SOURCE) from exc
+        if config is None:
             raise
         raise ValidationError(exc.detail, obj=str(config), field=exc.field) from exc
 
@@ -268,15 +329,20 @@ def _load_config_collecting(config: Path | None) -> tuple[AgentConfig, list[str]
 def inspect(
     profile: str = typer.Option(None, "--profile", help=_PROFILE_HELP.format(", ".join(bundled_profiles()))),
     config: Path = typer.Option(None, "--config", help="config file in the NVIDIA device plugin's format"),
+    mig_strategy: MigStrategy = typer.Option(
+        None, "--mig-strategy", envvar="MIG_STRATEGY", case_sensitive=False, help=_MIG_STRATEGY_HELP
+    ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object: node, labels, resources"),
     record: Path = typer.Option(None, "--record", help="write what was discovered as a node profile JSON"),
 ) -> None:
     """Prints what discovery found, the labels and the devices the agent would advertise."""
+    pinned = _pinned(mig_strategy)
     cfg, warnings = _load_config_collecting(config)
+    cfg = with_flags(cfg, pinned)
     backend = open_backend(profile)
     try:
         node = backend.discover()
-        with _naming_the_config(config):
+        with _naming_the_config(config, pinned):
             resources = build_resources(node, cfg)
         labels = gfd_labels(node, cfg, resources)
         if record is not None:
