@@ -99,3 +99,33 @@ def test_the_cli_prints_the_same_objects(tmp_path: Path) -> None:
     values.write_text("installCRDs: false\n")
     result = CliRunner().invoke(app, ["manifests", "all", "-f", str(values)])
     assert "CustomResourceDefinition" not in result.output and "Deployment" in result.output
+
+
+def _agent_args(objects: dict[tuple[str, str], dict]) -> list[str]:
+    return objects[("DaemonSet", "gpufleet-agent")]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "args"),
+    [("mixed", ["--mig-strategy=mixed"]), ("single", ["--mig-strategy=single"]), ("", [])],
+)
+def test_the_agents_mig_strategy_is_set_cluster_wide(strategy: str, args: list[str]) -> None:
+    """agent.migStrategy (default mixed: a MIG pool may mix profiles on a node) reaches every agent as
+    --mig-strategy, in the chart and in `manifests all` alike; '' leaves it to the nodes' config files."""
+    values = values_from({"agent": {"migStrategy": strategy}}) if strategy != "mixed" else Values()
+    rendered = by_key(render_all(values))
+    assert helm(values.as_dict()) == rendered
+    assert [a for a in _agent_args(rendered) if a.startswith("--mig-strategy")] == args
+
+
+def test_an_unknown_mig_strategy_is_refused_with_its_field() -> None:
+    with pytest.raises(ValidationError, match=r"field agent\.migStrategy: 'half' is not one of none, single"):
+        values_from({"agent": {"migStrategy": "half"}})
+
+
+def test_operator_values_are_read_from_a_values_file() -> None:
+    values = values_from({"operator": {"metrics": "pods", "sampleSeconds": 5}})
+    container = by_key(render_all(values))[("Deployment", "gpufleet-scheduler")]["spec"]["template"]["spec"]
+    args = container["containers"][1]["args"]
+    assert "--metrics=pods" in args and "--sample-seconds=5" in args
+    assert helm(values.as_dict()) == by_key(render_all(values))

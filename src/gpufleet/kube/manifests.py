@@ -59,6 +59,10 @@ class Agent:
         default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     )
     metricsPort: int = 9400
+    migStrategy: str = "mixed"
+    """How MIG devices are advertised (`--mig-strategy`, as ClusterPolicy's `mig.strategy`): mixed, one
+    `nvidia.com/mig-<profile>` resource per profile, since a gpufleet MIG pool may mix profiles on a
+    node (and GPUs not in MIG mode stay `nvidia.com/gpu`); single, none, or '' for the config files'."""
     sharingConfig: bool = True
     """Follow the Node's `gpufleet.io/sharing-config` label: apply its pool's ConfigMap entry (in the
     chart's namespace, written by the operator) and re-apply on changes; false: the local config only."""
@@ -387,6 +391,7 @@ def _agent(v: Values) -> list[Json]:
     sharing_args = (
         ["--sharing-config", f"--sharing-namespace={ns}"] if a.sharingConfig else ["--no-sharing-config"]
     )
+    mig_args = [f"--mig-strategy={a.migStrategy}"] if a.migStrategy else []
     pod_spec: Json = {
         "serviceAccountName": name,
         "priorityClassName": "system-node-critical",
@@ -402,6 +407,7 @@ def _agent(v: Values) -> list[Json]:
                     "agent",
                     f"--metrics-port={a.metricsPort}",
                     "--label-node",
+                    *mig_args,
                     *sharing_args,
                 ],
                 "env": [
@@ -472,14 +478,25 @@ def _agent(v: Values) -> list[Json]:
     return objects
 
 
+MIG_STRATEGIES = ("none", "single", "mixed", "")
+
+
 def values_from(overrides: Any, *, source: str = "values") -> Values:
-    """Values with `overrides` (a parsed values file) merged over the defaults; unknown keys refused."""
+    """Values with `overrides` (a parsed values file) merged over the defaults; unknown keys refused,
+    and an `agent.migStrategy` the agent would refuse at start on every node."""
     merged = _merge(Values().as_dict(), overrides or {}, source, "")
+    if merged["agent"]["migStrategy"] not in MIG_STRATEGIES:
+        raise ValidationError(
+            f"{merged['agent']['migStrategy']!r} is not one of none, single, mixed or '' (the config files')",
+            obj=source,
+            field="agent.migStrategy",
+        )
     return Values(
         namespace=merged["namespace"],
         installCRDs=merged["installCRDs"],
         image=Image(**merged["image"]),
         scheduler=Scheduler(**merged["scheduler"]),
+        operator=Operator(**merged["operator"]),
         agent=Agent(**merged["agent"]),
         serviceMonitor=ServiceMonitor(**merged["serviceMonitor"]),
     )
