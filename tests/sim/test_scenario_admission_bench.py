@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
+from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.admission import run
 
 
@@ -32,3 +33,8 @@ def test_no_preemption_is_no_latency_not_zero() -> None:
 def test_out_of_range_options_are_usage_errors(option: str, value: str) -> None:
     out = CliRunner().invoke(app, ["bench", "admission", option, value])
     assert out.exit_code == 2 and option in out.output
+
+
+def test_the_benchmark_runs_what_users_get_unless_told() -> None:
+    assert run(queues=8, workloads=50, nodes=40, arrivals=0).policy == SchedulerConfig().policy_for("batch")
+    assert run(queues=8, workloads=50, nodes=40, arrivals=0, policy="bestfit").policy == "bestfit"

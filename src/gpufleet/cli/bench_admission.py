@@ -21,7 +21,12 @@ def admission(
     nodes: Annotated[int, typer.Option(min=1, help="Nodes of 8 GPUs.")] = 5000,
     arrivals: Annotated[int, typer.Option(min=0, help="High-priority arrivals into the full fleet.")] = 1000,
     seed: Annotated[int, typer.Option()] = 0,
-    policy: Annotated[str, typer.Option(help="Placement policy of the (batch) workloads.")] = "bestfit",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Placement policy of the (batch) workloads. Not given: the scheduler's default for batch."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Admission decisions per second and preemption latency on a quota tree over a synthetic fleet."""
@@ -30,7 +35,8 @@ def admission(
     from gpufleet.sim.admission import run
 
     try:
-        get_policy(policy)  # an unknown name fails here, listing the valid ones
+        if policy is not None:
+            get_policy(policy)  # an unknown name fails here, listing the valid ones
     except ValueError as exc:  # a policy that needs settings this benchmark cannot give (fgd's workload)
         raise ValidationError(f"policy {policy!r} cannot run here: {exc}", field="--policy") from exc
     result = run(queues=queues, workloads=workloads, nodes=nodes, arrivals=arrivals, seed=seed, policy=policy)

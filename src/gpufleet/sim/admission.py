@@ -22,7 +22,7 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import ClusterCache
-from gpufleet.scheduler.config import DEFAULT_PLACEMENT, SchedulerConfig
+from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import Scheduler, apply_decisions
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
@@ -37,6 +37,7 @@ SIZE_WEIGHTS = (0.3, 0.25, 0.2, 0.15, 0.1)
 
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
+    policy: str
     queues: int
     workloads: int
     nodes: int
@@ -53,6 +54,7 @@ class AdmissionResult:
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {
+            "policy": self.policy,
             "queues": self.queues,
             "workloads": self.workloads,
             "nodes": self.nodes,
@@ -136,15 +138,16 @@ def make_workloads(
 
 
 def run(
-    *, queues: int, workloads: int, nodes: int, arrivals: int, seed: int = 0, policy: str = DEFAULT_PLACEMENT
+    *, queues: int, workloads: int, nodes: int, arrivals: int, seed: int = 0, policy: str | None = None
 ) -> AdmissionResult:
     rng = np.random.default_rng(seed)
     fleet = build_fleet(nodes)
     tree, leaves = build_tree(queues, nodes * GPUS_PER_NODE)
     settings = {name: QueueSettings(name) for name in tree.nodes}
     cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=UsageHistory(3600.0))
-    # The workloads are batch: `policy` places all of them.
-    scheduler = Scheduler(SchedulerConfig(placement=policy, seed=seed))
+    # The workloads are batch: `policy` places all of them; None leaves the scheduler's default for batch.
+    config = SchedulerConfig(placement=policy, seed=seed)
+    scheduler = Scheduler(config)
     for workload in make_workloads(workloads, leaves, rng):
         cache.submit(workload)
 
@@ -189,6 +192,7 @@ def run(
     p50 = float(np.percentile(latencies, 50)) if latencies else None
     p99 = float(np.percentile(latencies, 99)) if latencies else None
     return AdmissionResult(
+        policy=config.policy_for("batch"),
         queues=queues,
         workloads=workloads,
         nodes=nodes,
