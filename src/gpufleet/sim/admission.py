@@ -52,7 +52,7 @@ class AdmissionResult:
     p50_preemption_ms: float | None
     p99_preemption_ms: float | None
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> dict[str, str | float | int | None]:
         return {
             "policy": self.policy,
             "queues": self.queues,
