@@ -47,3 +47,10 @@ def test_help_shows_bracketed_defaults_and_environment_variables() -> None:
     assert done.returncode == 0, done.stderr
     assert "GPUFLEET_SERVER" in done.stdout
     assert "GPUFLEET_STATE" in done.stdout
+
+
+def test_a_bad_option_value_is_a_usage_error_not_a_traceback() -> None:
+    done = _gpufleet("bench", "admission", "--queues", "many")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--queues" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -39,14 +40,28 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as exc:  # click's usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        if isinstance(exc, _click_errors()):
+            usage: Any = exc  # both classes have show() and exit_code; they share no base that says so
+            usage.show()
+            sys.exit(usage.exit_code)
         raise
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _click_errors() -> tuple[type[Exception], ...]:
+    """The usage-error base classes in play: click's, and the copy of click that newer typer releases
+    carry inside themselves (their parameter errors are not click's own class)."""
+    import click
+
+    errors: list[type[Exception]] = [click.ClickException]
+    try:
+        from typer._click.exceptions import ClickException as TyperClickException
+    except ImportError:  # a typer that uses click itself
+        pass
+    else:
+        errors.append(TyperClickException)
+    return tuple(errors)
 
 
 if __name__ == "__main__":
