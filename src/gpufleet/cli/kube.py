@@ -11,6 +11,7 @@ import threading
 import typer
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
 from gpufleet.kube.crds import install_crds
 from gpufleet.kube.leader import LeaderElector, LeaseConfig
@@ -23,7 +24,6 @@ from gpufleet.kube.metrics import (
 )
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import Transport
-from gpufleet.scheduler.config import SchedulerConfig
 
 kube_app = typer.Typer(
     rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
@@ -57,11 +57,8 @@ def scheduler(
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     name: str = typer.Option("gpufleet", "--scheduler-name", help="Pods with this schedulerName are ours."),
-    placement: str | None = typer.Option(
-        None,
-        help="One placement scoring policy for every workload class. Not given: each class has its "
-        "built-in default (training and batch fgd+, inference spread).",
-    ),
+    placement: str | None = typer.Option(None, help=PLACEMENT_HELP),
+    placement_class: list[str] = typer.Option([], "--placement-class", help=PLACEMENT_CLASS_HELP),
     topology_level: list[str] = typer.Option(
         [],
         "--topology-level",
@@ -80,6 +77,7 @@ def scheduler(
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
+    placement_config = scheduler_config(placement, placement_class)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
     config = KubeConfig(
@@ -91,7 +89,7 @@ def scheduler(
         lease_name=lease,
     )
     api = _transport(kubeconfig, context)
-    sched = KubeScheduler(api, config=config, scheduler=SchedulerConfig(placement=placement), identity=who)
+    sched = KubeScheduler(api, config=config, scheduler=placement_config, identity=who)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

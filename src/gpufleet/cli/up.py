@@ -22,8 +22,10 @@ from gpufleet.api.documents import load_objects
 from gpufleet.api.resource import Resource
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir
 from gpufleet.cli.output import console
+from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
+from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.operations import Operations
@@ -70,17 +72,22 @@ def up(
     runtime: Annotated[
         bool, typer.Option("--runtime/--no-runtime", help="Run the digital twin and the controllers.")
     ] = True,
+    placement: Annotated[str | None, typer.Option("--placement", help=PLACEMENT_HELP)] = None,
+    placement_class: Annotated[
+        list[str] | None, typer.Option("--placement-class", help=PLACEMENT_CLASS_HELP)
+    ] = None,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = console()
+    config = scheduler_config(placement, placement_class)  # a bad name fails before anything starts
     directory = state_dir(state)
     directory.mkdir(parents=True, exist_ok=True)
     objects = (demo_objects() if demo else []) + [obj for path in fleet or [] for obj in load_objects(path)]
     # Held until the process ends: a second `up` on this directory fails here, before it touches
     # the store, the clock file or `server.url`.
     with StateLock(directory):
-        _serve(directory, objects, out, state is not None, host, port, time_scale, runtime)
+        _serve(directory, objects, out, state is not None, host, port, time_scale, runtime, config)
     out.print("stopped; the state is kept in " + str(directory))
 
 
@@ -93,6 +100,7 @@ def _serve(
     port: int,
     time_scale: float,
     runtime: bool,
+    config: SchedulerConfig,
 ) -> None:
     clock = clock_for(directory, time_scale)
     with SqliteStore.open(directory, clock=clock.datetime) as store:
@@ -109,7 +117,7 @@ def _serve(
             changed = sum(1 for a in applied if a.action != "unchanged")
             out.print(f"[green]✓[/] fleet: {len(applied)} objects ({changed} created or changed)")
         stop = threading.Event()
-        thread = _start_runtime(store, clock, twin, stop) if twin is not None else None
+        thread = _start_runtime(store, clock, twin, stop, config) if twin is not None else None
         _banner(
             out,
             server.url,
@@ -127,9 +135,11 @@ def _serve(
                 thread.join(timeout=10)
 
 
-def _start_runtime(store: SqliteStore, clock: Clock, twin: Twin, stop: threading.Event) -> threading.Thread:
+def _start_runtime(
+    store: SqliteStore, clock: Clock, twin: Twin, stop: threading.Event, config: SchedulerConfig
+) -> threading.Thread:
     """The twin and the controllers on one driver, in a background thread."""
-    runtime = Runtime(store, clock=clock, participants=[twin, build_manager(store)])
+    runtime = Runtime(store, clock=clock, participants=[twin, build_manager(store, config=config)])
     return runtime.start(stop)
 
 
