@@ -40,7 +40,7 @@ def test_with_other_values_too() -> None:
     overrides = {
         "namespace": "gpu",
         "serviceMonitor": {"enabled": True},
-        "scheduler": {"replicas": 3},
+        "scheduler": {"replicas": 3, "placement": "bestfit", "placementByClass": ["inference=packing"]},
         "agent": {"privileged": True, "runtimeClassName": ""},
     }
     values = values_from(overrides)
@@ -129,3 +129,18 @@ def test_operator_values_are_read_from_a_values_file() -> None:
     args = container["containers"][1]["args"]
     assert "--metrics=pods" in args and "--sample-seconds=5" in args
     assert helm(values.as_dict()) == by_key(render_all(values))
+
+
+def test_placement_by_class_reaches_the_scheduler_and_bad_names_are_refused() -> None:
+    values = values_from({"scheduler": {"placement": "bestfit", "placementByClass": ["inference=packing"]}})
+    scheduler = next(
+        o for o in render_all(values) if o["kind"] == "Deployment" and "scheduler" in o["metadata"]["name"]
+    )
+    args = scheduler["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--placement=bestfit" in args and "--placement-class=inference=packing" in args
+    with pytest.raises(
+        ValidationError, match=r"field scheduler\.placementByClass: unknown workload class 'train'"
+    ):
+        values_from({"scheduler": {"placementByClass": ["train=fgd+"]}})
+    with pytest.raises(ValidationError, match=r"field scheduler\.placement: unknown placement policy 'best'"):
+        values_from({"scheduler": {"placement": "best"}})

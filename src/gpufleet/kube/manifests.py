@@ -15,6 +15,7 @@ from typing import Any
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.transport import Json
+from gpufleet.scheduler.policy_choice import placement_choice
 
 APP = "gpufleet"
 WHY_ANNOTATION = "gpufleet.io/rbac-reasons"
@@ -33,6 +34,8 @@ class Scheduler:
     schedulerName: str = "gpufleet"
     placement: str = ""
     """One policy for every workload class; empty: each class has its built-in default."""
+    placementByClass: list[str] = field(default_factory=list)
+    """CLASS=POLICY per workload class; wins over `placement`."""
     topologyLevels: list[str] = field(
         default_factory=lambda: [
             "zone=topology.kubernetes.io/zone",
@@ -296,6 +299,7 @@ def _scheduler(v: Values) -> list[Json]:
         "scheduler",
         f"--scheduler-name={s.schedulerName}",
         *([f"--placement={s.placement}"] if s.placement else []),
+        *(f"--placement-class={item}" for item in s.placementByClass),
         f"--namespace={ns}",
         f"--lease={name}",
         f"--grace-seconds={s.evictionGraceSeconds}",
@@ -483,7 +487,7 @@ MIG_STRATEGIES = ("none", "single", "mixed", "")
 
 def values_from(overrides: Any, *, source: str = "values") -> Values:
     """Values with `overrides` (a parsed values file) merged over the defaults; unknown keys refused,
-    and an `agent.migStrategy` the agent would refuse at start on every node."""
+    and an `agent.migStrategy` or scheduler placement the agent or scheduler would refuse at start."""
     merged = _merge(Values().as_dict(), overrides or {}, source, "")
     if merged["agent"]["migStrategy"] not in MIG_STRATEGIES:
         raise ValidationError(
@@ -491,6 +495,14 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
             obj=source,
             field="agent.migStrategy",
         )
+    scheduler = merged["scheduler"]
+    placement_choice(  # the scheduler would refuse these at start, in a crash loop
+        scheduler["placement"] or None,
+        scheduler["placementByClass"],
+        placement_field="scheduler.placement",
+        by_class_field="scheduler.placementByClass",
+        obj=source,
+    )
     return Values(
         namespace=merged["namespace"],
         installCRDs=merged["installCRDs"],
