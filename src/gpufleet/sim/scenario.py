@@ -42,6 +42,7 @@ from gpufleet.scheduler.flavors import (
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.scoring import get_policy
+from gpufleet.scheduler.policy_choice import check_policy
 from gpufleet.scheduler.priority import PriorityClasses
 from gpufleet.scheduler.queueing import (
     QueueSettings,
@@ -385,14 +386,7 @@ def _check_policies(config: SchedulerConfig, source: str) -> None:
     if config.placement is not None:
         named.insert(0, ("spec.scheduler.placement", config.placement))
     for where, name in named:
-        try:
-            get_policy(name)
-        except GpuFleetError as exc:
-            raise ValidationError(exc.detail, obj=source, field=where) from None
-        except ValueError as exc:  # a policy that needs settings a scenario cannot give (fgd's workload)
-            raise ValidationError(
-                f"policy {name!r} cannot run here: {exc}", obj=source, field=where
-            ) from None
+        check_policy(name, field=where, obj=source)
 
 
 def _workload(item: ScenarioWorkload, classes: PriorityClasses, source: str, where: str) -> Workload:
