@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
-from gpufleet.fleet.state import FleetState
+from gpufleet.fleet.state import DYNAMIC_CODE, FleetState
 from gpufleet.scheduler.placement.scoring import (
     BoolArray,
     FloatArray,
@@ -124,10 +124,12 @@ class FragmentationModel:
         self.stranded = np.zeros((0, k), dtype=np.int64)
         self.idle = np.zeros(0, dtype=np.int64)
         self.frag = np.zeros(0, dtype=np.float64)
-        # What each row was computed from (usable free milli per GPU, free CPU), to find the rows that
-        # changed behind the model's back (`recheck`).
+        # What each row's scores were computed from (usable free milli per GPU, free CPU, and pods per
+        # GPU where replicas limit them: a time-slicing or MPS GPU with no replica left takes no share
+        # pod whatever its free milli), to find the rows that changed behind the model's back (`recheck`).
         self._free_seen = np.zeros((0, 0), dtype=np.int64)
         self._cpu_seen = np.zeros(0, dtype=np.int64)
+        self._pods_seen = np.zeros((0, 0), dtype=np.int64)
 
     # ------------------------------------------------------------------ cache
     def sync(self, state: FleetState) -> Rows | None:
@@ -145,8 +147,10 @@ class FragmentationModel:
             changed = None
         elif self._recheck:
             self._recheck = False
+            # The rows marked since stay changed whatever the comparison finds.
+            marked = np.array(sorted(set(self._dirty)), dtype=np.intp)
             self._dirty.clear()
-            changed = self._changed_rows(state)
+            changed = np.union1d(self._changed_rows(state), marked[marked < self._rows])
             if changed.size:
                 self._refresh(state, changed)
         elif self._dirty:
@@ -167,14 +171,15 @@ class FragmentationModel:
 
     def recheck(self) -> None:
         """The fleet may have changed without `refresh` (between two scheduling cycles): the next `sync`
-        compares each row with what it was computed from and recomputes the rows that differ."""
+        compares each row with what it was computed from and recomputes the rows that differ, and the
+        rows marked changed meanwhile."""
         self._recheck = True
-        self._dirty.clear()
 
     def _changed_rows(self, state: FleetState) -> Rows:
         n = self._rows
         free = np.where(state.gpu_ok[:n], state.gpu_free[:n], 0)
         differ = (free != self._free_seen[:n]).any(axis=1) | (state.cpu_free[:n] != self._cpu_seen[:n])
+        differ |= (_limited_pods(state, np.arange(n, dtype=np.intp)) != self._pods_seen[:n]).any(axis=1)
         return np.flatnonzero(differ)
 
     def refresh(self, state: FleetState, row: int) -> None:
@@ -184,13 +189,14 @@ class FragmentationModel:
 
     def mark(self, row: int) -> None:
         """Row `row` changed (an allocation or a release there): recomputed at the next `sync`."""
-        if self._recheck:
-            return  # every row is compared with the fleet anyway
-        self._dirty.append(row)
-        if len(self._dirty) > DIRTY_LIMIT:
+        if len(self._dirty) >= DIRTY_LIMIT:
             # Changes pile up while nothing is scored (this policy's classes are not being placed):
-            # comparing every row later costs less than keeping them all.
-            self.recheck()
+            # comparing every row later costs less than keeping them all; the comparison covers all that
+            # a row's scores depend on, so the marks can go.
+            self._dirty.clear()
+            self._recheck = True
+            return
+        self._dirty.append(row)
 
     def _grow(self, size: int, gpus: int) -> None:
         def grown(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
@@ -205,9 +211,12 @@ class FragmentationModel:
         self.frag = grown(self.frag)  # type: ignore[assignment]
         self._cpu_seen = grown(self._cpu_seen)  # type: ignore[assignment]
         free_seen = np.zeros((size, gpus), dtype=np.int64)
+        pods_seen = np.zeros((size, gpus), dtype=np.int64)
         if self._free_seen.shape[1] == gpus:
             free_seen[: self._free_seen.shape[0]] = self._free_seen
+            pods_seen[: self._pods_seen.shape[0]] = self._pods_seen
         self._free_seen = free_seen
+        self._pods_seen = pods_seen
 
     def _access(self, state: FleetState, rows: Rows) -> BoolArray:
         access = np.ones((rows.size, len(self.typical)), dtype=np.bool_)
@@ -223,6 +232,7 @@ class FragmentationModel:
         free = usable_free(state, rows)
         self._free_seen[rows] = free
         self._cpu_seen[rows] = state.cpu_free[rows]
+        self._pods_seen[rows] = _limited_pods(state, rows)
         enough = free[:, :, None] >= self.milli[None, None, :]
         self.fit_gpus[rows] = enough.sum(axis=1)
         self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
@@ -282,6 +292,12 @@ class FragmentationModel:
         cpu_after = state.cpu_free[sub] - request.cpu_milli
         after = self.amount(idle, cpu_after, fit, stranded, self.access[sub])
         return cand_row, cand_gpu.astype(np.int64), self.frag[sub] - after
+
+
+def _limited_pods(state: FleetState, rows: Rows) -> IntArray:
+    """Pods per GPU on the rows whose replicas limit them (time-slicing, MPS), zero elsewhere."""
+    limited = state.mode[rows] != DYNAMIC_CODE
+    return np.where(limited[:, None], state.gpu_pods[rows], 0)
 
 
 def best_per_row(

@@ -10,8 +10,9 @@ Three changes to FGD, each a general rule rather than a fit to one trace:
    CPU-heavy pod (including CPU-only pods, which FGD scores as ties) goes where CPU is plentiful
    relative to idle GPUs.
 3. Exact gains instead of integer points; among equal gains the fuller node wins (best fit), and among
-   nodes equal on both, the one in the fuller rack (the finest topology level), so that pods without a
-   topology request leave empty racks whole for gangs that require one.
+   nodes equal on both, the one in the fuller rack (per node, the finest topology level at which it has
+   a domain), so that pods without a topology request leave empty racks whole for gangs that require
+   one.
 
 The CPU-per-GPU ratio is taken at each refit, and scores are kept per request and node row until the
 row changes (`RowScores`), so a pod costs the rescoring of the few nodes changed since the last one.
@@ -52,10 +53,6 @@ PRIOR_SHAPES = (
 PRIOR_CPU_PER_GPU = 8_000.0
 # A tie-breaker must never outweigh a real difference in stranded milli.
 TIE_WEIGHT = 1e-3
-# Below the node's own fullness: among nodes equal on both, the one in the fullest rack (the finest
-# topology domain) wins, so that pods without a topology request (whole-node ones above all) fill domains
-# already in use and leave empty ones whole for gangs that require one.
-DOMAIN_TIE_WEIGHT = 1e-6
 
 
 class WorkloadEstimate:
@@ -134,9 +131,9 @@ class AdaptiveFgdPolicy:
         self._next_refit = first_refit
         self._state: FleetState | None = None
         self._scores: dict[PodRequest, RowScores] = {}
-        # Per row its domain of the finest topology level and GPUs per domain, with the fleet generation
-        # they were counted at.
-        self._domains: tuple[int, IntArray, FloatArray] | None = None
+        # Per row the level and domain its rack tie-break reads (`_DomainMap`), with the fleet generation
+        # it was built at.
+        self._domains: tuple[int, _DomainMap] | None = None
         self._refit()
 
     def _refit(self) -> None:
@@ -189,32 +186,25 @@ class AdaptiveFgdPolicy:
             cached.gpu[stale] = gpu
             cached.valid[stale] = True
         share_gpu = cached.gpu[rows] if request.kind is GpuKind.SHARE else None
-        scores = cached.values[rows]
+        scores = cached.values[rows]  # a copy: the tie-break below must not touch the kept values
         if state.levels:
-            scores += DOMAIN_TIE_WEIGHT * self._domain_fullness(state, rows)
+            self._prefer_fuller_domain(state, rows, scores)
         return Scored(scores, gpu_choices(state, request, rows, share_gpu))
 
-    def _domain_fullness(self, state: FleetState, rows: Rows) -> FloatArray:
-        """Per row, the share of its finest topology domain's GPUs that are not whole and free (0 outside
-        any domain). Read at every call, since any placement in a domain moves it for all its nodes."""
-        level = len(state.levels) - 1
+    def _prefer_fuller_domain(self, state: FleetState, rows: Rows, scores: FloatArray) -> None:
+        """Among the rows tied for the best score, only those in the fullest domain keep it; the others
+        drop by the smallest step a float allows. A lexicographic tie-break: it never reorders rows
+        that differ on fragmentation or fullness, however small the difference."""
+        if scores.size < 2:
+            return
+        top = np.flatnonzero(scores == scores.max())
+        if top.size < 2:
+            return
         if self._domains is None or self._domains[0] != state.generation:
-            self._domains = (state.generation, *self._count_domains(state, level))
-        _, row_domain, gpus = self._domains
-        full = np.zeros(gpus.size + 1, dtype=np.float64)  # the last entry: outside any domain
-        full[:-1] = 1.0 - state.domain_whole_free[level][: gpus.size] / gpus
-        return np.asarray(full[row_domain[rows]], dtype=np.float64)
-
-    @staticmethod
-    def _count_domains(state: FleetState, level: int) -> tuple[IntArray, FloatArray]:
-        """Per row its domain index (the domain count for a row outside any), and GPUs per domain."""
-        n = state.n_rows
-        domains = state.domain[level, :n]
-        inside = (domains >= 0) & state.alive[:n]
-        size = int(domains.max(initial=-1)) + 1
-        gpus = np.bincount(domains[inside], weights=state.gpu_ok[:n][inside].sum(axis=1), minlength=size)
-        row_domain = np.where(inside, domains, size)
-        return np.asarray(row_domain, dtype=np.int64), np.maximum(gpus, 1.0)
+            self._domains = (state.generation, _DomainMap(state))
+        fullness = self._domains[1].fullness(state, rows[top])
+        behind = top[fullness < fullness.max()]
+        scores[behind] = np.nextafter(scores[behind], -np.inf)
 
     def _compute(self, state: FleetState, request: PodRequest, rows: Rows) -> tuple[FloatArray, IntArray]:
         """Per row, the score and (for a share pod) the GPU taken: fragmentation gain, CPU-stranding gain
@@ -241,6 +231,45 @@ class AdaptiveFgdPolicy:
     def _cpu_stranded(self, idle: IntArray | FloatArray, cpu_free: IntArray) -> FloatArray:
         """Idle GPU milli that the free CPU cannot feed at the observed CPU-per-GPU ratio."""
         return np.asarray(np.maximum(idle - np.maximum(cpu_free, 0) * self._feed, 0.0), dtype=np.float64)
+
+
+class _DomainMap:
+    """Where each row's rack tie-break looks: the finest topology level at which the row has a domain.
+
+    With levels such as the Kubernetes default [zone, block, rack, clique], only some nodes carry the
+    finest label (GB200/NVL72 cliques); a node without it is judged by its rack, or its block, and a
+    node without any topology label by itself alone (a domain of one node), never as an empty domain.
+    Counted once per fleet generation (labels and nodes do not change within one).
+    """
+
+    def __init__(self, state: FleetState) -> None:
+        n = state.n_rows
+        domains = state.domain[:, :n]
+        has = (domains >= 0) & state.alive[:n]
+        # The deepest level with a domain per row; -1 for a row outside every domain.
+        self.level = np.where(has.any(axis=0), len(state.levels) - 1 - np.argmax(has[::-1], axis=0), -1)
+        gpus_per_row = state.gpu_ok[:n].sum(axis=1).astype(np.float64)
+        # GPUs per domain of each level (all its nodes, as the domain's whole free GPUs count them all).
+        self.gpus: list[FloatArray] = []
+        for level in range(len(state.levels)):
+            inside = has[level]
+            size = int(domains[level].max(initial=-1)) + 1
+            counted = np.bincount(domains[level][inside], weights=gpus_per_row[inside], minlength=size)
+            self.gpus.append(np.asarray(np.maximum(counted, 1.0), dtype=np.float64))
+
+    def fullness(self, state: FleetState, rows: Rows) -> FloatArray:
+        """Per row, the share of its domain's GPUs that are not whole and free. Read at every call, since
+        any placement in a domain moves it for all its nodes."""
+        level = self.level[rows]
+        out = np.empty(rows.size, dtype=np.float64)
+        alone = level < 0
+        own = rows[alone]
+        out[alone] = 1.0 - state.whole_free[own] / np.maximum(state.gpu_ok[own].sum(axis=1), 1)
+        for lv in np.unique(level[~alone]):
+            at = level == lv
+            domain = state.domain[lv, rows[at]]
+            out[at] = 1.0 - state.domain_whole_free[lv][domain] / self.gpus[lv][domain]
+        return out
 
 
 register("fgd+", AdaptiveFgdPolicy)
