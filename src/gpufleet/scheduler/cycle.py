@@ -29,11 +29,12 @@ stays in the order, to keep the queue's one preemption attempt per cycle where K
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation
 from gpufleet.scheduler import explain
 from gpufleet.scheduler.cache import ClusterCache, Snapshot
@@ -114,6 +115,13 @@ class Scheduler:
         self.policies: dict[str, ScorePolicy] = {
             name: get_policy(name) for name in self.config.policy_names()
         }
+
+    def learn(self, requests: Iterable[PodRequest]) -> None:
+        """Every policy in use learns these pods, admitted outside a learning cycle: the world carried out
+        the admission of a what-if (`cycle(learn=False)`), such as an elastic workload's growth."""
+        for request in requests:
+            for policy in self.policies.values():
+                policy.learn(request)
 
     def cycle(self, cache: ClusterCache, *, now: float, learn: bool = True) -> CycleResult:
         """One cycle. `learn=False` for a what-if whose admissions the world will not carry out: the
