@@ -603,12 +603,17 @@ class SchedulingController:
         obj = self.workloads.get(key)
         if obj is None or obj.status.admission is None:
             return
-        before = sum(obj.status.admission.counts)
+        counts = list(obj.status.admission.counts)
+        before = sum(counts)
         cache.evict(key, now=now)
         for pod in list(self.pods.pop(key, {}).values()):
             if not _gone(pod):
                 self._delete_pod(pod)
         self._admit(admit, now)
+        admitted = cache.admitted.get(key)
+        if admitted is not None:  # carried out: the pods it adds are learnt (the trial cycle taught nothing)
+            grown = zip(admitted.workload.pod_sets, admit.assignment.counts, counts, strict=True)
+            self.scheduler.learn(pod_set.request for pod_set, new, old in grown for _ in range(new - old))
         after = sum(admit.assignment.counts)
         self.stats.decisions.append(f"grow {key} {before}->{after}")
         events.record(
