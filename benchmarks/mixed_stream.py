@@ -9,7 +9,9 @@ stays for an exponential lifetime sized so that the offered GPU load is `--load`
 does not fit at once is dropped (no queue, no preemption), so what a policy leaves fragmented shows as
 gangs and GPUs turned away. Every placement is one
 `place_workload` call with the policy under test, followed by `learn` for each pod placed, as in the
-scheduling cycle.
+scheduling cycle. The arrivals and lifetimes of a seed are drawn once, from their own generator, and
+offered to every policy; the policies' tie-breaks draw from another, so policies are compared on the
+same stream.
 
 Reported per policy, over the steps after the warm-up (mean over seeds):
 - gangs placed: the fraction of arriving gangs that were placed; rack gangs placed: the same for the
@@ -118,26 +120,47 @@ def mean_gpus(weights: npt.NDArray[np.float64]) -> float:
     return total
 
 
-def run(
-    policy_name: str, seed: int, nodes: int, arrivals: int, warmup: int, load: float, gang_weight: float
-) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One step's arrival: its kind, pod request and count, the level it requires, how long it stays."""
+
+    kind: str
+    request: PodRequest
+    count: int
+    required: str | None
+    stay: float
+
+
+def make_stream(seed: int, arrivals: int, nodes: int, load: float, gang_weight: float) -> list[Arrival]:
+    """The arrivals of one seed, drawn once from their own generator so that every policy sees the same
+    stream (a lifetime is drawn for every arrival, placed or not, so nothing a policy does shifts it)."""
     rng = np.random.default_rng(seed)
+    weights = kind_weights(gang_weight)
+    lifetime = load * nodes * GPUS / mean_gpus(weights)
+    stream: list[Arrival] = []
+    for _ in range(arrivals):
+        name, _, request = KINDS[int(rng.choice(len(KINDS), p=weights))]
+        count = int(rng.integers(GANG_SIZES[0], GANG_SIZES[1] + 1)) if name == "gang" else 1
+        required = "rack" if name == "gang" and rng.random() < 0.5 else None
+        stream.append(Arrival(name, request, count, required, float(rng.exponential(lifetime))))
+    return stream
+
+
+def run(policy_name: str, seed: int, nodes: int, stream: list[Arrival], warmup: int) -> Outcome:
+    # The policy's tie-breaks draw from a generator of their own, apart from the stream's.
+    rng = np.random.default_rng([seed, 1])
     state = build_fleet(nodes)
     policy: ScorePolicy = get_policy(policy_name)
     out = Outcome(policy_name, seed)
-    weights = kind_weights(gang_weight)
-    lifetime = load * nodes * GPUS / mean_gpus(weights)
     leaving: list[tuple[float, int, list[str]]] = []
     rows = state.n_rows
-    for step in range(arrivals):
+    for step, arrival in enumerate(stream):
         while leaving and leaving[0][0] <= step:
             _, _, pods = heapq.heappop(leaving)
             for pod in pods:
                 alloc = state.release(pod)
                 policy.observe(state, alloc.node)
-        name, _, request = KINDS[int(rng.choice(len(KINDS), p=weights))]
-        count = int(rng.integers(GANG_SIZES[0], GANG_SIZES[1] + 1)) if name == "gang" else 1
-        required = "rack" if name == "gang" and rng.random() < 0.5 else None
+        name, request, count, required = arrival.kind, arrival.request, arrival.count, arrival.required
         workload = Workload(
             f"w{step}",
             (PodSet("p", count, request),),
@@ -156,8 +179,7 @@ def run(
             out.decisions += 1
         placed = result.no_fit is None
         if placed:
-            stay = float(rng.exponential(lifetime))
-            heapq.heappush(leaving, (step + stay, step, [p.pod for p in result.placements]))
+            heapq.heappush(leaving, (step + arrival.stay, step, [p.pod for p in result.placements]))
         if not measured:
             continue
         asked = count * request.total_gpu_milli / GPU_MILLI
@@ -196,11 +218,11 @@ def main() -> None:
     )
     print(header)
     print("|" + "---|" * 8)
+    streams = [
+        make_stream(s, args.arrivals, args.nodes, args.load, args.gang_weight) for s in range(args.seeds)
+    ]
     for name in args.policies.split(","):
-        runs = [
-            run(name, s, args.nodes, args.arrivals, args.warmup, args.load, args.gang_weight)
-            for s in range(args.seeds)
-        ]
+        runs = [run(name, s, args.nodes, streams[s], args.warmup) for s in range(args.seeds)]
 
         def pct(num: list[float], den: list[float]) -> str:
             values = [100.0 * n / d for n, d in zip(num, den, strict=True) if d]
