@@ -209,7 +209,9 @@ AGENT_SHARING_RULES: tuple[Rule, ...] = (
     (
         "",
         ("configmaps",),
-        ("get", "list", "watch"),
+        # No `get`: the agent lists its ConfigMap by name (metadata.name field selector), which answers
+        # for a missing one too, and watches it.
+        ("list", "watch"),
         "agent: the sharing ConfigMap its Node's gpufleet.io/sharing-config label names",
     ),
 )
