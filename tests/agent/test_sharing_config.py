@@ -247,19 +247,22 @@ def test_a_config_that_cannot_be_applied_is_refused_naming_configmap_key_and_fie
     assert len(advertised(kubelet, GPU, 16)) == 16
 
 
-def test_a_label_naming_a_missing_entry_is_refused_and_the_local_config_stays(
-    api: FakeApiServer, kubelet: FakeKubelet, follow: Callable[..., Following]
+def test_a_label_naming_a_missing_config_map_or_key_is_pending_and_the_local_config_stays(
+    api: FakeApiServer,
+    kubelet: FakeKubelet,
+    follow: Callable[..., Following],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet")
     labels = {
         "gpufleet.io/sharing-config": "gpufleet-sharing-gone",
         "nvidia.com/device-plugin.config": "time-slicing-4",
     }
     add_node(api, NODE, labels=labels)
-    running = follow()
-    refused = wait_until("the Warning Event", lambda: events(api, "SharingConfigInvalid"))
-    assert (
-        "ConfigMap gpu-ops/gpufleet-sharing-gone (named by gpufleet.io/sharing-config) not found"
-        in (refused[0]["message"])
+    running = follow(resync=30)
+    wait_until("the pending selection logged", lambda: running.watcher.pending)
+    assert "ConfigMap gpu-ops/gpufleet-sharing-gone (named by gpufleet.io/sharing-config) not found" in (
+        caplog.text
     )
     assert len(advertised(kubelet, GPU, 8)) == 8
     assert running.agent.config.sharing.strategy == "none"
@@ -267,17 +270,51 @@ def test_a_label_naming_a_missing_entry_is_refused_and_the_local_config_stays(
     # The ConfigMap appears (without that key, then with it): watched by name, picked up.
     body = {"metadata": {"name": "gpufleet-sharing-gone"}, "data": {"mps-2": time_slicing(2)}}
     api.request("POST", CONFIG_MAPS, body=body)
-    wait_until(
-        "the missing key reported",
-        lambda: any(
-            "has no key 'time-slicing-4'" in e["message"] for e in events(api, "SharingConfigInvalid")
-        ),
-    )
-    edit_entry_path = f"{CONFIG_MAPS}/gpufleet-sharing-gone"
+    wait_until("the missing key logged", lambda: "has no key 'time-slicing-4'" in caplog.text)
     api.request(
-        "PATCH", edit_entry_path, body={"data": {"time-slicing-4": time_slicing(4)}}, content_type=MERGE
+        "PATCH",
+        f"{CONFIG_MAPS}/gpufleet-sharing-gone",
+        body={"data": {"time-slicing-4": time_slicing(4)}},
+        content_type=MERGE,
     )
     assert len(advertised(kubelet, GPU, 32)) == 32
+    # Missing is not wrong: no Warning Event at any point, and an applied one once it is there.
+    assert events(api, "SharingConfigInvalid") == []
+    assert events(api, "SharingConfigApplied")
+    assert not running.watcher.pending
+
+
+def test_a_relabelled_node_is_read_again_soon_when_its_old_entry_is_gone(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    """The ConfigMap changed before the Node's label (as the operator once wrote them, or a garbage
+    collector deleting a pool's ConfigMap): the agent waits with the config in force, and reads the
+    Node again within seconds, not at the next resync."""
+    shared_pool(api, operator, replicas=4)
+    running = follow(resync=30)
+    assert len(advertised(kubelet, GPU, 32)) == 32
+    before = running.agent.config
+
+    path = f"{CONFIG_MAPS}/gpufleet-sharing-ts"
+    api.request(
+        "PATCH",
+        path,
+        body={"data": {"time-slicing-4": None, "time-slicing-2": time_slicing(2)}},
+        content_type=MERGE,
+    )
+    wait_until("the selection pending", lambda: running.watcher.pending)
+    assert running.agent.config == before
+    assert [len(r.devices) for r in running.agent.resources] == [32]
+
+    # Only the Node changes now: no ConfigMap event, so only an early read of the Node sees it.
+    api.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        body={"metadata": {"labels": {"nvidia.com/device-plugin.config": "time-slicing-2"}}},
+        content_type=MERGE,
+    )
+    wait_until("the new entry applied", lambda: [len(r.devices) for r in running.agent.resources] == [16], 5)
+    assert events(api, "SharingConfigInvalid") == []
 
 
 def test_the_local_config_keeps_what_the_named_config_does_not_set(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from gpufleet.kube.agent_config import NodeSharingConfig, SharingConfigWatcher
 from gpufleet.kube.informer import Backoff
@@ -115,3 +118,57 @@ def test_events_about_the_node_go_where_the_api_server_takes_them(api: FakeApiSe
         "uid": node["metadata"]["uid"],
         "resourceVersion": node["metadata"]["resourceVersion"],
     }
+
+
+def test_a_missing_config_map_or_key_is_pending_not_told_and_the_node_is_read_again_soon(
+    api: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet.kube.agent_config")
+    config_map(api, "gpufleet-sharing-a", {"time-slicing-2": "A2"})
+    labels = {
+        "gpufleet.io/sharing-config": "gpufleet-sharing-a",
+        "nvidia.com/device-plugin.config": "time-slicing-4",
+    }
+    add_node(api, "n1", labels=labels)
+    told: list[NodeSharingConfig | None] = []
+    # A resync far beyond the test: only the short retry of a pending selection reads the Node again.
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=30)
+    stop = threading.Event()
+    watcher.start(stop)
+    try:
+        wait_until("the Node read again", lambda: api.requests.count(("GET", "/api/v1/nodes/n1")) >= 2, 3)
+        assert told == [] and watcher.pending  # nothing to apply yet: the config in force stays
+        assert "has no key 'time-slicing-4'" in caplog.text
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        label(api, {"nvidia.com/device-plugin.config": "time-slicing-2"})
+        wait_until("the relabelled entry", lambda: told, 5)
+        assert told[0] is not None and told[0].device_plugin is not None
+        assert told[0].device_plugin.text == "A2" and not watcher.pending
+    finally:
+        stop.set()
+
+
+def test_a_selection_still_pending_after_a_resync_is_a_warning_once(
+    api: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Longer than the operator's relabelling takes: likely a mistake (a wrong --sharing-namespace)."""
+    labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-x", "nvidia.com/device-plugin.config": "mps-2"}
+    add_node(api, "n1", labels=labels)
+    watcher = SharingConfigWatcher(api, "n1", "elsewhere", lambda _: None, resync=0.5)
+    stop = threading.Event()
+    watcher.start(stop)
+    try:
+
+        def warned() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.levelno == logging.WARNING]
+
+        wait_until("the warning", warned, 5)
+        time.sleep(1.5)
+        (warning,) = warned()
+        assert "still pending" in warning.getMessage()
+        assert "ConfigMap elsewhere/gpufleet-sharing-x (named by gpufleet.io/sharing-config) not found" in (
+            warning.getMessage()
+        )
+    finally:
+        stop.set()

@@ -106,7 +106,10 @@ def run(
         "gpufleet-system", "--sharing-namespace", help="namespace of the sharing ConfigMaps (the operator's)"
     ),
     sharing_resync: float = typer.Option(
-        RESYNC_SECONDS, "--sharing-resync", help="seconds between reads of the Node's labels"
+        RESYNC_SECONDS,
+        "--sharing-resync",
+        help="seconds between reads of the Node's labels (sooner while they name a ConfigMap or key that "
+        "does not exist yet: from 1 s, doubling up to this)",
     ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
 ) -> None:
@@ -167,12 +170,15 @@ class PoolSharing:
     """Applies what the Node's labels select from its pool's sharing ConfigMap over the local config
     (`--config` or the defaults), as the GPU Operator's config-manager does for NVIDIA's plugin.
 
-    No label: the local config. A selection that cannot be applied (the ConfigMap or key missing, a
-    field refused, a config that does not fit the node's GPUs) is refused whole: the error, naming
-    the ConfigMap, key and field, is logged and reported as a Warning Event on the Node, and the
-    config in force stays. A mig-parted entry (`nvidia.com/mig.config`) is checked against the node
-    and compared with the MIG layout NVML reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU
-    Operator's MIG manager, not the agent, creates the instances. Flags `pinned` on the command line
+    No label: the local config. A selection whose ConfigMap or key is missing is pending, not wrong
+    (the operator relabels the pool's nodes around its writes of the ConfigMap): it is logged and the
+    config in force stays, with no Event; the watcher reads the Node again soon and does not pass such
+    a selection on. A selection that cannot be applied (a field refused, not YAML, a config that does
+    not fit the node's GPUs) is refused whole: the error, naming the ConfigMap, key and field, is
+    logged and reported as a Warning Event on the Node, and the config in force stays. A mig-parted
+    entry (`nvidia.com/mig.config`) is checked against the node and compared with the MIG layout NVML
+    reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU Operator's MIG manager, not the agent,
+    creates the instances. Flags `pinned` on the command line
     or in the environment (`--mig-strategy`, MIG_STRATEGY) win over an entry's `flags`, as they win
     over the local file: `base` has them already.
     """
@@ -193,6 +199,9 @@ class PoolSharing:
         self.pinned = dict(pinned or {})
 
     def __call__(self, selection: NodeSharingConfig | None) -> None:
+        if selection is not None and selection.missing:
+            log.info("sharing config pending, the one in force stays: %s", "; ".join(selection.missing))
+            return
         try:
             wanted, where = self.wanted(selection)
             pending = self.mig_pending(selection)
@@ -228,13 +237,10 @@ class PoolSharing:
     def wanted(self, selection: NodeSharingConfig | None) -> tuple[AgentConfig, str]:
         if selection is None:
             return self.base, self.local
-        for entry in (selection.device_plugin, selection.mig):
-            if entry is not None and entry.text is None:
-                raise ValidationError(entry.missing or "missing", obj=f"node {self.agent.node_name}")
         if selection.device_plugin is None:
             return self.base, f"{self.local} (ConfigMap {selection.config_map} has no device plugin entry)"
         entry = selection.device_plugin
-        assert entry.text is not None
+        assert entry.text is not None  # a pending selection (`missing`) is never applied
         config = overlay_named_config(self.base, entry.text, where=entry.where)
         return self.pin(config, entry.where), entry.where
 

@@ -15,12 +15,20 @@ This module only reads and watches; what the entries mean is the agent's busines
 - the ConfigMap is watched (by name), so a change of it is seen at once;
 - the Node is read again at every change of the ConfigMap and every `resync` seconds, since watching
   it would take `list`/`watch` on every Node of the cluster; a label change is seen within `resync`.
+
+A selection whose ConfigMap or key is missing is pending, not wrong: the operator relabels a pool's
+nodes one by one around its writes of the ConfigMap (and a cluster's garbage collector may delete the
+ConfigMap of a deleted pool before the operator takes the labels off), so the Node read a moment ago
+may still name what is gone or not name what is new. It is not passed on (the config in force
+stays), it is logged, and the Node is read again soon (`PENDING_RETRY_SECONDS`, doubling up to
+`resync`) instead of at the next resync.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +42,8 @@ from gpufleet.kube.transport import ApiError, Json, Transport
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
+PENDING_RETRY_SECONDS = 1.0
+"""The first wait (jittered down to half) before the Node is read again while its selection is pending."""
 COMPONENT = "gpufleet-agent"
 NODE_EVENTS_NAMESPACE = "default"
 """Where an Event about a Node must be: the API server refuses one elsewhere (`involvedObject.namespace`)."""
@@ -64,6 +74,14 @@ class NodeSharingConfig:
     config_map: str
     device_plugin: NamedConfig | None
     mig: NamedConfig | None
+
+    @property
+    def missing(self) -> list[str]:
+        """What the labels name that does not exist (the ConfigMap, a key): empty when nothing is
+        missing; otherwise the selection is pending, not applicable yet."""
+        return [
+            e.missing or e.where for e in (self.device_plugin, self.mig) if e is not None and e.text is None
+        ]
 
 
 def selected(node: Json, namespace: str, config_map: Json | None) -> NodeSharingConfig | None:
@@ -115,10 +133,20 @@ class SharingConfigWatcher:
         self.on_change = on_change
         self.resync = resync
         self._backoff = backoff or Backoff()
+        self._pending_backoff = Backoff(
+            initial=PENDING_RETRY_SECONDS, maximum=max(resync, PENDING_RETRY_SECONDS)
+        )
         self._node: Json = {}
         self._last: NodeSharingConfig | None = None
         self._told = False
+        self._pending: dict[str, float | None] = {}
+        """What is missing -> since when (monotonic); None once a warning said it lasts."""
         self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether the last read found the labels naming a ConfigMap or key that does not exist."""
+        return bool(self._pending)
 
     def read(self) -> tuple[NodeSharingConfig | None, str | None]:
         """Reads the Node and the ConfigMap it names once: what they select, and the ConfigMaps'
@@ -141,24 +169,52 @@ class SharingConfigWatcher:
         """One read; tells `on_change` when the selection differs from the last one told. Returns the
         ConfigMap's name and the resourceVersion to watch it from (None, None: no ConfigMap named)."""
         selection, version = self.read()
-        if not self._told or selection != self._last:
+        missing = selection.missing if selection is not None else []
+        if missing:
+            self._hold(missing)
+        elif not self._told or selection != self._last:
             try:
                 self.on_change(selection)
             except Exception:  # the watcher outlives a failure to apply; the next read tries again
                 log.exception("applying the sharing config of node %s failed", self.node_name)
             else:
                 self._last, self._told = selection, True
+        if not missing:
+            self._pending.clear()
+            self._pending_backoff.reset()
         if selection is None:
             return None, None
         return selection.config_map.split("/", 1)[1], version
 
+    def _hold(self, missing: list[str]) -> None:
+        """A pending selection: not passed on; logged when first seen, and as a warning once it has
+        lasted `resync` (then it is likely not the operator's relabelling but a mistake)."""
+        now = time.monotonic()
+        self._pending = {what: self._pending.get(what, now) for what in missing}
+        for what, since in self._pending.items():
+            if since == now:
+                log.info(
+                    "node %s sharing config pending: %s; the config in force stays", self.node_name, what
+                )
+            elif since is not None and now - since >= self.resync:
+                log.warning(
+                    "node %s sharing config still pending after %.1fs: %s; the config in force stays",
+                    self.node_name,
+                    now - since,
+                    what,
+                )
+                self._pending[what] = None
+
     def run(self, stop: threading.Event) -> None:
-        """Polls, then waits for a change of the ConfigMap (or `resync`), until `stop` is set."""
+        """Polls, then waits for a change of the ConfigMap (or `resync`, or a short while when the
+        selection is pending), until `stop` is set."""
         while not stop.is_set():
             try:
                 name, version = self.poll()
                 self._backoff.reset()
-                self._wait(stop, name, version)
+                self._wait(
+                    stop, name, version, self._pending_backoff.delay() if self.pending else self.resync
+                )
             except Exception as exc:  # the API server away, a watch cut: try again after a pause
                 delay = self._backoff.delay()
                 log.warning("node %s sharing config: %s; retrying in %.1fs", self.node_name, exc, delay)
@@ -171,17 +227,18 @@ class SharingConfigWatcher:
         self._thread.start()
         return self._thread
 
-    def _wait(self, stop: threading.Event, name: str | None, version: str | None) -> None:
+    def _wait(self, stop: threading.Event, name: str | None, version: str | None, seconds: float) -> None:
+        """Up to `seconds`, or until the ConfigMap `name` changes (`stop` is checked between events)."""
         if name is None or version is None:
-            stop.wait(self.resync)
+            stop.wait(seconds)
             return
         query: dict[str, str | int | bool] = {
             "fieldSelector": f"metadata.name={name}",
             "resourceVersion": version,
             "allowWatchBookmarks": True,
-            "timeoutSeconds": max(1, int(self.resync)),
+            "timeoutSeconds": max(1, round(seconds)),
         }
-        lines = self.api.watch(CONFIG_MAP.collection(self.namespace), query=query, timeout=self.resync + 10)
+        lines = self.api.watch(CONFIG_MAP.collection(self.namespace), query=query, timeout=seconds + 10)
         try:
             for line in lines:
                 obj = line.get("object") or {}

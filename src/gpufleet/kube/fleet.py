@@ -5,7 +5,9 @@ match. The operator puts on it `gpufleet.io/pool`, `gpufleet.io/capacity-type`, 
 configuration (`nvidia.com/device-plugin.config: time-slicing-N | mps-N` for the NVIDIA device plugin,
 `nvidia.com/mig.config: all-<profile> | gpufleet-<pool>` for the GPU operator's MIG manager, and
 `gpufleet.io/sharing-config` naming the ConfigMap that holds those named configs, which the operator
-writes per pool: `kube.sharing`) and, on spot pools, the taint
+writes per pool: `kube.sharing`; it holds the entries the labels pick before they pick them and keeps
+the old ones until no node picks them, so the sharing ConfigMap is rewritten around the relabelling of
+the pool's nodes, not in one go) and, on spot pools, the taint
 `gpufleet.io/spot=true:NoSchedule`. What it applied is recorded in the `gpufleet.io/pool-applied`
 annotation, so a node that leaves the pool loses exactly that. The pool's status counts its nodes,
 ready nodes and GPUs.
@@ -43,7 +45,7 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, ready
 from gpufleet.kube.resources import NODE, POD, resource_for
-from gpufleet.kube.sharing import config_map_name, desired_config_map, sync_config_map
+from gpufleet.kube.sharing import config_map_name, desired_config_map, picked_keys, sync_config_map
 from gpufleet.kube.status import OPERATOR, patch_status
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
@@ -158,9 +160,12 @@ class FleetOperator:
         self.pools = resource_for("GPUPool")
         self.actions = Actions(api, identity=OPERATOR, grace_seconds=grace_seconds)
         self._said: dict[str, str] = {}
+        self._unwritten: set[str] = set()
+        """Pools whose sharing ConfigMap could not be written yet: their nodes keep their labels."""
 
-    def reconcile_pool(self, pool: Json, nodes: Sequence[Json], pools: Sequence[Json]) -> None:
-        """The pool's status from the nodes that belong to it."""
+    def reconcile_pool(self, pool: Json, nodes: Sequence[Json], pools: Sequence[Json]) -> bool:
+        """The pool's status from the nodes that belong to it, and its sharing ConfigMap: False while
+        that keeps entries nodes' labels still pick (`sync_sharing` again once they are relabelled)."""
         name = pool["metadata"]["name"]
         members = [n for n in nodes if (pool_of(n, pools) or {}).get("metadata", {}).get("name") == name]
         update = {
@@ -171,23 +176,57 @@ class FleetOperator:
             "gpus": sum(_gpus(n) for n in members),
             "observedGeneration": pool["metadata"].get("generation"),
         }
+        # The ConfigMap first: a round whose write fails leaves the nodes' labels alone (`_unwritten`).
+        settled = self.sync_sharing(name, pool)
         patch_status(self.api, self.pools, pool, update)
-        wanted = desired_config_map(pool, pool_labels(pool), self.namespace)
+        return settled
+
+    def forget_pool(self, name: str) -> bool:
+        """A deleted pool's sharing ConfigMap goes too (no garbage collector may be running), once no
+        node's labels pick from it: False until then."""
+        return self.sync_sharing(name, None)
+
+    def sync_sharing(self, name: str, pool: Json | None) -> bool:
+        """Writes the pool's sharing ConfigMap (`pool` None: the pool is gone) with the entries its
+        nodes' labels will pick and those they still pick; True once it holds only the former."""
+        wanted = desired_config_map(pool, pool_labels(pool), self.namespace) if pool is not None else None
         try:
-            sync_config_map(self.api, name, wanted, self.namespace)
+            kept = sync_config_map(self.api, name, wanted, self.namespace, in_use=lambda: self._picked(name))
         except ApiError as exc:
             if exc.retryable or exc.status == 409:
+                self._unwritten.add(name)
                 raise  # the operator tries the pool again
             # e.g. the namespace is missing or RBAC forbids it: say so, and go on with the nodes
             log.warning("GPUPool %s: sharing ConfigMap in %s not written: %s", name, self.namespace, exc)
+            kept = set()
+        self._unwritten.discard(name)
+        if kept:
+            log.info("GPUPool %s: sharing entries %s kept while nodes still pick them", name, sorted(kept))
+        return not kept
 
-    def forget_pool(self, name: str) -> None:
-        """A deleted pool's sharing ConfigMap goes too (no garbage collector may be running)."""
-        sync_config_map(self.api, name, None, self.namespace)
+    def _picked(self, pool_name: str) -> set[str]:
+        """The entries of the pool's ConfigMap some Node's labels pick, read from the API server (the
+        informer's copies may not have the labels this round wrote)."""
+        name = config_map_name(pool_name)
+        found = self.api.request(
+            "GET", NODE.collection(), query={"labelSelector": f"{SHARING_CONFIG_LABEL}={name}"}
+        )
+        return picked_keys(found.get("items") or [], name)
 
     def reconcile_node(self, node: Json, pools: Sequence[Json], *, now: float) -> float | None:
         """Pool labels and taints, then cordon and drain (or uncordon); when to look again, if ever."""
-        self._apply_pool(node, pool_of(node, pools))
+        pool = pool_of(node, pools)
+        again: float | None = None
+        if pool is not None and pool["metadata"]["name"] in self._unwritten:
+            # Its labels would pick entries the ConfigMap may not have yet: after it is written.
+            again = now + 1.0
+        else:
+            self._apply_pool(node, pool)
+        later = self._health(node, now=now)
+        return again if later is None else later if again is None else min(again, later)
+
+    def _health(self, node: Json, *, now: float) -> float | None:
+        """Cordon and drain (spot notice, unhealthy GPUs) or uncordon; when to look again, if ever."""
         name = node["metadata"]["name"]
         notice = (node["metadata"].get("annotations") or {}).get(INTERRUPTION_ANNOTATION)
         if notice:

@@ -30,6 +30,10 @@ Key = tuple[str, str]
 """(kind, `namespace/name` or `name` for cluster-scoped kinds)."""
 
 TRAINING, INFERENCE, NODE_KIND, POOL = "TrainingJob", "InferenceService", "Node", "GPUPool"
+SHARING = "GPUPoolSharing"
+"""A pool's sharing ConfigMap alone: its entries no node picks any more are dropped after the nodes."""
+SHARING_RETRY_SECONDS = 5.0
+"""When a pool's sharing ConfigMap is looked at again while nodes not yet relabelled pick old entries."""
 REFUSED_RETRY_SECONDS = 30.0
 """When an object the API server refused a write for (or whose reconcile failed) is looked at again."""
 
@@ -76,6 +80,8 @@ class Operator:
         self.period = period
         self.requeue: dict[Key, float] = {}
         self._dirty: set[Key] = set()
+        self._after_nodes: set[Key] = set()
+        """Pools whose sharing ConfigMap kept entries this round: looked at again after its nodes."""
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._watch()
@@ -160,26 +166,32 @@ class Operator:
         with self._lock:
             keys, self._dirty = self._dirty, set()
         keys |= {k for k, at in self.requeue.items() if at <= now}
-        # Pools before nodes: a node's labels come from the pool status just written.
-        order = {POOL: 0, NODE_KIND: 1}
+        # Pools before nodes: a node's labels pick entries of the sharing ConfigMap the pool's
+        # reconcile just wrote; the entries they picked before are dropped after the nodes.
+        order = {POOL: 0, NODE_KIND: 1, SHARING: 3}
+        self._after_nodes.clear()
         for kind, key in sorted(keys, key=lambda k: (order.get(k[0], 2), k)):
-            self.requeue.pop((kind, key), None)
-            try:
-                again = self._reconcile(kind, key, now)
-            except ApiError as exc:
-                if exc.retryable or exc.status == 409:
-                    log.info("%s %s: %s; trying again", kind, key, exc)
-                    again = now + 1.0
-                else:  # refused (422, 403...): say so, and let the rest of the round go on
-                    log.warning("%s %s: %s; trying again in %gs", kind, key, exc, REFUSED_RETRY_SECONDS)
-                    again = now + REFUSED_RETRY_SECONDS
-            except Exception:  # one object's bug must not starve the others
-                log.exception(
-                    "%s %s: reconcile failed; trying again in %gs", kind, key, REFUSED_RETRY_SECONDS
-                )
+            self._attempt(kind, key, now)
+        for kind, key in sorted(self._after_nodes - keys):
+            self._attempt(kind, key, now)
+
+    def _attempt(self, kind: str, key: str, now: float) -> None:
+        """Reconciles one object; when it fails, it is tried again later and the round goes on."""
+        self.requeue.pop((kind, key), None)
+        try:
+            again = self._reconcile(kind, key, now)
+        except ApiError as exc:
+            if exc.retryable or exc.status == 409:
+                log.info("%s %s: %s; trying again", kind, key, exc)
+                again = now + 1.0
+            else:  # refused (422, 403...): say so, and let the rest of the round go on
+                log.warning("%s %s: %s; trying again in %gs", kind, key, exc, REFUSED_RETRY_SECONDS)
                 again = now + REFUSED_RETRY_SECONDS
-            if again is not None:
-                self.requeue[(kind, key)] = again
+        except Exception:  # one object's bug must not starve the others
+            log.exception("%s %s: reconcile failed; trying again in %gs", kind, key, REFUSED_RETRY_SECONDS)
+            again = now + REFUSED_RETRY_SECONDS
+        if again is not None:
+            self.requeue[(kind, key)] = again
 
     def _reconcile(self, kind: str, key: str, now: float) -> float | None:
         if kind == TRAINING:
@@ -191,10 +203,15 @@ class Operator:
         if kind == POOL:
             pool = self.pools.get(key)
             if pool is not None:
-                self.fleet.reconcile_pool(pool, self.nodes.items(), self.pools.items())
+                settled = self.fleet.reconcile_pool(pool, self.nodes.items(), self.pools.items())
             else:
-                self.fleet.forget_pool(key)
+                settled = self.fleet.forget_pool(key)
+            if not settled:
+                self._after_nodes.add((SHARING, key))
             return None
+        if kind == SHARING:
+            settled = self.fleet.sync_sharing(key, self.pools.get(key))
+            return None if settled else now + SHARING_RETRY_SECONDS
         node = self.nodes.get(key)
         if node is None:
             return None

@@ -16,15 +16,27 @@ The pool's nodes are labelled `gpufleet.io/sharing-config=<ConfigMap name>`, so 
 found from its labels alone. The ConfigMap is owned by the pool (a real cluster's garbage collector
 removes it with the pool); the operator also removes it itself when the pool stops sharing or is gone,
 since a bare API server collects nothing.
+
+A node's labels never name an entry the ConfigMap lacks, as far as the operator can help it: when the
+pool's sharing changes, the ConfigMap is first written with the new entries while it keeps those some
+node's labels still pick (`in_use`), then the nodes are relabelled, and only then are the entries no
+node picks dropped (and the ConfigMap deleted once no node picks any). A node agent that reads its
+Node's labels between those writes finds what they name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import yaml
 
-from gpufleet.kube.config import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, POOL_LABEL
+from gpufleet.kube.config import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    POOL_LABEL,
+    SHARING_CONFIG_LABEL,
+)
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.transport import ApiError, Json, Transport
 
@@ -102,8 +114,29 @@ def desired_config_map(pool: Json, labels: dict[str, str], namespace: str) -> Js
     }
 
 
-def sync_config_map(api: Transport, pool_name: str, wanted: Json | None, namespace: str) -> None:
-    """Creates, replaces or deletes the pool's ConfigMap so it is `wanted` (None: none at all)."""
+def picked_keys(nodes: Iterable[Json], name: str) -> set[str]:
+    """The entries of the ConfigMap `name` that the nodes' labels pick (the device-plugin and
+    mig.config labels of nodes whose `gpufleet.io/sharing-config` names it)."""
+    keys: set[str] = set()
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(SHARING_CONFIG_LABEL) == name:
+            keys |= {labels[k] for k in (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL) if labels.get(k)}
+    return keys
+
+
+def sync_config_map(
+    api: Transport,
+    pool_name: str,
+    wanted: Json | None,
+    namespace: str,
+    *,
+    in_use: Callable[[], set[str]] = set,
+) -> set[str]:
+    """Creates, replaces or deletes the pool's ConfigMap so it holds `wanted`'s entries (None: none at
+    all), keeping the entries it has that `in_use()` says some node's labels still pick: those go, and
+    the ConfigMap with the last of them, at a later call once the nodes are relabelled. `in_use` is
+    asked only when there is something to drop. Returns the entries kept beyond `wanted`."""
     path = CONFIG_MAP.item(config_map_name(pool_name), namespace)
     try:
         current: Json | None = api.request("GET", path)
@@ -111,25 +144,34 @@ def sync_config_map(api: Transport, pool_name: str, wanted: Json | None, namespa
         if exc.status != 404:
             raise
         current = None
-    if wanted is None:
-        if current is not None:
-            _delete(api, path)
-        return
     if current is None:
-        try:
-            api.request("POST", CONFIG_MAP.collection(namespace), body=wanted)
-        except ApiError as exc:
-            if exc.status != 409:  # made meanwhile: the next round compares it
-                raise
-        return
+        if wanted is not None:
+            try:
+                api.request("POST", CONFIG_MAP.collection(namespace), body=wanted)
+            except ApiError as exc:
+                if exc.status != 409:  # made meanwhile: the next round compares it
+                    raise
+        return set()
+    have: dict[str, str] = current.get("data") or {}
+    wanted_data: dict[str, str] = wanted["data"] if wanted is not None else {}
+    extra = set(have) - set(wanted_data)
+    kept = {k: have[k] for k in sorted(extra & in_use())} if extra else {}
+    if wanted is None and not kept:
+        _delete(api, path)
+        return set()
     meta = current["metadata"]
-    same = current.get("data") == wanted["data"] and all(
-        (meta.get("labels") or {}).get(k) == v for k, v in wanted["metadata"]["labels"].items()
-    )
-    if same:
-        return
-    body = {**wanted, "metadata": {**wanted["metadata"], "resourceVersion": meta["resourceVersion"]}}
-    api.request("PUT", path, body=body)  # a 409 (changed meanwhile) is retried by the operator
+    labels = wanted["metadata"]["labels"] if wanted is not None else meta.get("labels") or {}
+    data = {**kept, **wanted_data}
+    same = have == data and all((meta.get("labels") or {}).get(k) == v for k, v in labels.items())
+    if not same:
+        base = wanted if wanted is not None else current
+        body = {
+            **base,
+            "metadata": {**base["metadata"], "resourceVersion": meta["resourceVersion"]},
+            "data": data,
+        }
+        api.request("PUT", path, body=body)  # a 409 (changed meanwhile) is retried by the operator
+    return set(kept)
 
 
 def _delete(api: Transport, path: str) -> None:
