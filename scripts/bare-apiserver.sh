@@ -34,7 +34,9 @@ binary() { # binary ENV_VALUE NAME: the path of a binary given by the environmen
     echo "$given"
     return
   fi
-  found=$(command -v "$name" 2>/dev/null) || die "$name not found: set ${name^^} or put it on PATH"
+  local variable=${name^^}
+  variable=${variable//-/_} # kube-apiserver is given as KUBE_APISERVER
+  found=$(command -v "$name" 2>/dev/null) || die "$name not found: set $variable or put it on PATH"
   echo "$found"
 }
 
