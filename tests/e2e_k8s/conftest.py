@@ -6,6 +6,11 @@ namespace's `default` ServiceAccount, creates Nodes with GPU capacity and topolo
 them Ready and lifts the `node.kubernetes.io/not-ready` taint, and finishes pods that were asked to
 stop (a graceful delete never completes without a kubelet). Everything it creates is named after
 one run id, and its pods select only its own Nodes, so it can share a real cluster.
+
+At the end it deletes what it made in its namespace (pods, Services, ConfigMaps, Events, Leases, the
+ServiceAccount, gpufleet's namespaced custom resources) and the Events about its cluster-scoped
+objects in `default`, then the namespace; a namespace still Terminating with no namespace controller
+at work on it (a bare API server) is finalized, so nothing of the run is left.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -220,6 +226,118 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+CORE_NAMESPACED = ("pods", "services", "endpoints", "configmaps", "events", "serviceaccounts")
+"""What the suite and the gpufleet components it runs make in the run's namespace, beside the Leases
+and gpufleet's custom resources."""
+
+
+def namespaced_collections(namespace: str) -> list[str]:
+    """The collections in `namespace` the run may have put objects in."""
+    from gpufleet.api.crd import custom_resource_definitions
+
+    paths = [f"/api/v1/namespaces/{namespace}/{plural}" for plural in CORE_NAMESPACED]
+    paths.append(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases")
+    for crd in custom_resource_definitions():
+        spec = crd["spec"]
+        if spec.get("scope") == "Namespaced":
+            version = next(v["name"] for v in spec["versions"] if v.get("served"))
+            paths.append(f"/apis/{spec['group']}/{version}/namespaces/{namespace}/{spec['names']['plural']}")
+    return paths
+
+
+def _items(api: Transport, path: str) -> list[Json]:
+    """The collection's objects; none where the server has no such collection (a CRD not installed)."""
+    try:
+        items: list[Json] = api.request("GET", path).get("items") or []
+    except ApiError as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return items
+
+
+def _delete(api: Transport, path: str, body: Json | None = None) -> None:
+    try:
+        api.request("DELETE", path, body=body)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def delete_namespace_content(api: Transport, namespace: str) -> None:
+    """Deletes every object of the run's collections in `namespace` (pods at once: no kubelet may
+    finish them)."""
+    now = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+    for path in namespaced_collections(namespace):
+        for item in _items(api, path):
+            _delete(api, f"{path}/{item['metadata']['name']}", now)
+
+
+def namespace_content(api: Transport, namespace: str) -> list[str]:
+    """`plural/name` of the objects in the run's collections of `namespace` (the API server answers
+    for a namespace that is gone too: what it still stores there)."""
+    return [
+        f"{path.rsplit('/', 1)[1]}/{item['metadata']['name']}"
+        for path in namespaced_collections(namespace)
+        for item in _items(api, path)
+    ]
+
+
+def delete_run_events(api: Transport, run: str = RUN) -> None:
+    """Events in `default` about the run's cluster-scoped objects (Nodes, Queues, GPUPools, all named
+    with the run id): the API server keeps them there, and nothing else removes them."""
+    path = "/api/v1/namespaces/default/events"
+    for event in _items(api, path):
+        involved = event.get("involvedObject") or {}
+        if run in (involved.get("name") or "") and not involved.get("namespace"):
+            _delete(api, f"{path}/{event['metadata']['name']}")
+
+
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+"""What the controller manager's root-CA publisher puts in every namespace: a sign that one runs."""
+
+
+def remove_namespace(
+    api: Transport, namespace: str, *, settle: float = 10.0, timeout: float = 60.0
+) -> list[str]:
+    """Deletes the run's namespace after its content; returns what is left after at most `timeout`
+    seconds (empty: nothing).
+
+    Where a controller manager runs (the namespace holds its `kube-root-ca.crt`), its namespace
+    controller finishes the deletion and marks the namespace with its conditions meanwhile; only a
+    namespace still there after `settle` seconds without them is finalized here. On a bare API server
+    (no such ConfigMap) the namespace stays Terminating for good, so it is finalized at once: its
+    content is gone already, and finalizing does not leave objects behind in storage."""
+    controllers = _get(api, f"/api/v1/namespaces/{namespace}/configmaps/{ROOT_CA_CONFIG_MAP}") is not None
+    delete_namespace_content(api, namespace)
+    path = f"/api/v1/namespaces/{namespace}"
+    _delete(api, path)
+    start, finalized = time.monotonic(), False
+    while (found := _get(api, path)) is not None:
+        waited = time.monotonic() - start
+        idle = not (found.get("status") or {}).get("conditions")
+        if not finalized and idle and (not controllers or waited >= settle):
+            body = {**found, "spec": {**(found.get("spec") or {}), "finalizers": []}}
+            api.request("PUT", f"{path}/finalize", body=body)
+            finalized = True  # once: a namespace with finalizers of its own waits for them
+            continue
+        if waited >= timeout:
+            phase = (found.get("status") or {}).get("phase")
+            return [f"namespace {namespace} ({phase})", *namespace_content(api, namespace)]
+        time.sleep(0.5)
+    return namespace_content(api, namespace)
+
+
+def _get(api: Transport, path: str) -> Json | None:
+    try:
+        found: Json = api.request("GET", path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
 @pytest.fixture(scope="session")
 def api() -> Transport:
     from gpufleet.kube.client import KubeTransport
@@ -227,9 +345,10 @@ def api() -> Transport:
     return KubeTransport.from_environment(kubeconfig=os.environ["KUBECONFIG"])
 
 
-@pytest.fixture(scope="session")
-def namespace(api: Transport) -> Iterator[str]:
-    name = f"gpufleet-e2e-{RUN}"
+@contextlib.contextmanager
+def run_namespace(api: Transport, name: str, *, run: str = RUN) -> Iterator[str]:
+    """The run's namespace, with the `default` ServiceAccount pods need (no controller may make it);
+    on the way out everything the run left in it, its Events in `default` and the namespace go."""
     api.request(
         "POST",
         "/api/v1/namespaces",
@@ -244,9 +363,19 @@ def namespace(api: Transport) -> Iterator[str]:
     except ApiError as exc:
         if exc.status != 409:
             raise
-    yield name
-    with contextlib.suppress(ApiError):
-        api.request("DELETE", f"/api/v1/namespaces/{name}")
+    try:
+        yield name
+    finally:
+        delete_run_events(api, run)
+        left = remove_namespace(api, name)
+        if left:
+            warnings.warn(f"the e2e run {run} left {', '.join(left)}", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def namespace(api: Transport) -> Iterator[str]:
+    with run_namespace(api, f"gpufleet-e2e-{RUN}") as name:
+        yield name
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,10 @@ is answered 404, fields its CRD's schema does not declare are pruned on every wr
 `DefaultTolerationSeconds` tolerations, an eviction sets the pod's `DisruptionTarget` condition
 (reason `EvictionByEvictionAPI`) before it deletes it, a custom resource's object keys come back
 sorted (it is stored as unstructured JSON, Go maps), and a watch with a label selector reports an
-object that enters the selection as ADDED and one that leaves it as DELETED.
+object that enters the selection as ADDED and one that leaves it as DELETED. A Namespace is created
+with the `kubernetes` finalizer in `spec.finalizers`; deleting it leaves it Terminating (no namespace
+controller deletes its content or finalizes it), new objects in it are refused (403), and a PUT of its
+`finalize` subresource without that finalizer removes it.
 
 It is a unit-test tool, not the e2e proof (that is `pytest -m k8s`).
 """
@@ -38,6 +41,7 @@ from gpufleet.kube.transport import JSON_PATCH, ApiError, Json
 
 NOW = "2026-11-29T12:00:00Z"
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+NAMESPACES = "/v1/namespaces"
 BUILT_IN_GROUPS = ("apiextensions.k8s.io", "coordination.k8s.io", "policy", "batch", "scheduling.k8s.io",
                    "apps", "events.k8s.io", "rbac.authorization.k8s.io")  # fmt: skip
 DEFAULT_TOLERATIONS = [
@@ -66,6 +70,8 @@ def _parse(path: str) -> tuple[str, str | None, str | None, str | None]:
     else:
         group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
     namespace = None
+    if rest[0] == "namespaces" and rest[2:] in (["finalize"], ["status"]):
+        return f"{group_version}/namespaces", None, rest[1], rest[2]  # a Namespace's subresource
     if rest[0] == "namespaces" and len(rest) > 2:
         namespace, rest = rest[1], rest[2:]
     plural = rest[0]
@@ -309,6 +315,14 @@ class FakeApiServer:
             meta["namespace"] = ns
         if meta.get("resourceVersion"):
             raise _status(400, "BadRequest", "resourceVersion should not be set on objects to be created")
+        if ns is not None and self.objects.get(NAMESPACES, {}).get(("", ns), {}).get("metadata", {}).get(
+            "deletionTimestamp"
+        ):
+            raise _status(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {ns} because it is being terminated",
+            )
         table = self.objects.setdefault(key, {})
         where = (meta.get("namespace") or "", meta["name"])
         if where in table:
@@ -322,6 +336,10 @@ class FakeApiServer:
             # What every bare API server does to a new Node: nothing ever lifts this taint.
             taints = obj.setdefault("spec", {}).setdefault("taints", [])
             taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+        elif key == NAMESPACES:
+            # What the API server's registry gives every Namespace: the namespace controller's finalizer.
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
         elif key == "apiextensions.k8s.io/v1/customresourcedefinitions":
             names = obj["spec"]["names"]
             obj["status"] = {
@@ -364,6 +382,8 @@ class FakeApiServer:
 
     def _replace(self, key: str, ns: str | None, name: str, body: Json, sub: str | None) -> Json:
         current = self._find(key, ns, name)
+        if sub == "finalize":
+            return self._finalize(current, body)
         given = body.get("metadata", {}).get("resourceVersion")
         if given is not None and given != current["metadata"]["resourceVersion"]:
             raise _status(409, "Conflict", "the object has been modified; please apply your changes to "
@@ -398,6 +418,7 @@ class FakeApiServer:
             new["metadata"].get("deletionTimestamp")
             and not new["metadata"].get("finalizers")
             and not current["metadata"].get("deletionGracePeriodSeconds")
+            and not (key == NAMESPACES and (new.get("spec") or {}).get("finalizers"))
         ):
             del self.objects[key][(ns or "", name)]
             self._bump(key, "DELETED", new)
@@ -406,11 +427,37 @@ class FakeApiServer:
         self._bump(key, "MODIFIED", new)
         return copy.deepcopy(new)
 
+    def _finalize(self, namespace: Json, body: Json) -> Json:
+        """PUT namespaces/NAME/finalize: its `spec.finalizers` as given; a Terminating namespace left
+        with none (and no metadata finalizers) is removed, as the namespace controller's call does."""
+        new = copy.deepcopy(namespace)
+        new.setdefault("spec", {})["finalizers"] = list((body.get("spec") or {}).get("finalizers") or [])
+        name = new["metadata"]["name"]
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not new["spec"]["finalizers"] and not meta.get("finalizers"):
+            del self.objects[NAMESPACES][("", name)]
+            self._bump(NAMESPACES, "DELETED", new)
+            return copy.deepcopy(new)
+        if new != namespace:
+            self.objects[NAMESPACES][("", name)] = new
+            self._bump(NAMESPACES, "MODIFIED", new)
+        return copy.deepcopy(new)
+
     def _delete(self, key: str, ns: str, name: str, options: Json) -> Json:
         current = self._find(key, ns, name)
         pre = options.get("preconditions", {})
         if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
             raise _status(409, "Conflict", "Precondition failed: ResourceVersion mismatch")
+        if key == NAMESPACES and (current.get("spec") or {}).get("finalizers"):
+            # Terminating until the namespace controller, which a bare API server lacks, finalizes it.
+            if current["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            new = copy.deepcopy(current)
+            new["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            new["status"] = {"phase": "Terminating"}
+            self.objects[key][("", name)] = new
+            self._bump(key, "MODIFIED", new)
+            return copy.deepcopy(new)
         grace = options.get("gracePeriodSeconds")
         graceful = key == "/v1/pods" and current.get("spec", {}).get("nodeName") and grace != 0
         if current["metadata"].get("finalizers") or graceful:
