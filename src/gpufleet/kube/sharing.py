@@ -10,7 +10,10 @@ nodes' labels pick:
   device plugin's format (`version: v1`, `sharing.timeSlicing|mps.resources`), which gpufleet's node
   agent reads too (`gpufleet.agent.config`);
 - MIG: under the mig.config label's value (`all-PROFILE`, `gpufleet-POOL`), a mig-parted config
-  (`version: v1`, `mig-configs`) with the pool's layout.
+  (`version: v1`, `mig-configs`) with the pool's layout. The agent checks the node against it; NVIDIA's
+  MIG manager does not read it: it reads the one ConfigMap its ClusterPolicy names (key `config.yaml`),
+  whose stock entries cover `all-PROFILE`, so a `gpufleet-POOL` entry has to be merged into that one
+  (README, Kubernetes: MIG pools and NVIDIA's MIG manager).
 
 The pool's nodes are labelled `gpufleet.io/sharing-config=<ConfigMap name>`, so a node's config is
 found from its labels alone. The ConfigMap is owned by the pool (a real cluster's garbage collector
