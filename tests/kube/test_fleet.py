@@ -96,11 +96,19 @@ def test_a_spot_pool_labels_taints_and_configures_sharing_on_its_nodes(api: Fake
     assert api.get(f"{POOLS}/spot-a")["status"]["nodes"] == 0
 
 
+def _mig_pool(layout: dict[str, list[str]]) -> dict:
+    return {"metadata": {"name": "p"}, "spec": {"gpuModel": "A100-80GB", "sharing": {"mig": layout}}}
+
+
 def test_mig_pools_name_a_mig_manager_configuration() -> None:
-    uniform = {"metadata": {"name": "p"}, "spec": {"sharing": {"mig": {"*": ["1g.10gb"] * 7}}}}
-    mixed = {"metadata": {"name": "p"}, "spec": {"sharing": {"mig": {"0": ["3g.40gb"], "1": ["7g.80gb"]}}}}
-    assert pool_labels(uniform)[MIG_CONFIG_LABEL] == "all-1g.10gb"
-    assert pool_labels(mixed)[MIG_CONFIG_LABEL] == "gpufleet-p"
+    assert pool_labels(_mig_pool({"*": ["1g.10gb"] * 7}))[MIG_CONFIG_LABEL] == "all-1g.10gb"
+    assert pool_labels(_mig_pool({"0": ["3g.40gb"], "1": ["7g.80gb"]}))[MIG_CONFIG_LABEL] == "gpufleet-p"
+
+
+def test_a_uniform_pool_below_the_full_count_gets_its_own_entry_not_the_stock_one() -> None:
+    # NVIDIA's stock all-1g.10gb makes 7 instances per GPU; a pool of 2 per GPU must name its own entry.
+    assert pool_labels(_mig_pool({"*": ["1g.10gb"] * 2}))[MIG_CONFIG_LABEL] == "gpufleet-p"
+    assert pool_labels(_mig_pool({"*": ["3g.40gb"] * 2}))[MIG_CONFIG_LABEL] == "all-3g.40gb"
 
 
 def test_an_interruption_notice_cordons_and_evicts_with_a_reason(api: FakeApiServer, op) -> None:

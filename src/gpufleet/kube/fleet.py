@@ -48,6 +48,7 @@ from gpufleet.kube.resources import NODE, POD, resource_for
 from gpufleet.kube.sharing import config_map_name, desired_config_map, picked_keys, sync_config_map
 from gpufleet.kube.status import OPERATOR, patch_status
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+from gpufleet.sharing.mig import find_profile
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,24 @@ def pool_labels(pool: Json) -> dict[str, str]:
     elif sharing.get("mps"):
         labels[DEVICE_PLUGIN_CONFIG_LABEL] = f"mps-{sharing['mps']['replicas']}"
     elif sharing.get("mig"):
-        layout = sharing["mig"]
-        profiles = set(layout.get("*") or [])
-        uniform = set(layout) == {"*"} and len(profiles) == 1
-        labels[MIG_CONFIG_LABEL] = (
-            f"all-{profiles.pop()}" if uniform else f"gpufleet-{pool['metadata']['name']}"
+        labels[MIG_CONFIG_LABEL] = _mig_config_name(
+            pool["metadata"]["name"], spec.get("gpuModel"), sharing["mig"]
         )
     if DEVICE_PLUGIN_CONFIG_LABEL in labels or MIG_CONFIG_LABEL in labels:
         labels[SHARING_CONFIG_LABEL] = config_map_name(pool["metadata"]["name"])
     return labels
+
+
+def _mig_config_name(pool: str, gpu_model: str | None, layout: dict[str, list[str]]) -> str:
+    """NVIDIA's stock `all-P` entry when it makes exactly the pool's layout (every GPU filled with as
+    many P instances as fit), else the pool's own entry: a pool with fewer P per GPU under `all-P`
+    would get the stock full count from the MIG manager, not its own layout."""
+    instances = layout.get("*") or []
+    if set(layout) == {"*"} and len(set(instances)) == 1 and gpu_model:
+        profile = find_profile(gpu_model, instances[0])
+        if profile is not None and len(instances) == profile.max_count:
+            return f"all-{profile.name}"
+    return f"gpufleet-{pool}"
 
 
 def pool_taints(pool: Json) -> list[Json]:
