@@ -8,7 +8,8 @@ rarely crashes: it just decides differently. So the same random world is run thr
 - `kept`: as the scheduler runs;
 - `per_cycle`: the kept lists dropped before every cycle (nothing carried across cycles);
 - `per_search`: the kept lists and the cycle's memos dropped before every preemptor's search (nothing
-  carried from one preemptor to the next either),
+  carried from one preemptor to the next either), and every node scope given its tight bound when it
+  first comes first (none waits with a lower one, decision 10),
 
 and every cycle must admit the same workloads on the same nodes and GPUs, preempt the same victims (pods,
 counts and lost work) for the same preemptors, and give the same pending reasons. Placement draws from
@@ -221,6 +222,21 @@ def _from_scratch(fresh: set[int], searches: dict[int, int], original: Candidate
     return search_from_scratch
 
 
+Waits = Callable[["preemption._Search", int, "preemption._Part | list[preemption._Part]"], bool]
+
+
+def _never_waiting(fresh: set[int], original: Waits) -> Waits:
+    """`_Search.below_nominal` that, for the caches in `fresh`, is never sure (always allowed: a node
+    scope then has its tight bound computed instead of waiting with a bound that starts with 1)."""
+
+    def below_nominal(
+        search: preemption._Search, node: int, parts: preemption._Part | list[preemption._Part]
+    ) -> bool:
+        return id(search.snapshot.cache) not in fresh and original(search, node, parts)
+
+    return below_nominal
+
+
 def _first_difference(reference: Decisions, other: Decisions) -> str:
     labels = ("admitted", "preempted", "pending")
     return "; ".join(
@@ -237,6 +253,8 @@ def _run_in_lockstep(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, i
     fresh = {id(worlds["per_search"].cache)}
     searches: dict[int, int] = {}
     monkeypatch.setattr(cycle_module, "candidates", _from_scratch(fresh, searches, preemption.candidates))
+    waits = _never_waiting(fresh, preemption._Search.below_nominal)
+    monkeypatch.setattr(preemption._Search, "below_nominal", waits)
     preempted = 0
     for step in range(worlds["kept"].cycles):
         decided = {mode: world.cycle() for mode, world in worlds.items()}
