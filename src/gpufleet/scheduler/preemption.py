@@ -351,18 +351,7 @@ class _Part:
         built for one preemptor."""
         self.stamp = 0
         """Counts re-timings: a node index that saw this part at another stamp saw other least orders."""
-        groups: dict[int, list[Candidate]] = {}
-        held: dict[int, int] = {}
-        for candidate in kept:
-            for node in candidate.rows:
-                group = groups.get(node)
-                if group is None:
-                    groups[node] = [candidate]
-                else:
-                    group.append(candidate)
-            # A shrink holds nothing for the bound (`held` empty): zip stops at once.
-            for node, gpus in zip(candidate.rows, candidate.held, strict=False):
-                held[node] = held.get(node, 0) + gpus
+        groups, held = _by_node(kept)
         self.groups = groups
         """Per node the candidates touch: those candidates (in the kept list's order)."""
         self.held = held
@@ -782,16 +771,7 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
     # subset of its workload's evict), for the bound below.
     held: dict[int, int] = {}
     if level_no is None:
-        for candidate in pool:
-            for node in candidate.rows:
-                scoped = by_domain.get(node)
-                if scoped is None:
-                    by_domain[node] = [candidate]
-                else:
-                    scoped.append(candidate)
-            # A shrink holds nothing for the bound (`held` empty): zip stops at once.
-            for node, gpus in zip(candidate.rows, candidate.held, strict=False):
-                held[node] = held.get(node, 0) + gpus
+        by_domain, held = _by_node(pool)
     else:
         domain_of = fleet.domain[level_no]
         for candidate in pool:
@@ -1750,3 +1730,20 @@ def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
     """Applies a chosen set to the snapshot (its capacity is then the preemptor's for the cycle)."""
     for candidate in victims.victims:
         _apply_if_held(snapshot, candidate)  # its queue's candidate lists no longer hold (see `holds`)
+
+
+def _by_node(candidates: Iterable[Candidate]) -> tuple[dict[int, list[Candidate]], dict[int, int]]:
+    """Per node the candidates touch: those candidates (in the given order), and the whole GPUs they
+    hold there (a shrink holds nothing for the bound: its `held` is empty, so zip stops at once)."""
+    groups: dict[int, list[Candidate]] = {}
+    held: dict[int, int] = {}
+    for candidate in candidates:
+        for node in candidate.rows:
+            group = groups.get(node)
+            if group is None:
+                groups[node] = [candidate]
+            else:
+                group.append(candidate)
+        for node, gpus in zip(candidate.rows, candidate.held, strict=False):
+            held[node] = held.get(node, 0) + gpus
+    return groups, held
