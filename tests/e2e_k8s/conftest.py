@@ -295,33 +295,41 @@ def delete_run_events(api: Transport, run: str = RUN) -> None:
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 """What the controller manager's root-CA publisher puts in every namespace: a sign that one runs."""
+CONTROLLER_MANAGER_LEASE = (
+    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager"
+)
+"""The controller manager's leader-election Lease (on by default): the other sign that one runs."""
 
 
-def remove_namespace(
-    api: Transport, namespace: str, *, settle: float = 10.0, timeout: float = 60.0
-) -> list[str]:
+def controller_manager_runs(api: Transport, namespace: str) -> bool:
+    """Whether a controller manager (and so a namespace controller) serves this cluster."""
+    return (
+        _get(api, f"/api/v1/namespaces/{namespace}/configmaps/{ROOT_CA_CONFIG_MAP}") is not None
+        or _get(api, CONTROLLER_MANAGER_LEASE) is not None
+    )
+
+
+def remove_namespace(api: Transport, namespace: str, *, timeout: float = 60.0) -> list[str]:
     """Deletes the run's namespace after its content; returns what is left after at most `timeout`
     seconds (empty: nothing).
 
-    Where a controller manager runs (the namespace holds its `kube-root-ca.crt`), its namespace
-    controller finishes the deletion and marks the namespace with its conditions meanwhile; only a
-    namespace still there after `settle` seconds without them is finalized here. On a bare API server
-    (no such ConfigMap) the namespace stays Terminating for good, so it is finalized at once: its
-    content is gone already, and finalizing does not leave objects behind in storage."""
-    controllers = _get(api, f"/api/v1/namespaces/{namespace}/configmaps/{ROOT_CA_CONFIG_MAP}") is not None
+    Where a controller manager runs, its namespace controller finishes the deletion, however long its
+    pass over every resource type takes: the namespace is never finalized here, since that would leave
+    whatever the controller has not deleted yet orphaned in storage. On a bare API server (neither the
+    controller manager's `kube-root-ca.crt` in the namespace nor its Lease) the namespace stays
+    Terminating for good, so it is finalized at once: its content is gone already."""
+    bare = not controller_manager_runs(api, namespace)
     delete_namespace_content(api, namespace)
     path = f"/api/v1/namespaces/{namespace}"
     _delete(api, path)
     start, finalized = time.monotonic(), False
     while (found := _get(api, path)) is not None:
-        waited = time.monotonic() - start
-        idle = not (found.get("status") or {}).get("conditions")
-        if not finalized and idle and (not controllers or waited >= settle):
+        if bare and not finalized:
             body = {**found, "spec": {**(found.get("spec") or {}), "finalizers": []}}
             api.request("PUT", f"{path}/finalize", body=body)
             finalized = True  # once: a namespace with finalizers of its own waits for them
             continue
-        if waited >= timeout:
+        if time.monotonic() - start >= timeout:
             phase = (found.get("status") or {}).get("phase")
             return [f"namespace {namespace} ({phase})", *namespace_content(api, namespace)]
         time.sleep(0.5)

@@ -97,3 +97,22 @@ def test_a_namespace_with_finalizers_of_its_own_is_reported_not_forced(api: Fake
     left = remove_namespace(api, NS, timeout=1.0)
     assert left == [f"namespace {NS} (Terminating)"]
     assert api.get(f"/api/v1/namespaces/{NS}")["spec"]["finalizers"] == []
+
+
+@pytest.mark.parametrize("sign", ["root-ca", "lease"])
+def test_where_a_controller_manager_runs_the_namespace_is_never_finalized(
+    api: FakeApiServer, sign: str
+) -> None:
+    # The namespace controller's pass over every resource type can take long on a real cluster;
+    # finalizing under it would orphan what it has not deleted yet.
+    api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
+    if sign == "root-ca":
+        path = f"/api/v1/namespaces/{NS}/configmaps"
+        api.request("POST", path, body={"metadata": {"name": "kube-root-ca.crt"}})
+    else:
+        api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "kube-system"}})
+        leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+        api.request("POST", leases, body={"metadata": {"name": "kube-controller-manager"}, "spec": {}})
+    left = remove_namespace(api, NS, timeout=1.0)
+    assert left and left[0] == f"namespace {NS} (Terminating)"
+    assert api.get(f"/api/v1/namespaces/{NS}")["spec"].get("finalizers") != []
