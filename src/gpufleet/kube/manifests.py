@@ -193,7 +193,8 @@ SHARING_CONFIG_RULES: tuple[Rule, ...] = (
     (
         "",
         ("configmaps",),
-        ("get", "create", "update", "delete"),
+        # `list`: at start the operator looks for the ConfigMaps of pools deleted while it was away.
+        ("get", "list", "create", "update", "delete"),
         "operator: each sharing GPUPool's ConfigMap of device-plugin and mig-parted configs",
     ),
 )
