@@ -23,7 +23,7 @@ from gpufleet.kube.transport import Json
 from .fakeapi import FakeApiServer, _status
 from .test_fleet import MERGE, POOLS, get_node, make_pool, sync
 from .test_operator import Clock
-from .test_scheduler import add_node
+from .test_scheduler import NODES, add_node
 
 NS = "gpu-ops"
 SHARING_LABELS = ("nvidia.com/device-plugin.config", "nvidia.com/mig.config")
@@ -247,3 +247,131 @@ def test_an_agent_follows_a_pools_replica_change_at_once_never_finding_its_entry
     assert told[1][0] - done < 2.0
     assert api.dangling == []
     assert not [r for r in caplog.records if "pending" in r.getMessage()]
+
+
+# ---------------------------------------------------------------- a deleted pool, the operator restarted
+CONFIG_MAPS = f"/api/v1/namespaces/{NS}/configmaps"
+
+
+def restarted(api: Observed) -> tuple[Operator, Clock]:
+    """A new operator process on the same cluster: nothing of the old one's memory (`requeue`)."""
+    clock = Clock()
+    op = Operator(api, config=KubeConfig(namespace=NS), clock=clock)
+    sync(op)  # its start: the informers listed, every node and pool marked, a first round
+    return op, clock
+
+
+def hand_made_config_map(api: FakeApiServer, name: str, data: dict[str, str], *, ours: bool = True) -> None:
+    labels = {"app.kubernetes.io/managed-by": "gpufleet"} if ours else {}
+    meta = {"name": name, "namespace": NS, "labels": labels}
+    api.request(
+        "POST", CONFIG_MAPS, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+    )
+
+
+def test_a_pool_deleted_mid_handover_loses_its_config_map_after_the_operator_restarts(
+    api: Observed, op: Operator
+) -> None:
+    pool_with_nodes(api, op, TS4)
+    api.refuse = {"n2"}  # n2 keeps its labels this round, so the ConfigMap must stay for it
+    api.request("DELETE", f"{POOLS}/p")
+    sync(op)
+    op.mark("GPUPool", "p")
+    op.reconcile_once()
+    assert sorted(config_data(api, "p") or {}) == ["time-slicing-4"]
+    assert labelled(api, "n2", "gpufleet.io/sharing-config") == "gpufleet-sharing-p"
+    # The operator stops here; what it put off for the pool is lost with it.
+    op2, _ = restarted(api)
+    assert labelled(api, "n2", "gpufleet.io/sharing-config") is None
+    assert config_data(api, "p") is None
+    assert api.dangling == []
+    assert not op2.requeue
+
+
+def test_a_pool_deleted_while_no_operator_ran_loses_its_config_map_once_its_nodes_are_unlabelled(
+    api: Observed, op: Operator
+) -> None:
+    pool_with_nodes(api, op, TS4)
+    api.request("DELETE", f"{POOLS}/p")  # nobody sees it: the operator is down
+    api.refuse = {"n1"}
+    op2, clock2 = restarted(api)
+    assert api.dangling == []
+    assert sorted(config_data(api, "p") or {}) == ["time-slicing-4"]  # n1 still picks it
+    later_round(op2, clock2)
+    assert labelled(api, "n1", "gpufleet.io/sharing-config") is None
+    assert config_data(api, "p") is None
+    assert api.dangling == []
+
+
+def test_a_gone_pools_config_map_keeps_only_what_nodes_pick_until_none_does(api: Observed) -> None:
+    """A node the operator did not label (no record of it applying a pool) still names the ConfigMap: the
+    entries no node picks go at once, the picked one stays, and is looked at again until it is unpicked."""
+    hand_made_config_map(api, "gpufleet-sharing-old", {"time-slicing-4": "a", "time-slicing-8": "b"})
+    add_node(
+        api,
+        "n9",
+        labels={"gpufleet.io/sharing-config": "gpufleet-sharing-old", DEVICE_PLUGIN: "time-slicing-8"},
+    )
+    op, clock = restarted(api)
+    assert config_data(api, "old") == {"time-slicing-8": "b"}
+    later_round(op, clock)
+    assert config_data(api, "old") == {"time-slicing-8": "b"}
+    api.request(
+        "PATCH",
+        f"{NODES}/n9",
+        body={"metadata": {"labels": {"gpufleet.io/sharing-config": None, DEVICE_PLUGIN: None}}},
+        content_type=MERGE,
+    )
+    later_round(op, clock)  # nothing marks the pool: its ConfigMap was put off, not forgotten
+    assert config_data(api, "old") is None
+
+
+def test_the_sweep_leaves_alone_what_is_not_a_gone_pools_config_map(api: Observed, op: Operator) -> None:
+    pool_with_nodes(api, op, TS4)
+    hand_made_config_map(api, "gpufleet-sharing-theirs", {"x": "y"}, ours=False)
+    hand_made_config_map(api, "gpufleet-settings", {"x": "y"})
+    # A pool the new operator's informer has not seen yet, its ConfigMap written by the old leader.
+    op2 = Operator(api, config=KubeConfig(namespace=NS), clock=Clock())
+    for informer in (op2.nodes, op2.pools):
+        informer.relist()
+    make_pool(api, "new", sharing=TS4)
+    hand_made_config_map(api, "gpufleet-sharing-new", {"time-slicing-4": "z"})
+    op2.reconcile_once()
+    for name in ("p", "new"):
+        assert config_data(api, name) is not None
+    assert config_data(api, "theirs") == {"x": "y"}
+    assert api.objects["/v1/configmaps"].get((NS, "gpufleet-settings")) is not None
+
+
+def test_the_config_maps_of_gone_pools_are_looked_for_again_at_each_full_list(
+    api: Observed, op: Operator, clock: Clock
+) -> None:
+    pool_with_nodes(api, op, TS4)
+    hand_made_config_map(api, "gpufleet-sharing-old", {"time-slicing-4": "a"})
+    op.reconcile_once()
+    assert config_data(api, "old") is not None  # not listed again: not looked for
+    later_round(op, clock)
+    assert config_data(api, "old") is None
+    assert sorted(config_data(api, "p") or {}) == ["time-slicing-4"]
+
+
+class NoConfigMapList(Observed):
+    """RBAC of an older install: ConfigMaps can be read by name, not listed."""
+
+    def request(self, method: str, path: str, **kw: Any) -> Json:
+        if method == "GET" and path == CONFIG_MAPS:
+            raise _status(403, "Forbidden", "configmaps is forbidden: cannot list")
+        return super().request(method, path, **kw)
+
+
+def test_an_operator_that_may_not_list_config_maps_says_so_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = NoConfigMapList()
+    op = Operator(api, config=KubeConfig(namespace=NS), clock=Clock())
+    with caplog.at_level(logging.WARNING, logger="gpufleet.kube.operator"):
+        pool_with_nodes(api, op, TS4)
+        op.reconcile_once()
+    assert labelled(api, "n1", DEVICE_PLUGIN) == "time-slicing-4"
+    said = [r.getMessage() for r in caplog.records if "deleted pools" in r.getMessage()]
+    assert len(said) == 1 and "cannot list" in said[0]  # once, not every round

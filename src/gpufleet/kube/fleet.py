@@ -45,7 +45,15 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, ready
 from gpufleet.kube.resources import NODE, POD, resource_for
-from gpufleet.kube.sharing import config_map_name, desired_config_map, picked_keys, sync_config_map
+from gpufleet.kube.sharing import (
+    CONFIG_MAP,
+    MANAGED_BY,
+    config_map_name,
+    desired_config_map,
+    picked_keys,
+    sharing_pools,
+    sync_config_map,
+)
 from gpufleet.kube.status import OPERATOR, patch_status
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 from gpufleet.sharing.mig import find_profile
@@ -213,6 +221,25 @@ class FleetOperator:
         if kept:
             log.info("GPUPool %s: sharing entries %s kept while nodes still pick them", name, sorted(kept))
         return not kept
+
+    def gone_pools(self, known: set[str]) -> list[str]:
+        """The pools, none of them in `known`, that have a sharing ConfigMap in the operator's namespace
+        but no GPUPool any more, asked of the API server (an informer may not have seen a new pool
+        yet). Their ConfigMaps are what an operator that stopped before removing them left behind
+        (`forget_pool` removes them)."""
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        found = self.api.request(
+            "GET", CONFIG_MAP.collection(self.namespace), query={"labelSelector": selector}
+        )
+        gone = []
+        for name in sorted(sharing_pools(found.get("items") or []) - known):
+            try:
+                self.api.request("GET", self.pools.item(name))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                gone.append(name)
+        return gone
 
     def _picked(self, pool_name: str) -> set[str]:
         """The entries of the pool's ConfigMap some Node's labels pick, read from the API server (the

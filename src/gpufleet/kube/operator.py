@@ -82,6 +82,8 @@ class Operator:
         self._dirty: set[Key] = set()
         self._after_nodes: set[Key] = set()
         """Pools whose sharing ConfigMap kept entries this round: looked at again after its nodes."""
+        self._swept = 0
+        """The pools informer's list (`relists`) the sharing ConfigMaps were last compared with."""
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._watch()
@@ -166,6 +168,7 @@ class Operator:
         with self._lock:
             keys, self._dirty = self._dirty, set()
         keys |= {k for k, at in self.requeue.items() if at <= now}
+        keys |= self._gone_pools()
         # Pools before nodes: a node's labels pick entries of the sharing ConfigMap the pool's
         # reconcile just wrote; the entries they picked before are dropped after the nodes.
         order = {POOL: 0, NODE_KIND: 1, SHARING: 3}
@@ -174,6 +177,28 @@ class Operator:
             self._attempt(kind, key, now)
         for kind, key in sorted(self._after_nodes - keys):
             self._attempt(kind, key, now)
+
+    def _gone_pools(self) -> set[Key]:
+        """Once the pools are listed, and again after each full list: the pools gone whose sharing
+        ConfigMap is still there, to be forgotten like a pool seen going. That a deleted pool's
+        ConfigMap is still to be removed lives only in this process (`requeue`), so an operator that
+        stopped mid-handover, or was not running when the pool was deleted, would leave it for good."""
+        if self.fleet is None or not self.pools.synced or self.pools.relists == self._swept:
+            return set()
+        relists = self.pools.relists
+        try:
+            gone = self.fleet.gone_pools({key_of(p) for p in self.pools.items()})
+        except ApiError as exc:
+            if exc.retryable:
+                log.info("sharing ConfigMaps of deleted pools not looked for: %s; trying again", exc)
+                return set()  # the next round looks again
+            # e.g. RBAC without `list` on ConfigMaps: say so; the next full list of the pools tries again
+            log.warning("sharing ConfigMaps of deleted pools not looked for: %s", exc)
+            gone = []
+        self._swept = relists
+        if gone:
+            log.info("GPUPools %s are gone but their sharing ConfigMaps are not: removing them", gone)
+        return {(POOL, name) for name in gone}
 
     def _attempt(self, kind: str, key: str, now: float) -> None:
         """Reconciles one object; when it fails, it is tried again later and the round goes on."""

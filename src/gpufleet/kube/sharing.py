@@ -18,7 +18,9 @@ nodes' labels pick:
 The pool's nodes are labelled `gpufleet.io/sharing-config=<ConfigMap name>`, so a node's config is
 found from its labels alone. The ConfigMap is owned by the pool (a real cluster's garbage collector
 removes it with the pool); the operator also removes it itself when the pool stops sharing or is gone,
-since a bare API server collects nothing.
+since a bare API server collects nothing. What is left to remove is found again from the ConfigMaps
+themselves (`sharing_pools`) when the operator starts, so a pool deleted while no operator ran, or
+while its nodes were being relabelled when the operator stopped, does not leave its ConfigMap behind.
 
 A node's labels never name an entry the ConfigMap lacks, as far as the operator can help it: when the
 pool's sharing changes, the ConfigMap is first written with the new entries while it keeps those some
@@ -46,10 +48,24 @@ from gpufleet.kube.transport import ApiError, Json, Transport
 CONFIG_MAP = ResourceType("ConfigMap", "", "v1", "configmaps", True)
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpufleet"}
+CONFIG_MAP_PREFIX = "gpufleet-sharing-"
 
 
 def config_map_name(pool: str) -> str:
-    return f"gpufleet-sharing-{pool}"
+    return f"{CONFIG_MAP_PREFIX}{pool}"
+
+
+def sharing_pools(config_maps: Iterable[Json]) -> set[str]:
+    """The pools whose sharing ConfigMap is among `config_maps`: those named `gpufleet-sharing-<pool>`
+    and labelled as gpufleet's (a ConfigMap someone else named so is left alone)."""
+    pools: set[str] = set()
+    for config_map in config_maps:
+        meta = config_map.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        name = str(meta.get("name") or "")
+        if all(labels.get(k) == v for k, v in MANAGED_BY.items()) and name.startswith(CONFIG_MAP_PREFIX):
+            pools.add(name[len(CONFIG_MAP_PREFIX) :])
+    return pools
 
 
 def named_configs(pool: Json, labels: dict[str, str]) -> dict[str, str]:
