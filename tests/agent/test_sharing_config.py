@@ -371,6 +371,39 @@ def test_a_mig_layout_already_in_place_is_reported_so(
     assert len(advertised(kubelet, GPU, 8)) == 8
 
 
+def test_a_mig_label_gpufleet_did_not_set_does_not_hold_back_the_pools_time_slicing(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    """The GPU Operator may label every GPU node `nvidia.com/mig.config=all-disabled`: the pool's
+    ConfigMap never has that key, yet its time-slicing is applied; the MIG part waits (no check, no
+    MIG Event) and, once that lasts a resync, one Warning Event says what is missing."""
+    shared_pool(api, operator, replicas=4)
+    label_node(api, {"nvidia.com/mig.config": "all-disabled"})
+    running = follow(resync=0.2)
+    assert len(advertised(kubelet, GPU, 32)) == 32
+    assert running.agent.config.sharing.time_slicing is not None
+    (missing,) = wait_until("the missing entry reported", lambda: events(api, "SharingConfigMissing"))
+    assert missing["type"] == "Warning"
+    assert "ConfigMap gpu-ops/gpufleet-sharing-ts has no key 'all-disabled'" in missing["message"]
+    time.sleep(0.6)  # several resyncs: said once
+    assert len(events(api, "SharingConfigMissing")) == 1
+    assert not events(api, "MigLayoutPending") and not events(api, "MigLayoutInPlace")
+    assert not events(api, "SharingConfigInvalid")
+
+
+def test_a_device_plugin_label_naming_a_missing_entry_leaves_the_config_in_force_and_the_mig_check_runs(
+    api: FakeApiServer, operator: Operator, kubelet: FakeKubelet, follow: Callable[..., Following]
+) -> None:
+    mig_pool(api, operator, A100_LAYOUT)
+    label_node(api, {"nvidia.com/device-plugin.config": "time-slicing-2"})
+    running = follow(profile="a100-80gb-mig")
+    in_place = wait_until("the layout reported in place", lambda: events(api, "MigLayoutInPlace"))
+    assert "key gpufleet-mig" in in_place[0]["message"]
+    assert running.agent.config.sharing.strategy == "none"  # the device plugin config in force stays
+    assert len(advertised(kubelet, GPU, 8)) == 8
+    assert not events(api, "SharingConfigApplied") and not events(api, "SharingConfigInvalid")
+
+
 # What the recorded A100 node advertises under the mixed strategy: one resource per MIG profile.
 A100_MIXED = {"nvidia.com/mig-1g.10gb": 22, "nvidia.com/mig-2g.20gb": 4, "nvidia.com/mig-3g.40gb": 8}
 

@@ -166,9 +166,116 @@ def test_a_selection_still_pending_after_a_resync_is_a_warning_once(
         wait_until("the warning", warned, 5)
         time.sleep(1.5)
         (warning,) = warned()
-        assert "still pending" in warning.getMessage()
+        assert "still missing after" in warning.getMessage()
         assert "ConfigMap elsewhere/gpufleet-sharing-x (named by gpufleet.io/sharing-config) not found" in (
             warning.getMessage()
         )
     finally:
         stop.set()
+
+
+def node_events(api: FakeApiServer, reason: str) -> list[dict[str, Any]]:
+    found = api.objects.get("/v1/events", {}).values()
+    return [e for e in found if e["reason"] == reason and e["involvedObject"]["name"] == "n1"]
+
+
+@pytest.mark.parametrize(
+    ("data", "labels", "there", "missing"),
+    [
+        # A time-slicing pool's node the GPU Operator also labelled for its MIG manager.
+        (
+            {"time-slicing-4": "A4"},
+            {"nvidia.com/device-plugin.config": "time-slicing-4", "nvidia.com/mig.config": "all-disabled"},
+            "device_plugin",
+            "mig",
+        ),
+        # A MIG pool's node with a device-plugin label someone else set.
+        (
+            {"gpufleet-p": "M"},
+            {"nvidia.com/device-plugin.config": "time-slicing-9", "nvidia.com/mig.config": "gpufleet-p"},
+            "mig",
+            "device_plugin",
+        ),
+    ],
+    ids=["foreign-mig-label", "foreign-device-plugin-label"],
+)
+def test_an_entry_that_is_missing_does_not_hold_back_the_one_that_is_there(
+    api: FakeApiServer,
+    caplog: pytest.LogCaptureFixture,
+    data: dict[str, str],
+    labels: dict[str, str],
+    there: str,
+    missing: str,
+) -> None:
+    config_map(api, "gpufleet-sharing-p", data)
+    add_node(api, "n1", labels={"gpufleet.io/sharing-config": "gpufleet-sharing-p", **labels})
+    told: list[NodeSharingConfig | None] = []
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.5)
+    watcher.poll()
+    (selection,) = told
+    assert selection is not None
+    present, absent = getattr(selection, there), getattr(selection, missing)
+    assert present is not None and present.text == data[present.key]
+    assert absent is not None and absent.text is None
+    assert watcher.pending  # the Node is read again soon, for the missing one
+    watcher.poll()
+    assert len(told) == 1 and not node_events(api, "SharingConfigMissing")  # not told again, not yet said
+
+    # Still missing after a resync: one warning and one Warning Event naming the ConfigMap and key.
+    for _ in range(3):
+        time.sleep(0.3)
+        watcher.poll()
+    (event,) = node_events(api, "SharingConfigMissing")
+    assert event["type"] == "Warning"
+    assert f"ConfigMap gpu-ops/gpufleet-sharing-p has no key {absent.key!r}" in event["message"]
+    assert "the rest is applied without it" in event["message"]
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert absent.key in warning.getMessage() and "gpufleet-sharing-p" in warning.getMessage()
+    assert len(told) == 1
+
+    # The entry appears: the selection is told again, with both.
+    api.request(
+        "PATCH",
+        f"{CONFIG_MAPS}/gpufleet-sharing-p",
+        body={"data": {absent.key: "NEW"}},
+        content_type=MERGE,
+    )
+    watcher.poll()
+    assert len(told) == 2 and told[1] is not None
+    assert getattr(told[1], missing).text == "NEW" and getattr(told[1], there).text == data[present.key]
+    assert not watcher.pending
+    assert len(node_events(api, "SharingConfigMissing")) == 1
+
+
+def test_a_selection_whose_every_entry_is_missing_is_not_told_but_said_once_with_an_event(
+    api: FakeApiServer,
+) -> None:
+    labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-x", "nvidia.com/device-plugin.config": "mps-2"}
+    add_node(api, "n1", labels=labels)
+    told: list[NodeSharingConfig | None] = []
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.2)
+    for _ in range(4):
+        watcher.poll()
+        time.sleep(0.1)
+    watcher.poll()
+    assert told == [] and watcher.pending
+    (event,) = node_events(api, "SharingConfigMissing")
+    assert (
+        "ConfigMap gpu-ops/gpufleet-sharing-x (named by gpufleet.io/sharing-config) not found"
+        in (event["message"])
+    )
+    assert "key 'mps-2'" in event["message"] and "the config in force stays" in event["message"]
+
+
+def test_a_missing_mig_entry_with_no_device_plugin_label_is_told_so_the_local_config_applies(
+    api: FakeApiServer,
+) -> None:
+    config_map(api, "gpufleet-sharing-p", {"time-slicing-4": "A4"})
+    labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-p", "nvidia.com/mig.config": "all-disabled"}
+    add_node(api, "n1", labels=labels)
+    told: list[NodeSharingConfig | None] = []
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=30)
+    watcher.poll()
+    (selection,) = told
+    assert selection is not None and selection.device_plugin is None
+    assert selection.mig is not None and selection.mig.text is None and watcher.pending

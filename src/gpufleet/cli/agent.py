@@ -170,15 +170,18 @@ class PoolSharing:
     """Applies what the Node's labels select from its pool's sharing ConfigMap over the local config
     (`--config` or the defaults), as the GPU Operator's config-manager does for NVIDIA's plugin.
 
-    No label: the local config. A selection whose ConfigMap or key is missing is pending, not wrong
-    (the operator relabels the pool's nodes around its writes of the ConfigMap): it is logged and the
-    config in force stays, with no Event; the watcher reads the Node again soon and does not pass such
-    a selection on. A selection that cannot be applied (a field refused, not YAML, a config that does
-    not fit the node's GPUs) is refused whole: the error, naming the ConfigMap, key and field, is
-    logged and reported as a Warning Event on the Node, and the config in force stays. A mig-parted
-    entry (`nvidia.com/mig.config`) is checked against the node and compared with the MIG layout NVML
-    reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU Operator's MIG manager, not the agent,
-    creates the instances. Flags `pinned` on the command line
+    No label: the local config. An entry whose ConfigMap or key is missing is pending, not wrong
+    (the operator relabels the pool's nodes around its writes of the ConfigMap), and only that entry:
+    a missing device-plugin entry leaves the device plugin config in force; a missing mig-parted entry
+    means no MIG check and no MIG Event until it appears; the other entry, when there, is applied
+    (so a label gpufleet did not set, such as `nvidia.com/mig.config=all-disabled`, cannot hold back
+    the pool's time-slicing). The watcher reads the Node again soon, says when an entry stays missing,
+    and passes on no selection in which nothing can be applied. A selection that cannot be applied (a
+    field refused, not YAML, a config that does not fit the node's GPUs) is refused whole: the error,
+    naming the ConfigMap, key and field, is logged and reported as a Warning Event on the Node, and the
+    config in force stays. A mig-parted entry (`nvidia.com/mig.config`) is checked against the node
+    and compared with the MIG layout NVML reports (`MigLayoutPending` / `MigLayoutInPlace`); the GPU
+    Operator's MIG manager, not the agent, creates the instances. Flags `pinned` on the command line
     or in the environment (`--mig-strategy`, MIG_STRATEGY) win over an entry's `flags`, as they win
     over the local file: `base` has them already.
     """
@@ -200,20 +203,24 @@ class PoolSharing:
 
     def __call__(self, selection: NodeSharingConfig | None) -> None:
         if selection is not None and selection.missing:
-            log.info("sharing config pending, the one in force stays: %s", "; ".join(selection.missing))
-            return
+            log.info("sharing config pending, what is missing waits: %s", "; ".join(selection.missing))
+            if selection.wholly_pending:
+                return
+        entry = selection.device_plugin if selection is not None else None
+        waits = entry is not None and entry.text is None  # the device plugin config in force stays
         try:
-            wanted, where = self.wanted(selection)
+            wanted = None if waits else self.wanted(selection)
             pending = self.mig_pending(selection)
-            changed = self.agent.apply_config(wanted, where=where)
+            changed = wanted is not None and self.agent.apply_config(wanted[0], where=wanted[1])
         except ValidationError as exc:
             log.error("sharing config refused, the one in force stays: %s", exc)
             self.report("SharingConfigInvalid", f"{exc}; the config in force stays", warning=True)
             return
-        if changed:
+        if changed and wanted is not None:
             resources = ", ".join(f"{r.name}: {len(r.devices)}" for r in self.agent.resources) or "none"
-            self.report("SharingConfigApplied", f"device plugin config from {where}: {resources}")
-        if selection is not None and selection.mig is not None:
+            self.report("SharingConfigApplied", f"device plugin config from {wanted[1]}: {resources}")
+        # A missing mig-parted entry: nothing to check the node against until it appears.
+        if selection is not None and selection.mig is not None and selection.mig.text is not None:
             mig_where = selection.mig.where
             if pending:
                 message = (
@@ -240,7 +247,7 @@ class PoolSharing:
         if selection.device_plugin is None:
             return self.base, f"{self.local} (ConfigMap {selection.config_map} has no device plugin entry)"
         entry = selection.device_plugin
-        assert entry.text is not None  # a pending selection (`missing`) is never applied
+        assert entry.text is not None  # a missing entry waits (`__call__`), it is never applied
         config = overlay_named_config(self.base, entry.text, where=entry.where)
         return self.pin(config, entry.where), entry.where
 

@@ -16,12 +16,18 @@ This module only reads and watches; what the entries mean is the agent's busines
 - the Node is read again at every change of the ConfigMap and every `resync` seconds, since watching
   it would take `list`/`watch` on every Node of the cluster; a label change is seen within `resync`.
 
-A selection whose ConfigMap or key is missing is pending, not wrong: the operator relabels a pool's
+An entry whose ConfigMap or key is missing is pending, not wrong: the operator relabels a pool's
 nodes one by one around its writes of the ConfigMap (and a cluster's garbage collector may delete the
 ConfigMap of a deleted pool before the operator takes the labels off), so the Node read a moment ago
-may still name what is gone or not name what is new. It is not passed on (the config in force
-stays), it is logged, and the Node is read again soon (`PENDING_RETRY_SECONDS`, doubling up to
-`resync`) instead of at the next resync.
+may still name what is gone or not name what is new. The device-plugin entry and the mig-parted entry
+are pending each on its own: a label gpufleet did not set (the GPU Operator may put
+`nvidia.com/mig.config=all-disabled` on every GPU node) names a key the pool's ConfigMap never has,
+and must not hold back the entry that is there. A selection is passed on when something in it can
+be applied (the agent applies what is there and leaves what is missing as it is); one in which
+nothing can (`wholly_pending`) is not. Either way what is missing is logged, and the Node is read
+again soon (`PENDING_RETRY_SECONDS`, doubling up to `resync`) instead of at the next resync. An
+entry still missing after `resync` is likely a mistake rather than the operator's relabelling: it is
+logged as a warning and reported once as a Warning Event on the Node (`SharingConfigMissing`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpufleet.kube.config import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, SHARING_CONFIG_LABEL
@@ -58,7 +64,9 @@ class NamedConfig:
     key: str
     text: str | None
     """The entry's YAML; None when the ConfigMap or this key is missing (`missing` says which)."""
-    missing: str | None = None
+    missing: str | None = field(default=None, compare=False)
+    """Why it is missing; not compared: it lists the keys the ConfigMap has, and a change of those
+    does not change what is applied."""
 
     @property
     def where(self) -> str:
@@ -78,10 +86,20 @@ class NodeSharingConfig:
     @property
     def missing(self) -> list[str]:
         """What the labels name that does not exist (the ConfigMap, a key): empty when nothing is
-        missing; otherwise the selection is pending, not applicable yet."""
-        return [
-            e.missing or e.where for e in (self.device_plugin, self.mig) if e is not None and e.text is None
-        ]
+        missing; otherwise those entries are pending, not applicable yet."""
+        return [e.missing or e.where for e in self.missing_entries]
+
+    @property
+    def missing_entries(self) -> list[NamedConfig]:
+        return [e for e in (self.device_plugin, self.mig) if e is not None and e.text is None]
+
+    @property
+    def wholly_pending(self) -> bool:
+        """Whether nothing in it can be applied yet: the device-plugin entry is missing, and so is the
+        mig-parted one if one is named. (No device-plugin label at all is something to apply: the
+        local config.)"""
+        plugin, mig = self.device_plugin, self.mig
+        return plugin is not None and plugin.text is None and (mig is None or mig.text is None)
 
 
 def selected(node: Json, namespace: str, config_map: Json | None) -> NodeSharingConfig | None:
@@ -100,6 +118,7 @@ def selected(node: Json, namespace: str, config_map: Json | None) -> NodeSharing
             return None
         if config_map is None:
             missing = f"ConfigMap {where} (named by {SHARING_CONFIG_LABEL}) not found"
+            missing += f", nor its key {key!r} (named by {label})"
             return NamedConfig(where, key, None, missing)
         if key not in data:
             known = ", ".join(sorted(data)) or "none"
@@ -139,13 +158,17 @@ class SharingConfigWatcher:
         self._node: Json = {}
         self._last: NodeSharingConfig | None = None
         self._told = False
-        self._pending: dict[str, float | None] = {}
-        """What is missing -> since when (monotonic); None once a warning said it lasts."""
+        self._pending: dict[tuple[str, str], float | None] = {}
+        """(ConfigMap, key) missing -> since when (monotonic); None once a warning and an Event said it
+        lasts (again after it was found, or no longer named, and went missing anew)."""
+        self._why: dict[tuple[str, str], str] = {}
+        """(ConfigMap, key) missing -> what was last logged about it (the ConfigMap gone, the key)."""
         self._thread: threading.Thread | None = None
 
     @property
     def pending(self) -> bool:
-        """Whether the last read found the labels naming a ConfigMap or key that does not exist."""
+        """Whether the last read found the labels naming a ConfigMap or key that does not exist (then the
+        Node is read again sooner than `resync`)."""
         return bool(self._pending)
 
     def read(self) -> tuple[NodeSharingConfig | None, str | None]:
@@ -169,10 +192,10 @@ class SharingConfigWatcher:
         """One read; tells `on_change` when the selection differs from the last one told. Returns the
         ConfigMap's name and the resourceVersion to watch it from (None, None: no ConfigMap named)."""
         selection, version = self.read()
-        missing = selection.missing if selection is not None else []
-        if missing:
-            self._hold(missing)
-        elif not self._told or selection != self._last:
+        missing = selection.missing_entries if selection is not None else []
+        held = selection is not None and selection.wholly_pending
+        self._note(missing, held)
+        if not held and (not self._told or selection != self._last):
             try:
                 self.on_change(selection)
             except Exception:  # the watcher outlives a failure to apply; the next read tries again
@@ -180,30 +203,31 @@ class SharingConfigWatcher:
             else:
                 self._last, self._told = selection, True
         if not missing:
-            self._pending.clear()
             self._pending_backoff.reset()
         if selection is None:
             return None, None
         return selection.config_map.split("/", 1)[1], version
 
-    def _hold(self, missing: list[str]) -> None:
-        """A pending selection: not passed on; logged when first seen, and as a warning once it has
-        lasted `resync` (then it is likely not the operator's relabelling but a mistake)."""
+    def _note(self, missing: list[NamedConfig], held: bool) -> None:
+        """Entries the labels name that are missing (`held`: all of them): logged when first seen, and
+        once one has lasted `resync` (then it is likely not the operator's relabelling but a mistake,
+        such as a label gpufleet did not set), a warning and a Warning Event on the Node, once while it
+        lasts."""
+        then = "the config in force stays" if held else "the rest is applied without it"
         now = time.monotonic()
-        self._pending = {what: self._pending.get(what, now) for what in missing}
-        for what, since in self._pending.items():
-            if since == now:
-                log.info(
-                    "node %s sharing config pending: %s; the config in force stays", self.node_name, what
-                )
-            elif since is not None and now - since >= self.resync:
-                log.warning(
-                    "node %s sharing config still pending after %.1fs: %s; the config in force stays",
-                    self.node_name,
-                    now - since,
-                    what,
-                )
-                self._pending[what] = None
+        entries = {(e.config_map, e.key): e for e in missing}
+        self._pending = {at: self._pending.get(at, now) for at in entries}
+        why = {at: entry.missing or entry.where for at, entry in entries.items()}
+        for at, since in self._pending.items():
+            what = why[at]
+            if self._why.get(at) != what:
+                log.info("node %s sharing config pending: %s; %s", self.node_name, what, then)
+            if since is not None and now - since >= self.resync:
+                message = f"{what}; still missing after {now - since:.0f}s, {then}"
+                log.warning("node %s sharing config: %s", self.node_name, message)
+                self.report("SharingConfigMissing", message, warning=True)
+                self._pending[at] = None
+        self._why = why
 
     def run(self, stop: threading.Event) -> None:
         """Polls, then waits for a change of the ConfigMap (or `resync`, or a short while when the
