@@ -62,6 +62,25 @@ def test_release_lets_the_standby_start_at_once(api: FakeApiServer) -> None:
     assert b.try_acquire_or_renew()
 
 
+def test_every_change_of_holder_counts_a_transition_and_renewing_does_not(api: FakeApiServer) -> None:
+    clock = Clock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    path = "/apis/coordination.k8s.io/v1/namespaces/gpufleet-system/leases/gpufleet-scheduler"
+
+    def transitions() -> int:
+        return int(api.get(path)["spec"]["leaseTransitions"])
+
+    assert a.try_acquire_or_renew() and transitions() == 0
+    clock.t += 2
+    assert a.try_acquire_or_renew() and transitions() == 0  # the same holder renewing
+    a.release()  # a stops (SIGTERM): b takes over at once
+    assert b.try_acquire_or_renew() and transitions() == 1
+    clock.t += 2
+    assert b.try_acquire_or_renew() and transitions() == 1
+    b.release()
+    assert a.try_acquire_or_renew() and transitions() == 2  # back to a, through a released Lease
+
+
 def test_two_candidates_racing_on_one_version_cannot_both_win(api: FakeApiServer) -> None:
     clock = Clock()
     a, b, c = elector(api, clock, "a"), elector(api, clock, "b"), elector(api, clock, "c")

@@ -6,7 +6,8 @@ never compared with the holder's timestamps, so clock skew between machines does
 write carries the Lease's resourceVersion, so two candidates cannot both win: the second gets 409.
 The leader renews every `retry_period`; if it has not renewed for `renew_deadline` it stops leading
 before anyone else may start (renew_deadline < lease_duration). A leader that shuts down releases the
-Lease, so its successor starts at once.
+Lease, so its successor starts at once. Each change of holder, a take-over of a released Lease
+included, counts one more `leaseTransitions`, as client-go counts them.
 
 With the defaults (10 s lease, 7 s deadline, 2 s retry) a standby takes over at most about 12 s after
 the leader dies.
@@ -107,8 +108,10 @@ class LeaderElector:
             "renewTime": stamp,
         }
         if not mine:
+            # As client-go counts: every change of holder is a transition, a take-over of a released
+            # Lease (no holder) included; only the holder renewing its own keeps the count.
             new_spec["acquireTime"] = stamp
-            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
+            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         body = {**lease, "spec": new_spec}
         try:
             written = self._api.request("PUT", path, body=body)
