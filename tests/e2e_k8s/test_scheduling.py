@@ -45,6 +45,22 @@ def test_required_topology_keeps_the_gang_in_one_rack(cluster: Cluster, schedule
     assert not {cluster.node_of(m) for m in members} & set(r1)
 
 
+def test_pods_labelled_inference_spread_over_nodes(cluster: Cluster, scheduler: Any) -> None:
+    # Without the label the two would pack onto one node (batch's fgd+); inference spreads.
+    nodes = {cluster.node("a"), cluster.node("b")}
+    labels = {"gpufleet.io/workload-class": "inference"}
+    for name in ("serve-0", "serve-1"):
+        cluster.pod(name, gpus=1, labels=labels)
+    placed = wait_for(
+        "both replicas bound",
+        lambda: (
+            all(cluster.node_of(n) for n in ("serve-0", "serve-1"))
+            and [cluster.node_of(n) for n in ("serve-0", "serve-1")]
+        ),
+    )
+    assert set(placed) == nodes, placed
+
+
 def test_preemption_goes_through_evictions_and_the_preemptor_follows(
     cluster: Cluster, scheduler: Any
 ) -> None:

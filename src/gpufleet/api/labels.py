@@ -1,7 +1,7 @@
 """Label selectors in Kubernetes' string syntax: `app=web,tier!=db,env in (a,b),!legacy,gpu`.
 
 Used by the store's list and by anything that matches node or object labels, so the embedded world
-and `kubectl -l` accept the same selectors.
+and `kubectl -l` accept the same selectors. The names of labels both worlds read are defined here too.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from typing import Literal
 from gpufleet.api.errors import ValidationError
 
 Operator = Literal["=", "!=", "in", "notin", "exists", "!exists"]
+
+WORKLOAD_CLASS_LABEL = "gpufleet.io/workload-class"
+"""On a Pod (label or annotation) that no TrainingJob or InferenceService owns: its workload class
+(`training`, `inference` or `batch`), which picks its placement policy (see `controllers.workload_class`)."""
 
 _SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
 _EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")

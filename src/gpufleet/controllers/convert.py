@@ -6,7 +6,6 @@ Names. A Workload `ns/name` is the core workload `ns/name`; its pods are the cor
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 from gpufleet.api.errors import GpuFleetError
@@ -14,6 +13,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.requests import PodRequest as ApiPodRequest
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.controllers.workload_class import workload_class
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest, Taint, Toleration
 from gpufleet.fleet.state import Allocation, FleetState, MigSlot
@@ -23,7 +23,6 @@ from gpufleet.scheduler.settings import queue_settings
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 
 DEFAULT_QUEUE = "default"
-CORE_FIELDS = frozenset(f.name for f in dataclasses.fields(Workload))
 
 
 def workload_key(namespace: str | None, name: str) -> str:
@@ -70,10 +69,9 @@ def core_workload(obj: WorkloadObject) -> Workload:
     created = obj.metadata.creation_timestamp
     admitted = obj.status.admitted_time if obj.status.phase == "Admitted" else None
     checkpoint = spec.last_checkpoint_time
-    # The class (training, inference) selects a per-workload placement policy in cores that have one.
-    extra = {"workload_class": spec.workload_class} if "workload_class" in CORE_FIELDS else {}
+    key = workload_key(obj.namespace, obj.name)
     return Workload(
-        name=workload_key(obj.namespace, obj.name),
+        name=key,
         pod_sets=tuple(
             PodSet(ps.name, ps.count, pod_request(ps.request), ps.min_count) for ps in spec.pod_sets
         ),
@@ -85,7 +83,10 @@ def core_workload(obj: WorkloadObject) -> Workload:
         submitted_at=created.timestamp() if created else 0.0,
         admitted_at=admitted.timestamp() if admitted else None,
         last_checkpoint_at=checkpoint.timestamp() if checkpoint else None,
-        **extra,
+        # The rule Kubernetes pods follow too: the owner's kind decides, else what the spec states.
+        workload_class=workload_class(
+            [spec.owner.kind], spec.workload_class, obj=f"Workload {key}", field="spec.workloadClass"
+        ),
     )
 
 

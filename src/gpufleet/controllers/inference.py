@@ -48,6 +48,7 @@ from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved
 from gpufleet.controllers.serving import AutoscalerConfig as AutoscalerConfig  # re-exported (plane, tests)
 from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.workload_class import workload_class
 from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "svc-"
@@ -156,6 +157,7 @@ class InferenceServiceController(Reconciler):
     def _create(self, service: InferenceService, revision: str, index: int) -> None:
         spec = service.spec
         namespace = service.namespace or "default"
+        owner = OwnerRef(kind="InferenceService", name=service.name)
         self.store.create(
             WorkloadObject(
                 metadata=ObjectMeta(
@@ -164,8 +166,8 @@ class InferenceServiceController(Reconciler):
                     labels={SERVICE_LABEL: service.name, REVISION_LABEL: revision},
                 ),
                 spec=WorkloadSpec(
-                    owner=OwnerRef(kind="InferenceService", name=service.name),
-                    workload_class="inference",
+                    owner=owner,
+                    workload_class=workload_class([owner.kind]),
                     queue=spec.queue,
                     priority=priority_value(spec.priority_class),
                     pod_sets=[WorkloadPodSet(name="server", count=1, request=spec.replica)],

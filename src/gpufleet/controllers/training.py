@@ -38,6 +38,7 @@ from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import events, jobstate
 from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.workload_class import workload_class
 from gpufleet.store.protocol import WatchEvent
 
 PREFIX = "job-"
@@ -91,9 +92,10 @@ class TrainingJobController(Reconciler):
     # ----------------------------------------------------------------- workload
     def _desired_spec(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
         spec = job.spec
+        owner = OwnerRef(kind="TrainingJob", name=job.name)
         return WorkloadSpec(
-            owner=OwnerRef(kind="TrainingJob", name=job.name),
-            workload_class="training",
+            owner=owner,
+            workload_class=workload_class([owner.kind]),
             queue=spec.queue,
             priority=priority_value(spec.priority_class),
             user=spec.user or "",

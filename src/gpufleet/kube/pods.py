@@ -7,6 +7,10 @@ TrainingJob operator labels its workers so, and a Job's pod template may too. An
 workload of its own. A gang is submitted only once all its members exist, so it is placed all or
 nothing.
 
+A workload's class (which picks its placement policy) is that of what owns its pods: a TrainingJob's
+workers are `training`, an InferenceService's replicas `inference`; any other pod says its class with
+the `gpufleet.io/workload-class` label or annotation, else it is `batch` (`controllers.workload_class`).
+
 Requests are the pod's effective requests as kube-scheduler computes them: the sum over containers,
 at least the largest init container, plus the pod overhead; limits stand for requests where only
 limits are given (extended resources always work so).
@@ -20,7 +24,11 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
+from gpufleet.api.resource import GROUP
+from gpufleet.api.runtime import WorkloadClass
+from gpufleet.controllers.workload_class import workload_class
 from gpufleet.fleet.request import PodRequest, Toleration
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
@@ -328,7 +336,27 @@ def workload(group: Group, config: KubeConfig, priorities: Mapping[str, int]) ->
         user=labels.get(USER_LABEL, ""),
         submitted_at=seconds(meta.get("creationTimestamp")) or 0.0,
         last_checkpoint_at=seconds(annotations.get(CHECKPOINT_ANNOTATION)),
+        workload_class=class_of(first),
     )
+
+
+def class_of(pod: Json) -> WorkloadClass:
+    """The pod's workload class: its gpufleet owner's (TrainingJob, InferenceService), else the one its
+    `gpufleet.io/workload-class` label (or annotation) states, else batch. An unknown value is refused
+    with the pod and the label named."""
+    meta = pod["metadata"]
+    owners = [
+        str(ref.get("kind", ""))
+        for ref in meta.get("ownerReferences") or []
+        if str(ref.get("apiVersion", "")).partition("/")[0] == GROUP  # not a Job or a ReplicaSet
+    ]
+    stated, field = None, None
+    for place in ("labels", "annotations"):
+        value = (meta.get(place) or {}).get(WORKLOAD_CLASS_LABEL)
+        if value is not None:
+            stated, field = str(value), f"metadata.{place}[{WORKLOAD_CLASS_LABEL}]"
+            break
+    return workload_class(owners, stated, obj=f"Pod {key_of(pod)}", field=field)
 
 
 def _priority(pod: Json, priorities: Mapping[str, int]) -> int:
