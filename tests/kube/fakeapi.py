@@ -4,8 +4,9 @@ It keeps the semantics the kubernetes world relies on, as a 1.3x API server has 
 resourceVersion, `generation` moving with spec, optimistic concurrency (409 on a stale
 resourceVersion, in PUT and in patches that carry one), the status subresource, finalizers, watches
 from a resourceVersion with 410 Expired once the history is compacted, bookmarks, Bindings (409 for
-a pod already bound) and Evictions (429 while a disruption budget forbids). Like a bare API server it
-runs no controllers: bound pods deleted with a grace period stay, with a deletionTimestamp.
+a pod already bound; their annotations merged into the pod) and Evictions (429 while a disruption
+budget forbids). Like a bare API server it runs no controllers: bound pods deleted with a grace
+period stay, with a deletionTimestamp.
 
 What a real server does that callers can trip over is done here too: gpufleet's CRDs are installed
 when the stand-in starts (`crds=False` leaves them out), a custom resource whose CRD is not installed
@@ -484,6 +485,10 @@ class FakeApiServer:
         target = body["target"]["name"]
         new = copy.deepcopy(pod)
         new["spec"]["nodeName"] = target
+        # As the real server's binding: the Binding's annotations are merged into the pod.
+        noted = (body.get("metadata") or {}).get("annotations") or {}
+        if noted:
+            new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **noted}
         conditions = new["status"].setdefault("conditions", [])
         conditions[:] = [c for c in conditions if c["type"] != "PodScheduled"]
         conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW})

@@ -29,7 +29,7 @@ def add_queue(api: FakeApiServer, quotas: dict[str, float], order: list[str] | N
 
 def scheduler(api: FakeApiServer) -> KubeScheduler:
     """A scheduler process starting now (the first, or one after a restart or failover)."""
-    return KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    return KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
 
 
 def gpu_pod(name: str, gpus: int | None = 4, **kw: Any) -> dict:

@@ -144,7 +144,7 @@ def world(api: FakeApiServer) -> tuple[Clock, KubeScheduler]:
     for i in range(4):
         add_node(api, f"gpu-{i}")
     clock = Clock()
-    return clock, KubeScheduler(api, clock=clock)
+    return clock, KubeScheduler(api, clock=clock, bind_workers=0)
 
 
 def test_replicas_from_the_template_and_a_service_selecting_them(api: FakeApiServer, world) -> None:

@@ -79,7 +79,7 @@ def world(api: FakeApiServer) -> tuple[Operator, KubeScheduler, Clock]:
     for i in range(4):
         add_node(api, f"gpu-{i}", labels={"gpufleet.io/rack": "r1"})
     clock = Clock()
-    return Operator(api, clock=clock), KubeScheduler(api, clock=clock), clock
+    return Operator(api, clock=clock), KubeScheduler(api, clock=clock, bind_workers=0), clock
 
 
 def test_workers_get_rendezvous_env_a_headless_service_and_are_bound(api: FakeApiServer, world) -> None:

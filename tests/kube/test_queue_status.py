@@ -26,7 +26,7 @@ def test_bad_queues_are_marked_invalid_with_an_event_and_their_pods_say_why(api:
     add_queue(api, "orphan", {"parent": "nonexistent"})
     # The CRD's schema lets this through; the API's own validation does not.
     add_queue(api, "greedy", {"quotas": {"H100-80GB": {"nominal": 1, "lendingLimit": 5}}})
-    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
     add_node(api, "gpu-1")
     labels = {"gpufleet.io/queue": "orphan"}
     add_pods(
@@ -62,7 +62,7 @@ def test_bad_queues_are_marked_invalid_with_an_event_and_their_pods_say_why(api:
 def test_a_queue_that_is_fixed_becomes_valid_and_its_pods_are_scheduled(api: FakeApiServer) -> None:
     add_queues(api, "default")
     add_queue(api, "team-b", {"parent": "later", "quotas": {"H100-80GB": {"nominal": 8}}})
-    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
     add_node(api, "gpu-1")
     add_pods(api, [pod("p", gpus=1, labels={"gpufleet.io/queue": "team-b"})])
     run(sched)

@@ -65,7 +65,7 @@ def add_queues(api: FakeApiServer, *names: str, gpus: int = 1000) -> None:
 @pytest.fixture
 def sched(api: FakeApiServer) -> KubeScheduler:
     add_queues(api, "default", "team-a")
-    return KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    return KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
 
 
 def test_a_pod_is_bound_with_its_gpus_noted(api: FakeApiServer, sched: KubeScheduler) -> None:
@@ -188,9 +188,9 @@ def test_a_restarted_scheduler_sees_the_same_allocations(api: FakeApiServer) -> 
     add_queues(api, "default")
     add_node(api, "gpu-1")
     add_pods(api, [pod("a", gpus=3), pod("b", gpus=3)])
-    run(KubeScheduler(api, clock=lambda: 1_900_000_000.0))
+    run(KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0))
     add_pods(api, [pod("c", gpus=3)])
-    fresh = KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    fresh = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
     run(fresh)
     assert set(bound(api)) == {"a", "b"}
     assert condition(api, "c", "PodScheduled")["message"].startswith("NoFit")
@@ -198,7 +198,7 @@ def test_a_restarted_scheduler_sees_the_same_allocations(api: FakeApiServer) -> 
 
 def test_custom_topology_levels(api: FakeApiServer) -> None:
     config = KubeConfig(topology_levels=(TopologyLevel("pod", "example.com/pod"),), nvlink_level=None)
-    sched = KubeScheduler(api, config=config, clock=lambda: 1_900_000_000.0)
+    sched = KubeScheduler(api, config=config, clock=lambda: 1_900_000_000.0, bind_workers=0)
     add_queues(api, "team-a")
     add_node(api, "a", labels={"example.com/pod": "p1"})
     add_node(api, "b", labels={"example.com/pod": "p2"})

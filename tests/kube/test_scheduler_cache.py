@@ -14,7 +14,7 @@ from .test_scheduler import PODS, add_node, add_pods, add_queues, bound, conditi
 
 def make(api: FakeApiServer) -> KubeScheduler:
     add_queues(api, "default", "team-a")
-    return KubeScheduler(api, clock=lambda: 1_900_000_000.0)
+    return KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
 
 
 def test_the_cache_is_kept_between_passes_and_follows_changes(api: FakeApiServer) -> None:

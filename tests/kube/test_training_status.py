@@ -129,7 +129,7 @@ def test_a_restarted_job_waiting_for_quota_says_so_as_its_first_attempt_did(
     for i in range(4):
         add_node(api, f"gpu-{i}", labels={"gpufleet.io/rack": "r1"})
     clock = Clock()
-    op, sched = Operator(api, clock=clock), KubeScheduler(api, clock=clock)
+    op, sched = Operator(api, clock=clock), KubeScheduler(api, clock=clock, bind_workers=0)
     start_blocker(api, sched, "blocker-1")
     make_job(api)
     sync(op)

@@ -1,8 +1,8 @@
 """What the scheduler does to the cluster: bind, evict, and say why (pod conditions and Events).
 
-- Bind: the pod's GPU choice is written to its annotation first (so a restarted scheduler rebuilds
-  exactly the same allocations), then a Binding is created. A 409 for a pod already bound to the
-  same node means an earlier attempt got through: success.
+- Bind: one Binding per pod, carrying the pod's GPU choice as an annotation (so a restarted scheduler
+  rebuilds exactly the same allocations), then a Normal `Scheduled` Event. A 409 for a pod already
+  bound to the same node means an earlier attempt got through: success.
 - Evict: the Eviction API is asked, so PodDisruptionBudgets apply (429: a budget forbids it for now),
   then the reason goes into the victim's status (the `DisruptionTarget` condition, as kube-scheduler
   writes it); written first, it would be replaced by the Eviction API's own. Pods are given their
@@ -67,6 +67,8 @@ class Actions:
     api: Transport
     identity: str = COMPONENT
     grace_seconds: int | None = 30
+    component: str = COMPONENT
+    """Who writes the Events (`source.component`, `reportingComponent`): the operator names itself."""
     said: dict[tuple[str, str], str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ bind
@@ -78,20 +80,26 @@ class Actions:
         *,
         annotations: Mapping[str, str] | None = None,
     ) -> bool:
-        """Binds a pod to a node; False if the pod is gone or bound elsewhere. With GPUs chosen, the
-        choice (and any other `annotations`) is written to the pod in the same patch first."""
+        """Binds a pod to a node in one request; False if the pod is gone or bound elsewhere.
+
+        The GPUs chosen (and any other `annotations`) ride on the Binding: the API server merges a
+        Binding's annotations into the pod in the same write that sets its node, so a restarted
+        scheduler finds exactly the allocation that was bound, and no second request is needed.
+        """
         ns, name = _ref(pod)
+        noted = dict(annotations or {})
+        if alloc is not None:
+            noted[GPUS_ANNOTATION] = allocation_annotation(alloc)
+        meta: Json = {"name": name, "namespace": ns, "uid": pod["metadata"].get("uid")}
+        if noted:
+            meta["annotations"] = noted
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         try:
-            if alloc is not None:
-                noted = {GPUS_ANNOTATION: allocation_annotation(alloc), **(annotations or {})}
-                patch = {"metadata": {"annotations": noted}}
-                self.api.request("PATCH", POD.item(name, ns), body=patch, content_type=MERGE_PATCH)
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": name, "namespace": ns, "uid": pod["metadata"].get("uid")},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-            }
             self.api.request("POST", POD.item(name, ns, "binding"), body=binding)
         except ApiError as exc:
             if exc.status == 409:
@@ -101,6 +109,11 @@ class Actions:
             raise
         self.said.pop((ns, name), None)
         return True
+
+    def scheduled(self, pod: Json, node: str) -> None:
+        """The Normal `Scheduled` Event kube-scheduler writes for every pod it binds."""
+        ns, name = _ref(pod)
+        self.event(pod, reason="Scheduled", message=f"Successfully assigned {ns}/{name} to {node}")
 
     def _bound_to(self, ns: str, name: str, node: str) -> bool:
         try:
@@ -206,8 +219,8 @@ class Actions:
             "reason": reason,
             "message": message[:1024],
             "type": type,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
             "reportingInstance": self.identity,
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,

@@ -22,21 +22,34 @@ from gpufleet.kube.transport import JSON, ApiError, Json
 
 CONNECT_SECONDS = 10.0
 REQUEST_SECONDS = 30.0
+POOL_SIZE = 64
+"""Connections kept to the API server: the binder's and the operator's workers plus every informer's
+watch, so no request waits for a connection and none is opened only to be thrown away."""
 
 _config: Any = k8s_config  # the client's loaders are unannotated
 _lines: Any = _watch.iter_resp_lines
 
 
-def load_api_client(*, kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """An ApiClient from the in-cluster service account, else from a kubeconfig (KUBECONFIG)."""
+def load_api_client(
+    *, kubeconfig: str | None = None, context: str | None = None, pool_size: int = POOL_SIZE
+) -> Any:
+    """An ApiClient from the in-cluster service account, else from a kubeconfig (KUBECONFIG).
+
+    urllib3 does not retry: every caller already retries with its own backoff (informers, the binder,
+    leader election) and says so once per attempt, and hidden retries would hold a shutdown while the
+    API server is unreachable."""
     configuration = k8s.Configuration()
+    loaded = False
     if kubeconfig is None and context is None:
         try:
             _config.load_incluster_config(client_configuration=configuration)
-            return k8s.ApiClient(configuration)
+            loaded = True
         except _config.ConfigException:
             pass
-    _config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    if not loaded:
+        _config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    configuration.retries = False
+    configuration.connection_pool_maxsize = pool_size
     return k8s.ApiClient(configuration)
 
 

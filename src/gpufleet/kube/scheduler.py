@@ -5,11 +5,12 @@ parked workloads and in-flight assumptions live as long as this replica leads. E
 what changed, then runs the cycle loop the embedded world runs (`controllers.decisions.run_cycles`)
 with this world's carrier:
 
-- admit: the admission is assumed in the cache, then each pod's GPUs and quota flavor are annotated
-  (`gpufleet.io/gpus`, `gpufleet.io/flavor`) and a Binding is created (a gang only when the cycle
-  admitted all of it). A bind refused for good (pod gone, bound elsewhere) drops the assumption and the
-  workload is looked at again; a bind that failed for a transient reason is retried at the next pass,
-  on the same node, so a gang is always completed.
+- admit: the admission is assumed in the cache, then each pod's Binding goes to the binder
+  (`kube.binder`), which writes it off this thread with the pod's GPUs and quota flavor as annotations
+  (`gpufleet.io/gpus`, `gpufleet.io/flavor`); a gang only when the cycle admitted all of it. The next
+  decisions never wait for the API server. A bind refused for good (pod gone, bound elsewhere) drops
+  the assumption and the workload is looked at again; a bind that failed for a transient reason is
+  retried, on the same node, so a gang is always completed.
 - preempt: victims are asked to leave through the Eviction API (PodDisruptionBudgets apply); until
   they are gone they keep holding their node's resources, and their preemptor waits for them
   (`WaitingForPreemption`) instead of looking for more victims; it is tried first once they are gone.
@@ -32,11 +33,12 @@ from gpufleet.controllers.scheduling import queue_reason
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
+from gpufleet.kube.binder import DEFAULT_WORKERS, Binder, BindResult
 from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, NODE, POD, resource_for
-from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.transport import Json, Transport
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt, Reason
@@ -92,6 +94,7 @@ class KubeScheduler:
         identity: str = "gpufleet-scheduler",
         clock: Callable[[], float] = time.time,
         period: float = 5.0,
+        bind_workers: int = DEFAULT_WORKERS,
     ) -> None:
         self.config = config or KubeConfig()
         self.scheduler_config = scheduler or SchedulerConfig()
@@ -117,6 +120,7 @@ class KubeScheduler:
         self.period = period
         self.stats = PassStats()
         self._changed = threading.Event()
+        self.binder = Binder(self.actions, workers=bind_workers, on_done=self._changed.set)
         self.nodes.add_handler(self._note(self.kcache.node_changed))
         self.pods.add_handler(self._note(self.kcache.pod_changed))
         self.jobs.add_handler(self._note(self.kcache.job_changed))
@@ -131,9 +135,19 @@ class KubeScheduler:
 
     # ------------------------------------------------------------------ the loop
     def run(self, lost: threading.Event) -> None:
-        """Schedules until `lost` is set (leadership gone or shutdown); informers must be started."""
-        self.informers.wait_for_sync(None)
+        """Schedules until `lost` is set (leadership gone or shutdown); informers must be started.
+
+        Binds already started are let finish: each was decided while leading."""
+        while not self.informers.wait_for_sync(0.5):  # an unreachable API server must not hold a shutdown
+            if lost.is_set():
+                return
         self.kcache.queues_changed()  # a new term starts from a full picture
+        try:
+            self._loop(lost)
+        finally:
+            self.binder.close(wait=True)
+
+    def _loop(self, lost: threading.Event) -> None:
         while not lost.is_set():
             self._changed.clear()
             try:
@@ -148,6 +162,7 @@ class KubeScheduler:
     def schedule_once(self) -> CycleResult | None:
         """One pass: refresh what changed, run the shared cycle loop, say why the rest waits."""
         now = self.clock()
+        self._collect_binds()
         cache = self.kcache.refresh(self._sources(), now=now)
         self._retry_binds()
         self.withheld = self._withhold_preemptors()
@@ -161,6 +176,7 @@ class KubeScheduler:
         for name, workload in self.withheld.items():
             cache.pending.setdefault(name, workload)
         self.stats.passes += 1
+        self._collect_binds()
         self._explain(outcome.last, self.withheld)
         kube_queues.report(
             self.actions.api,
@@ -211,20 +227,22 @@ class KubeScheduler:
             return
         alloc = assumed.allocation
         noted = {kube_pods.FLAVOR_ANNOTATION: assumed.flavor} if assumed.flavor else None
-        try:
-            ok = self.actions.bind(
-                pod, assumed.node, alloc if alloc.gpus or alloc.mig else None, annotations=noted
-            )
-        except ApiError as exc:  # the API server is struggling: the same binding, next pass
-            log.warning("binding %s to %s failed (%s); retrying", key, assumed.node, exc)
-            self.retry_binds[key] = core_name
-            return
-        self.retry_binds.pop(key, None)
-        if ok:
-            self.stats.bound += 1
-        else:  # gone, or bound elsewhere: what the pods now say decides
-            self.kcache.assumed.pop(key, None)
-            self.kcache.mark(key)
+        if self.binder.submit(
+            pod, core_name, assumed.node, alloc if alloc.gpus or alloc.mig else None, noted
+        ):
+            self.retry_binds.pop(key, None)
+
+    def _collect_binds(self) -> None:
+        """What became of the binds that finished since the last pass."""
+        for done in self.binder.drain():
+            if done.result is BindResult.BOUND:
+                self.stats.bound += 1
+            elif done.result is BindResult.REFUSED:  # gone, or bound elsewhere: what the pods say decides
+                self.kcache.assumed.pop(done.key, None)
+                self.kcache.mark(done.key)
+            else:
+                log.warning("binding %s to %s failed (%s); retrying", done.key, done.node, done.error)
+                self.retry_binds[done.key] = done.core_name
 
     def _retry_binds(self) -> None:
         for key, core_name in sorted(self.retry_binds.items()):

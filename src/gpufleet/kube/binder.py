@@ -1,0 +1,135 @@
+"""Binding off the scheduling thread, as kube-scheduler's binding cycle runs beside its scheduling cycle.
+
+The scheduling thread decides and assumes (the pod counts as bound in the cache at once); the writes
+go out here, on a bounded pool of threads, so the next decisions never wait on the API server. One
+request per pod: the Binding carries the pod's GPU choice and quota flavor as annotations, which the
+API server merges into the pod as it sets `spec.nodeName`. A Normal `Scheduled` Event follows each
+bind, as kube-scheduler writes one.
+
+What became of each bind is handed back to the scheduling thread (`drain`), which alone touches the
+cache: a bind refused for good (pod gone, bound elsewhere) drops the assumption; one that failed for
+a transient reason is tried again on the same node, so a gang is always completed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+
+from gpufleet.fleet.state import Allocation
+from gpufleet.kube.actions import Actions
+from gpufleet.kube.informer import key_of
+from gpufleet.kube.transport import ApiError, Json
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKERS = 32
+"""Binds in flight at once: enough to keep a local API server busy, few enough to leave it room.
+0 binds on the calling thread (unit tests that step the scheduler pass by pass)."""
+
+
+class BindResult(Enum):
+    BOUND = "bound"
+    REFUSED = "refused"
+    """Gone, or bound elsewhere: what the pod now says decides."""
+    RETRY = "retry"
+    """The API server could not be reached or was failing: the same binding again later."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindOutcome:
+    key: str
+    core_name: str
+    node: str
+    result: BindResult
+    error: str = ""
+
+
+class Binder:
+    """A bounded pool of binding writes whose outcomes the scheduling thread collects."""
+
+    def __init__(
+        self,
+        actions: Actions,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        self.actions = actions
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind") if workers else None
+        self._done: queue.SimpleQueue[BindOutcome] = queue.SimpleQueue()
+        self._on_done = on_done
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+
+    def submit(
+        self,
+        pod: Json,
+        core_name: str,
+        node: str,
+        alloc: Allocation | None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Starts binding `pod` to `node`; False if a bind of the same pod is still in flight."""
+        key = key_of(pod)
+        with self._lock:
+            if key in self._in_flight:
+                return False
+            self._in_flight.add(key)
+        if self._pool is None:
+            self._bind(pod, key, core_name, node, alloc, dict(annotations or {}))
+        else:
+            self._pool.submit(self._bind, pod, key, core_name, node, alloc, dict(annotations or {}))
+        return True
+
+    def in_flight(self, key: str) -> bool:
+        with self._lock:
+            return key in self._in_flight
+
+    @property
+    def busy(self) -> int:
+        """Binds started and not yet finished."""
+        with self._lock:
+            return len(self._in_flight)
+
+    def drain(self) -> list[BindOutcome]:
+        """Every outcome finished since the last drain, in the order they finished."""
+        out: list[BindOutcome] = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self, *, wait: bool = True) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _bind(
+        self, pod: Json, key: str, core_name: str, node: str, alloc: Allocation | None, annotations: Json
+    ) -> None:
+        result, error = BindResult.RETRY, ""
+        try:
+            result = (
+                BindResult.BOUND
+                if self.actions.bind(pod, node, alloc, annotations=annotations)
+                else (BindResult.REFUSED)
+            )
+        except ApiError as exc:
+            error = str(exc)
+        except Exception as exc:  # a bug in one bind must not lose the pod: it is retried
+            log.exception("binding %s to %s failed", key, node)
+            error = repr(exc)
+        if result is BindResult.BOUND:
+            self.actions.scheduled(pod, node)
+        with self._lock:
+            self._in_flight.discard(key)
+        self._done.put(BindOutcome(key, core_name, node, result, error))
+        if self._on_done is not None:
+            self._on_done()
