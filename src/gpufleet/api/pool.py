@@ -11,6 +11,7 @@ from gpufleet.api.fields import MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
 from gpufleet.api.status import ObjectStatus
+from gpufleet.api.versions import DriverVersion
 
 
 class NodeResources(ApiModel):
@@ -107,6 +108,11 @@ class GPUPoolSpec(ApiModel):
     topology: PoolTopology = Field(default_factory=PoolTopology)
     node_selector: dict[str, str] = Field(default_factory=dict)
     autoscaling: PoolAutoscaling | None = None
+    driver_version: DriverVersion | None = Field(
+        default=None,
+        description="Embedded world: the NVIDIA driver of the pool's nodes (e.g. 550.54.15); absent = "
+        "unknown, which runs any CUDA version. Kubernetes nodes report their own driver (GFD labels).",
+    )
 
     @model_validator(mode="after")
     def _gpu_indices_exist(self) -> GPUPoolSpec:

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from gpufleet.api.base import ApiModel, field_error, yaml_name
 from gpufleet.api.fields import MigProfileName, Quantity
 from gpufleet.api.quantity import cpu_milli, memory_mib
+from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
 MILLI_PER_GPU = 1000
 
@@ -54,6 +55,11 @@ class PodRequest(ApiModel):
     node_selector: dict[str, str] | None = Field(
         default=None, description="Node labels the pod's node must carry."
     )
+    cuda_version: CudaVersion | None = Field(
+        default=None,
+        description="The CUDA toolkit the pod's image was built with (e.g. 12.4): the pod goes only to "
+        "nodes whose NVIDIA driver runs it.",
+    )
 
     @model_validator(mode="after")
     def _one_kind_of_gpu(self) -> PodRequest:
@@ -69,6 +75,11 @@ class PodRequest(ApiModel):
         if self.gpu_model is None:
             return ()
         return (self.gpu_model,) if isinstance(self.gpu_model, str) else tuple(self.gpu_model)
+
+    @property
+    def cuda(self) -> CudaTuple | None:
+        """The stated CUDA version as (major, minor); None when the pod states none."""
+        return None if self.cuda_version is None else parse_cuda_version(self.cuda_version)
 
     @property
     def total_gpu_milli(self) -> int:

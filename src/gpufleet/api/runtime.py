@@ -27,6 +27,7 @@ from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import TopologyRequest
+from gpufleet.api.versions import DriverVersion
 
 # Labels the embedded world puts on its objects.
 POOL_LABEL = "gpufleet.io/pool"
@@ -62,6 +63,9 @@ class NodeSpec(ApiModel):
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     unschedulable: bool = False
     taints: list[NodeTaint] = Field(default_factory=list)
+    driver_version: DriverVersion | None = Field(
+        default=None, description="The node's NVIDIA driver; absent = unknown (runs any CUDA version)."
+    )
 
 
 NodePhase = Literal["Provisioning", "Ready", "NotReady", "Lost"]

@@ -28,6 +28,7 @@ from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import API_VERSION, Resource, register_kind
 from gpufleet.api.runtime import WorkloadClass
 from gpufleet.api.training import TopologyRequest
+from gpufleet.api.versions import DriverVersion
 
 
 class ScenarioFairSharing(ApiModel):
@@ -76,6 +77,9 @@ class ScenarioNode(ApiModel):
     sharing: Sharing = Field(default_factory=Sharing)
     capacity_type: Literal["on-demand", "spot"] | None = Field(
         default=None, description="Sets the gpufleet.io/capacity-type label, as a pool does for its nodes."
+    )
+    driver_version: DriverVersion | None = Field(
+        default=None, description="The nodes' NVIDIA driver (e.g. 550.54.15); absent = unknown."
     )
 
     @model_validator(mode="after")

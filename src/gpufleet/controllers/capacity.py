@@ -6,8 +6,9 @@ into `status.nodeDemand`, cheapest first. The pool controller reads only that si
 interpret the scheduler's pending reasons.
 
 A pool serves a workload when one fresh node of the pool holds at least one pod of every pod set
-(GPU model, sharing mode, MIG profile, CPU and memory), the workload's queue may use the pool's flavor,
-and a workload that must sit on one host (or one NVLink domain) fits one node.
+(GPU model, sharing mode, MIG profile, CPU and memory, a driver that runs the pod's CUDA version), the
+workload's queue may use the pool's flavor, and a workload that must sit on one host (or one NVLink
+domain) fits one node.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from gpufleet.api.pool import GPUPool, GPUPoolSpec
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.runtime import WorkloadPodSet, WorkloadSpec
+from gpufleet.api.versions import parse_driver_version
+from gpufleet.fleet import cuda
 
 ONE_NODE_LEVELS = ("host", "nvlink")
 """Required topology levels no wider than one node."""
@@ -28,6 +31,10 @@ def pods_per_node(request: PodRequest, pool: GPUPoolSpec) -> int:
     """How many pods of `request` one fresh node of the pool holds (0: none)."""
     if request.gpu_models and pool.gpu_model not in request.gpu_models:
         return 0
+    wanted = request.cuda
+    driver = None if pool.driver_version is None else parse_driver_version(pool.driver_version)
+    if wanted is not None and not cuda.supports(driver, wanted):
+        return 0  # new nodes of a pool whose driver cannot run the pod would only stand idle
     mode = pool.sharing.mode
     fits: float = math.inf
     if request.gpus:

@@ -61,6 +61,7 @@ def pod_request(request: ApiPodRequest) -> PodRequest:
             for t in request.tolerations or ()
         ),
         node_selector=tuple(sorted((request.node_selector or {}).items())),
+        cuda_version=request.cuda,
     )
 
 
@@ -118,6 +119,7 @@ def node_spec(node: Node) -> NodeSpec:
         replicas=replicas,
         mig_layouts=layouts,
         unhealthy_gpus=tuple(node.status.unhealthy_indices),
+        driver_version=spec.driver_version or "",
     )
 
 
@@ -130,7 +132,17 @@ def schedulable(node: Node) -> bool:
 
 def same_shape(a: NodeSpec, b: NodeSpec) -> bool:
     """Whether two specs differ only in what the fleet can change in place (cordon, health)."""
-    keep = ("gpu_model", "gpus", "cpu_milli", "memory_mib", "labels", "taints", "nvlink_domains", "sharing")
+    keep = (
+        "gpu_model",
+        "gpus",
+        "cpu_milli",
+        "memory_mib",
+        "labels",
+        "taints",
+        "nvlink_domains",
+        "sharing",
+        "driver_version",
+    )
     return all(getattr(a, f) == getattr(b, f) for f in keep) and a.mig_layouts == b.mig_layouts
 
 

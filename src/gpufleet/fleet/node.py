@@ -30,6 +30,8 @@ class NodeSpec:
 
     `nvlink_domains` lists GPU indices that share an NVLink domain; absent means all GPUs in one domain.
     `mig_layouts` maps a GPU index to its MIG profile names (only with SharingMode.MIG).
+    `driver_version` is the node's NVIDIA driver as it reports it (`550.54.15`); empty means unknown,
+    and an unknown driver runs every CUDA version (`gpufleet.fleet.cuda`).
     """
 
     name: str
@@ -46,6 +48,7 @@ class NodeSpec:
     replicas: int = 1
     mig_layouts: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     unhealthy_gpus: tuple[int, ...] = ()
+    driver_version: str = ""
 
     def nvlink_groups(self) -> tuple[tuple[int, ...], ...]:
         if self.nvlink_domains is None:

@@ -45,7 +45,8 @@ class Toleration:
 class PodRequest:
     """Per-pod request. `gpus` whole GPUs, or `gpu_milli` (< 1000) of one GPU, or one `mig` instance.
 
-    `gpu_models` lists the allowed GPU models; empty means any model.
+    `gpu_models` lists the allowed GPU models; empty means any model. `cuda_version` is the CUDA
+    toolkit (major, minor) the pod's image was built with; None means the pod states none.
     """
 
     cpu_milli: int = 0
@@ -56,6 +57,7 @@ class PodRequest:
     gpu_models: tuple[str, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = field(default=())
+    cuda_version: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         shapes = sum((self.gpus > 0, self.gpu_milli > 0, self.mig is not None))

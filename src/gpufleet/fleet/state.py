@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.versions import parse_driver_version
+from gpufleet.fleet import cuda
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
 from gpufleet.sharing import mig
@@ -65,6 +67,7 @@ _ROW_ARRAYS = (
     "share_free",
     "mig_free",
     "tainted",
+    "driver",
 )
 
 
@@ -187,6 +190,8 @@ class FleetState:
         self.domain = np.full((len(self.levels), cap), -1, dtype=np.int64)
         self.domain_whole_free: list[IntArray] = [np.zeros(16, dtype=np.int64) for _ in self.levels]
         self.mig_free = np.zeros((cap, 0), dtype=np.int64)
+        # The node's NVIDIA driver as a `cuda.driver_code`, for the CUDA filter; UNKNOWN when not reported.
+        self.driver = np.full(cap, cuda.UNKNOWN, dtype=np.int64)
 
     def _grow_rows(self) -> None:
         new_cap = self._cap * 2
@@ -196,7 +201,7 @@ class FleetState:
             out[: self._cap] = arr
             return out
 
-        fills = {"model": -1, "nvlink": -1, "replicas": 1}
+        fills = {"model": -1, "nvlink": -1, "replicas": 1, "driver": cuda.UNKNOWN}
         for name in _ROW_ARRAYS:
             setattr(self, name, grow(getattr(self, name), fills.get(name, 0)))
         domain = np.full((len(self.levels), new_cap), -1, dtype=np.int64)
@@ -236,7 +241,7 @@ class FleetState:
         """Adds a node and returns its row. An invalid spec raises a GpuFleetError and adds nothing."""
         if spec.name in self.index:
             raise ConflictError("a node of this name already exists", obj=f"node {spec.name}")
-        _validate_spec(spec)
+        driver = _validate_spec(spec)
         layouts = self._plan_mig(spec) if spec.sharing is SharingMode.MIG else {}
         if self.n_rows == self._cap:
             self._grow_rows()
@@ -265,6 +270,7 @@ class FleetState:
             self.model[row] = self._model_index[spec.gpu_model]
         self.mode[row] = MODE_CODES[spec.sharing]
         self.replicas[row] = max(spec.replicas, 1)
+        self.driver[row] = cuda.UNKNOWN if driver is None else cuda.driver_code(driver)
         self.gpu_ok[row, : spec.gpus] = True
         for gpu in spec.unhealthy_gpus:
             self.gpu_ok[row, gpu] = False
@@ -715,11 +721,19 @@ def _holds_gpu(alloc: Allocation, gpu: int) -> bool:
     return gpu in alloc.gpus or (alloc.mig is not None and alloc.mig.gpu == gpu)
 
 
-def _validate_spec(spec: NodeSpec) -> None:
-    """A NodeSpec comes from user files: every inconsistency names the node and the field."""
+def _validate_spec(spec: NodeSpec) -> tuple[int, int, int] | None:
+    """A NodeSpec comes from user files: every inconsistency names the node and the field.
+
+    Returns the parsed driver version (None when the node reports none)."""
     obj = f"node {spec.name}"
     if not spec.name:
         raise ValidationError("a node needs a name", field="name")
+    driver = None
+    if spec.driver_version:
+        try:
+            driver = parse_driver_version(spec.driver_version)
+        except ValueError as exc:
+            raise ValidationError(str(exc), obj=obj, field="driverVersion") from None
     for field, value in (("gpus", spec.gpus), ("cpu", spec.cpu_milli), ("memory", spec.memory_mib)):
         if value < 0:
             raise ValidationError(f"must not be negative, got {value}", obj=obj, field=field)
@@ -746,3 +760,4 @@ def _validate_spec(spec: NodeSpec) -> None:
         for gpu in spec.mig_layouts:
             if not 0 <= gpu < spec.gpus:
                 raise ValidationError(f"the node has no GPU {gpu}", obj=obj, field="migLayouts")
+    return driver

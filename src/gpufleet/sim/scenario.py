@@ -317,6 +317,7 @@ def _build_fleet(levels: list[str], nodes: list[ScenarioNode], source: str) -> F
                 replicas=replicas,
                 mig_layouts=layouts,
                 unhealthy_gpus=tuple(node.unhealthy_gpus),
+                driver_version=node.driver_version or "",
             )
             try:
                 fleet.add_node(spec)
@@ -407,6 +408,7 @@ def _workload(item: ScenarioWorkload, classes: PriorityClasses, source: str, whe
                 gpu_milli=ps.gpu_milli or 0,
                 mig=ps.mig,
                 gpu_models=ps.gpu_models,
+                cuda_version=ps.cuda,
             )
         except ValueError as exc:
             raise ValidationError(str(exc), obj=source, field=f"{where}.podSets[{j}]") from None

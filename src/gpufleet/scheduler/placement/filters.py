@@ -4,9 +4,10 @@ Each filter is a vectorised mask over node rows. A node is counted against the f
 it, in the order below (the order kube-scheduler users read in "0/5 nodes are available: ..."), so the
 counts of a NoFit reason add up to the number of nodes.
 
-The filters split in two: static ones (node gone, cordon, taints, selector, GPU model) change only when
-the fleet's generation changes, so their combined mask is cached per request shape; capacity ones (CPU,
-memory, GPU) are recomputed per pod, over only the rows the caller names.
+The filters split in two: static ones (node gone, cordon, taints, selector, GPU model, CUDA driver)
+change only when the fleet's generation changes, so their combined mask is cached per request shape;
+capacity ones (CPU, memory, GPU) are recomputed per pod, over only the rows the caller names. A filter a
+request does not ask for (no selector, no GPU model, no CUDA version) adds no step at all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.fleet import cuda
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
 from gpufleet.sharing import mig
@@ -31,10 +33,11 @@ UNSCHEDULABLE = "NodeUnschedulable"
 TAINTS = "TaintToleration"
 NODE_SELECTOR = "NodeSelector"
 GPU_MODEL = "GpuModel"
+CUDA_DRIVER = "CudaDriver"
 CPU = "InsufficientCPU"
 MEMORY = "InsufficientMemory"
 GPU = "InsufficientGPU"
-FILTER_ORDER = (NODE_GONE, UNSCHEDULABLE, TAINTS, NODE_SELECTOR, GPU_MODEL, CPU, MEMORY, GPU)
+FILTER_ORDER = (NODE_GONE, UNSCHEDULABLE, TAINTS, NODE_SELECTOR, GPU_MODEL, CUDA_DRIVER, CPU, MEMORY, GPU)
 
 # Pods per node when a pod asks for nothing a node can run out of.
 UNBOUNDED = 1 << 30
@@ -152,6 +155,41 @@ def _model_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     return np.isin(state.model[rows], np.array(codes, dtype=np.int64))
 
 
+def _driver_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
+    # An unknown driver (UNKNOWN, below every code) passes: docs/scheduling.md, decision 22.
+    assert request.cuda_version is not None
+    drivers = state.driver[rows]
+    ok: BoolArray = (drivers == cuda.UNKNOWN) | (drivers >= cuda.minimum_code(request.cuda_version))
+    return ok
+
+
+def newest_driver(state: FleetState, rows: BoolArray) -> str | None:
+    """The newest NVIDIA driver among the given rows, as the node reported it (None: none reported)."""
+    if not rows.any():
+        return None
+    drivers = np.where(rows, state.driver[: rows.size], cuda.UNKNOWN)
+    row = int(np.argmax(drivers))
+    return state.specs[row].driver_version if drivers[row] != cuda.UNKNOWN else None
+
+
+def cuda_note(state: FleetState, request: PodRequest, *, lead: str = "") -> str:
+    """`CUDA 12.8 needs an NVIDIA driver >= ...; the newest driver in the fleet is 470.82.01`: what the
+    pod's CUDA version asks of the driver and the newest driver of the nodes it could use otherwise
+    (alive, of an accepted GPU model). The CudaDriver filter's part of a NoFit message; `lead` goes
+    between the version and the requirement (`, which`)."""
+    assert request.cuda_version is not None
+    n = state.n_rows
+    scope = state.alive[:n].copy()
+    where = "in the fleet"
+    if request.kind is not GpuKind.NONE and request.gpu_models:
+        scope &= _model_ok(state, request, slice(0, n))
+        where = f"on a node of model {', '.join(request.gpu_models)}"
+    newest = newest_driver(state, scope)
+    seen = f"the newest driver {where} is {newest}" if newest else f"no node {where} reports its driver"
+    version = cuda.cuda_text(request.cuda_version)
+    return f"CUDA {version}{lead} {cuda.requirement_text(request.cuda_version)}; {seen}"
+
+
 def _static_steps(state: FleetState, request: PodRequest) -> list[tuple[str, BoolArray]]:
     n = state.n_rows
     sel = slice(0, n)
@@ -172,6 +210,8 @@ def _static_steps(state: FleetState, request: PodRequest) -> list[tuple[str, Boo
     steps.append((NODE_SELECTOR, selector_mask))
     if request.kind is not GpuKind.NONE and request.gpu_models:
         steps.append((GPU_MODEL, _model_ok(state, request, sel)))
+    if request.cuda_version is not None:
+        steps.append((CUDA_DRIVER, _driver_ok(state, request, sel)))
     return steps
 
 
@@ -193,6 +233,7 @@ def static_mask(state: FleetState, request: PodRequest) -> BoolArray:
         request.tolerations,
         request.node_selector,
         request.gpu_models if request.kind is not GpuKind.NONE else (),
+        request.cuda_version,
     )
     entry = _static_cache.get(state)
     if entry is None or entry[0] != state.generation:
@@ -252,6 +293,10 @@ def _never_fits(state: FleetState, request: PodRequest) -> str | None:
         live = live & _model_ok(state, request, slice(0, n))
         if not live.any():
             return f"no node in the fleet has a GPU of model {', '.join(request.gpu_models)}"
+    if request.cuda_version is not None and live.any():
+        live = live & _driver_ok(state, request, slice(0, n))
+        if not live.any():
+            return f"is built for {cuda_note(state, request, lead=', which')}"
     kind = request.kind
     if kind is GpuKind.WHOLE:
         most = int(state.gpu_count[:n][live].max(initial=0))

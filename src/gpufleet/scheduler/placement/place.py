@@ -23,8 +23,10 @@ import numpy as np
 from gpufleet.fleet.request import GpuKind
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import (
+    CUDA_DRIVER,
     FILTER_ORDER,
     FilterResult,
+    cuda_note,
     filter_nodes,
     never_fits,
     static_mask,
@@ -188,4 +190,7 @@ def _explain(
         message += f" inside one {required} domain"
     if feasible and counts.rejected:
         message += f" ({_filters_text(counts.rejected)})"
+    if CUDA_DRIVER in counts.rejected:
+        # The count alone does not say what driver the pod needs, nor what the fleet has.
+        message += f"; {cuda_note(state, failed.request)}"
     return PlacementResult(workload.name, no_fit=NoFit(message, failed.name, counts.rejected, topology))
