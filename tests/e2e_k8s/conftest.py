@@ -21,12 +21,12 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+from gpufleet.kube.transport import JSON, MERGE_PATCH, ApiError, Json, Transport
 
 RUN = uuid.uuid4().hex[:6]
 SKIP_REASON = "KUBECONFIG is not set: the k8s e2e suite needs a cluster (see README, Kubernetes)"
@@ -50,6 +50,42 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(every)
+
+
+class Recorded:
+    """A transport that notes the status of each request going through it (200 for an answer), so a
+    test can tell what a component asked of the server and what it was refused."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.requests: list[tuple[str, str, int]] = []
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> Json:
+        try:
+            answer = self.inner.request(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+        except ApiError as exc:
+            self.requests.append((method, path, exc.status))
+            raise
+        self.requests.append((method, path, 200))
+        return answer
+
+    def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
+        return self.inner.watch(path, query=query, timeout=timeout)
+
+    def statuses(self, method: str, path: str) -> list[int]:
+        """What the server answered each `method` on `path`, in order."""
+        return [status for m, p, status in list(self.requests) if (m, p) == (method, path)]
 
 
 class Cluster:

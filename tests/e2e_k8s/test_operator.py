@@ -12,7 +12,7 @@ import yaml
 
 from gpufleet.kube.transport import ApiError, Json, Transport
 
-from .conftest import RUN, Cluster, wait_for
+from .conftest import RUN, Cluster, Recorded, wait_for
 
 GROUP = "/apis/gpufleet.io/v1alpha1"
 MERGE = "application/merge-patch+json"
@@ -30,7 +30,8 @@ def operator(api: Transport, cluster: Cluster) -> Iterator[Any]:
     selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
     # Its namespace is the run's: the pools' sharing ConfigMaps go there and leave with it.
     config = KubeConfig(scheduler_name=cluster.scheduler_name, namespace=cluster.namespace)
-    op = Operator(api, config=config, period=1.0, node_selector=selector)
+    # Its requests are noted: what it was refused is part of what the tests check.
+    op = Operator(Recorded(api), config=config, period=1.0, node_selector=selector)
     stop = threading.Event()
     op.informers.start(stop)
     thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
@@ -92,10 +93,18 @@ def test_a_training_job_gets_workers_that_are_bound_as_one_gang(
             ),
         )
         assert status["replicas"] == 2
+        _one_service_post(operator, cluster)
     finally:
         with contextlib.suppress(ApiError):
             api.request("DELETE", f"{jobs}/{name}")
         cluster.finish_deleting()
+
+
+def _one_service_post(operator: Any, cluster: Cluster) -> None:
+    """Every reconcile so far found the owner's Service in the operator's informer: one POST, never
+    refused as already there (each refused POST of a ClusterIP Service makes a real API server
+    allocate an IP and release it again)."""
+    assert operator.api.statuses("POST", f"/api/v1/namespaces/{cluster.namespace}/services") == [200]
 
 
 def _collection(cluster: Cluster, plural: str) -> str:
@@ -278,6 +287,7 @@ def test_an_inference_service_scales_on_its_load_and_rolls_out_a_new_version(
             c for c in _status_of(api, f"{services}/{name}")["conditions"] if c["type"] == "RolledOut"
         )
         assert rolled_out["status"] == "True" or rolled_out["reason"] == "RollingOut"
+        _one_service_post(operator, cluster)
     finally:
         with contextlib.suppress(ApiError):
             api.request("DELETE", f"{services}/{name}")

@@ -13,7 +13,7 @@ import pytest
 
 from e2e_k8s import test_operator as e2e_operator
 from e2e_k8s import test_scheduling as e2e
-from e2e_k8s.conftest import Cluster
+from e2e_k8s.conftest import Cluster, Recorded
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.operator import Operator
 from gpufleet.kube.scheduler import KubeScheduler
@@ -68,7 +68,7 @@ def test_e2e_case_on_the_stand_in(case, cluster: Cluster, scheduler: KubeSchedul
 def operator(api: FakeApiServer, cluster: Cluster) -> Iterator[Operator]:
     selector = ",".join(f"{k}={v}" for k, v in cluster.selector.items())
     op = Operator(
-        api,
+        Recorded(api),
         config=KubeConfig(scheduler_name=cluster.scheduler_name, namespace=cluster.namespace),
         period=0.2,
         node_selector=selector,

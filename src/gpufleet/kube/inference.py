@@ -162,9 +162,19 @@ class InferenceServiceOperator:
         self.last_sample.pop(key, None)
 
     def reconcile(
-        self, raw: Json, pods: Sequence[Json], versions: dict[str, Json], load: Json | None, *, now: float
+        self,
+        raw: Json,
+        pods: Sequence[Json],
+        versions: dict[str, Json],
+        load: Json | None,
+        *,
+        frontend: Json | None,
+        now: float,
     ) -> float | None:
-        """Brings pods, Service and status in line; returns when to sample the load again, if ever."""
+        """Brings pods, Service and status in line; returns when to sample the load again, if ever.
+
+        `frontend` is the Service in front of the replicas as the informer holds it: only a missing
+        one is created."""
         info = kind_info("InferenceService")
         assert info is not None
         service = from_json(info, raw)
@@ -178,7 +188,8 @@ class InferenceServiceOperator:
             conditions = with_condition(status, "Ready", "False", "InvalidTemplate", message, now)
             patch_status(self.api, self.services, raw, {"phase": "Failed", "conditions": conditions})
             return None
-        self._ensure_service(raw, template)
+        if frontend is None:
+            self._ensure_service(raw, template)
         replicas = self._replicas(pods)
         previous = service.status
         desired, again, metrics = self._desired(raw, service, replicas, load, now)

@@ -4,6 +4,8 @@ It reconciles TrainingJobs (`kube.training`), InferenceServices (`kube.inference
 GPUPools (`kube.fleet`: pool labels, taints and sharing, spot drain, GPU health). An informer event
 marks the object it concerns as `(kind, namespace/name)`; each round reconciles the marked objects
 and those whose requeue time came (a backoff, the next metrics sample), from the informers' copies.
+A job's or service's Service is created only when the informers hold none: every rejected POST of a
+ClusterIP Service still makes a real API server allocate an IP and release it again.
 Pods and Services whose owner is gone are deleted here (a cluster without a garbage collector, such
 as a bare API server, would keep them).
 """
@@ -250,7 +252,7 @@ class Operator:
             self._collect(namespace, name, pods, self.services)
             return None
         checkpoints = [c for c in self.checkpoints.items() if c["metadata"].get("namespace") == namespace]
-        return self.training.reconcile(job, pods, checkpoints, now=now)
+        return self.training.reconcile(job, pods, checkpoints, service=self.services.get(key), now=now)
 
     def _serving(self, key: str, now: float) -> float | None:
         namespace, _, name = key.partition("/")
@@ -265,7 +267,8 @@ class Operator:
             for v in self.versions.items()
             if v["metadata"].get("namespace") == namespace
         }
-        return self.serving.reconcile(service, pods, versions, self.loads.get(key), now=now)
+        load, frontend = self.loads.get(key), self.frontends.get(key)
+        return self.serving.reconcile(service, pods, versions, load, frontend=frontend, now=now)
 
     def _collect(self, namespace: str, name: str, pods: list[Json], services: Informer) -> None:
         """The owner is gone: so are its pods and Service."""

@@ -277,8 +277,12 @@ class TrainingJobOperator:
         self.config = config
         self.jobs = resource_for("TrainingJob")
 
-    def reconcile(self, raw: Json, pods: list[Json], checkpoints: list[Json], *, now: float) -> float | None:
-        """Brings pods, Service and status in line; returns when to look again (a backoff), if ever."""
+    def reconcile(
+        self, raw: Json, pods: list[Json], checkpoints: list[Json], *, service: Json | None, now: float
+    ) -> float | None:
+        """Brings pods, Service and status in line; returns when to look again (a backoff), if ever.
+
+        `service` is the job's Service as the informer holds it: only a missing one is created."""
         info = kind_info("TrainingJob")
         assert info is not None
         job = from_json(info, raw)
@@ -293,7 +297,8 @@ class TrainingJobOperator:
             failed = with_condition(status, "Failed", "True", "InvalidTemplate", message, now)
             self._status(raw, {"phase": "Failed", "conditions": failed})
             return None
-        self._ensure_service(raw)
+        if service is None:
+            self._ensure_service(raw)
         previous = job.status
         ckpt_info = kind_info("Checkpoint")
         assert ckpt_info is not None
