@@ -176,7 +176,8 @@ class FleetOperator:
         self.namespace = namespace
         """Where the pools' sharing ConfigMaps live (the operator's own namespace)."""
         self.pools = resource_for("GPUPool")
-        self.actions = Actions(api, identity=OPERATOR, grace_seconds=grace_seconds)
+        # Its drains and Events are the operator's, not the scheduler's.
+        self.actions = Actions(api, identity=OPERATOR, grace_seconds=grace_seconds, component=OPERATOR)
         self._said: dict[str, str] = {}
         self._unwritten: set[str] = set()
         """Pools whose sharing ConfigMap could not be written yet: their nodes keep their labels."""

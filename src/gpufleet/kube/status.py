@@ -44,4 +44,4 @@ def patch_status(api: Transport, resource: ResourceType, raw: Json, update: Json
 
 def operator_event(api: Transport, obj: Json, *, reason: str, message: str, type: str = "Normal") -> None:
     """A core/v1 Event from the operator about `obj` (best effort)."""
-    Actions(api, identity=OPERATOR).event(obj, reason=reason, message=message, type=type)
+    Actions(api, identity=OPERATOR, component=OPERATOR).event(obj, reason=reason, message=message, type=type)
