@@ -15,8 +15,9 @@ two writes leaves nothing half-applied.
 
 Evictions. A gang with a failed or vanished pod, or one on a lost node, is evicted whole. Every
 eviction is recorded in the Workload's status with its cause and the work it lost (GPUs times the
-seconds since the later of the last checkpoint and the start of the run); the workload then waits
-`backoffSeconds` before it is queued again, or fails once it was evicted more than `maxRestarts` times.
+seconds since the later of the run's start and a checkpoint taken during it: the core's rule in
+`scheduler.lostwork`); the workload then waits `backoffSeconds` before it is queued again, or fails
+once it was evicted more than `maxRestarts` times.
 
 Elastic workloads. The core admits one with as many pods as fit (at least its minimum) and shrinks it
 toward the minimum before evicting anyone; a shrink deletes only the pods it takes and is not an
@@ -60,6 +61,7 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt, Reason
 from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import QuotaTree
 from gpufleet.store.protocol import Store, WatchEvent
@@ -768,21 +770,21 @@ class SchedulingController:
         self.dirty = True
 
     def _lost_gpu_seconds(self, key: str, now: float) -> float:
-        """GPUs x seconds of work since the later of the last checkpoint and the start of the run."""
+        """GPUs x seconds of work since the later of the run's start (its first pod's, else its
+        admission) and a checkpoint taken during it: the core's rule (`lostwork`), as the Kubernetes
+        operator records it too."""
         assert self.cache is not None
         admitted = self.cache.admitted[key]
-        starts = [
-            s
+        attempt = self._attempt(key)
+        starts = (
+            to_seconds(p.status.start_time)
             for p in self.pods.get(key, {}).values()
-            if (s := to_seconds(p.status.start_time)) is not None and p.spec.attempt == self._attempt(key)
-        ]
-        if not starts:
-            return 0.0
-        since = min(starts)
-        checkpoint = admitted.workload.last_checkpoint_at
-        if checkpoint is not None:
-            since = max(since, checkpoint)
-        return admitted.assignment.gpu_milli / 1000 * max(0.0, now - since)
+            if p.spec.attempt == attempt
+        )
+        started = attempt_start(starts, admitted.workload.admitted_at)
+        return lost_gpu_seconds(
+            admitted.assignment.gpu_milli, started, admitted.workload.last_checkpoint_at, now
+        )
 
     def _attempt(self, key: str) -> int:
         obj = self.workloads.get(key)

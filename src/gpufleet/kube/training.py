@@ -20,7 +20,8 @@ Status and Events are those of the embedded world, decided by `controllers.jobst
 read here: `phase` (Pending until every worker is bound, or `minReplicas` of an elastic job: the
 bound workers are the ones the attempt runs with; Admitted; Running while every bound worker runs or
 has finished; Succeeded; Failed past maxRestarts), `replicas` (bound workers), `readyReplicas`,
-`restarts` (attempts ended by a disruption), `lastCheckpoint`, conditions. Outside a backoff
+`restarts` (attempts ended by a disruption), `lostGpuSeconds` (what those attempts threw away, by the
+core's rule: `lost_work`), `lastCheckpoint`, conditions. Outside a backoff
 `pendingReason` is the scheduler's, merged in by it; it is only repeated here into the Running
 condition. When a backoff ends, `Backoff` becomes `Queued` (written before the new attempt's pods
 exist) until the scheduler says why the new attempt waits. A finished job's workers that were never
@@ -40,10 +41,11 @@ from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import kind_info
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
-from gpufleet.controllers import jobstate
+from gpufleet.controllers import convert, jobstate
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
+    CUDA_VERSION_ANNOTATION,
     GANG_LABEL,
     GANG_MIN_LABEL,
     GANG_SIZE_LABEL,
@@ -60,10 +62,13 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
+from gpufleet.kube.pods import seconds
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
+from gpufleet.scheduler.flavors import pod_gpu_milli
+from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +175,9 @@ def pod_from_template(
     overrides: Json,
 ) -> Json:
     """A pod of the operator from `request.template`: gpufleet's labels and annotations over the
-    template's, the request's placement (node selector, a single GPU model, tolerations), its
-    resources on the first container, `env` on every container, and `overrides` in the pod spec."""
+    template's, the request's placement (node selector, a single GPU model, tolerations, the CUDA
+    version as `gpufleet.io/cuda-version`), its resources on the first container, `env` on every
+    container, and `overrides` in the pod spec."""
     template = copy.deepcopy(request.template or {})
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
@@ -179,6 +185,8 @@ def pod_from_template(
     annotated[PREEMPTIBLE_ANNOTATION] = "true" if preemptible else "false"
     if request.gpu_milli:
         annotated[GPU_MILLI_ANNOTATION] = str(request.gpu_milli)
+    if request.cuda_version is not None:
+        annotated[CUDA_VERSION_ANNOTATION] = request.cuda_version
     selector = dict(pod_spec.get("nodeSelector") or {})
     selector.update(request.node_selector or {})
     if len(request.gpu_models) == 1:
@@ -373,6 +381,7 @@ class TrainingJobOperator:
             last=why,
             gave_up=not allowed,
             pending=backoff if allowed else None,
+            lost=previous.lost_gpu_seconds + lost_work(job, checkpoint, current, now),
         )
         self._write(raw, previous, observed, now, base=base, why=why)
         return now + policy.backoff_seconds if allowed else None
@@ -443,13 +452,15 @@ def _observed(
     last: jobstate.Disruption | None = None,
     gave_up: bool = False,
     pending: PendingReason | None = None,
+    lost: float | None = None,
 ) -> jobstate.Observed:
     """The current attempt as `jobstate` reads it: its gang holds capacity once the scheduler bound
     it, every worker (or, for an elastic job, at least `minReplicas`: the scheduler admits such a
     gang with what fits and binds the rest later, if ever); the bound workers are the ones expected
     to run and finish, as the admitted count is in the embedded world.
 
-    The pending reason is left to the scheduler (merged into the job by it) unless one is given."""
+    The pending reason is left to the scheduler (merged into the job by it) unless one is given, and
+    the lost work stays what the status says unless `lost` is given."""
     bound = sum(bool(p.get("spec", {}).get("nodeName")) for p in pods)
     phases = ((p.get("status") or {}).get("phase") for p in pods)
     admitted = bound >= job.spec.min_count
@@ -461,8 +472,30 @@ def _observed(
         disruptions=job.status.restarts if disruptions is None else disruptions,
         last_disruption=last,
         gave_up=gave_up,
+        lost_gpu_seconds=lost,
         pending=pending,
     )
+
+
+def lost_work(job: TrainingJob, checkpoint: Checkpoint | None, pods: list[Json], now: float) -> float:
+    """GPU-seconds the attempt of `pods` throws away by ending now, by the core's rule (the embedded
+    world records its evictions with it too): its bound workers' GPUs since the attempt's start (the
+    first worker's startTime, else the binding that admitted it) or a checkpoint taken after that."""
+    bound = [p for p in pods if p.get("spec", {}).get("nodeName")]
+    milli = pod_gpu_milli(convert.pod_request(job.spec.worker)) * len(bound)
+    starts = (seconds((p.get("status") or {}).get("startTime")) for p in bound)
+    bound_at = [t for p in bound if (t := _scheduled_at(p)) is not None]
+    started = attempt_start(starts, min(bound_at, default=None))
+    saved = to_seconds(checkpoint.spec.time) if checkpoint is not None else None
+    return lost_gpu_seconds(milli, started, saved, now)
+
+
+def _scheduled_at(pod: Json) -> float | None:
+    """When the API server bound the pod (its PodScheduled=True transition)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            return seconds(c.get("lastTransitionTime"))
+    return None
 
 
 def _waiting(previous: TrainingJobStatus, backoff_over: bool) -> PendingReason | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.fleet.state import Allocation, FleetState
 from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.lostwork import lost_gpu_seconds
 from gpufleet.scheduler.parking import ParkingLot
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory, user_key
 from gpufleet.scheduler.quota import QuotaTree, QuotaUsage
@@ -43,12 +44,11 @@ class Admitted:
         return self.workload.queue
 
     def lost_gpu_seconds(self, now: float, milli: int | None = None) -> float:
-        """GPU-seconds of work lost if `milli` of its GPUs (all of them by default) stop now."""
-        since = self.workload.last_checkpoint_at
-        if since is None:
-            since = self.workload.admitted_at if self.workload.admitted_at is not None else now
-        gpus = (self.assignment.gpu_milli if milli is None else milli) / 1000
-        return gpus * max(0.0, now - since)
+        """GPU-seconds of work lost if `milli` of its GPUs (all of them by default) stop now: since its
+        admission, or a checkpoint taken after it (the core knows no pod's start)."""
+        held = self.assignment.gpu_milli if milli is None else milli
+        workload = self.workload
+        return lost_gpu_seconds(held, workload.admitted_at, workload.last_checkpoint_at, now)
 
 
 class ClusterCache:

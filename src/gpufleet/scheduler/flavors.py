@@ -57,10 +57,15 @@ def pod_usage(request: PodRequest, model: str | None) -> tuple[str, int] | None:
     kind = request.kind
     if kind is GpuKind.MIG:
         assert request.mig is not None
-        return request.mig, GPU_MILLI
+        return request.mig, pod_gpu_milli(request)
     if kind is GpuKind.NONE or model is None:
         return None
-    return model, request.total_gpu_milli
+    return model, pod_gpu_milli(request)
+
+
+def pod_gpu_milli(request: PodRequest) -> int:
+    """The milli-GPU one pod is counted for, whatever its flavor: a MIG instance counts as one GPU."""
+    return GPU_MILLI if request.kind is GpuKind.MIG else request.total_gpu_milli
 
 
 def usage_of(workload: Workload, model: str | None, counts: Sequence[int]) -> dict[str, int]:

@@ -91,7 +91,7 @@ def victim_order(candidate: Candidate) -> tuple[int, int, float, int, float, str
 
     1. shrinking an elastic workload toward its minimum comes before evicting anything whole;
     2. reclaiming from another queue that borrows comes before evicting from the preemptor's own queue;
-    3. less lost work first: GPUs x seconds since the last checkpoint (or since admission);
+    3. less lost work first: GPUs x seconds since admission or a later checkpoint (`lostwork`);
     4. lower priority first;
     5. newer first: the later admitted has run for less time;
     6. name, a deterministic tie-break (names are unique in a cluster, like Kueue's uid).
