@@ -1,5 +1,6 @@
 """Two `gpufleet kube scheduler` processes share one Lease: one schedules; kill -9 it and the other binds a
-new pod within 15 s."""
+new pod within 15 s. Stopped with SIGTERM, a leader hands the Lease over at once, and every change of
+holder counts in `leaseTransitions`."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def test_failover_within_15_seconds(cluster: Cluster) -> None:
         except Exception:
             return None
 
+    def transitions() -> int:
+        return int(cluster.api.request("GET", path)["spec"].get("leaseTransitions") or 0)
+
     cluster.node("a")
     replicas = {name: _replica(cluster, name, lease) for name in ("one", "two")}
     try:
@@ -57,6 +61,13 @@ def test_failover_within_15_seconds(cluster: Cluster) -> None:
         assert node and standby and standby != leader, f"lease held by {standby!r} after {leader!r} died"
         assert replicas[standby].poll() is None
         assert took <= 15, f"the standby bound a new pod {took:.1f}s after the leader was killed"
+        assert transitions() == 1
+        # SIGTERM: the leader releases the Lease as it stops, and a new replica takes it over.
+        replicas[standby].terminate()
+        replicas[standby].wait(30)
+        replicas["three"] = _replica(cluster, "three", lease)
+        wait_for("the third replica leads", lambda: holder() == "three", timeout=30)
+        assert transitions() == 2, "a take-over of a released Lease is a transition too"
     finally:
         for process in replicas.values():
             if process.poll() is None:
