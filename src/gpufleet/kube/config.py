@@ -19,6 +19,8 @@ TOPOLOGY_REQUIRED_ANNOTATION = "gpufleet.io/topology-required"
 TOPOLOGY_PREFERRED_ANNOTATION = "gpufleet.io/topology-preferred"
 PREEMPTIBLE_ANNOTATION = "gpufleet.io/preemptible"
 CHECKPOINT_ANNOTATION = "gpufleet.io/last-checkpoint-time"
+CUDA_VERSION_ANNOTATION = "gpufleet.io/cuda-version"
+"""The CUDA toolkit the pod's image was built with (`12.4`): only nodes whose driver runs it qualify."""
 GPUS_ANNOTATION = "gpufleet.io/gpus"
 """Written at bind time: the GPU indices (or `mig:<gpu>:<profile>:<start>`) the scheduler chose."""
 

@@ -9,6 +9,9 @@
   (`nvidia.com/gpu.count`) as the agent's `gpufleet.io/mig-layout` says, or packed greedily.
 - GPU model: `gpufleet.io/gpu-model`, else GFD's `nvidia.com/gpu.product` in the catalogue's name
   (`NVIDIA-H100-80GB-HBM3` is `H100-80GB`).
+- NVIDIA driver: GFD's `nvidia.com/cuda.driver-version.full` (or its `.major`/`.minor`/`.revision`), else
+  the older `nvidia.com/cuda.driver.major`/`.minor`/`.rev` (the node agent writes both sets); none
+  means unknown, which the CUDA filter lets run anything.
 - Schedulable: not cordoned and Ready. Taints are kept: the core honours them.
 - Topology: each configured level's label, under the level's name.
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.quantity import cpu_milli, memory_mib
+from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import Taint
 from gpufleet.kube.config import (
@@ -42,6 +46,16 @@ COUNT_LABEL = "nvidia.com/gpu.count"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+DRIVER_FULL_LABEL = "nvidia.com/cuda.driver-version.full"
+# Newer GFD's part labels, then the deprecated ones it still writes (NVIDIA-STACK.md section 3).
+DRIVER_PART_LABELS = (
+    (
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.revision",
+    ),
+    ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"),
+)
 
 
 def gpu_model(labels: Mapping[str, str]) -> str:
@@ -104,7 +118,26 @@ def node_spec(node: Json, config: KubeConfig) -> NodeSpec:
         replicas=replicas,
         mig_layouts=layouts,
         unhealthy_gpus=unhealthy,
+        driver_version=driver_version(name, labels),
     )
+
+
+def driver_version(name: str, labels: Mapping[str, str]) -> str:
+    """The node's NVIDIA driver from GFD's labels ('' when it has none); a malformed one is refused
+    with the label named, so the node is left out rather than taken to run any CUDA version."""
+    text, label = labels.get(DRIVER_FULL_LABEL, ""), DRIVER_FULL_LABEL
+    for major, minor, rev in DRIVER_PART_LABELS:
+        if text:
+            break
+        if labels.get(major) and labels.get(minor):
+            text = ".".join(labels[key] for key in (major, minor, rev) if labels.get(key))
+            label = major
+    if text:
+        try:
+            parse_driver_version(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc), obj=f"Node {name}", field=f"metadata.labels[{label}]") from None
+    return text
 
 
 def ready(node: Json) -> bool:

@@ -28,10 +28,12 @@ from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
 from gpufleet.api.resource import GROUP
 from gpufleet.api.runtime import WorkloadClass
+from gpufleet.api.versions import parse_cuda_version
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.fleet.request import PodRequest, Toleration
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
+    CUDA_VERSION_ANNOTATION,
     GANG_LABEL,
     GANG_MIN_LABEL,
     GANG_SIZE_LABEL,
@@ -146,7 +148,19 @@ def pod_request(pod: Json, config: KubeConfig) -> PodRequest:
         gpu_models=models,
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         node_selector=tuple(sorted(selector.items())),
+        cuda_version=_cuda(annotations.get(CUDA_VERSION_ANNOTATION), where),
     )
+
+
+def _cuda(value: str | None, where: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        return parse_cuda_version(value)
+    except ValueError as exc:
+        raise ValidationError(
+            str(exc), obj=where, field=f"metadata.annotations[{CUDA_VERSION_ANNOTATION}]"
+        ) from None
 
 
 def _milli(value: str, where: str) -> int:
