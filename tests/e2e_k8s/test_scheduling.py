@@ -61,6 +61,26 @@ def test_pods_labelled_inference_spread_over_nodes(cluster: Cluster, scheduler: 
     assert set(placed) == nodes, placed
 
 
+def test_a_pod_stating_a_cuda_version_goes_only_where_the_driver_runs_it(
+    cluster: Cluster, scheduler: Any
+) -> None:
+    # GFD's driver labels: a CUDA 11.4-era driver and a CUDA 12.8 one.
+    cluster.node("old", labels={"nvidia.com/cuda.driver-version.full": "470.82.01"})
+    new = cluster.node("new", labels={"nvidia.com/cuda.driver-version.full": "570.124.06"})
+    cuda = {"gpufleet.io/cuda-version": "12.8"}
+    cluster.pod("cuda", gpus=8, annotations=cuda)
+    assert wait_for("pod bound", lambda: cluster.node_of("cuda")) == new
+    # The old node is free, but its driver cannot run CUDA 12.8: the next such pod waits and says why.
+    cluster.pod("cuda-late", gpus=8, annotations=cuda)
+    why = wait_for(
+        "pending reason",
+        lambda: (c := cluster.condition("cuda-late", "PodScheduled")) and c["status"] == "False" and c,
+    )
+    assert why["message"].startswith("NoFit") and "CudaDriver" in why["message"], why["message"]
+    assert "CUDA 12.8" in why["message"] and "570.124.06" in why["message"], why["message"]
+    assert cluster.node_of("cuda-late") is None
+
+
 def test_preemption_goes_through_evictions_and_the_preemptor_follows(
     cluster: Cluster, scheduler: Any
 ) -> None:

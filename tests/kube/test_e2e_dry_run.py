@@ -54,6 +54,7 @@ def scheduler(api: FakeApiServer, cluster: Cluster) -> Iterator[KubeScheduler]:
         e2e.test_a_pod_is_bound_through_the_binding_subresource,
         e2e.test_a_gang_is_bound_only_when_all_members_fit,
         e2e.test_required_topology_keeps_the_gang_in_one_rack,
+        e2e.test_a_pod_stating_a_cuda_version_goes_only_where_the_driver_runs_it,
         e2e.test_preemption_goes_through_evictions_and_the_preemptor_follows,
         e2e.test_not_ready_nodes_are_left_alone,
         e2e.test_a_queue_left_out_of_the_quota_tree_says_so_and_its_pods_wait_for_it,
