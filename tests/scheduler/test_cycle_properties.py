@@ -129,3 +129,32 @@ def _check_limits(cache: ClusterCache) -> None:
             kept_unused += max(0, limits.nominal - limits.lending_limit - used)
     leaves_used = sum(usage.usage(name, F) for name in tree.nodes if tree.is_leaf(name))
     assert leaves_used <= total_nominal - kept_unused, "a lending limit was exceeded"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    queues=st.lists(queue_st, min_size=1, max_size=3),
+    workloads=st.lists(workload_st, min_size=1, max_size=12),
+    nodes=st.integers(1, 3),
+    batch=st.integers(1, 4),
+)
+def test_cycles_cut_short_admit_what_whole_cycles_admit(
+    queues: list[tuple], workloads: list[tuple], nodes: int, batch: int
+) -> None:
+    """A limit on the admissions per cycle changes when workloads start, never which ones do: the cycles
+    after a cut take up the order where it stopped (no preemption here, so no cycle undoes another)."""
+    admitted: list[set[str]] = []
+    for limit in (None, batch):
+        cache, made = _world(queues, [(*w[:4], False, False) for w in workloads], nodes)
+        for workload in made.values():
+            cache.submit(workload)
+        scheduler = Scheduler()
+        for _ in range(200):
+            result = scheduler.cycle(cache, now=NOW, limit=limit)
+            assert limit is None or len(result.admitted) <= limit
+            apply_decisions(cache, result, now=NOW)
+            if not result.changed:
+                break
+        cache.fleet.check_invariants()
+        admitted.append(set(cache.admitted))
+    assert admitted[0] == admitted[1]

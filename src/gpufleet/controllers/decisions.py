@@ -42,16 +42,28 @@ class Outcome:
 
 
 def run_cycles(
-    *, scheduler: Scheduler, cache: ClusterCache, carrier: Carrier, now: float, max_cycles: int
+    *,
+    scheduler: Scheduler,
+    cache: ClusterCache,
+    carrier: Carrier,
+    now: float,
+    max_cycles: int,
+    batch: int | None = None,
 ) -> Outcome:
-    """Runs cycles on `cache` and carries out each one's decisions through `carrier`."""
+    """Runs cycles on `cache` and carries out each one's decisions through `carrier`.
+
+    With `batch`, the first cycle admits at most that many workloads before its decisions are carried
+    out, and each next cycle twice as many as the one before: a world whose writes are slow starts them
+    while the rest of a large backlog is still being decided, and a backlog still takes few cycles."""
     cycles = 0
     last: CycleResult | None = None
+    limit = batch
     for _ in range(max_cycles):
         if not cache.pending:
             last = None
             break
-        result = scheduler.cycle(cache, now=now)
+        result = scheduler.cycle(cache, now=now, limit=limit)
+        limit = limit * 2 if limit is not None else None
         cycles += 1
         last = result
         for preempt in result.preempted:

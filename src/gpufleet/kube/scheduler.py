@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 __all__ = ["INVALID", "WAITING_FOR_GANG", "KubeScheduler", "PassStats"]
 
 WAITING_FOR_PREEMPTION = "WaitingForPreemption"
+FIRST_BATCH = 32
+"""Admissions of a pass's first cycle (each next cycle doubles it): the first binds go out while the
+rest of a large backlog is still being decided."""
 
 
 class _Items(Mapping[str, Json]):
@@ -172,6 +175,7 @@ class KubeScheduler:
             carrier=Carrier(preempt=self._preempt, admit=self._admit),
             now=now,
             max_cycles=self.scheduler_config.max_cycles,
+            batch=FIRST_BATCH,
         )
         for name, workload in self.withheld.items():
             cache.pending.setdefault(name, workload)

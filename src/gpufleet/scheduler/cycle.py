@@ -123,12 +123,19 @@ class Scheduler:
             for policy in self.policies.values():
                 policy.learn(request)
 
-    def cycle(self, cache: ClusterCache, *, now: float, learn: bool = True) -> CycleResult:
+    def cycle(
+        self, cache: ClusterCache, *, now: float, learn: bool = True, limit: int | None = None
+    ) -> CycleResult:
         """One cycle. `learn=False` for a what-if whose admissions the world will not carry out: the
-        placement policies then learn nothing from it."""
+        placement policies then learn nothing from it.
+
+        `limit` ends the cycle once it has admitted that many workloads, so a world can carry out the
+        first admissions while the rest of a large backlog is still to be decided (Kueue, likewise,
+        admits a bounded number per cycle). The workloads not reached are neither decided nor explained;
+        the next cycle takes them up in the same order."""
         snapshot = Snapshot(cache)
         try:
-            return _Cycle(self, snapshot, now, learn=learn).run()
+            return _Cycle(self, snapshot, now, learn=learn, limit=limit).run()
         finally:
             snapshot.restore()
 
@@ -136,8 +143,17 @@ class Scheduler:
 class _Cycle:
     """One cycle's working state: the snapshot, fair shares, memos of failures, the result."""
 
-    def __init__(self, scheduler: Scheduler, snapshot: Snapshot, now: float, *, learn: bool = True) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        snapshot: Snapshot,
+        now: float,
+        *,
+        learn: bool = True,
+        limit: int | None = None,
+    ) -> None:
         self.config = scheduler.config
+        self.limit = limit
         self.rng = scheduler.rng
         self.learns = learn
         # Every policy in use is an observer of the cycle's statement from the start, so every allocation
@@ -193,6 +209,8 @@ class _Cycle:
                 self._current[queue] = first
                 heapq.heappush(heap, (self._key(first), queue))
         while heap:
+            if self.limit is not None and len(self.result.admitted) >= self.limit:
+                break
             key, queue = heapq.heappop(heap)
             workload = self._current[queue]
             fresh = self._key(workload)
