@@ -85,6 +85,17 @@ class KubeTransport:
             raise ApiError.from_status(response.status, data)
         return data
 
+    def metrics_text(self) -> str:
+        """The API server's own `/metrics` (Prometheus text), for benchmarks that compare its load."""
+        response = self._send("GET", "/metrics", None, None, JSON, (CONNECT_SECONDS, REQUEST_SECONDS))
+        try:
+            raw = response.read()
+        finally:
+            response.response.release_conn()
+        if not 200 <= response.status < 300:
+            raise ApiError.from_status(response.status, _decode(raw))
+        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
     def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
         response = self._send("GET", path, {**query, "watch": True}, None, JSON, (CONNECT_SECONDS, timeout))
         if not 200 <= response.status < 300:
