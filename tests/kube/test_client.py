@@ -37,6 +37,9 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         SEEN.append((self.command, self.path, self.headers.get("Content-Type") or "", body))
+        if self.path.startswith("/api/v1/secured") and self.headers.get("Authorization") != "Bearer t2":
+            self._answer(401, {"kind": "Status", "code": 401, "reason": "Unauthorized", "message": "expired"})
+            return
         if self.path.startswith("/api/v1/nodes?") and "watch=true" in self.path:
             node = {"metadata": {"name": "a", "resourceVersion": "7"}}
             gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
@@ -109,3 +112,23 @@ def test_an_unreachable_server_is_status_zero() -> None:
     with pytest.raises(ApiError) as caught:
         KubeTransport(k8s.ApiClient(configuration)).request("GET", "/api/v1/nodes", timeout=1)
     assert caught.value.status == 0 and caught.value.retryable
+
+
+def test_credentials_are_kept_and_read_again_when_the_server_says_they_expired(
+    transport: KubeTransport,
+) -> None:
+    configuration = k8s.Configuration()
+    configuration.host = transport._host
+    reads: list[str] = []
+
+    def refresh(conf: k8s.Configuration) -> None:  # what a kubeconfig's exec or OIDC loader does
+        reads.append(f"t{len(reads) + 1}")
+        conf.api_key["BearerToken"] = reads[-1]
+
+    configuration.api_key_prefix["BearerToken"] = "Bearer"
+    configuration.api_key["BearerToken"] = "t0"
+    configuration.refresh_api_key_hook = refresh
+    fresh = KubeTransport(k8s.ApiClient(configuration))
+    assert fresh.request("GET", "/api/v1/secured/a")["metadata"]["name"] == "p"  # t1 refused, t2 taken
+    assert fresh.request("GET", "/api/v1/secured/b")["metadata"]["name"] == "p"
+    assert reads == ["t1", "t2"]  # read twice for two requests: once at first, once after the 401

@@ -1,21 +1,29 @@
 """The Transport protocol on the official `kubernetes` client: the only module that imports it.
 
-Only the client's configuration loading, authentication and HTTP plumbing are used; requests go out
-as plain paths with JSON bodies and answers come back as JSON, never through the generated model
+Only the client's configuration loading, authentication and connection pool are used; requests go
+out as plain paths with JSON bodies on the client's own pool manager (TLS, client certificates and
+proxies as the client set them up) and answers come back as JSON, never through the generated model
 classes. That is also how `pods/binding` must be called: the generated
 `create_namespaced_pod_binding` may fail to decode the server's answer after the binding succeeded.
+
+The client's per-request path (`param_serialize`, `call_api`) asks its kubeconfig loader to refresh
+the credentials on every request, which re-reads the proxy environment each time: a third of the
+CPU a request costs here. The credentials are read once and kept for `AUTH_SECONDS` instead, and
+read again at once when the server answers 401 (an expired token).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
 from gpufleet.kube.transport import JSON, ApiError, Json
@@ -25,6 +33,9 @@ REQUEST_SECONDS = 30.0
 POOL_SIZE = 64
 """Connections kept to the API server: the binder's and the operator's workers plus every informer's
 watch, so no request waits for a connection and none is opened only to be thrown away."""
+
+AUTH_SECONDS = 30.0
+"""How long credentials read from the client's configuration are used before they are read again."""
 
 _config: Any = k8s_config  # the client's loaders are unannotated
 _lines: Any = _watch.iter_resp_lines
@@ -58,6 +69,12 @@ class KubeTransport:
 
     def __init__(self, api_client: Any) -> None:
         self._client = api_client
+        configuration = api_client.configuration
+        self._host = str(configuration.host).rstrip("/")
+        self._pool = api_client.rest_client.pool_manager
+        self._auth: dict[str, str] = {}
+        self._auth_until = 0.0
+        self._auth_lock = threading.Lock()
 
     @classmethod
     def from_environment(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeTransport:
@@ -73,37 +90,27 @@ class KubeTransport:
         content_type: str = JSON,
         timeout: float | None = None,
     ) -> Json:
-        response = self._send(
-            method, path, query, body, content_type, (CONNECT_SECONDS, timeout or REQUEST_SECONDS)
-        )
-        try:
-            raw = response.read()
-        finally:
-            response.response.release_conn()
+        raw, status = self._read(method, path, query, body, content_type, timeout or REQUEST_SECONDS)
         data = _decode(raw)
-        if not 200 <= response.status < 300:
-            raise ApiError.from_status(response.status, data)
+        if not 200 <= status < 300:
+            raise ApiError.from_status(status, data)
         return data
 
     def metrics_text(self) -> str:
         """The API server's own `/metrics` (Prometheus text), for benchmarks that compare its load."""
-        response = self._send("GET", "/metrics", None, None, JSON, (CONNECT_SECONDS, REQUEST_SECONDS))
-        try:
-            raw = response.read()
-        finally:
-            response.response.release_conn()
-        if not 200 <= response.status < 300:
-            raise ApiError.from_status(response.status, _decode(raw))
-        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        raw, status = self._read("GET", "/metrics", None, None, JSON, REQUEST_SECONDS)
+        if not 200 <= status < 300:
+            raise ApiError.from_status(status, _decode(raw))
+        return raw.decode("utf-8", "replace")
 
     def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
-        response = self._send("GET", path, {**query, "watch": True}, None, JSON, (CONNECT_SECONDS, timeout))
+        response = self._send("GET", path, {**query, "watch": True}, None, JSON, timeout)
         if not 200 <= response.status < 300:
-            raw = response.read()
-            response.response.release_conn()
+            raw = response.data
+            response.release_conn()
             raise ApiError.from_status(response.status, _decode(raw))
         try:
-            for line in _lines(response.response):
+            for line in _lines(response):
                 if not line:
                     continue
                 event = json.loads(line)
@@ -114,7 +121,25 @@ class KubeTransport:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, "Unavailable", str(exc)) from None
         finally:
-            response.response.release_conn()
+            response.release_conn()
+
+    def _read(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str | int | bool] | None,
+        body: Any,
+        content_type: str,
+        timeout: float,
+    ) -> tuple[bytes, int]:
+        """One request read whole: the answer's bytes and status."""
+        response = self._send(method, path, query, body, content_type, timeout)
+        try:
+            return bytes(response.data or b""), int(response.status)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "Unavailable", str(exc)) from None
+        finally:
+            response.release_conn()
 
     def _send(
         self,
@@ -123,26 +148,47 @@ class KubeTransport:
         query: Mapping[str, str | int | bool] | None,
         body: Any,
         content_type: str,
-        timeout: tuple[float, float],
+        timeout: float,
     ) -> Any:
-        params = [(key, _query_value(value)) for key, value in (query or {}).items()]
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        try:
-            serialized = self._client.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            return self._client.call_api(*serialized, _request_timeout=timeout)
-        except ApiException as exc:
-            raise ApiError.from_status(int(exc.status or 0), _decode(exc.body)) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, "Unavailable", str(exc)) from None
+        url = self._host + path
+        if query:
+            url += "?" + urlencode([(key, _query_value(value)) for key, value in query.items()])
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(2):
+            headers = {"Accept": JSON, **self._credentials(fresh=attempt > 0)}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            try:
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=CONNECT_SECONDS, read=timeout),
+                    preload_content=False,
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiError(0, "Unavailable", str(exc)) from None
+            if response.status != 401 or attempt:
+                return response
+            response.drain_conn()  # expired credentials: read them again, once
+            response.release_conn()
+        raise AssertionError("unreachable")
+
+    def _credentials(self, *, fresh: bool = False) -> dict[str, str]:
+        """The authentication headers, read from the client's configuration at most every AUTH_SECONDS
+        (reading refreshes an expiring token through the client's loader)."""
+        now = time.monotonic()
+        with self._auth_lock:
+            if fresh or now >= self._auth_until:
+                settings = self._client.configuration.auth_settings()
+                self._auth = {
+                    str(s["key"]): str(s["value"])
+                    for s in settings.values()
+                    if s.get("in") == "header" and s.get("value")
+                }
+                self._auth_until = now + AUTH_SECONDS
+            return self._auth
 
 
 def _query_value(value: str | int | bool) -> str:
