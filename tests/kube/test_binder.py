@@ -72,6 +72,10 @@ def test_the_scheduling_pass_does_not_wait_for_binds(api: FakeApiServer) -> None
     add_pods(api, [pod(f"p{i}", gpus=1) for i in range(12)])
     run(sched)  # returns with every bind still held
     assert bound(api) == {} and sched.binder.busy == 12
+    deadline = time.monotonic() + 5
+    while slow.held < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
     assert slow.held == 4  # no more in flight than the pool allows
     run(sched)  # a pass meanwhile counts the pods assumed, so nothing is bound twice
     slow.release.set()
@@ -118,3 +122,38 @@ def test_a_bind_refused_for_good_drops_the_assumption(api: FakeApiServer) -> Non
     api.request("DELETE", "/api/v1/namespaces/team-a/pods/p", body={"gracePeriodSeconds": 0})
     sched.schedule_once()  # decides on the informer's stale copy; the Binding gets 404
     assert "team-a/p" not in sched.kcache.assumed
+
+
+def test_the_informer_catching_up_with_a_bind_keeps_the_pod_where_it_was_assumed(api: FakeApiServer) -> None:
+    sched = _sched(api, 0)
+    add_node(api, "gpu-1")
+    add_pods(api, [pod("a", gpus=3)])
+    run(sched)
+    fleet = sched.kcache.cache.fleet  # type: ignore[union-attr]
+    held = {name: (a.node, a.gpus) for name, a in fleet.allocations.items()}
+    assert "team-a/a" in sched.kcache.assumed
+    run(sched)  # the informer now shows the binding
+    assert not sched.kcache.assumed
+    assert {name: (a.node, a.gpus) for name, a in fleet.allocations.items()} == held
+    group = sched.kcache.groups["team-a/a"]
+    assert group.members[0]["spec"]["nodeName"] == "gpu-1"  # the group holds the bound copy
+    add_pods(api, [pod("b", gpus=5)])
+    run(sched)
+    run(sched)
+    assert bound(api) == {"a": "gpu-1", "b": "gpu-1"}
+    gpus = [set(a.gpus) for a in fleet.allocations.values()]
+    assert len(gpus) == 2 and not gpus[0] & gpus[1]  # never the same GPU twice
+
+
+def test_a_pod_changed_while_it_was_bound_is_accounted_again(api: FakeApiServer) -> None:
+    sched = _sched(api, 0)
+    add_node(api, "gpu-1")
+    add_pods(api, [pod("a", gpus=2)])
+    run(sched)
+    patch = {"metadata": {"labels": {"gpufleet.io/priority-class": "research"}}}
+    api.request(
+        "PATCH", "/api/v1/namespaces/team-a/pods/a", body=patch, content_type="application/merge-patch+json"
+    )
+    run(sched)
+    workload = sched.kcache.cache.admitted["team-a/a"].workload  # type: ignore[union-attr]
+    assert workload.priority == 1000  # read from the pod as it is now, not kept from before

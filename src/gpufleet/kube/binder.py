@@ -17,7 +17,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 
@@ -50,6 +49,16 @@ class BindOutcome:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class _Bind:
+    pod: Json
+    key: str
+    core_name: str
+    node: str
+    alloc: Allocation | None
+    annotations: dict[str, str]
+
+
 class Binder:
     """A bounded pool of binding writes whose outcomes the scheduling thread collects."""
 
@@ -62,7 +71,10 @@ class Binder:
     ) -> None:
         self.actions = actions
         self.workers = workers
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind") if workers else None
+        # Plain threads over a queue rather than an executor: a Future per bind costs more CPU than the
+        # bind's own bookkeeping, and nothing here waits on one.
+        self._todo: queue.SimpleQueue[_Bind | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._done: queue.SimpleQueue[BindOutcome] = queue.SimpleQueue()
         self._on_done = on_done
         self._lock = threading.Lock()
@@ -82,15 +94,16 @@ class Binder:
             if key in self._in_flight:
                 return False
             self._in_flight.add(key)
-        if self._pool is None:
-            self._bind(pod, key, core_name, node, alloc, dict(annotations or {}))
-        else:
-            self._pool.submit(self._bind, pod, key, core_name, node, alloc, dict(annotations or {}))
+        job = _Bind(pod, key, core_name, node, alloc, dict(annotations or {}))
+        if not self.workers:
+            self._bind(job)
+            return True
+        if len(self._threads) < self.workers:  # started as binds come, up to the bound
+            thread = threading.Thread(target=self._work, daemon=True, name=f"bind-{len(self._threads)}")
+            self._threads.append(thread)
+            thread.start()
+        self._todo.put(job)
         return True
-
-    def in_flight(self, key: str) -> bool:
-        with self._lock:
-            return key in self._in_flight
 
     @property
     def busy(self) -> int:
@@ -108,19 +121,24 @@ class Binder:
                 return out
 
     def close(self, *, wait: bool = True) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        """Stops the workers once the binds already handed over are done (`wait`: and waits for them)."""
+        for _ in self._threads:
+            self._todo.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+        self._threads = []
 
-    def _bind(
-        self, pod: Json, key: str, core_name: str, node: str, alloc: Allocation | None, annotations: Json
-    ) -> None:
+    def _work(self) -> None:
+        while (job := self._todo.get()) is not None:
+            self._bind(job)
+
+    def _bind(self, job: _Bind) -> None:
+        pod, key, node = job.pod, job.key, job.node
         result, error = BindResult.RETRY, ""
         try:
-            result = (
-                BindResult.BOUND
-                if self.actions.bind(pod, node, alloc, annotations=annotations)
-                else (BindResult.REFUSED)
-            )
+            bound = self.actions.bind(pod, node, job.alloc, annotations=job.annotations)
+            result = BindResult.BOUND if bound else BindResult.REFUSED
         except ApiError as exc:
             error = str(exc)
         except Exception as exc:  # a bug in one bind must not lose the pod: it is retried
@@ -130,6 +148,6 @@ class Binder:
             self.actions.scheduled(pod, node)
         with self._lock:
             self._in_flight.discard(key)
-        self._done.put(BindOutcome(key, core_name, node, result, error))
+        self._done.put(BindOutcome(key, job.core_name, node, result, error))
         if self._on_done is not None:
             self._on_done()

@@ -235,6 +235,8 @@ class KubeCache:
         dirty: set[str] = set()
         for pod_key in keys:
             pod = sources.pods.get(pod_key)
+            if pod is not None and self._confirmed(pod_key, pod):
+                continue
             before = self._workload_of.pop(pod_key, None)
             if before is not None:
                 self._members.get(before, set()).discard(pod_key)
@@ -266,6 +268,29 @@ class KubeCache:
                 self._foreign[pod_key] = str(pod["spec"]["nodeName"])
                 dirty.add(foreign_name(pod_key))
         return dirty
+
+    def _confirmed(self, pod_key: str, pod: Json) -> bool:
+        """Whether the change is only the informer catching up with a binding made here: the pod is bound
+        where it was assumed and asks for what it asked before. The cache already holds it there with the
+        GPUs chosen (the ones its annotation now names), so only the assumption ends and the group's copy
+        of the pod is replaced; its workload is not taken apart and accounted again (Kueue's assume,
+        then forget the assumption once the write is seen)."""
+        assumed = self.assumed.get(pod_key)
+        if assumed is None or pod.get("spec", {}).get("nodeName") != assumed.node or pod_key in self.evicting:
+            return False
+        if not kube_pods.holds_resources(pod) or pod["metadata"].get("deletionTimestamp"):
+            return False
+        group = self.groups.get(self._workload_of.get(pod_key, ""))
+        if group is None:
+            return False
+        for i, member in enumerate(group.members):
+            if key_of(member) == pod_key:
+                if not kube_pods.same_request(member, pod):
+                    return False
+                group.members[i] = pod
+                del self.assumed[pod_key]
+                return True
+        return False
 
     def _sync_workload(self, key: str, sources: Sources, *, now: float) -> None:
         if key.startswith("pod/"):

@@ -39,6 +39,7 @@ from gpufleet.kube.config import (
     GANG_SIZE_LABEL,
     GPU_MILLI_ANNOTATION,
     GPU_MODEL_LABEL,
+    GPUS_ANNOTATION,
     POD_SET_LABEL,
     PREEMPTIBLE_ANNOTATION,
     PRIORITY_CLASS_LABEL,
@@ -220,6 +221,25 @@ FLAVOR_ANNOTATION = "gpufleet.io/flavor"
 """Written at bind time, with the GPUs chosen: the quota flavor the pod's GPUs are charged to (`H100-80GB`,
 `H100-80GB/spot`, or a MIG profile), so a scheduler that starts later charges the running workload to
 the flavor it was admitted under."""
+
+
+_BIND_NOTES = (GPUS_ANNOTATION, FLAVOR_ANNOTATION)
+"""What a binding writes on the pod."""
+
+
+def same_request(before: Json, after: Json) -> bool:
+    """Whether two versions of a pod make the same workload member: the same labels, spec (its node
+    aside) and annotations (the ones a binding writes aside)."""
+    old_meta, new_meta = before["metadata"], after["metadata"]
+    if (old_meta.get("labels") or {}) != (new_meta.get("labels") or {}):
+        return False
+    old_notes = {k: v for k, v in (old_meta.get("annotations") or {}).items() if k not in _BIND_NOTES}
+    new_notes = {k: v for k, v in (new_meta.get("annotations") or {}).items() if k not in _BIND_NOTES}
+    if old_notes != new_notes:
+        return False
+    old_spec = {k: v for k, v in (before.get("spec") or {}).items() if k != "nodeName"}
+    new_spec = {k: v for k, v in (after.get("spec") or {}).items() if k != "nodeName"}
+    return old_spec == new_spec
 
 
 def recorded_flavor(pod: Json) -> str | None:
