@@ -207,6 +207,12 @@ class FakeApiServer:
                 else:
                     patched = _merge_patch(current, body)
                 return self._replace(key, ns, name or "", patched, sub)
+            if method == "DELETE" and name is None:  # deletecollection, as `kubectl delete --all -l`
+                listed = self._list(key, ns, query)["items"]
+                for item in listed:
+                    meta = item["metadata"]
+                    self._delete(key, meta.get("namespace") or "", meta["name"], body or {})
+                return {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": listed}
             if method == "DELETE":
                 return self._delete(key, ns or "", name or "", body or {})
         raise AssertionError(f"unsupported {method} {path}")

@@ -12,7 +12,8 @@ Two ways to time it:
 A watch on the run's pods notes when each one is first seen bound. The API server's own metrics
 (`apiserver_request_total`, `process_cpu_seconds_total`) are read before and after, so the requests
 and the server CPU each scheduler causes are compared too; the scheduler's CPU and peak memory are
-read from its process when the bench started it. Everything the run made is deleted at the end.
+read from its process when the bench started it. Everything the run made is deleted at the end (on an
+API server without a controller manager its namespace stays Terminating, as every namespace does there).
 """
 
 from __future__ import annotations
