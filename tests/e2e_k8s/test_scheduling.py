@@ -17,6 +17,16 @@ def test_a_pod_is_bound_through_the_binding_subresource(cluster: Cluster, schedu
     assert wait_for("pod bound", lambda: cluster.node_of("single")) == node
     annotations = cluster.get_pod("single")["metadata"].get("annotations") or {}
     assert "gpufleet.io/gpus" in annotations
+    # The run's Queue counts it: the Admitted column of `kubectl get queues`.
+    path = f"/apis/gpufleet.io/v1alpha1/queues/{cluster.queue}"
+    status = wait_for(
+        "queue status counts the pod",
+        lambda: (
+            (s := cluster.api.request("GET", path).get("status") or {}).get("admittedWorkloads", 0) >= 1 and s
+        ),
+    )
+    assert status["usage"].get("H100-80GB", 0) >= 2
+    assert "pendingWorkloads" in status  # the Pending column is filled too
 
 
 def test_a_gang_is_bound_only_when_all_members_fit(cluster: Cluster, scheduler: Any) -> None:

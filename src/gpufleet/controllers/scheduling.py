@@ -30,13 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.pool import GPUPool
-from gpufleet.api.queue import Queue, QueueStatus
+from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import (
     JOB_LABEL,
     SERVICE_LABEL,
@@ -51,8 +51,9 @@ from gpufleet.api.runtime import (
     PodSpec,
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import capacity, convert, events, jobstate, nodesync
+from gpufleet.controllers import capacity, convert, events, jobstate, nodesync, queuestatus
 from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
 from gpufleet.scheduler import explain
@@ -69,29 +70,6 @@ from gpufleet.store.protocol import Store, WatchEvent
 log = logging.getLogger(__name__)
 
 SOURCE = "scheduler"
-# Pending reasons about the queue a workload names rather than about its quota.
-QUEUE_NOT_FOUND = "QueueNotFound"
-QUEUE_INVALID = "QueueInvalid"
-QUEUE_NOT_LEAF = "QueueNotLeaf"
-
-
-def queue_reason(tree: QuotaTree, invalid: Mapping[str, str], queue: str) -> Reason | None:
-    """Why a workload's queue cannot take it, when the queue is missing, left out of the quota tree
-    (`invalid`: name -> why) or not a leaf; None when the queue is a usable leaf (the core's reason
-    stands). Both worlds explain a bad queue with it."""
-    if queue in tree.nodes:
-        if tree.is_leaf(queue):
-            return None
-        return Reason(
-            QUEUE_NOT_LEAF, f"queue {queue!r} has child queues; submit to a leaf queue", {"queue": queue}
-        )
-    if queue in invalid:
-        return Reason(
-            QUEUE_INVALID,
-            f"queue {queue!r} is left out of the quota tree: {invalid[queue]}",
-            {"queue": queue},
-        )
-    return Reason(QUEUE_NOT_FOUND, f"queue {queue!r} does not exist", {"queue": queue})
 
 
 @dataclass(slots=True)
@@ -210,7 +188,7 @@ class SchedulingController:
         nodes = self.store.list(Node).items
         workloads = self.store.list(WorkloadObject).items
         pods = self.store.list(Pod).items
-        tree, settings = self._quota_tree(queues, now)
+        tree, settings = self._quota_tree(queues)
         fleet = FleetState(TOPOLOGY_LEVELS)
         history = (
             self.cache.history if self.cache else UsageHistory(self.config.fair_sharing.half_life_seconds)
@@ -239,7 +217,7 @@ class SchedulingController:
         self.needs_rebuild = False
         self.dirty = True
 
-    def _quota_tree(self, queues: list[Queue], now: float) -> tuple[QuotaTree, dict[str, QueueSettings]]:
+    def _quota_tree(self, queues: list[Queue]) -> tuple[QuotaTree, dict[str, QueueSettings]]:
         """The quota tree of the queues that can be placed in one. A queue that cannot (unknown parent,
         a loop of parents, or below such a queue) is left out and marked, so one bad object never
         stops scheduling for the rest; workloads submitted to it wait with a reason saying why."""
@@ -247,15 +225,7 @@ class SchedulingController:
         for name, message in sorted(broken.items()):
             if self.invalid_queues.get(name) != message:
                 log.warning("Queue %s is left out of the quota tree: %s", name, message)
-                events.record(
-                    self.store,
-                    self.queues[name],
-                    reason="InvalidQueue",
-                    message=f"left out of the quota tree: {message}",
-                    now=now,
-                    type="Warning",
-                    source=SOURCE,
-                )
+        # Its `Valid` condition and Warning Event are written with the queue's status.
         self.invalid_queues = broken
         return tree, settings
 
@@ -809,34 +779,30 @@ class SchedulingController:
         log.warning("status of workload %s not written after a conflict", key)
 
     def _write_queue_status(self) -> None:
-        """Per queue: waiting and admitted workloads and GPUs in use per flavor, its subtree included
-        (what `gpufleet get queues` and `top` show beside the nominal quota). Written only on change."""
+        """Per queue: its `Valid` condition, waiting and admitted workloads and GPUs in use per flavor,
+        its subtree included (what `gpufleet get queues` and `top` show beside the nominal quota), by
+        the rule both worlds share (`queuestatus`). Written only on change; a queue that becomes
+        invalid, or whose problem changes, gets one Warning `InvalidQueue` Event."""
         cache = self.cache
         assert cache is not None
         self.queues_dirty = False
-        counts: dict[str, QueueStatus] = {name: QueueStatus() for name in self.queues}
-        paths = cache.tree.paths
-
-        def charge(queue: str) -> list[QueueStatus]:
-            return [counts[name] for name in paths.get(queue, ()) if name in counts]
-
-        for obj in self.workloads.values():
-            if obj.status.phase == "Pending" and obj.spec.active and obj.metadata.deletion_timestamp is None:
-                for status in charge(obj.spec.queue):
-                    status.pending_workloads += 1
-        for admitted in cache.admitted.values():
-            for status in charge(admitted.queue):
-                status.admitted_workloads += 1
-                for flavor, milli in admitted.assignment.usage.items():
-                    status.usage[flavor] = status.usage.get(flavor, 0.0) + milli / 1000
-        for name, wanted in counts.items():
+        # Every Pending workload waits, those in backoff after an eviction included (the core holds
+        # only the ones it may admit now).
+        pending = [
+            obj.spec.queue
+            for obj in self.workloads.values()
+            if obj.status.phase == "Pending" and obj.spec.active and obj.metadata.deletion_timestamp is None
+        ]
+        reports = queuestatus.reports(cache, self.queues, invalid=self.invalid_queues, pending=pending)
+        for name, report in reports.items():
             queue = self.queues[name]
+            before = _validity(queue)
             status = queue.status.model_copy(
                 update={
-                    "pending_workloads": wanted.pending_workloads,
-                    "admitted_workloads": wanted.admitted_workloads,
-                    "usage": {flavor: round(gpus, 3) for flavor, gpus in sorted(wanted.usage.items())},
-                    "conditions": self._queue_conditions(queue),
+                    "pending_workloads": report.pending_workloads,
+                    "admitted_workloads": report.admitted_workloads,
+                    "usage": report.usage,
+                    "conditions": self._valid_condition(queue, report.valid),
                 }
             )
             if status == queue.status:
@@ -845,18 +811,23 @@ class SchedulingController:
                 self.queues[name] = self.store.update_status(queue.model_copy(update={"status": status}))
             except (ConflictError, NotFoundError):
                 self.queues_dirty = True  # a newer queue is on its way in; written next step
+                continue
+            if queuestatus.warns(before, report.valid):
+                events.record(
+                    self.store,
+                    queue,
+                    reason=queuestatus.INVALID_QUEUE_EVENT,
+                    message=report.valid.message,
+                    now=self.last_now,
+                    type="Warning",
+                    source=SOURCE,
+                )
 
-    def _queue_conditions(self, queue: Queue) -> list[Condition]:
-        """`Valid False` while the queue is left out of the quota tree; `Valid True` once it is back."""
-        problem = self.invalid_queues.get(queue.name)
-        now = to_datetime(self.last_now)
-        if problem is not None:
-            wanted = Condition(type="Valid", status="False", reason="InvalidParent", message=problem)
-        elif any(c.type == "Valid" for c in queue.status.conditions):
-            wanted = Condition(type="Valid", status="True", reason="InQuotaTree", message="")
-        else:
-            return queue.status.conditions
-        return set_condition(queue.status.conditions, wanted, now=now)
+    def _valid_condition(self, queue: Queue, valid: queuestatus.Validity) -> list[Condition]:
+        wanted = Condition(
+            type=queuestatus.VALID, status=valid.status, reason=valid.reason, message=valid.message
+        )
+        return set_condition(queue.status.conditions, wanted, now=to_datetime(self.last_now))
 
     def _refetch(self, key: str, now: float) -> None:
         namespace, name = convert.split_key(key)
@@ -993,6 +964,14 @@ def _where(admit: Admit) -> str:
     placed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in nodes.items())
     model = f" on {admit.assignment.model}" if admit.assignment.model else ""
     return f"admitted{model}: {placed}"
+
+
+def _validity(queue: Queue) -> queuestatus.Validity | None:
+    """The `Valid` condition the queue carries now, if any."""
+    found = next((c for c in queue.status.conditions if c.type == queuestatus.VALID), None)
+    if found is None:
+        return None
+    return queuestatus.Validity(found.status, found.reason or "", found.message or "")
 
 
 def _gone(pod: Pod) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.controllers.decisions import Carrier, run_cycles
-from gpufleet.controllers.scheduling import queue_reason
+from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
@@ -183,12 +183,7 @@ class KubeScheduler:
         self._collect_binds()
         self._explain(outcome.last, self.withheld)
         kube_queues.report(
-            self.actions.api,
-            self.actions,
-            self.queues.items(),
-            invalid=self.kcache.invalid_queues,
-            malformed=self.malformed_queues,
-            now=now,
+            self.actions, self.queues.items(), self.kcache, malformed=self.malformed_queues, now=now
         )
         return outcome.last
 
