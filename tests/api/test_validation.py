@@ -60,6 +60,17 @@ def with_spec(base: dict, **changes: object) -> dict:
         (with_spec(JOB, worker={"mig": "9g.40gb"}), "field spec.worker.mig:"),
         (with_spec(JOB, **{"worker.memory": "12Qi"}), "field spec.worker.memory: unknown unit 'Qi'"),
         (with_spec(JOB, **{"worker.cpu": "lots"}), "field spec.worker.cpu: not a quantity"),
+        (with_spec(JOB, **{"worker.cpu": "1e5000"}), "field spec.worker.cpu: '1e5000' is larger than"),
+        (with_spec(JOB, **{"worker.cpu": "1e999990"}), "field spec.worker.cpu: '1e999990' is larger than"),
+        (with_spec(JOB, **{"worker.memory": "9e999999Ei"}), "field spec.worker.memory: '9e999999Ei' is"),
+        (with_spec(JOB, **{"worker.memory": "8Ei"}), "largest quantity allowed (2^63-1)"),
+        ({**JOB, "metadata": {"name": "llm\n"}}, "field metadata.name: 'llm\\n' is not a valid name"),
+        (
+            {**JOB, "metadata": {"name": "llm", "namespace": "team-a\n"}},
+            "field metadata.namespace: 'team-a\\n' is not a valid namespace",
+        ),
+        ({**JOB, "metadata": {"name": "\ud800"}}, "is not a valid name"),
+        ({**JOB, "metadata": {"name": "j", "labels": {"a": "b\n"}}}, "field metadata.labels"),
         (with_spec(JOB, priorityClass="gold"), "field spec.priorityClass: unknown priority class 'gold'"),
         (with_spec(JOB, replica=3), "field spec.replica: unknown field"),
         (

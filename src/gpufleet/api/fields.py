@@ -51,7 +51,7 @@ def _check_quantity(value: int | str) -> int | str:
 
 
 def _check_mig_profile(value: str) -> str:
-    if not _MIG_PROFILE.match(value):
+    if not _MIG_PROFILE.fullmatch(value):
         raise ValueError(f"{value!r} is not a MIG profile name such as 3g.40gb or 1g.10gb+me")
     return value
 

@@ -26,7 +26,7 @@ DEFAULT_NAMESPACE = "default"
 
 def check_name(value: str) -> str:
     """An object name must be a DNS subdomain of at most 253 characters."""
-    if len(value) > 253 or not _NAME.match(value):
+    if len(value) > 253 or not _NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid name (lower-case letters, digits, '-' and '.')")
     return value
 
@@ -34,9 +34,9 @@ def check_name(value: str) -> str:
 def check_label_key(key: str) -> str:
     """A label or annotation key: `[prefix/]name`, name at most 63 characters."""
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _NAME.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _NAME.fullmatch(prefix)):
         raise ValueError(f"key {key!r} has an invalid prefix")
-    if len(name) > 63 or not _KEY_NAME.match(name):
+    if len(name) > 63 or not _KEY_NAME.fullmatch(name):
         raise ValueError(f"{key!r} is not a valid key")
     return key
 
@@ -69,7 +69,7 @@ class ObjectMeta(ApiModel):
     @field_validator("namespace")
     @classmethod
     def _namespace_is_dns_label(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        if value is not None and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
             raise ValueError(f"{value!r} is not a valid namespace (lower-case letters, digits and '-')")
         return value
 
@@ -78,7 +78,7 @@ class ObjectMeta(ApiModel):
     def _labels_are_valid(cls, value: dict[str, str]) -> dict[str, str]:
         for key, label in value.items():
             check_label_key(key)
-            if len(label) > 63 or not _LABEL_VALUE.match(label):
+            if len(label) > 63 or not _LABEL_VALUE.fullmatch(label):
                 raise ValueError(f"label {key}: {label!r} is not a valid label value")
         return value
 

@@ -2,6 +2,9 @@
 
 CPU is counted in milli-cores and memory in MiB, as ARCHITECTURE.md fixes; both round up so that a
 request is never under-counted.
+
+A quantity is at most 2^63-1 base units, as Kubernetes allows, and is refused before any arithmetic
+that a huge exponent would make slow or overflow (`1e999990`, `9e999999Ei`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
+MAX_QUANTITY = 2**63 - 1
+"""The largest quantity Kubernetes represents, in base units (cores, bytes, counts)."""
 _PATTERN = re.compile(r"^\s*([+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]{0,2})\s*$")
 
 
@@ -37,7 +42,7 @@ def parse_quantity(value: str | int | float, *, field: str = "quantity") -> Deci
             raise QuantityError(f"expected a finite quantity, got {value!r}", field=field)
         if value < 0:
             raise QuantityError(f"must not be negative, got {value!r}", field=field)
-        return Decimal(str(value))
+        return _bounded(Decimal(str(value)), value, field)
     match = _PATTERN.match(str(value))
     if not match:
         raise QuantityError(f"not a quantity: {value!r}", field=field)
@@ -46,11 +51,17 @@ def parse_quantity(value: str | int | float, *, field: str = "quantity") -> Deci
         base = Decimal(number)
     except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
         raise QuantityError(f"not a quantity: {value!r}", field=field) from exc
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return base * _DECIMAL[suffix]
-    raise QuantityError(f"unknown unit {suffix!r} in {value!r}", field=field)
+    unit = _BINARY.get(suffix) or _DECIMAL.get(suffix)
+    if unit is None:
+        raise QuantityError(f"unknown unit {suffix!r} in {value!r}", field=field)
+    _bounded(base, value, field)  # before the multiplication, which a huge exponent overflows
+    return _bounded(base * unit, value, field)
+
+
+def _bounded(amount: Decimal, value: object, field: str) -> Decimal:
+    if amount > MAX_QUANTITY:
+        raise QuantityError(f"{value!r} is larger than the largest quantity allowed (2^63-1)", field=field)
+    return amount
 
 
 def cpu_milli(value: str | int | float, *, field: str = "cpu") -> int:

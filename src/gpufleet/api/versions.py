@@ -29,7 +29,7 @@ DriverTuple = tuple[int, int, int]
 
 def parse_cuda_version(text: str) -> CudaTuple:
     """`"12.4"` -> (12, 4); ValueError with a readable message for anything else."""
-    found = _CUDA.match(text) if isinstance(text, str) else None
+    found = _CUDA.fullmatch(text) if isinstance(text, str) else None
     if found is None:
         raise ValueError(f"{text!r} is not a CUDA version such as 12.4 (major.minor, optionally .patch)")
     return int(found[1]), int(found[2])
@@ -37,7 +37,7 @@ def parse_cuda_version(text: str) -> CudaTuple:
 
 def parse_driver_version(text: str) -> DriverTuple:
     """`"550.54.15"` -> (550, 54, 15), `"570.26"` -> (570, 26, 0); ValueError for anything else."""
-    found = _DRIVER.match(text) if isinstance(text, str) else None
+    found = _DRIVER.fullmatch(text) if isinstance(text, str) else None
     if found is None:
         raise ValueError(f"{text!r} is not an NVIDIA driver version such as 550.54.15")
     return int(found[1]), int(found[2]), int(found[4] or 0)

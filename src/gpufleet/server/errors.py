@@ -8,6 +8,7 @@ reported as a 500 in the same shape (and logged); the tests make sure no request
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -72,11 +73,19 @@ def error_body(
     }
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error repeats what the client sent, and a lone
+    surrogate (`"\\ud800"` in a name) has no UTF-8 form, so the plain rendering would fail with a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(exc: GpuFleetError) -> JSONResponse:
     status = status_of(exc)
     body = error_body(type(exc).__name__, exc.detail, status, obj=exc.obj, field=exc.field)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    return AsciiJSONResponse(body, status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
