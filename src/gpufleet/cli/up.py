@@ -32,6 +32,7 @@ from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer
 from gpufleet.server.statelock import StateLock
 from gpufleet.store import SqliteStore
+from gpufleet.store.permissions import make_private
 from gpufleet.twin import twin as twin_faults
 from gpufleet.twin.clock import Clock
 from gpufleet.twin.driver import Runtime
@@ -82,7 +83,7 @@ def up(
     out = console()
     config = scheduler_config(placement, placement_class)  # a bad name fails before anything starts
     directory = state_dir(state)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private(directory)
     objects = (demo_objects() if demo else []) + [obj for path in fleet or [] for obj in load_objects(path)]
     # Held until the process ends: a second `up` on this directory fails here, before it touches
     # the store, the clock file or `server.url`.
