@@ -139,6 +139,17 @@ def test_preferred_allocation_keeps_nvlink_domain_and_numa_node(
     assert _prefer(kubelet, "nvidia.com/gpu", free, [u[7]], 1) == [u[7]]
 
 
+def test_preferred_allocation_never_exceeds_the_size_with_repeated_must_include(
+    run: Any, kubelet: FakeKubelet, h100: RecordedNvml
+) -> None:
+    node = run(h100).node
+    kubelet.next_list("nvidia.com/gpu")
+    u = [g.uuid for g in node.gpus]
+    answer = _prefer(kubelet, "nvidia.com/gpu", u, [u[2], u[2], u[2]], 2)
+    assert answer[0] == u[2] and len(answer) == 2 and len(set(answer)) == 2
+    assert _prefer(kubelet, "nvidia.com/gpu", u, [u[0], u[1], u[2]], 2) == [u[0], u[1]]
+
+
 def test_reregisters_after_kubelet_restart(run: Any, kubelet: FakeKubelet, h100: RecordedNvml) -> None:
     running = run(h100)
     kubelet.registration()

@@ -62,12 +62,21 @@ def preferred_allocation(
     *,
     policy: str = "distributed",
 ) -> list[str]:
-    """The IDs to suggest: all of must_include, then the best of available, size in all."""
-    if size <= len(must_include):
-        return list(must_include)
-    avail = _resolve(resource, available)
-    must = _resolve(resource, must_include)
-    if size > len({d.id for d in avail} | {d.id for d in must}):
+    """The IDs to suggest, at most `size` and each once: must_include first, then the best of available.
+
+    Kubelet sends must_include as a subset of available, each once and no more than size; a client
+    that does not gets an answer that still keeps to those rules: repeated IDs count once, must-include
+    IDs that are not available are left out (kubelet could not hand them out), and when more must be
+    included than fit, the first `size` of them are the answer.
+    """
+    if size <= 0:
+        return []
+    avail = _unique(_resolve(resource, available))
+    offered = {d.id for d in avail}
+    must = [d for d in _unique(_resolve(resource, must_include)) if d.id in offered]
+    if len(must) >= size:
+        return [d.id for d in must[:size]]
+    if size > len(avail):
         raise AllocationError(
             f"cannot prefer {size} devices of '{resource.name}' from {len(avail)} available"
         )
@@ -76,6 +85,14 @@ def preferred_allocation(
     else:
         chosen = _prefer_shared(avail, must, size, packed=policy == "packed")
     return [d.id for d in chosen]
+
+
+def _unique(devices: Sequence[PluginDevice]) -> list[PluginDevice]:
+    """`devices` without repeats, in first-seen order."""
+    seen: dict[str, PluginDevice] = {}
+    for device in devices:
+        seen.setdefault(device.id, device)
+    return list(seen.values())
 
 
 def _set_key(node: NodeInfo, gpus: Sequence[int], domain_of: dict[int, int]) -> tuple[bool, bool, int]:
