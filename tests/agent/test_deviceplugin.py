@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +12,17 @@ import pytest
 
 from gpufleet.agent.config import AgentConfig, parse_config
 from gpufleet.agent.deviceplugin._generated import deviceplugin_pb2 as pb
-from gpufleet.agent.deviceplugin.server import PluginManager
+from gpufleet.agent.deviceplugin._generated import deviceplugin_pb2_grpc as _pb_grpc
+from gpufleet.agent.deviceplugin.server import MAX_STREAMS, PluginManager
 from gpufleet.agent.health import HealthMonitor, HealthState
 from gpufleet.agent.nvml import RecordedNvml
 
 from .fakes import FakeKubelet, allocatable
 
 FAST_HEALTH = {"health": {"waitTimeoutMs": 50}}
+# Safety net for calls that should answer at once; a hang fails the test instead of stalling it.
+SAFETY_S = 60
+pb_grpc: Any = _pb_grpc
 
 
 class Running:
@@ -148,6 +153,58 @@ def test_preferred_allocation_never_exceeds_the_size_with_repeated_must_include(
     answer = _prefer(kubelet, "nvidia.com/gpu", u, [u[2], u[2], u[2]], 2)
     assert answer[0] == u[2] and len(answer) == 2 and len(set(answer)) == 2
     assert _prefer(kubelet, "nvidia.com/gpu", u, [u[0], u[1], u[2]], 2) == [u[0], u[1]]
+
+
+def _open_stream(stub: Any) -> Any:
+    """A ListAndWatch stream whose first device list has arrived, so the server is serving it."""
+    call = stub.ListAndWatch(pb.Empty(), timeout=SAFETY_S)
+    next(call)
+    return call
+
+
+def test_open_streams_leave_workers_for_allocate(run: Any, kubelet: FakeKubelet, h100: RecordedNvml) -> None:
+    running = run(h100)
+    kubelet.next_list("nvidia.com/gpu")  # kubelet's own stream is open
+    u = [g.uuid for g in running.node.gpus]
+    channel = grpc.insecure_channel(f"unix://{kubelet.dir / 'nvidia-gpu.sock'}")
+    stub = pb_grpc.DevicePluginStub(channel)
+    streams: list[Any] = []
+    try:
+        # With kubelet's, every stream the plugin takes is open, each holding a server thread.
+        streams += [_open_stream(stub) for _ in range(MAX_STREAMS - 1)]
+        request = pb.AllocateRequest()
+        request.container_requests.add(devices_ids=[u[0]])
+        response = stub.Allocate(request, timeout=SAFETY_S)
+        assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+        # One more is refused at once rather than queued behind the others.
+        with pytest.raises(grpc.RpcError) as err:
+            _open_stream(stub)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        # A stream that ends gives its place back.
+        streams.pop().cancel()
+        streams.append(_retry_until_open(stub))
+
+        # Kubelet's stream still gets every change.
+        running.state.mark_unhealthy(u[1], "test")
+        assert u[1] not in allocatable(kubelet.next_list("nvidia.com/gpu"))
+    finally:
+        for call in streams:
+            call.cancel()
+        channel.close()
+
+
+def _retry_until_open(stub: Any) -> Any:
+    """Opens a stream once the server has seen another one end (it learns of that asynchronously)."""
+    for _ in range(SAFETY_S * 20):
+        try:
+            return _open_stream(stub)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+        time.sleep(0.05)
+    raise AssertionError("no ListAndWatch slot came free after a stream ended")
 
 
 def test_reregisters_after_kubelet_restart(run: Any, kubelet: FakeKubelet, h100: RecordedNvml) -> None:

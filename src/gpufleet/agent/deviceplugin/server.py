@@ -38,6 +38,16 @@ KUBELET_SOCKET = "kubelet.sock"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
+# The sync gRPC server runs each call on a worker thread, and a ListAndWatch stream keeps its thread
+# for as long as it is open. Kubelet holds one stream per plugin (two for a moment when it dials
+# again), so streams get at most MAX_STREAMS workers and the unary calls kubelet makes at pod
+# admission (Allocate, GetPreferredAllocation) keep UNARY_WORKERS of their own that open streams
+# cannot take. A stream beyond the limit is refused with RESOURCE_EXHAUSTED.
+MAX_STREAMS = 16
+UNARY_WORKERS = 8
+# Calls waiting for a worker beyond these are refused (RESOURCE_EXHAUSTED) rather than queued.
+MAX_QUEUED_CALLS = 64
+
 
 def _unix(path: Path) -> str:
     return f"unix://{path.absolute()}"
@@ -48,6 +58,7 @@ class DevicePluginServicer:
 
     def __init__(self, plugin: ResourcePlugin) -> None:
         self._plugin = plugin
+        self._streams = threading.BoundedSemaphore(MAX_STREAMS)
 
     def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.ServicerContext
@@ -59,16 +70,25 @@ class DevicePluginServicer:
     ) -> Iterator[pb.ListAndWatchResponse]:
         plugin = self._plugin
         health = plugin.health
+        if not self._streams.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_STREAMS} ListAndWatch streams of '{plugin.resource.name}' are open already",
+            )
         ended = threading.Event()
 
         def stopped() -> bool:
             return ended.is_set() or plugin.stopping.is_set()
 
         def on_end() -> None:
+            # Runs once when the call ends, however it ends: the stream's slot is free again.
             ended.set()
+            self._streams.release()
             health.wake()
 
-        context.add_callback(on_end)
+        if not context.add_callback(on_end):
+            on_end()  # the call ended before the callback could be registered
+            return
         version = health.version
         last: pb.ListAndWatchResponse | None = None
         while not stopped():
@@ -165,9 +185,10 @@ class ResourcePlugin:
         self.socket.parent.mkdir(parents=True, exist_ok=True)
         if self.socket.exists() or self.socket.is_symlink():
             self.socket.unlink()
-        # One worker per concurrent RPC: kubelet's ListAndWatch stream holds one for the plugin's life.
+        workers = MAX_STREAMS + UNARY_WORKERS
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=self.resource.socket_name)
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=self.resource.socket_name),
+            maximum_concurrent_rpcs=workers + MAX_QUEUED_CALLS,
         )
         pb_grpc.add_DevicePluginServicer_to_server(DevicePluginServicer(self), server)
         server.add_insecure_port(_unix(self.socket))
