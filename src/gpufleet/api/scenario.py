@@ -188,6 +188,13 @@ class ScenarioSpec(ApiModel):
     description: str = ""
     scheduler: ScenarioScheduler = Field(default_factory=ScenarioScheduler)
     topology_levels: list[str] = Field(default_factory=list)
+    termination_grace_cycles: int = Field(
+        default=0,
+        ge=0,
+        le=20,
+        description="Cycles an evicted pod (or one a shrink gives up) goes on holding its node's resources, "
+        "as pods terminating in Kubernetes do; 0: gone at once.",
+    )
     nodes: list[ScenarioNode] = Field(default_factory=list)
     queues: list[ScenarioQueue] = Field(default_factory=list)
     running: list[RunningWorkload] = Field(default_factory=list)

@@ -86,6 +86,15 @@ class ClusterCache:
         # Per queue: bumped by every charge or refund (never undone), so a memo of its members that saw
         # the same count saw the same members.
         self.charges: dict[str, int] = {}
+        # Capacity to come (decision 23): pods (names in the fleet's allocations) that still hold their
+        # node's resources but are on their way out, victims terminating or pods being deleted. A
+        # workload that fits once they are gone waits for them instead of choosing new victims.
+        self.leaving: set[str] = set()
+        # Where an evicted pod keeps its node's resources until it is gone (Kubernetes' graceful
+        # termination), the victims a cycle chooses are capacity to come for the rest of that cycle, not
+        # free capacity: the world evicts them before it carries out the cycle's admissions, but their
+        # capacity is not free by then. False where the world frees it at once (the in-memory worlds).
+        self.graceful_evictions = False
 
     # ------------------------------------------------------------ world facts
     def submit(self, workload: Workload) -> None:
@@ -145,6 +154,25 @@ class ClusterCache:
     def checkpoint(self, name: str, *, now: float) -> None:
         admitted = self.admitted[name]
         admitted.workload = dataclasses.replace(admitted.workload, last_checkpoint_at=now)
+
+    def hold_leaving(self, allocation: Allocation) -> str:
+        """A pod given up (evicted, or taken by a shrink) that goes on holding what it held until it is
+        gone, as a terminating pod does: capacity to come. It is held under a name of its own, so that
+        its workload may start again meanwhile; returns that name, for `gone`."""
+        name = f"{allocation.pod}#leaving"
+        serial = 1
+        while name in self.fleet.allocations:
+            serial += 1
+            name = f"{allocation.pod}#leaving{serial}"
+        self.fleet.reinstate(dataclasses.replace(allocation, pod=name))
+        self.leaving.add(name)
+        return name
+
+    def gone(self, name: str) -> None:
+        """A leaving pod is gone: what it held is free."""
+        self.leaving.discard(name)
+        if name in self.fleet.allocations:
+            self.fleet.release(name)
 
     # ------------------------------------------------------------- internals
     def epoch(self, queue: str) -> int:

@@ -16,9 +16,17 @@ Steps, each a call:
 3. quota: for each flavor the workload accepts, in order, the queue's quota along its path (and the
    per-user limit); an elastic workload may be admitted with fewer pods, down to its minimum;
 4. placement: the first flavor that passes quota and placement wins;
-5. preemption: if none did, the cheapest victim set after which the workload fits; the victims are
-   evicted and the workload waits for them (its capacity is held for the rest of the cycle);
+5. preemption: if none did, and it does not fit in the capacity to come either (pods on their way
+   out, see below), the cheapest victim set after which the workload fits; the victims are evicted and
+   the workload waits for them (its capacity is held for the rest of the cycle);
 6. decisions: everything left pending carries its reason.
+
+Capacity to come (Kueue's rule, docs/scheduling.md decision 23): pods the world reports leaving
+(`ClusterCache.leaving`: victims terminating, pods being deleted) and, where evictions take time
+(`ClusterCache.graceful_evictions`), the victims chosen in this cycle still hold their capacity, but it
+is coming. A workload that does not fit now but fits once they are gone (its quota fitting now, its
+placement on what they free less what earlier waiters took of it) waits for them, nominated, and
+chooses no new victim; a preemption search counts that capacity as freed too.
 
 StrictFIFO queues stop at a head that cannot start; BestEffortFIFO queues go on with the next workload.
 A BestEffortFIFO workload that cannot start is parked (`parking.py`): later cycles skip it, keeping its
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.fleet.request import PodRequest
-from gpufleet.fleet.state import Allocation
+from gpufleet.fleet.state import Allocation, AllocationError
 from gpufleet.scheduler import explain
 from gpufleet.scheduler.cache import ClusterCache, Snapshot
 from gpufleet.scheduler.config import SchedulerConfig
@@ -90,6 +98,15 @@ class _Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class _Waiting:
+    """Fits once leaving pods are gone: it waits for them, holding its quota and its place among them."""
+
+    admission: _Admission
+    leaving: tuple[str, ...]
+    """The leaving pods on the nodes it will take (what it waits for)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Failure:
     reason: Reason
     searched: bool = False
@@ -98,7 +115,7 @@ class _Failure:
     """The flavors tried that failed on quota (or the per-user limit) rather than on placement."""
 
 
-Outcome = _Admission | _Preemption | _Failure
+Outcome = _Admission | _Preemption | _Waiting | _Failure
 
 
 class Scheduler:
@@ -193,6 +210,13 @@ class _Cycle:
         # Per queue, the parked workload that stands in the order for the queue's preemption attempt.
         self._parked_heads: dict[str, ParkedWorkload] = {}
         self._min_runtime = any(s.min_runtime_seconds > 0 for s in cache.settings.values())
+        # Capacity to come: the pods holding it (those the world reports, then this cycle's victims where
+        # evictions take time), and the places waiters took in it, in the order they took them.
+        fleet = cache.fleet
+        self.leaving: list[str] = sorted(n for n in cache.leaving if n in fleet.allocations)
+        self.reserved: list[tuple[Allocation, ...]] = []
+        # Shapes that did not fit in the capacity to come (until more comes: forgotten when it grows).
+        self.no_room: set[tuple[object, ...]] = set()
 
     # ---------------------------------------------------------------- steps
     def run(self) -> CycleResult:
@@ -568,6 +592,12 @@ class _Cycle:
             self.result.pending[name] = Pending(name, explain.waiting_for_preemption(names))
             self.no_fit.clear()
             self.no_victims.clear()
+            self.no_room.clear()
+            return True
+        if isinstance(outcome, _Waiting):
+            self._reserve(workload, outcome.admission)
+            self.result.nominated.append(name)
+            self.result.pending[name] = Pending(name, explain.waiting_for_capacity(outcome.leaving))
             return True
         self.result.pending[name] = Pending(name, outcome.reason)
         self._park(workload, outcome)
@@ -604,6 +634,9 @@ class _Cycle:
         assert first is not None
         if first.type == explain.NO_FIT and first.details.get("never"):
             return _Failure(first, quota_short=tuple(short))
+        waiting = self._wait_for_room(workload, models)
+        if waiting is not None:
+            return waiting
         if queue in self.preempted_for:
             return _Failure(first, quota_short=tuple(short))
         self.preempted_for.add(queue)
@@ -712,13 +745,7 @@ class _Cycle:
             self.snapshot.rollback(mark)
             return placed.no_fit is None
 
-        pool = candidates(self.snapshot, workload, assignment, now=self.now)
-        own_only, any_candidates = self._searched.get(workload.name, (True, False))
-        self._searched[workload.name] = (
-            own_only and not reaches_other_queues(self.snapshot, workload, assignment),
-            any_candidates or bool(pool),
-        )
-        victims = select_victims(self.snapshot, workload, assignment, fits, now=self.now, pool=pool)
+        victims = self._search_victims(workload, assignment, fits)
         if victims is None:
             self.no_victims.add(memo)
             return None
@@ -726,11 +753,106 @@ class _Cycle:
             self.snapshot.fleet, [a.node for c in victims.victims for a in c.admitted.pods.values()]
         )
         apply_victims(self.snapshot, victims)
+        if self.cache.graceful_evictions:
+            self._keep_leaving(victims)
         placed = self._place(workload, model, counts)
         if placed.no_fit is None:
             admission = self._admission(workload, model, placed)
             self.snapshot.assume(workload, admission.assignment, list(admission.allocations), now=self.now)
+        else:  # it needs capacity to come (its victims', where they hold it until gone)
+            room = self._room_to_come(workload, model, counts)
+            if room is not None:
+                self._reserve(workload, room)
         return _Preemption(victims)
+
+    def _search_victims(
+        self, workload: Workload, assignment: Assignment, fits: Callable[[], bool]
+    ) -> VictimSet | None:
+        """The cheapest victim set, searched where the capacity to come is already free (less what
+        waiters took of it): victims are needed only for what it does not cover. The snapshot is left as
+        it was."""
+        mark = self.snapshot.mark() if self.leaving else None
+        if mark is not None:
+            self._open_room()
+        try:
+            pool = candidates(self.snapshot, workload, assignment, now=self.now)
+            own_only, any_candidates = self._searched.get(workload.name, (True, False))
+            self._searched[workload.name] = (
+                own_only and not reaches_other_queues(self.snapshot, workload, assignment),
+                any_candidates or bool(pool),
+            )
+            return select_victims(self.snapshot, workload, assignment, fits, now=self.now, pool=pool)
+        finally:
+            if mark is not None:
+                self.snapshot.rollback(mark)
+
+    # ------------------------------------------------------- capacity to come
+    def _wait_for_room(self, workload: Workload, models: list[str | None]) -> _Waiting | None:
+        """A workload that did not fit now but fits once the leaving pods are gone waits for them."""
+        if not self.leaving:
+            return None
+        fleet = self.snapshot.fleet
+        for model in models:
+            counts = self._quota_counts(workload, model)
+            if isinstance(counts, Reason):
+                continue  # quota is not coming: only capacity is
+            room = self._room_to_come(workload, model, counts)
+            if room is not None:
+                rows = {a.node for a in room.allocations}
+                held = fleet.allocations
+                return _Waiting(room, tuple(n for n in self.leaving if n in held and held[n].node in rows))
+        return None
+
+    def _room_to_come(
+        self, workload: Workload, model: str | None, counts: tuple[int, ...]
+    ) -> _Admission | None:
+        """Where the workload would be placed once the leaving pods are gone and the waiters before it
+        took their places; None when it would not fit even then. The snapshot is left as it was."""
+        shape = _shape(workload, model, counts)
+        if not self.leaving or shape in self.no_room:
+            return None
+        mark = self.snapshot.mark()
+        self._open_room()
+        placed = self._place(workload, model, counts)
+        room = self._admission(workload, model, placed) if placed.no_fit is None else None
+        self.snapshot.rollback(mark)
+        if room is None:
+            self.no_room.add(shape)
+        return room
+
+    def _open_room(self) -> None:
+        """What-if (rolled back by the caller): the leaving pods are gone, the waiters took their places."""
+        statement = self.snapshot.statement
+        held = self.snapshot.fleet.allocations
+        for name in self.leaving:
+            if name in held:
+                statement.release(name)
+        for allocations in self.reserved:
+            for allocation in allocations:
+                try:
+                    statement.reinstate(allocation)
+                except AllocationError:
+                    # Part of a gang's place was free capacity, admitted to another since: the waiter
+                    # keeps the rest, and takes its place again next cycle.
+                    continue
+
+    def _keep_leaving(self, victims: VictimSet) -> None:
+        """Where evictions take time, this cycle's victims go on holding what they held, as leaving pods."""
+        statement = self.snapshot.statement
+        held = self.snapshot.fleet.allocations
+        for candidate in victims.victims:
+            pods = candidate.admitted.pods
+            for pod in candidate.pods or tuple(pods):
+                if pod not in held:  # a workload both shrunk and evicted by the set gave each pod up once
+                    statement.reinstate(pods[pod])
+                    self.leaving.append(pod)
+        self.no_room.clear()
+
+    def _reserve(self, workload: Workload, room: _Admission) -> None:
+        """A waiter holds its quota now, and its place in the capacity to come for the rest of the cycle."""
+        self.snapshot.assume(workload, room.assignment, [], now=self.now)
+        self.reserved.append(room.allocations)
+        self.fair.refresh(workload.queue)
 
 
 _UNSEEN = Reason("", "")
@@ -751,14 +873,23 @@ def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tu
 
 
 def apply_decisions(cache: ClusterCache, result: CycleResult, *, now: float) -> None:
-    """How an in-memory world carries out a cycle: evictions and shrinks first, then admissions."""
+    """How an in-memory world carries out a cycle: evictions and shrinks first, then admissions.
+
+    Where evictions take time (`cache.graceful_evictions`), the pods given up go on holding what they
+    held, as leaving pods, until the world says they are gone (`ClusterCache.gone`)."""
     for preempt in result.preempted:
-        if preempt.victim not in cache.admitted:
+        admitted = cache.admitted.get(preempt.victim)
+        if admitted is None:
             continue
+        given = []
+        if cache.graceful_evictions:
+            given = [admitted.pods[pod] for pod in preempt.pods or admitted.pods if pod in admitted.pods]
         if preempt.whole:
             cache.evict(preempt.victim, now=now)
         else:
             cache.shrink(preempt.victim, preempt.pods, preempt.counts, now=now)
+        for allocation in given:
+            cache.hold_leaving(allocation)
     for admit in result.admitted:
         workload = cache.pending[admit.workload]
         cache.admit(workload, admit.assignment, admit.allocations, now=now)

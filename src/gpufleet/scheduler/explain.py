@@ -81,6 +81,19 @@ def waiting_for_preemption(victims: Sequence[str]) -> Reason:
     return Reason(WAITING_FOR_PREEMPTION, message, {"victims": list(victims)})
 
 
+def waiting_for_capacity(pods: Sequence[str]) -> Reason:
+    """Fits once these pods, still holding their node's resources on their way out, are gone: it waits
+    for them rather than choosing new victims (capacity to come)."""
+    shown = ", ".join(pods[:_NAMED]) + (f" and {len(pods) - _NAMED} more" if len(pods) > _NAMED else "")
+    count = f"{len(pods)} terminating pod" + ("" if len(pods) == 1 else "s")
+    message = f"waiting for the capacity of {count}: {shown}"
+    return Reason(WAITING_FOR_PREEMPTION, message, {"terminating": list(pods)})
+
+
+_NAMED = 5
+"""Terminating pods named in a reason's message (details name them all)."""
+
+
 def queued(*, head: str, queue: str) -> Reason:
     message = f"behind {head}, the head of StrictFIFO queue {queue}"
     return Reason(QUEUED, message, {"queue": queue, "head": head})

@@ -91,6 +91,14 @@ class Statement:
         self._notify(alloc.node)
         return alloc
 
+    def reinstate(self, alloc: Allocation) -> Allocation:
+        """Puts back exactly an allocation released before (a pod that goes on holding it), and logs it."""
+        self._check_open()
+        self.state.reinstate(alloc)
+        self._log.append(Operation(OpKind.ALLOCATE, alloc))
+        self._notify(alloc.node)
+        return alloc
+
     def checkpoint(self) -> int:
         """A point to roll back to: the number of operations so far."""
         return len(self._log)

@@ -243,6 +243,8 @@ class World:
     config: SchedulerConfig
     submit: list[Workload]
     now: float
+    grace_cycles: int = 0
+    """Cycles a pod given up goes on holding its node's resources (0: gone at once)."""
 
 
 def build_world(scenario: Scenario, *, source: str) -> World:
@@ -290,7 +292,8 @@ def build_world(scenario: Scenario, *, source: str) -> World:
             START + 0.001 * i if item.submitted_seconds_ago is None else now - item.submitted_seconds_ago
         )
         submit.append(dataclasses.replace(workload, submitted_at=submitted))
-    return World(cache, config, submit, now)
+    cache.graceful_evictions = spec.termination_grace_cycles > 0
+    return World(cache, config, submit, now, spec.termination_grace_cycles)
 
 
 def _build_fleet(levels: list[str], nodes: list[ScenarioNode], source: str) -> FleetState:
@@ -509,7 +512,9 @@ def run_world(world: World) -> RunLog:
         cache.submit(workload)
     scheduler = Scheduler(world.config)
     log = RunLog()
+    cycles_left: dict[str, int] = {}  # leaving pods -> cycles they still hold their resources
     for _ in range(world.config.max_cycles):
+        terminating = bool(cache.leaving)
         result = scheduler.cycle(cache, now=world.now)
         log.cycles += 1
         log.last = result
@@ -517,10 +522,22 @@ def run_world(world: World) -> RunLog:
             if preempt.whole:
                 log.preempted[preempt.victim] = preempt
         apply_decisions(cache, result, now=world.now)
-        if not result.changed:
+        _terminate(cache, cycles_left, world.grace_cycles)
+        if not result.changed and not terminating:  # pods still terminating may yet let more start
             log.converged = True
             break
     return log
+
+
+def _terminate(cache: ClusterCache, cycles_left: dict[str, int], grace: int) -> None:
+    """A cycle went by: pods given up go on holding their resources for the next `grace` cycles."""
+    for name in sorted(cycles_left):
+        cycles_left[name] -= 1
+        if cycles_left[name] <= 0:
+            del cycles_left[name]
+            cache.gone(name)
+    for name in cache.leaving - cycles_left.keys():
+        cycles_left[name] = grace
 
 
 def run_scenario(item: LoadedScenario) -> ScenarioOutcome:
