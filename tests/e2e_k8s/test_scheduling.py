@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+
+from gpufleet.kube.transport import MERGE_PATCH
 
 from .conftest import Cluster, wait_for
 
@@ -159,3 +162,69 @@ def test_a_queue_left_out_of_the_quota_tree_says_so_and_its_pods_wait_for_it(
 def valid_of(cluster: Cluster, queue: str) -> Any:
     status = cluster.api.request("GET", f"/apis/gpufleet.io/v1alpha1/queues/{queue}").get("status") or {}
     return next((c for c in status.get("conditions") or [] if c["type"] == "Valid"), None)
+
+
+def test_a_drain_evicts_one_borrowed_gang_for_all_the_replicas_it_moves(
+    cluster: Cluster, scheduler: Any
+) -> None:
+    # team-b borrows every GPU of nodes a and b with two 8-GPU gangs; draining node c moves three 1-GPU
+    # replicas of team-a (within its nominal quota). One gang frees room for all three: the replicas
+    # wait for its pods to terminate (capacity to come) and the second gang is left alone.
+    queues = "/apis/gpufleet.io/v1alpha1/queues"
+    org, team_a, team_b = (f"{cluster.queue}-{part}" for part in ("org", "a", "b"))
+    specs = {
+        org: {},
+        team_a: {"parent": org, "quotas": {"H100-80GB": {"nominal": 24}}},
+        team_b: {"parent": org, "quotas": {"H100-80GB": {"nominal": 0}}},
+    }
+    for name, spec in specs.items():
+        body = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        cluster.api.request("POST", queues, body=body)
+    try:
+        replica = {"gpufleet.io/queue": team_a, "gpufleet.io/priority-class": "production-inference"}
+        drained = cluster.node("c")
+        old = [cluster.pod(f"old-{i}", gpus=1, labels=replica)["metadata"]["name"] for i in range(3)]
+        wait_for("replicas on c", lambda: all(cluster.node_of(p) == drained for p in old))
+        lent = {cluster.node("a"), cluster.node("b")}
+        training = {"gpufleet.io/queue": team_b, "gpufleet.io/priority-class": "production-training"}
+        host = {"gpufleet.io/topology-required": "host"}
+        gangs = {g: cluster.gang(g, 2, gpus=4, labels=training, annotations=host) for g in ("g1", "g2")}
+        members = [p for pods in gangs.values() for p in pods]
+        wait_for("gangs bound", lambda: all(cluster.node_of(p) for p in members))
+        assert {cluster.node_of(p) for p in members} == lent
+
+        # The drain: c is cordoned, its replicas deleted (without a kubelet they stay terminating).
+        patch = {"spec": {"unschedulable": True}}
+        cluster.api.request("PATCH", f"/api/v1/nodes/{drained}", body=patch, content_type=MERGE_PATCH)
+        for name in old:
+            cluster.api.request("DELETE", f"/api/v1/namespaces/{cluster.namespace}/pods/{name}")
+        new = [cluster.pod(f"new-{i}", gpus=1, labels=replica)["metadata"]["name"] for i in range(3)]
+
+        def terminating() -> set[str]:
+            return {p for p in members if cluster.get_pod(p)["metadata"].get("deletionTimestamp")}
+
+        wait_for("a gang asked to stop", terminating)
+        for name in new:
+            why = wait_for(f"{name}'s reason", lambda n=name: cluster.condition(n, "PodScheduled"))
+            assert why["message"].startswith("WaitingForPreemption"), why["message"]
+        time.sleep(3)  # several passes of the scheduler while the victims terminate
+        victims = terminating()
+        assert victims in ({*gangs["g1"]}, {*gangs["g2"]}), victims
+        assert all(cluster.node_of(p) is None for p in new)
+        freed = cluster.node_of(sorted(victims)[0])
+
+        cluster.finish_deleting()  # the kubelet's part, on every node
+        wait_for("replicas bound", lambda: all(cluster.node_of(p) for p in new), timeout=60)
+        assert {cluster.node_of(p) for p in new} == {freed}
+        kept = set(members) - victims
+        assert all(
+            cluster.node_of(p) and not cluster.get_pod(p)["metadata"].get("deletionTimestamp") for p in kept
+        )
+    finally:
+        for name in specs:
+            cluster.api.request("DELETE", f"{queues}/{name}")

@@ -8,6 +8,7 @@ import pytest
 
 from gpufleet.api import ObjectMeta, Queue, QueueSpec
 from gpufleet.api.queue import FlavorQuota
+from gpufleet.kube.actions import Actions
 from gpufleet.kube.config import KubeConfig, TopologyLevel
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.store import KubeStore
@@ -171,14 +172,27 @@ def test_preemption_evicts_through_the_eviction_api_and_the_preemptor_follows(
     assert bound(api) == {"urgent": "gpu-1"}
 
 
-def test_an_eviction_a_budget_forbids_is_retried(api: FakeApiServer, sched: KubeScheduler) -> None:
+def test_an_eviction_a_budget_forbids_is_retried(
+    api: FakeApiServer, sched: KubeScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
     add_node(api, "gpu-1")
     add_pods(api, [pod("low", gpus=8, priority=1)])
     run(sched)
     api.blocked_evictions.add(("team-a", "low"))
+    asked: list[str] = []
+    evict = Actions.evict
+
+    def counted(actions: Actions, victim: dict, **kw: str) -> bool:
+        asked.append(victim["metadata"]["name"])
+        return evict(actions, victim, **kw)
+
+    monkeypatch.setattr(Actions, "evict", counted)
     add_pods(api, [pod("high", gpus=8, priority=1000, created="2026-11-29T11:30:00Z")])
     run(sched)
     assert not api.objects["/v1/pods"][("team-a", "low")]["metadata"].get("deletionTimestamp")
+    assert asked == ["low"]  # once a pass, not once a cycle: the budget would refuse it again
+    why = condition(api, "high", "PodScheduled")["message"]
+    assert why.startswith("WaitingForPreemption") and "refused" in why, why
     api.blocked_evictions.clear()
     run(sched)
     assert api.objects["/v1/pods"][("team-a", "low")]["metadata"].get("deletionTimestamp")
@@ -206,3 +220,49 @@ def test_custom_topology_levels(api: FakeApiServer) -> None:
     add_pods(api, gang("g", 2, annotations={"gpufleet.io/topology-required": "pod"}))
     run(sched)
     assert sorted(bound(api).values()) == ["b", "c"]
+
+
+def test_draining_a_node_evicts_one_borrowed_gang_for_all_its_replicas(api: FakeApiServer) -> None:
+    # Found on a real API server: team-b borrows every GPU with two 8-GPU gangs; a drain moves three
+    # 1-GPU replicas of team-a (within its nominal quota). One gang frees room for all three: the other
+    # replicas wait for its pods to terminate instead of evicting the second gang.
+    store = KubeStore(api)
+    store.create(Queue(metadata=ObjectMeta(name="org"), spec=QueueSpec()))
+    for name, gpus in (("team-a", 24), ("team-b", 0)):
+        quota = {"H100-80GB": FlavorQuota(nominal=gpus)}
+        store.create(Queue(metadata=ObjectMeta(name=name), spec=QueueSpec(parent="org", quotas=quota)))
+    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
+    for name in ("a", "b", "c"):
+        add_node(api, name)
+    for gang_name, node_name in (("g1", "a"), ("g2", "b")):
+        add_pods(api, gang(gang_name, 2, gpus=4, queue="team-b", namespace="team-b", priority=10_000,
+                           node_name=node_name, phase="Running"))  # fmt: skip
+    replica = {"gpus": 1, "priority": 100_000, "labels": {"gpufleet.io/queue": "team-a"}}
+    add_pods(api, [pod(f"old-{i}", node_name="c", phase="Running", **replica) for i in range(3)])
+    run(sched)
+    # The drain: node c is cordoned, its replicas deleted (they terminate), new ones are created.
+    api.request("PATCH", f"{NODES}/c", body={"spec": {"unschedulable": True}},
+                content_type="application/merge-patch+json")  # fmt: skip
+    for i in range(3):
+        api.request("DELETE", f"{PODS}/old-{i}")
+    add_pods(api, [pod(f"new-{i}", created=f"2026-11-29T11:3{i}:00Z", **replica) for i in range(3)])
+
+    def terminating(ns: str) -> set[str]:
+        return {name for (n, name), p in api.objects["/v1/pods"].items()
+                if n == ns and p["metadata"].get("deletionTimestamp")}  # fmt: skip
+
+    for _ in range(3):  # the victims take their time: nothing else is evicted, nothing lands on them
+        run(sched)
+        assert terminating("team-b") in ({"g1-0", "g1-1"}, {"g2-0", "g2-1"})
+        assert not set(bound(api)) & {"new-0", "new-1", "new-2"}
+        for i in range(3):
+            why = condition(api, f"new-{i}", "PodScheduled")["message"]
+            assert why.startswith("WaitingForPreemption"), why
+    victims = sorted(terminating("team-b"))
+    freed = bound(api, "team-b")[victims[0]]
+    for victim in victims:  # the kubelet's part: the containers stopped
+        api.request("DELETE", f"/api/v1/namespaces/team-b/pods/{victim}", body={"gracePeriodSeconds": 0})
+    run(sched)
+    assert {bound(api).get(f"new-{i}") for i in range(3)} == {freed}
+    kept = {"g1-0", "g1-1", "g2-0", "g2-1"} - set(victims)
+    assert set(bound(api, "team-b")) == kept and not terminating("team-b")

@@ -22,7 +22,9 @@ between passes; a change of Queues (the quota tree) rebuilds it whole, keeping t
   bound members are admitted as they are, and the unbound ones are submitted as a workload of their
   own, `{gang}#rest`, charged to the same queue and, for a required topology, kept to the domain of
   the bound members; once bound, the gang is whole again.
-- Foreign pods (other schedulers', and ours while being deleted) hold their node's resources.
+- Foreign pods (other schedulers', and ours while being deleted) hold their node's resources; those
+  on their way out (evicted, or with a deletionTimestamp) are the core's leaving pods, capacity to
+  come, and the cache says evictions take time (`ClusterCache.graceful_evictions`).
 """
 
 from __future__ import annotations
@@ -159,8 +161,15 @@ class KubeCache:
                 k for k, p in sources.pods.items() if k.startswith(namespace + "/") and _owned_by(p, key)
             }
         dirty_groups |= self._index_pods(pods, sources)
-        for key in sorted(dirty_groups):
+        # Foreign pods let go of what they held before workloads are accounted again, and take it back
+        # after: a victim whose eviction was just accepted leaves its gang, whose GPUs it still holds.
+        foreign = sorted(k for k in dirty_groups if k.startswith("pod/"))
+        for key in foreign:
+            self._release_foreign(key[4:])
+        for key in sorted(dirty_groups.difference(foreign)):
             self._sync_workload(key, sources, now=now)
+        for key in foreign:
+            self._sync_foreign(key[4:], sources.pods.get(key[4:]))
         assert self.cache is not None
         return self.cache
 
@@ -183,6 +192,8 @@ class KubeCache:
         nominated = self.cache.nominated if self.cache is not None else []
         self.cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=self.history)
         self.cache.nominated = list(nominated)
+        # An evicted pod holds its node's resources until it is gone (graceful termination).
+        self.cache.graceful_evictions = True
         self.groups, self.reasons = {}, {}
         self._members, self._workload_of, self._foreign = {}, {}, {}
 
@@ -525,18 +536,27 @@ class KubeCache:
             except AllocationError:
                 return None
 
-    def _sync_foreign(self, pod_key: str, pod: Json | None) -> None:
-        fleet = self._fleet
+    def _release_foreign(self, pod_key: str) -> None:
+        cache = self.cache
+        assert cache is not None
         name = foreign_name(pod_key)
-        if name in fleet.allocations:
-            fleet.release(name)
+        cache.leaving.discard(name)
+        if name in cache.fleet.allocations:
+            cache.fleet.release(name)
+
+    def _sync_foreign(self, pod_key: str, pod: Json | None) -> None:
+        self._release_foreign(pod_key)
         if pod is not None and pod_key in self._foreign:
             try:
                 request = kube_pods.pod_request(pod, self.config)
             except GpuFleetError:
                 amounts = kube_pods.effective_requests(pod)
                 request = PodRequest(cpu_milli=amounts.get("cpu", 0), memory_mib=amounts.get("memory", 0))
-            self._hold(pod, name, request)
+            held = self._hold(pod, foreign_name(pod_key), request)
+            if held is not None and (pod_key in self.evicting or pod["metadata"].get("deletionTimestamp")):
+                # On its way out (evicted, or deleted): capacity to come, for the core (decision 23).
+                assert self.cache is not None
+                self.cache.leaving.add(held.pod)
 
 
 def _owned_by(pod: Json, job_key: str) -> bool:

@@ -12,8 +12,11 @@ with this world's carrier:
   the assumption and the workload is looked at again; a bind that failed for a transient reason is
   retried, on the same node, so a gang is always completed.
 - preempt: victims are asked to leave through the Eviction API (PodDisruptionBudgets apply); until
-  they are gone they keep holding their node's resources, and their preemptor waits for them
-  (`WaitingForPreemption`) instead of looking for more victims; it is tried first once they are gone.
+  they are gone they keep holding their node's resources, as does every pod being deleted. That is
+  capacity to come (the core's rule, docs/scheduling.md decision 23): their preemptor, and any other
+  workload that fits once they are gone, waits for them (`WaitingForPreemption`) instead of looking for
+  more victims, and is tried first once they are gone. A preemptor one of whose evictions a budget
+  refused sits the rest of the pass out (it would be refused again) and asks again the next pass.
 - pending: the last cycle's reasons go to the pods' `PodScheduled` condition, an Event, and the
   owning gpufleet object's `status.pendingReason`.
 """
@@ -41,7 +44,7 @@ from gpufleet.kube.resources import JOB, NODE, POD, resource_for
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
-from gpufleet.scheduler.explain import Admit, Preempt, Reason
+from gpufleet.scheduler.explain import WAITING_FOR_PREEMPTION, Admit, Preempt, Reason
 from gpufleet.scheduler.flavors import pod_usage
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import Workload
@@ -50,7 +53,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INVALID", "WAITING_FOR_GANG", "KubeScheduler", "PassStats"]
 
-WAITING_FOR_PREEMPTION = "WaitingForPreemption"
 FIRST_BATCH = 32
 """Admissions of a pass's first cycle (each next cycle doubles it): the first binds go out while the
 rest of a large backlog is still being decided."""
@@ -111,12 +113,11 @@ class KubeScheduler:
         self.history = UsageHistory(self.scheduler_config.fair_sharing.half_life_seconds)
         priorities = dict(self.scheduler_config.priority_classes) | self.config.priority_classes
         self.kcache = KubeCache(config=self.config, history=self.history, priorities=priorities)
-        self.awaiting: dict[str, set[str]] = {}
-        """Preemptor -> the victim pods it waits for (until they are gone)."""
         self.retry_binds: dict[str, str] = {}
         """Pods whose binding failed for a transient reason -> their core name, retried next pass."""
-        self.withheld: dict[str, Workload] = {}
-        """This pass's preemptors kept out of the cycles while their victims terminate."""
+        self.refused: dict[str, Workload] = {}
+        """This pass's preemptors an eviction was refused for (a PodDisruptionBudget): asked again in
+        the same pass, it would be refused again, so they sit the pass out and are tried next pass."""
         self.malformed_queues: dict[str, str] = {}
         """Queues whose objects the API's validation refuses, as last read (name -> why)."""
         self.clock = clock
@@ -168,7 +169,7 @@ class KubeScheduler:
         self._collect_binds()
         cache = self.kcache.refresh(self._sources(), now=now)
         self._retry_binds()
-        self.withheld = self._withhold_preemptors()
+        self.refused = {}
         outcome = run_cycles(
             scheduler=self.scheduler,
             cache=cache,
@@ -177,11 +178,11 @@ class KubeScheduler:
             max_cycles=self.scheduler_config.max_cycles,
             batch=FIRST_BATCH,
         )
-        for name, workload in self.withheld.items():
+        for name, workload in self.refused.items():
             cache.pending.setdefault(name, workload)
         self.stats.passes += 1
         self._collect_binds()
-        self._explain(outcome.last, self.withheld)
+        self._explain(outcome.last)
         kube_queues.report(
             self.actions, self.queues.items(), self.kcache, malformed=self.malformed_queues, now=now
         )
@@ -256,58 +257,35 @@ class KubeScheduler:
         chosen = (
             list(members.values()) if preempt.whole else [members[p] for p in preempt.pods if p in members]
         )
-        leaving: set[str] = set()
+        refused = False
         for pod in chosen:
             if not (kube_pods.is_bound(pod) or key_of(pod) in self.kcache.assumed):
                 continue
             if self.actions.evict(pod, reason="PreemptedByGpufleet", message=preempt.message):
                 self.stats.evicted += 1
-                leaving.add(key_of(pod))
                 self.kcache.evicting.add(key_of(pod))
                 self.kcache.mark(key_of(pod))
-        if preempt.preemptor:
-            self.awaiting.setdefault(preempt.preemptor, set()).update(leaving)
-            cache = self.kcache.cache
-            assert cache is not None
-            workload = cache.pending.pop(preempt.preemptor, None)  # it waits for these victims only
-            if workload is not None:
-                self.withheld[preempt.preemptor] = workload
-        # The victims leave the cache now, holding their resources until they are gone.
-        self.kcache.refresh(self._sources(), now=now)
-
-    def _withhold_preemptors(self) -> dict[str, Workload]:
-        """Preemptors whose victims still terminate sit out this pass; the first gone free ones go first."""
+            else:
+                refused = True
         cache = self.kcache.cache
         assert cache is not None
-        withheld: dict[str, Workload] = {}
-        ready: list[str] = []
-        for name, victims in sorted(self.awaiting.items()):
-            victims.intersection_update(k for k in victims if self.pods.get(k) is not None)
-            if name not in cache.pending:
-                if name not in cache.admitted and victims:
-                    continue  # not known now (its pods changed); keep waiting for the victims
-                del self.awaiting[name]
-                continue
-            if victims:
-                withheld[name] = cache.pending.pop(name)
-            else:
-                del self.awaiting[name]
-                ready.append(name)
-        cache.nominated = ready + [n for n in cache.nominated if n not in ready]
-        return withheld
+        workload = cache.pending.pop(preempt.preemptor, None) if refused and preempt.preemptor else None
+        if workload is not None:
+            self.refused[preempt.preemptor] = workload
+        # The victims leave the cache now, holding their resources until they are gone: capacity to
+        # come, which their preemptor (and whoever else fits in it) waits for in the next cycles.
+        self.kcache.refresh(self._sources(), now=now)
 
     # ------------------------------------------------------------------ reasons
-    def _explain(self, result: CycleResult | None, withheld: Mapping[str, Any]) -> None:
+    def _explain(self, result: CycleResult | None) -> None:
         reasons: dict[str, Reason] = dict(self.kcache.reasons)
         if result is not None:
             reasons.update(
                 {name: self._queue_first(name, pending.reason) for name, pending in result.pending.items()}
             )
-        for name in withheld:
-            count = len(self.awaiting.get(name, ()))
-            reasons[name] = Reason(
-                WAITING_FOR_PREEMPTION, f"waiting for {count} preempted pods to terminate", {"victims": count}
-            )
+        for name in self.refused:
+            message = "an eviction of its victims was refused for now (a PodDisruptionBudget); asked again"
+            reasons[name] = Reason(WAITING_FOR_PREEMPTION, message, {"refused": True})
         self.stats.pending = 0
         for name, reason in reasons.items():
             group = self.kcache.groups.get(name.removesuffix(REST))
