@@ -91,6 +91,11 @@ class Informer:
         with self._lock:
             return self._items.get(key)
 
+    def keys(self) -> list[str]:
+        """The keys of every cached object (`namespace/name`, or `name` for cluster-wide ones)."""
+        with self._lock:
+            return list(self._items)
+
     def items(self) -> list[Json]:
         """Every cached object (shared: treat as read-only)."""
         with self._lock:

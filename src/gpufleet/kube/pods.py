@@ -18,6 +18,7 @@ limits are given (extended resources always work so).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -98,16 +99,30 @@ def effective_requests(pod: Json) -> dict[str, int]:
 
 
 def _amounts(pod: Json, resources: Mapping[str, Any]) -> dict[str, int]:
-    where = f"pod {key_of(pod)}"
     out: dict[str, int] = {}
     for name, value in resources.items():
-        if name == "cpu":
-            out[name] = cpu_milli(value, field=f"{where}: cpu")
-        elif name == "memory":
-            out[name] = memory_mib(value, field=f"{where}: memory")
-        else:
-            out[name] = int(parse_quantity(value, field=f"{where}: {name}"))
+        try:
+            out[name] = _amount(name, value)
+        except (ValidationError, TypeError):  # said again with the pod and the resource it is about
+            where = f"pod {key_of(pod)}: {name}"
+            if name == "cpu":
+                cpu_milli(value, field=where)
+            elif name == "memory":
+                memory_mib(value, field=where)
+            parse_quantity(value, field=where)
+            raise
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _amount(name: str, value: str | int | float) -> int:
+    """One resource amount (cpu in milli, memory in MiB, others as counts). Pods of one template ask for
+    the same few quantities over and over: each is parsed once."""
+    if name == "cpu":
+        return cpu_milli(value, field=name)
+    if name == "memory":
+        return memory_mib(value, field=name)
+    return int(parse_quantity(value, field=name))
 
 
 def pod_request(pod: Json, config: KubeConfig) -> PodRequest:

@@ -71,10 +71,10 @@ class _Items(Mapping[str, Json]):
         return found
 
     def __iter__(self) -> Iterator[str]:
-        return iter([key_of(o) for o in self._informer.items()])
+        return iter(self._informer.keys())
 
     def __len__(self) -> int:
-        return len(self._informer.items())
+        return len(self._informer.keys())
 
 
 @dataclass(slots=True)
