@@ -614,7 +614,17 @@ class _Cycle:
 
     # ------------------------------------------------------------- attempt
     def _attempt(self, workload: Workload) -> Outcome:
-        """Steps 3-5 for one workload."""
+        """Steps 3-5 for one workload. A workload whose request makes them fail (a bug its numbers
+        trip) is left out with the error as its reason, and what it changed is undone: one tenant's
+        object must not stop the cycle for every other."""
+        mark = self.snapshot.mark()
+        try:
+            return self._decide(workload)
+        except Exception as exc:
+            self.snapshot.rollback(mark)
+            return _Failure(explain.scheduling_error(exc))
+
+    def _decide(self, workload: Workload) -> Outcome:
         queue = workload.queue
         models = self._models(workload)
         if not models:

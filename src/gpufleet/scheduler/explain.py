@@ -19,6 +19,7 @@ QUOTA_EXCEEDED = "QuotaExceeded"
 NO_FIT = "NoFit"
 WAITING_FOR_PREEMPTION = "WaitingForPreemption"
 QUEUED = "Queued"
+SCHEDULING_ERROR = "SchedulingError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,13 @@ def waiting_for_capacity(pods: Sequence[str]) -> Reason:
 
 _NAMED = 5
 """Terminating pods named in a reason's message (details name them all)."""
+
+
+def scheduling_error(exc: Exception) -> Reason:
+    """The workload could not be decided on: an error its request caused, named so its owner can act."""
+    text = f"{type(exc).__name__}: {exc}"
+    message = "this workload cannot be scheduled: " + (text if len(text) <= 300 else text[:300] + "...")
+    return Reason(SCHEDULING_ERROR, message, {"error": type(exc).__name__})
 
 
 def queued(*, head: str, queue: str) -> Reason:
