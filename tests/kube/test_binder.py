@@ -157,3 +157,22 @@ def test_a_pod_changed_while_it_was_bound_is_accounted_again(api: FakeApiServer)
     run(sched)
     workload = sched.kcache.cache.admitted["team-a/a"].workload  # type: ignore[union-attr]
     assert workload.priority == 1000  # read from the pod as it is now, not kept from before
+
+
+def test_a_bind_that_keeps_failing_is_retried_with_a_growing_delay(api: FakeApiServer) -> None:
+    failing = _FailingBinds(api, 3)
+    add_queues(api, "default", "team-a")
+    sched = KubeScheduler(failing, clock=lambda: 1_900_000_000.0, bind_workers=0)  # type: ignore[arg-type]
+    add_node(api, "gpu-1")
+    add_pods(api, [pod("p", gpus=8)])
+    run(sched)  # first failure: tried again at once
+    assert sched.retry_binds["team-a/p"].delay == 0.0
+    run(sched)  # second: after half a second
+    assert sched.retry_binds["team-a/p"].delay == 0.5
+    run(sched)  # not due yet: not sent
+    assert failing.left == 1 and bound(api) == {}
+    due = sched.retry_binds["team-a/p"].due
+    while time.monotonic() < due:
+        time.sleep(0.05)
+    run(sched)  # third failure
+    assert sched.retry_binds["team-a/p"].delay == 1.0 and failing.left == 0

@@ -77,6 +77,22 @@ class _Items(Mapping[str, Json]):
         return len(self._informer.keys())
 
 
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    """A binding to try again: at once after its first failure, then after 0.5 s doubling up to 10 s."""
+
+    core_name: str
+    failures: int
+    delay: float
+    due: float
+
+    @classmethod
+    def after(cls, before: _Retry | None, core_name: str) -> _Retry:
+        failures = 1 if before is None else before.failures + 1
+        delay = 0.0 if failures == 1 else min(10.0, 0.5 * 2 ** (failures - 2))
+        return cls(core_name, failures, delay, time.monotonic() + delay)
+
+
 @dataclass(slots=True)
 class PassStats:
     passes: int = 0
@@ -113,8 +129,9 @@ class KubeScheduler:
         self.history = UsageHistory(self.scheduler_config.fair_sharing.half_life_seconds)
         priorities = dict(self.scheduler_config.priority_classes) | self.config.priority_classes
         self.kcache = KubeCache(config=self.config, history=self.history, priorities=priorities)
-        self.retry_binds: dict[str, str] = {}
-        """Pods whose binding failed for a transient reason -> their core name, retried next pass."""
+        self.retry_binds: dict[str, _Retry] = {}
+        """Pods whose binding failed for a transient reason, retried on the same node with backoff
+        (the binding may have gone through unanswered, so the place stays theirs)."""
         self.refused: dict[str, Workload] = {}
         """This pass's preemptors an eviction was refused for (a PodDisruptionBudget): asked again in
         the same pass, it would be refused again, so they sit the pass out and are tried next pass."""
@@ -227,30 +244,33 @@ class KubeScheduler:
             return
         alloc = assumed.allocation
         noted = {kube_pods.FLAVOR_ANNOTATION: assumed.flavor} if assumed.flavor else None
-        if self.binder.submit(
-            pod, core_name, assumed.node, alloc if alloc.gpus or alloc.mig else None, noted
-        ):
-            self.retry_binds.pop(key, None)
+        self.binder.submit(pod, core_name, assumed.node, alloc if alloc.gpus or alloc.mig else None, noted)
 
     def _collect_binds(self) -> None:
         """What became of the binds that finished since the last pass."""
         for done in self.binder.drain():
+            failed = self.retry_binds.pop(done.key, None)
             if done.result is BindResult.BOUND:
                 self.stats.bound += 1
             elif done.result is BindResult.REFUSED:  # gone, or bound elsewhere: what the pods say decides
                 self.kcache.assumed.pop(done.key, None)
                 self.kcache.mark(done.key)
             else:
-                log.warning("binding %s to %s failed (%s); retrying", done.key, done.node, done.error)
-                self.retry_binds[done.key] = done.core_name
+                retry = _Retry.after(failed, done.core_name)
+                self.retry_binds[done.key] = retry
+                log.warning(
+                    "binding %s to %s failed (%s); retrying in %.1fs",
+                    done.key, done.node, done.error, retry.delay,
+                )  # fmt: skip
 
     def _retry_binds(self) -> None:
-        for key, core_name in sorted(self.retry_binds.items()):
+        now = time.monotonic()
+        for key, retry in sorted(self.retry_binds.items()):
             pod = self.pods.get(key)
             if pod is None or kube_pods.is_bound(pod) or key not in self.kcache.assumed:
                 self.retry_binds.pop(key, None)
-                continue
-            self._bind(pod, core_name)
+            elif retry.due <= now:
+                self._bind(pod, retry.core_name)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         members = self.kcache.core_pods(preempt.victim)
