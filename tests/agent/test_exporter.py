@@ -6,10 +6,13 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pynvml
@@ -168,15 +171,25 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def metrics_server(h100: RecordedNvml) -> Iterator[MetricsServer]:
-    server = MetricsServer(
-        [DcgmCollector(h100, h100.discover(), hostname="node-a", health=HealthState())],
-        port=0,
-        address="127.0.0.1",
-    )
-    server.start()
-    yield server
-    server.stop()
+def serve(h100: RecordedNvml) -> Iterator[Callable[..., MetricsServer]]:
+    """Starts metrics servers over the recorded H100 node on loopback, with the options given."""
+    started: list[MetricsServer] = []
+
+    def start(**options: Any) -> MetricsServer:
+        collector = DcgmCollector(h100, h100.discover(), hostname="node-a", health=HealthState())
+        server = MetricsServer([collector], port=0, address="127.0.0.1", **options)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def metrics_server(serve: Callable[..., MetricsServer]) -> MetricsServer:
+    return serve()
 
 
 def test_metrics_endpoint_serves_text_format(metrics_server: MetricsServer) -> None:
@@ -185,6 +198,90 @@ def test_metrics_endpoint_serves_text_format(metrics_server: MetricsServer) -> N
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "DCGM_FI_DEV_GPU_UTIL{" in response.text
     assert httpx.get(f"http://127.0.0.1:{metrics_server.port}/other", timeout=5).status_code == 404
+
+
+# Safety net only: each of these waits for an event that comes at once (or after a short timeout).
+SAFETY_S = 60.0
+
+
+def _scrape(server: MetricsServer) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=SAFETY_S)
+
+
+def _connect(server: MetricsServer) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY_S)
+    sock.settimeout(SAFETY_S)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Waits for the server to end the connection; False if it sends something instead."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_connections_hold_no_threads_and_scrapes_go_on(serve: Callable[..., MetricsServer]) -> None:
+    server = serve(read_timeout=SAFETY_S, workers=2)
+    baseline = threading.active_count()
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(200):
+            idle.append(_connect(server))
+        response = _scrape(server)
+        assert response.status_code == 200
+        assert "DCGM_FI_DEV_GPU_UTIL{" in response.text
+        # The render workers at most; no thread for each connection.
+        assert threading.active_count() <= baseline + 2
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_idle_and_slow_clients_are_disconnected_after_the_read_timeout(
+    serve: Callable[..., MetricsServer],
+) -> None:
+    server = serve(read_timeout=0.2)
+    with _connect(server) as idle, _connect(server) as slow:
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: node-a\r\n")  # and never the blank line
+        assert _closed_by_server(idle)
+        assert _closed_by_server(slow)
+    assert _scrape(server).status_code == 200
+
+
+def test_a_new_connection_past_the_limit_displaces_the_oldest_idle_one(
+    serve: Callable[..., MetricsServer],
+) -> None:
+    server = serve(read_timeout=SAFETY_S, max_connections=4)
+    idle = [_connect(server) for _ in range(4)]
+    try:
+        assert _scrape(server).status_code == 200
+        assert _closed_by_server(idle[0])
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_64_concurrent_scrapers_are_all_served(metrics_server: MetricsServer) -> None:
+    with ThreadPoolExecutor(max_workers=64) as scrapers:
+        responses = list(scrapers.map(lambda _: _scrape(metrics_server), range(64)))
+    assert [r.status_code for r in responses] == [200] * 64
+    assert len({r.text.count("DCGM_FI_DEV_GPU_TEMP{") for r in responses}) == 1
+
+
+def test_oversized_requests_are_cut_off(metrics_server: MetricsServer) -> None:
+    long_line = b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n"
+    headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40))
+    many_headers = b"GET /metrics HTTP/1.1\r\n" + headers + b"\r\n"
+    for request in (long_line, many_headers):
+        with _connect(metrics_server) as sock:
+            try:
+                sock.sendall(request)
+            except (BrokenPipeError, ConnectionResetError):
+                continue  # cut off before all of it was sent
+            assert _closed_by_server(sock)
+    assert _scrape(metrics_server).status_code == 200
 
 
 @pytest.mark.slow

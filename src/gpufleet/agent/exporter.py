@@ -18,11 +18,15 @@ query written against it. `render` writes the same text format with the names as
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -282,46 +286,203 @@ def render(collectors: Iterable[Collector]) -> bytes:
     return "".join(out).encode()
 
 
+# A client has this long from connecting to send its whole request, and as long to take the answer.
+DEFAULT_READ_TIMEOUT = 10.0
+# Scrapes rendered at once; more wait for a free worker (a scrape reads NVML, which is quick).
+DEFAULT_WORKERS = 4
+# Open connections at most; a new one beyond it displaces the oldest still sending its request.
+DEFAULT_MAX_CONNECTIONS = 512
+LISTEN_BACKLOG = 128
+_MAX_LINE = 8 * 1024
+_MAX_HEAD = 32 * 1024
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _Exchange(BaseHTTPRequestHandler):
+    """One request, answered from its bytes into bytes: parsing, status lines and error pages are
+    http.server's; the sockets stay with the event loop, so no thread waits on a client."""
+
+    def __init__(self, head: bytes, client: tuple[str, int], render_now: Callable[[], bytes]) -> None:
+        self._head = head
+        self._render_now = render_now
+        no_socket: Any = None  # setup() below reads and writes buffers instead
+        super().__init__(no_socket, client, no_socket)
+
+    def setup(self) -> None:
+        self.rfile = io.BytesIO(self._head)
+        self.wfile = io.BytesIO()
+
+    def finish(self) -> None:
+        pass  # the answer stays readable in wfile
+
+    def answer(self) -> bytes:
+        out = self.wfile
+        assert isinstance(out, io.BytesIO)
+        return out.getvalue()
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send_error(404)
+            return
+        try:
+            body = self._render_now()
+        except Exception as exc:  # a failed scrape must not kill the server
+            log.exception("scrape failed")
+            self.send_error(500, str(exc))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("metrics: " + format, *args)
+
+
+def _answer(head: bytes, client: tuple[str, int], render_now: Callable[[], bytes]) -> bytes:
+    return _Exchange(head, client, render_now).answer()
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """The request line and headers, up to the blank line; None if the client closed first."""
+    head = bytearray()
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError as exc:  # a line longer than the reader's limit
+            raise _HeadTooLarge from exc
+        if not line.endswith(b"\n"):
+            return None
+        head += line
+        if len(head) > _MAX_HEAD:
+            raise _HeadTooLarge
+        if line in (b"\r\n", b"\n"):
+            return bytes(head)
+
+
 class MetricsServer:
-    """Serves `render(collectors)` on /metrics from a daemon thread."""
+    """Serves `render(collectors)` on /metrics from an event loop in a daemon thread.
+
+    Connections cost no thread: the loop reads each request and writes each answer, and only
+    rendering runs on a small pool of workers. A client that has not sent its whole request within
+    `read_timeout` of connecting, or has not taken the answer within as long again, is disconnected,
+    so idle or slow clients cannot pile up; past `max_connections` the oldest still sending its
+    request makes room. One request per connection, answered with HTTP/1.0 as before.
+    """
 
     def __init__(
-        self, collectors: Sequence[Collector], *, port: int = DEFAULT_PORT, address: str = ""
+        self,
+        collectors: Sequence[Collector],
+        *,
+        port: int = DEFAULT_PORT,
+        address: str = "",
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        workers: int = DEFAULT_WORKERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         def render_now() -> bytes:
             return render(collectors)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                try:
-                    body = render_now()
-                except Exception as exc:  # a failed scrape must not kill the server
-                    log.exception("scrape failed")
-                    self.send_error(500, str(exc))
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("metrics: " + format, *args)
-
-        self._httpd = ThreadingHTTPServer((address, port), Handler)
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="gpufleet-metrics", daemon=True
-        )
+        self._render_now = render_now
+        self.read_timeout = read_timeout
+        self._max_connections = max_connections
+        # Bound here so that a port in use fails the constructor, as the caller expects.
+        self._socket = socket.create_server((address, port), backlog=LISTEN_BACKLOG)
+        self.port: int = self._socket.getsockname()[1]
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpufleet-metrics-render")
+        self._loop = asyncio.new_event_loop()
+        self._stopping = asyncio.Event()
+        # Open connections in the order they came, each with whether it is still sending its request.
+        self._connections: dict[asyncio.Task[Any], bool] = {}
+        self._thread = threading.Thread(target=self._run, name="gpufleet-metrics", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
         log.info("metrics on :%d/metrics", self.port)
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join()
+        else:  # never started
+            self._socket.close()
+            self._loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        server = await asyncio.start_server(self._on_connection, sock=self._socket, limit=_MAX_LINE)
+        await self._stopping.wait()
+        server.close()
+        # Every connection's task, also those accepted but not yet run, so that none is left pending.
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+    def _make_room(self) -> bool:
+        """Whether a new connection may stay, after displacing the oldest still sending a request."""
+        if len(self._connections) < self._max_connections:
+            return True
+        oldest = next((task for task, reading in self._connections.items() if reading), None)
+        if oldest is None:
+            return False
+        oldest.cancel()
+        del self._connections[oldest]
+        return True
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if not self._make_room():
+            writer.transport.abort()
+            return
+        self._connections[task] = True
+        # drain() then returns only once everything is with the kernel, so that closing never leaves
+        # an answer behind for a client that stopped reading.
+        writer.transport.set_write_buffer_limits(high=0)
+        answered = False
+        try:
+            answered = await self._exchange(task, reader, writer)
+        except (TimeoutError, ConnectionError, asyncio.CancelledError, _HeadTooLarge):
+            # An idle, slow or vanished client, the server stopping, or a request head larger than
+            # any scraper's: disconnect. The last gets no 431, since closing with its rest unread
+            # resets the connection, and the client would likely see the reset, not the answer.
+            pass
+        finally:
+            self._connections.pop(task, None)
+            if answered:
+                writer.close()
+            else:
+                writer.transport.abort()
+
+    async def _exchange(
+        self, task: asyncio.Task[Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Reads one request and sends its answer; False if the client closed before asking."""
+        async with asyncio.timeout(self.read_timeout):
+            head = await _read_head(reader)
+        if head is None:
+            return False
+        self._connections[task] = False
+        peer = writer.get_extra_info("peername")
+        client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else ("", 0)
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._pool, _answer, head, client, self._render_now)
+        await self._send(writer, answer)
+        return True
+
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        async with asyncio.timeout(self.read_timeout):
+            await writer.drain()

@@ -13,6 +13,7 @@ from gpufleet.agent.deviceplugin.resources import Resource, build_resources
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH, PluginManager
 from gpufleet.agent.exporter import (
     DEFAULT_PORT,
+    DEFAULT_READ_TIMEOUT,
     POD_RESOURCES_SOCKET,
     DcgmCollector,
     MetricsServer,
@@ -51,6 +52,7 @@ class Agent:
         plugin_dir: str | Path = DEVICE_PLUGIN_PATH,
         metrics_port: int | None = DEFAULT_PORT,
         metrics_address: str = "",
+        metrics_read_timeout: float = DEFAULT_READ_TIMEOUT,
         pod_resources_socket: str | Path = POD_RESOURCES_SOCKET,
         feature_file: str | Path | None = None,
         node_labeler: NodeLabeler | None = None,
@@ -78,7 +80,12 @@ class Agent:
             pod_resources=PodResourcesClient(pod_resources_socket),
         )
         self.metrics = (
-            MetricsServer([self.collector], port=metrics_port, address=metrics_address)
+            MetricsServer(
+                [self.collector],
+                port=metrics_port,
+                address=metrics_address,
+                read_timeout=metrics_read_timeout,
+            )
             if metrics_port is not None
             else None
         )
