@@ -111,3 +111,33 @@ def test_shared_informers_are_one_per_resource(api: FakeApiServer) -> None:
     assert informers.wait_for_sync(5)
     assert informers.informer(POD).get("a/p") is not None
     stop.set()
+
+
+def test_a_handler_that_raised_is_told_again_and_counted(api: FakeApiServer) -> None:
+    from gpufleet.kube.informer import HANDLER_ERRORS
+
+    api.put("/api/v1/nodes", node("a"))
+    informer = Informer(api, NODE, watch_seconds=1)
+    fails = {"a": 1}
+    seen: list[tuple[str, str, str]] = []
+
+    def flaky(event: str, old: dict | None, new: dict | None) -> None:
+        name = (new or old or {})["metadata"]["name"]
+        if fails.get(name):
+            fails[name] -= 1
+            raise RuntimeError("a handler bug")
+        seen.append((event, name, ((new or {}).get("metadata", {}).get("labels") or {}).get("rack", "")))
+
+    others = recorder(informer)
+    informer.add_handler(flaky)
+    before = HANDLER_ERRORS.labels("nodes")._value.get()
+    informer.relist()
+    assert seen == [] and others == [("ADDED", "a")]  # the other handler was not held up
+    assert HANDLER_ERRORS.labels("nodes")._value.get() == before + 1
+    api.request("PATCH", "/api/v1/nodes/a", body={"metadata": {"labels": {"rack": "r1"}}},
+                content_type="application/merge-patch+json")  # fmt: skip
+    fails["a"] = 1  # fails on the change too
+    api.put("/api/v1/nodes", node("b"))
+    informer.step()
+    # b came after: at that line, a is handed over again as it is now, with the change it missed.
+    assert ("MODIFIED", "a", "r1") in seen and ("ADDED", "b", "") in seen

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter
+
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.transport import ApiError, Json, Transport
 
@@ -28,6 +30,12 @@ Handler = Callable[[str, Json | None, Json | None], None]
 """Called as `handler(event, old, new)` with event ADDED (old None), MODIFIED or DELETED (new None)."""
 
 WATCH_SECONDS = 300
+
+HANDLER_ERRORS = Counter(
+    "gpufleet_informer_handler_errors",
+    "Informer handlers that raised on an object (each such object is handed to them again).",
+    ["resource"],
+)
 
 
 def key_of(obj: Json) -> str:
@@ -82,6 +90,8 @@ class Informer:
         self._lock = threading.RLock()
         self._items: dict[str, Json] = {}
         self._handlers: list[Handler] = []
+        self._failed: dict[str, list[Handler]] = {}
+        """Objects (by key) a handler raised on, and those handlers: told again until they take it."""
         self._synced = threading.Event()
         self.resource_version: str | None = None
         self.relists = 0
@@ -152,6 +162,7 @@ class Informer:
         path = self.resource.collection(self._namespace)
         for line in self._api.watch(path, query=query, timeout=self._watch_seconds + 10):
             self._apply(line)
+            self.resync_failed()
             if stop is not None and stop.is_set():
                 return
 
@@ -196,17 +207,47 @@ class Informer:
                 self._fire("ADDED" if before is None else "MODIFIED", before, obj)
             self.resource_version = version or self.resource_version
 
+    def resync_failed(self) -> None:
+        """Hands each object a handler raised on to that handler again, as it is now, so what the handler
+        keeps does not drift from the server until the next relist."""
+        if not self._failed:
+            return
+        with self._lock:
+            failed, self._failed = self._failed, {}
+            for key, handlers in failed.items():
+                current = self._items.get(key)
+                for handler in handlers:
+                    if current is None:
+                        self._call(handler, key, "DELETED", _stub(key, self.resource), None)
+                    else:
+                        self._call(handler, key, "MODIFIED", None, current)
+
     def _fire(self, event: str, old: Json | None, new: Json | None) -> None:
+        key = key_of(new or old or {"metadata": {"name": ""}})
         for handler in self._handlers:
-            try:
-                handler(event, old, new)
-            except Exception:  # one broken handler must not stop the cache from following the server
-                log.exception("%s: handler failed on %s", self.resource.plural, event)
+            self._call(handler, key, event, old, new)
+
+    def _call(self, handler: Handler, key: str, event: str, old: Json | None, new: Json | None) -> None:
+        try:
+            handler(event, old, new)
+        except Exception:  # one broken handler must not stop the cache from following the server
+            HANDLER_ERRORS.labels(self.resource.plural).inc()
+            log.exception("%s: handler failed on %s %s; it is told again", self.resource.plural, event, key)
+            waiting = self._failed.setdefault(key, [])
+            if handler not in waiting:
+                waiting.append(handler)
 
     def _pause(self, stop: threading.Event, exc: BaseException) -> None:
         delay = self._backoff.delay()
         log.warning("%s: %s; retrying in %.1fs", self.resource.plural, exc, delay)
         stop.wait(delay)
+
+
+def _stub(key: str, resource: ResourceType) -> Json:
+    """An object gone from the cache, known only by its key (for a DELETED told again)."""
+    namespace, _, name = key.rpartition("/")
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": meta}
 
 
 def _with_kind(obj: Json, resource: ResourceType) -> Json:
