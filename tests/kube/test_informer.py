@@ -141,3 +141,21 @@ def test_a_handler_that_raised_is_told_again_and_counted(api: FakeApiServer) -> 
     informer.step()
     # b came after: at that line, a is handed over again as it is now, with the change it missed.
     assert ("MODIFIED", "a", "r1") in seen and ("ADDED", "b", "") in seen
+
+
+def test_the_first_list_is_served_from_the_watch_cache_and_a_relist_reads_through(api: FakeApiServer) -> None:
+    asked: list[dict] = []
+
+    class Recording:
+        def request(self, method: str, path: str, **kwargs: object) -> dict:
+            if method == "GET":
+                asked.append(dict(kwargs.get("query") or {}))  # type: ignore[call-overload]
+            return api.request(method, path, **kwargs)  # type: ignore[arg-type]
+
+        def watch(self, path: str, **kwargs: object) -> object:
+            return api.watch(path, **kwargs)  # type: ignore[arg-type]
+
+    informer = Informer(Recording(), NODE, watch_seconds=1)  # type: ignore[arg-type]
+    informer.relist()
+    informer.relist()  # what a 410 Gone leads to
+    assert asked == [{"resourceVersion": "0"}, {}]

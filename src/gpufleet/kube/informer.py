@@ -167,10 +167,16 @@ class Informer:
                 return
 
     def relist(self) -> None:
-        """Replaces the cache with a fresh list, telling handlers what changed."""
-        answer = self._api.request(
-            "GET", self.resource.collection(self._namespace), query=dict(self._selectors)
-        )
+        """Replaces the cache with a fresh list, telling handlers what changed.
+
+        The first list is served from the API server's watch cache (`resourceVersion=0`), as
+        client-go's reflector asks: far cheaper for the server than a read through to etcd, and the
+        watch from its resourceVersion delivers whatever it lacked. A relist after 410 Gone reads
+        through, since the cache being too old is what 410 said."""
+        query: dict[str, str | int | bool] = dict(self._selectors)
+        if not self.synced:
+            query["resourceVersion"] = "0"
+        answer = self._api.request("GET", self.resource.collection(self._namespace), query=query)
         fresh = {key_of(item): _with_kind(item, self.resource) for item in answer.get("items", [])}
         with self._lock:
             old = self._items
