@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.serve import ApiServer
 from gpufleet.store import SqliteStore
 
 
@@ -40,3 +42,18 @@ def team_client(client: TestClient, tokens: TokenRegistry) -> Callable[[str], Te
         return other
 
     return make
+
+
+@pytest.fixture
+def live_server(store: SqliteStore, tokens: TokenRegistry, tmp_path: Path) -> Iterator[ApiServer]:
+    """The app served by uvicorn on a free loopback port, in a thread, for as long as a test runs."""
+    server = ApiServer(create_app(store, tokens), state_dir=tmp_path, port=0)
+    server.bind()
+    thread = threading.Thread(target=server.run, name="test-api-server", daemon=True)
+    thread.start()
+    try:
+        assert server.started.wait(30), "the server did not start"
+        yield server
+    finally:
+        server.stop()
+        thread.join(timeout=30)

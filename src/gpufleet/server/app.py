@@ -16,17 +16,16 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic.json_schema import models_json_schema
 
 from gpufleet.api.errors import NotFoundError, ValidationError
-from gpufleet.api.resource import API_VERSION, KindInfo, kind_info, registered_kinds
+from gpufleet.api.resource import API_VERSION, KindInfo, Resource, kind_info, registered_kinds
 from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
-from gpufleet.server.bodies import documents, parse_documents
+from gpufleet.server.bodies import all_objects, with_body
 from gpufleet.server.errors import ForbiddenError, install_error_handlers
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes
@@ -126,13 +125,21 @@ def create_app(
         summary="Apply many objects, all or none",
         openapi_extra=_apply_body(kinds),
     )
-    async def apply(request: Request, who: Who) -> dict[str, Any]:
-        objects = parse_documents(documents(await request.body(), request.headers.get("content-type")))
-        unserved = [obj for obj in objects if obj.kind in _NOT_SERVED]
-        if unserved:
-            raise ValidationError(f"{unserved[0].kind} objects are not stored", obj=unserved[0].describe())
-        applied = await run_in_threadpool(ops.apply, who, objects)
-        return {"items": [{"action": a.action, "object": a.object.to_dict()} for a in applied]}
+    async def apply(request: Request, who: Who) -> JSONResponse:
+        def write(objects: list[Resource]) -> JSONResponse:
+            unserved = [obj for obj in objects if obj.kind in _NOT_SERVED]
+            if unserved:
+                raise ValidationError(
+                    f"{unserved[0].kind} objects are not stored", obj=unserved[0].describe()
+                )
+            applied = ops.apply(who, objects)
+            # Encoded here, in the worker thread: an apply of thousands of objects answers with
+            # them all, which would stall every other client if encoded on the event loop.
+            return JSONResponse(
+                {"items": [{"action": a.action, "object": a.object.to_dict()} for a in applied]}
+            )
+
+        return await with_body(request, all_objects, write)
 
     @app.get("/v1/changes", tags=["server"], summary="Changes after a resourceVersion (long poll)")
     def changes(

@@ -1,22 +1,89 @@
-"""Request bodies: JSON or YAML (one or many documents) in, validated objects out."""
+"""Request bodies: JSON or YAML (one or many documents) in, validated objects out.
+
+A body is read with a running count (`read_body`), so one over `MAX_BODY_BYTES` is refused as soon
+as it passes the limit, not after the server has taken all of it in. Parsing a large YAML takes
+seconds of CPU: `with_body` parses in a worker thread, so the event loop goes on serving others
+meanwhile, and large bodies queue for a few parser threads (`off_loop`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import anyio.to_thread
 import yaml
+from anyio import CapacityLimiter
+from anyio.lowlevel import RunVar
+from starlette.requests import Request
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import parse_object
-from gpufleet.server.errors import BadRequestError
+from gpufleet.server.errors import BadRequestError, PayloadTooLargeError
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+PARSERS = 4
+"""Bodies parsed at once; more wait their turn without a thread, so that large bodies cannot take
+every worker thread from the reads and writes of other clients."""
+SMALL_BODY = 16 * 1024
+"""Bodies up to this size (tens of milliseconds of parsing at most, as YAML) are parsed and acted on
+in one worker-thread call, which saves a hop between threads on every ordinary request; only larger
+ones queue for the parsers."""
 MAX_DEPTH = 64
 MAX_VALUES = 200_000
 _YAML_TYPES = ("yaml", "yml")
+
+
+_parsers: RunVar[CapacityLimiter] = RunVar("gpufleet_body_parsers")
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, refused with 413 as soon as it is known to exceed `limit` bytes.
+
+    A declared Content-Length over the limit is refused before any of the body is read; a chunked
+    body is counted as it arrives and refused at the chunk that passes the limit, the rest unread.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"the body is larger than {limit} bytes")
+
+
+async def off_loop(parse: Callable[..., T], *args: Any) -> T:
+    """`parse(*args)` in a worker thread, at most `PARSERS` at a time (per event loop)."""
+    try:
+        limiter = _parsers.get()
+    except LookupError:
+        limiter = CapacityLimiter(PARSERS)
+        _parsers.set(limiter)
+    return await anyio.to_thread.run_sync(parse, *args, limiter=limiter)
+
+
+async def with_body(request: Request, parse: Callable[[bytes, str | None], T], act: Callable[[T], R]) -> R:
+    """Reads the request's body (within the limit), parses it and acts on the result, all off the
+    event loop: a body of up to `SMALL_BODY` bytes in one worker-thread call, a larger one parsed
+    first among the few parsers `off_loop` allows."""
+    body = await read_body(request)
+    content_type = request.headers.get("content-type")
+    if len(body) <= SMALL_BODY:
+        return await anyio.to_thread.run_sync(lambda: act(parse(body, content_type)))
+    parsed = await off_loop(parse, body, content_type)
+    return await anyio.to_thread.run_sync(act, parsed)
 
 
 def documents(body: bytes, content_type: str | None) -> list[Any]:
@@ -24,8 +91,8 @@ def documents(body: bytes, content_type: str | None) -> list[Any]:
 
     YAML is read when the content type says so; a body without a content type may be either.
     """
-    if len(body) > MAX_BODY_BYTES:
-        raise BadRequestError(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    if len(body) > MAX_BODY_BYTES:  # read_body refuses it first; this guards other callers
+        raise _too_large(MAX_BODY_BYTES)
     media = (content_type or "").split(";")[0].strip().lower()
     try:
         text = body.decode("utf-8")
@@ -107,6 +174,11 @@ def parse_documents(docs: list[Any]) -> list[Resource]:
             raise ValidationError("appears twice in one request", obj=obj.describe())
         seen.add(key)
     return objects
+
+
+def all_objects(body: bytes, content_type: str | None) -> list[Resource]:
+    """Every object of a body sent to /v1/apply."""
+    return parse_documents(documents(body, content_type))
 
 
 def one_object(body: bytes, content_type: str | None, info: KindInfo, namespace: str | None) -> Resource:

@@ -42,9 +42,14 @@ class ForbiddenError(GpuFleetError):
     """A valid token that may not do this (e.g. a queue's token touching another queue's objects)."""
 
 
+class PayloadTooLargeError(GpuFleetError):
+    """A request body over the server's limit; refused before the rest of it is read."""
+
+
 # Most specific first: QuantityError is a ValidationError, every one of them a GpuFleetError.
 _STATUS: tuple[tuple[type[GpuFleetError], int], ...] = (
     (BadRequestError, 400),
+    (PayloadTooLargeError, 413),
     (UnauthorizedError, 401),
     (ForbiddenError, 403),
     (NotFoundError, 404),
@@ -85,6 +90,10 @@ def error_response(exc: GpuFleetError) -> JSONResponse:
     status = status_of(exc)
     body = error_body(type(exc).__name__, exc.detail, status, obj=exc.obj, field=exc.field)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 413:
+        # The rest of the body is still coming: closing the connection is the only way not to read
+        # it (the server would otherwise drain it to keep the connection for the next request).
+        headers = {"Connection": "close"}
     return AsciiJSONResponse(body, status_code=status, headers=headers)
 
 

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server.auth import Principal
-from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body
+from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body, with_body
 from gpufleet.server.operations import Operations, check_namespace
 
 PREFIX = f"/apis/{API_VERSION}"
@@ -40,7 +40,10 @@ Timeout = Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WATCH_SECO
 
 
 def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate: Authenticate) -> None:
-    """Registers the paths of one kind."""
+    """Registers the paths of one kind.
+
+    Every body is read with its size limit enforced as it arrives and parsed in a worker thread.
+    """
     Who = Annotated[Principal, Depends(authenticate)]
     tag: list[str | Enum] = [info.kind]
     body = _body_schema(info)
@@ -73,10 +76,11 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
         return await run_in_threadpool(ops.list_objects, who, info, namespace, label_selector)
 
     async def create(request: Request, who: Who, namespace: str | None = None) -> JSONResponse:
-        obj = one_object(await request.body(), request.headers.get("content-type"), info, namespace)
-        check_namespace(info, obj, namespace, None)
-        created = await run_in_threadpool(ops.create, who, obj)
-        return JSONResponse(created.to_dict(), status_code=201)
+        def write(obj: Resource) -> JSONResponse:
+            check_namespace(info, obj, namespace, None)
+            return JSONResponse(ops.create(who, obj).to_dict(), status_code=201)
+
+        return await with_body(request, _parser(info, namespace), write)
 
     async def get(name: str, who: Who, namespace: str | None = None) -> dict[str, Any]:
         obj = await run_in_threadpool(ops.get, who, info, name, namespace)
@@ -87,23 +91,27 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
         return _status_view(obj)
 
     async def put(name: str, request: Request, who: Who, namespace: str | None = None) -> JSONResponse:
-        obj = one_object(await request.body(), request.headers.get("content-type"), info, namespace)
-        check_namespace(info, obj, namespace, name)
-        applied = await run_in_threadpool(ops.put, who, obj)
-        code = 201 if applied.action == "created" else 200
-        return JSONResponse(
-            applied.object.to_dict(), status_code=code, headers={"X-Gpufleet-Action": applied.action}
-        )
+        def write(obj: Resource) -> JSONResponse:
+            check_namespace(info, obj, namespace, name)
+            applied = ops.put(who, obj)
+            code = 201 if applied.action == "created" else 200
+            return JSONResponse(
+                applied.object.to_dict(), status_code=code, headers={"X-Gpufleet-Action": applied.action}
+            )
+
+        return await with_body(request, _parser(info, namespace), write)
 
     async def put_status(name: str, request: Request, who: Who, namespace: str | None = None) -> Any:
-        doc = status_body(await request.body(), request.headers.get("content-type"), info, patch=False)
-        written = await run_in_threadpool(ops.write_status, who, info, name, namespace, doc, patch=False)
-        return _status_view(written)
+        def write(doc: dict[str, Any]) -> dict[str, Any]:
+            return _status_view(ops.write_status(who, info, name, namespace, doc, patch=False))
+
+        return await with_body(request, _status_parser(info, patch=False), write)
 
     async def patch_status(name: str, request: Request, who: Who, namespace: str | None = None) -> Any:
-        doc = status_body(await request.body(), request.headers.get("content-type"), info, patch=True)
-        written = await run_in_threadpool(ops.write_status, who, info, name, namespace, doc, patch=True)
-        return _status_view(written)
+        def write(doc: dict[str, Any]) -> dict[str, Any]:
+            return _status_view(ops.write_status(who, info, name, namespace, doc, patch=True))
+
+        return await with_body(request, _status_parser(info, patch=True), write)
 
     async def delete(
         name: str, who: Who, namespace: str | None = None, resource_version: Version = None
@@ -198,6 +206,14 @@ async def _watch(
 def _lines(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
     for event in events:
         yield json.dumps(event).encode() + b"\n"
+
+
+def _parser(info: KindInfo, namespace: str | None) -> Callable[[bytes, str | None], Resource]:
+    return lambda body, content_type: one_object(body, content_type, info, namespace)
+
+
+def _status_parser(info: KindInfo, *, patch: bool) -> Callable[[bytes, str | None], dict[str, Any]]:
+    return lambda body, content_type: status_body(body, content_type, info, patch=patch)
 
 
 def _status_view(obj: Resource) -> dict[str, Any]:
