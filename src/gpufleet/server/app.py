@@ -6,16 +6,21 @@ POST /v1/apply                          many objects (JSON list or multi-documen
 GET  /v1/changes                        the change log after a resourceVersion (long poll)
 POST /v1/tokens                         a queue-scoped token (admin only)
 GET  /v1/whoami                         what the caller's token may do
+GET  /v1/stats                          open watches and long polls, memory, threads (admin only)
 GET  /openapi.json, /docs               the OpenAPI document and its browser
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time.
-from collections.abc import Awaitable, Callable
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+import psutil
 import pydantic
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -26,9 +31,12 @@ from gpufleet.api.resource import API_VERSION, KindInfo, Resource, kind_info, re
 from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import all_objects, with_body
+from gpufleet.server.changefeed import ChangeFeed, Interest
 from gpufleet.server.errors import ForbiddenError, install_error_handlers
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes
+from gpufleet.server.stamp import StampTime
+from gpufleet.server.watches import LONG_POLLS, WATCHES, unless_disconnected
 from gpufleet.store.protocol import Store
 
 TIME_HEADER = "X-Gpufleet-Time"
@@ -83,18 +91,16 @@ def create_app(
         description="The embedded control plane's API: Kubernetes-style paths for gpufleet's kinds.",
     )
     install_error_handlers(app)
-    clock = now or (lambda: datetime.now(UTC))
-
-    @app.middleware("http")
-    async def stamp_time(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        response.headers[TIME_HEADER] = clock().isoformat()
-        return response
+    app.add_middleware(StampTime, header=TIME_HEADER, clock=now or (lambda: datetime.now(UTC)))
 
     ops = Operations(store)
+    feed = ChangeFeed(store)
+    app.state.feed = feed
     bearer = HTTPBearer(auto_error=False, description="The admin token or a queue's token.")
 
-    def authenticate(
+    # Coroutines, not functions: FastAPI runs a plain function in a worker thread, and every request
+    # would wait for a thread just to check its token.
+    async def authenticate(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> Principal:
         header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
@@ -104,11 +110,11 @@ def create_app(
     kinds = served_kinds()
 
     @app.get("/healthz", tags=["server"])
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get(PREFIX, tags=["server"], summary="The kinds this server serves")
-    def discovery(who: Who) -> dict[str, Any]:
+    async def discovery(who: Who) -> dict[str, Any]:
         return {
             "kind": "APIResourceList",
             "groupVersion": API_VERSION,
@@ -116,8 +122,20 @@ def create_app(
         }
 
     @app.get("/v1/whoami", tags=["server"], summary="What the caller's token may do")
-    def whoami(who: Who) -> dict[str, Any]:
+    async def whoami(who: Who) -> dict[str, Any]:
         return {"admin": who.admin, "queue": who.queue}
+
+    @app.get("/v1/stats", tags=["server"], summary="Open watches and long polls, memory and threads")
+    async def stats(who: Who) -> dict[str, Any]:
+        if not who.admin:
+            raise ForbiddenError(f"{who.describe()} may not read the server's stats")
+        return {
+            "watches": feed.clients(WATCHES),
+            "longPolls": feed.clients(LONG_POLLS),
+            "feedFollowing": feed.following,
+            "rssBytes": psutil.Process().memory_info().rss,
+            "threads": threading.active_count(),
+        }
 
     @app.post(
         "/v1/apply",
@@ -142,19 +160,34 @@ def create_app(
         return await with_body(request, all_objects, write)
 
     @app.get("/v1/changes", tags=["server"], summary="Changes after a resourceVersion (long poll)")
-    def changes(
+    async def changes(
+        request: Request,
         who: Who,
         kind: Annotated[list[str] | None, Query(max_length=32)] = None,
         namespace: Annotated[str | None, Query(max_length=253)] = None,
         resource_version: Annotated[str | None, Query(alias="resourceVersion", max_length=32)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS)] = 100,
         timeout_seconds: Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WATCH_SECONDS)] = 0.0,
-    ) -> dict[str, Any]:
+    ) -> Response:
         infos = [_served(name) for name in kind or ()]
-        events, cursor = ops.events(
-            who, infos, since=resource_version, namespace=namespace, limit=limit, timeout=timeout_seconds
-        )
-        return {"resourceVersion": cursor, "items": [event_dict(event) for event in events]}
+        interest = Interest(frozenset(info.kind for info in infos) or None, namespace)
+        deadline = time.monotonic() + timeout_seconds
+
+        def page(since: str | None) -> tuple[list[dict[str, Any]], str]:
+            # In a worker thread: the store read, and each event turned into its JSON form.
+            events, cursor = ops.events(who, infos, since=since, namespace=namespace, limit=limit)
+            return [event_dict(event) for event in events], cursor
+
+        with feed.client(LONG_POLLS):
+            items, cursor = await run_in_threadpool(page, resource_version)
+            while not items and (remaining := deadline - time.monotonic()) > 0:
+                # Nothing the caller may read yet: wait on the feed, not in a thread, and stop
+                # waiting if the caller goes away.
+                waiting = feed.wait(int(cursor), interest, remaining)
+                if not await unless_disconnected(request.receive, waiting):
+                    return Response(status_code=204)  # nobody is left to read it
+                items, cursor = await run_in_threadpool(page, cursor)
+        return JSONResponse({"resourceVersion": cursor, "items": items})
 
     @app.post("/v1/tokens", tags=["server"], status_code=201, summary="Create a queue-scoped token")
     def create_token(request: TokenRequest, who: Who) -> JSONResponse:
@@ -180,7 +213,7 @@ def create_app(
         return JSONResponse({"accepted": request.model_dump()}, status_code=202)
 
     for info in kinds:
-        add_kind_routes(app, ops, info, authenticate)
+        add_kind_routes(app, ops, feed, info, authenticate)
     _add_kind_schemas(app, kinds)
     return app
 

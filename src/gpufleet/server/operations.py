@@ -9,7 +9,7 @@ request is applied whole or not at all, even if the process is killed part-way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +19,7 @@ from gpufleet.api.validation import parse_object
 from gpufleet.server import access, admission
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import merge_patch
-from gpufleet.store.protocol import Store, Watch, WatchEvent
+from gpufleet.store.protocol import Store, WatchEvent
 
 Action = Literal["created", "configured", "unchanged"]
 MAX_EVENTS = 1000
@@ -53,7 +53,7 @@ class Operations:
     ) -> dict[str, Any]:
         access.check_kind_readable(principal, info)
         result = self.store.list(info.kind, namespace=namespace, label_selector=selector)
-        readable = self._reader(principal)
+        readable = self.reader(principal)
         items = [obj.to_dict() for obj in result.items if readable(obj)]
         return {
             "apiVersion": API_VERSION,
@@ -157,63 +157,45 @@ class Operations:
         since: str | None,
         namespace: str | None,
         limit: int,
-        timeout: float,
     ) -> tuple[list[WatchEvent], str]:
-        """Events after `since` (None: the latest `limit`) and where to continue from.
-
-        With a timeout, waits until at least one event is there (a long poll).
-        """
+        """Events after `since` (None: the latest `limit`) and where to continue from; no waiting
+        (a long poll waits on the change feed between two of these)."""
         for info in kinds:
             access.check_kind_readable(principal, info)
         if since is not None:
             check_version(since)
         names = [info.kind for info in kinds] or None
         limit = max(1, min(limit, MAX_EVENTS))
-        # Read the head first: every event up to it is in the answer below, so continuing from it
-        # misses nothing even when writes happen meanwhile.
-        head = self.store.resource_version
-        start = since if since is not None else str(max(0, int(head) - limit))
-        events = self.store.events_since(start, kinds=names, namespace=namespace, limit=limit)
-        if events:
-            last = events[-1].resource_version
-            # A full page may stop short of the head; otherwise the answer covers up to the head.
-            cursor = str(last if len(events) == limit else max(last, int(head)))
-        elif timeout > 0:
-            events, cursor = self._wait_for_events(start, names, namespace, limit, timeout)
-        else:
-            cursor = str(max(int(head), int(start)))
-        readable = self._reader(principal)
-        return [e for e in events if readable(e.object)], cursor
+        head = int(self.store.resource_version)
+        start = int(since) if since is not None else max(0, head - limit)
+        events, cursor = self._page(names, namespace, start, limit, head)
+        readable = self.reader(principal)
+        return [e for e in events if readable(e.object)], str(cursor)
 
-    def watch(
-        self,
-        principal: Principal,
-        info: KindInfo,
-        *,
-        since: str | None,
-        namespace: str | None,
-        timeout: float,
-    ) -> Iterator[dict[str, Any]]:
-        """Watch events as JSON-ready dicts, then a BOOKMARK with where to resume."""
+    def start_watch(
+        self, principal: Principal, info: KindInfo, *, since: str | None, namespace: str | None
+    ) -> int:
+        """Where a watch of the kind starts: after `since`, or after the latest change.
+
+        Checked before the answer starts, so that a bad or compacted resourceVersion is a 4xx rather
+        than a broken stream.
+        """
         access.check_kind_readable(principal, info)
-        if since is not None:
-            check_version(since)
-            # Raises GoneError now, before the answer starts, if `since` was compacted away.
-            self.store.events_since(since, kinds=[info.kind], namespace=namespace, limit=1)
-        watch = self.store.watch(kinds=[info.kind], namespace=namespace, since=since, timeout=timeout)
-        # No memo across a long watch: an object deleted and made again in another queue must be
-        # read afresh for the Events about it.
-        return _stream(watch, lambda obj: access.may_read(principal, obj, self._lookup))
+        if since is None:
+            return int(self.store.resource_version)
+        version = check_version(since)
+        # Raises GoneError now if `since` was compacted away.
+        self.store.events_since(since, kinds=[info.kind], namespace=namespace, limit=1)
+        return version
 
-    # ------------------------------------------------------------------------------- internals
+    def read_events(
+        self, kinds: Collection[str] | None, namespace: str | None, after: int, limit: int
+    ) -> tuple[list[WatchEvent], int]:
+        """Up to `limit` events after `after` (unfiltered by principal) and the cursor after them."""
+        head = int(self.store.resource_version)
+        return self._page(sorted(kinds) if kinds is not None else None, namespace, after, limit, head)
 
-    def _lookup(self, kind: str, name: str, namespace: str | None) -> Resource | None:
-        try:
-            return self.store.get(kind, name, namespace)
-        except NotFoundError:
-            return None
-
-    def _reader(self, principal: Principal) -> Callable[[Resource], bool]:
+    def reader(self, principal: Principal) -> Callable[[Resource], bool]:
         """`access.may_read` for one answer: the objects Events are about are read once each."""
         seen: dict[tuple[str, str, str | None], Resource | None] = {}
 
@@ -225,24 +207,27 @@ class Operations:
 
         return lambda obj: access.may_read(principal, obj, lookup)
 
+    # ------------------------------------------------------------------------------- internals
+
+    def _lookup(self, kind: str, name: str, namespace: str | None) -> Resource | None:
+        try:
+            return self.store.get(kind, name, namespace)
+        except NotFoundError:
+            return None
+
     def _find(self, obj: Resource) -> Resource | None:
         return self._lookup(obj.kind, obj.name, obj.namespace)
 
-    def _wait_for_events(
-        self, since: str, kinds: list[str] | None, namespace: str | None, limit: int, timeout: float
-    ) -> tuple[list[WatchEvent], str]:
-        watch = self.store.watch(kinds=kinds, namespace=namespace, since=since, timeout=timeout)
-        try:
-            first = next(iter(watch), None)
-            if first is None:
-                return [], watch.resource_version
-        finally:
-            watch.close()
-        rest = self.store.events_since(
-            first.resource_version, kinds=kinds, namespace=namespace, limit=limit - 1
-        )
-        events = [first, *rest]
-        return events, str(events[-1].resource_version)
+    def _page(
+        self, kinds: list[str] | None, namespace: str | None, start: int, limit: int, head: int
+    ) -> tuple[list[WatchEvent], int]:
+        # `head` is read before the events: every event up to it is in the answer below (or did
+        # not match), so continuing from the cursor misses nothing even when writes happen meanwhile.
+        events = self.store.events_since(start, kinds=kinds, namespace=namespace, limit=limit)
+        if events and len(events) == limit:  # a full page may stop short of the head
+            return events, events[-1].resource_version
+        last = events[-1].resource_version if events else start
+        return events, max(last, head, start)
 
 
 def _action(existing: Resource | None, result: Resource) -> Action:
@@ -251,16 +236,6 @@ def _action(existing: Resource | None, result: Resource) -> Action:
     if existing.metadata.resource_version == result.metadata.resource_version:
         return "unchanged"
     return "configured"
-
-
-def _stream(watch: Watch, readable: Callable[[Resource], bool]) -> Iterator[dict[str, Any]]:
-    try:
-        for event in watch:
-            if readable(event.object):
-                yield {"type": event.type, "object": event.object.to_dict()}
-        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": watch.resource_version}}}
-    finally:
-        watch.close()
 
 
 def event_dict(event: WatchEvent) -> dict[str, Any]:

@@ -14,24 +14,25 @@ from one `{plural}` pattern, so that the OpenAPI document gives each path its ki
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at run
 # time, and those that name the per-app dependency are local to `add_kind_routes`.
 import inspect
-import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body, with_body
+from gpufleet.server.changefeed import ChangeFeed, Interest
 from gpufleet.server.operations import Operations, check_namespace
+from gpufleet.server.watches import EventStream, watch_lines
 
 PREFIX = f"/apis/{API_VERSION}"
 MAX_WATCH_SECONDS = 600.0
 
-Authenticate = Callable[..., Principal]
+Authenticate = Callable[..., Awaitable[Principal]]
 Endpoint = Callable[..., Awaitable[Any]]
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
 Watch = Annotated[bool, Query()]
@@ -39,10 +40,13 @@ Version = Annotated[str | None, Query(alias="resourceVersion", max_length=32)]
 Timeout = Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WATCH_SECONDS)]
 
 
-def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate: Authenticate) -> None:
+def add_kind_routes(
+    app: FastAPI, ops: Operations, feed: ChangeFeed, info: KindInfo, authenticate: Authenticate
+) -> None:
     """Registers the paths of one kind.
 
-    Every body is read with its size limit enforced as it arrives and parsed in a worker thread.
+    Every body is read with its size limit enforced as it arrives and parsed in a worker thread;
+    every store access runs in a worker thread; watches wait on the change feed, not in a thread.
     """
     Who = Annotated[Principal, Depends(authenticate)]
     tag: list[str | Enum] = [info.kind]
@@ -60,8 +64,8 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
         timeout_seconds: Timeout = 60.0,
     ) -> Any:
         if watch:
-            return await _watch(ops, who, info, None, resource_version, timeout_seconds)
-        return await run_in_threadpool(ops.list_objects, who, info, None, label_selector)
+            return await _watch(ops, feed, who, info, None, resource_version, timeout_seconds)
+        return await run_in_threadpool(_list, ops, who, info, None, label_selector)
 
     async def list_in(
         namespace: str,
@@ -72,8 +76,8 @@ def add_kind_routes(app: FastAPI, ops: Operations, info: KindInfo, authenticate:
         timeout_seconds: Timeout = 60.0,
     ) -> Any:
         if watch:
-            return await _watch(ops, who, info, namespace, resource_version, timeout_seconds)
-        return await run_in_threadpool(ops.list_objects, who, info, namespace, label_selector)
+            return await _watch(ops, feed, who, info, namespace, resource_version, timeout_seconds)
+        return await run_in_threadpool(_list, ops, who, info, namespace, label_selector)
 
     async def create(request: Request, who: Who, namespace: str | None = None) -> JSONResponse:
         def write(obj: Resource) -> JSONResponse:
@@ -195,17 +199,27 @@ def _without_namespace(endpoint: "Endpoint") -> "Endpoint":
 
 
 async def _watch(
-    ops: Operations, who: Principal, info: KindInfo, namespace: str | None, since: str | None, timeout: float
-) -> StreamingResponse:
-    # The watch is opened (and its resourceVersion checked) before answering, so that a bad or
-    # compacted resourceVersion is a 4xx rather than a broken stream.
-    events = await run_in_threadpool(ops.watch, who, info, since=since, namespace=namespace, timeout=timeout)
-    return StreamingResponse(_lines(events), media_type="application/x-ndjson")
+    ops: Operations,
+    feed: ChangeFeed,
+    who: Principal,
+    info: KindInfo,
+    namespace: str | None,
+    since: str | None,
+    timeout: float,
+) -> EventStream:
+    # The start is checked (kind readable, resourceVersion valid and not compacted) before the
+    # answer starts, so that a bad one is a 4xx rather than a broken stream.
+    start = await run_in_threadpool(ops.start_watch, who, info, since=since, namespace=namespace)
+    interest = Interest(frozenset({info.kind}), namespace)
+    return EventStream(watch_lines(feed, ops, who, interest, start, timeout))
 
 
-def _lines(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-    for event in events:
-        yield json.dumps(event).encode() + b"\n"
+def _list(
+    ops: Operations, who: Principal, info: KindInfo, namespace: str | None, selector: str | None
+) -> JSONResponse:
+    # Written to JSON here, in the worker thread: a list of thousands of objects would otherwise
+    # be encoded on the event loop, stalling every other client meanwhile.
+    return JSONResponse(ops.list_objects(who, info, namespace, selector))
 
 
 def _parser(info: KindInfo, namespace: str | None) -> Callable[[bytes, str | None], Resource]:
