@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufleet.cli import bench_admission, bench_fgd, bench_kube, bench_throughput
+from gpufleet.cli import bench_admission, bench_api, bench_fgd, bench_kube, bench_throughput
 
 
 def register(app: typer.Typer) -> None:
@@ -16,4 +16,5 @@ def register(app: typer.Typer) -> None:
     bench_throughput.register(bench)
     bench_admission.register(bench)
     bench_kube.register(bench)
+    bench_api.register(bench)
     app.add_typer(bench, name="bench")
