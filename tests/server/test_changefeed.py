@@ -121,3 +121,62 @@ def test_the_thread_stops_when_nobody_waits_and_starts_again_for_the_next(store:
     _until(lambda: not feed.following, "stopped")
     asyncio.run(wait_once())
     assert feed.following
+
+
+class _BrokenStore:
+    """A store whose log cannot be read."""
+
+    @property
+    def resource_version(self) -> str:
+        raise RuntimeError("disk on fire")
+
+
+def test_without_a_thread_to_follow_the_log_waiters_poll_instead_of_hanging() -> None:
+    feed = ChangeFeed(_BrokenStore())  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        with feed.client("watches"):
+            await feed.wait(0, JOBS, SAFETY)  # starts the thread, which fails: look again
+            await asyncio.wait_for(feed.wait(0, JOBS, SAFETY), SAFETY)  # polls: returns soon
+            assert not feed.following
+
+    asyncio.run(scenario())
+
+
+def test_a_snapshot_holds_exactly_the_events_of_its_kinds_and_namespace_in_order(store: SqliteStore) -> None:
+    feed = ChangeFeed(store)
+    start = int(store.resource_version)
+
+    async def scenario() -> None:
+        with feed.client("longPolls"):
+            await feed.wait(start, JOBS, 0.01)  # starts the thread
+            await asyncio.to_thread(_write_mixed, store)
+            head = int(store.resource_version)
+            await asyncio.to_thread(_until, lambda: _head(feed, start) == head, "caught up")
+
+            def names(kinds: set[str] | None, namespace: str | None) -> list[str]:
+                page = feed.snapshot(start, Interest(None if kinds is None else frozenset(kinds), namespace))
+                assert page is not None and page.cursor == head
+                return [
+                    f"{event.object.kind}:{event.object.namespace}/{event.object.name}"
+                    for event in page.events
+                ]
+
+            assert names({"TrainingJob"}, "team-b") == ["TrainingJob:team-b/j0", "TrainingJob:team-b/j1"]
+            assert names({"TrainingJob", "Queue"}, None) == [
+                "Queue:None/team-a", "TrainingJob:team-a/j0", "TrainingJob:team-b/j0",
+                "Queue:None/team-b", "TrainingJob:team-b/j1",
+            ]  # fmt: skip
+            assert names(None, "team-b") == ["TrainingJob:team-b/j0", "TrainingJob:team-b/j1"]
+            assert len(names(None, None)) == 5
+            assert names({"GPUPool"}, None) == []
+
+    asyncio.run(scenario())
+
+
+def _write_mixed(store: SqliteStore) -> None:
+    store.create(parse_object(queue("team-a")))
+    _write_jobs(store, 1, "team-a")
+    _write_jobs(store, 1, "team-b")
+    store.create(parse_object(queue("team-b")))
+    _write_jobs(store, 1, "team-b", first=1)

@@ -11,7 +11,8 @@ The thread runs while anyone waits: the first waiter starts it, and it stops onc
 for a round (`ROUND_SECONDS`); its memory starts empty each time.
 
 Coroutines may run on several event loops (a test client runs one per request); each loop with
-waiters has a `_Hub` that the thread wakes with `call_soon_threadsafe`, once per burst of events.
+waiters has a `_Hub` that the thread wakes with `call_soon_threadsafe`, once per burst of events and
+at most once every `FLUSH_SECONDS` while events keep coming.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ KEEP = 1024
 ROUND_SECONDS = 5.0
 """How long the thread waits for events before it looks whether anyone still waits."""
 START_SECONDS = 30.0
+FLUSH_SECONDS = 0.02
+"""Waiters of a loop are woken at most this often while events keep coming (see `_flush_when_due`)."""
+IDLE_CHECK_SECONDS = 1.0
+"""How often the thread, busy publishing, looks whether anyone still waits."""
 FALLBACK_SECONDS = 0.5
 """Without a thread following the log (it could not start), waiters poll the store this often."""
 
@@ -97,6 +102,59 @@ def _version(event: FeedEvent) -> int:
     return event.resource_version
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _tail(events: list[FeedEvent], after: int) -> list[FeedEvent]:
+    return events[bisect.bisect_right(events, after, key=_version) :]
+
+
+class _Memory:
+    """The newest events in order, and the same events by kind and by kind and namespace, so that a
+    waiter looks only at the events of its own kinds and namespace (hundreds of watches, each of one
+    namespace, would otherwise each go through everyone's events at every wake-up)."""
+
+    def __init__(self, events: list[FeedEvent] | None = None) -> None:
+        self.events: list[FeedEvent] = []
+        self._by_kind: dict[str, list[FeedEvent]] = {}
+        self._by_key: dict[Key, list[FeedEvent]] = {}
+        for event in events or ():
+            self.add(event)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def add(self, event: FeedEvent) -> None:
+        self.events.append(event)
+        self._by_kind.setdefault(event.object.kind, []).append(event)
+        self._by_key.setdefault(event.key, []).append(event)
+
+    def after(self, after: int, interest: Interest) -> list[FeedEvent]:
+        """The events after `after` that match, in order."""
+        sources = self._sources(interest)
+        if sources is None:
+            return [event for event in _tail(self.events, after) if interest.matches(event)]
+        if len(sources) == 1:
+            return _tail(sources[0], after)
+        return sorted((event for source in sources for event in _tail(source, after)), key=_version)
+
+    def has(self, after: int, interest: Interest) -> bool:
+        sources = self._sources(interest)
+        if sources is None:
+            return any(interest.matches(event) for event in _tail(self.events, after))
+        return any(source and source[-1].resource_version > after for source in sources)
+
+    def _sources(self, interest: Interest) -> list[list[FeedEvent]] | None:
+        """The lists that hold exactly the events of `interest`; None: filter them all."""
+        if interest.kinds is None:
+            return [self.events] if interest.namespace is None else None
+        if interest.namespace is None:
+            return [self._by_kind.get(kind, []) for kind in interest.kinds]
+        return [self._by_key.get((kind, interest.namespace), []) for kind in interest.kinds]
+
+
 class _Hub:
     """The waiters of one event loop, by the keys they wait for; changed under the feed's lock."""
 
@@ -106,6 +164,7 @@ class _Hub:
         self.pending: set[Key] = set()
         self.everyone = False
         self.scheduled = False
+        self.flushed = float("-inf")  # the loop's time of the last flush
 
     def add(self, keys: list[Key], future: asyncio.Future[None]) -> None:
         for key in keys:
@@ -121,6 +180,8 @@ class _Hub:
 
     def note(self, key: Key | None) -> bool:
         """Records an event's key (None: wake everyone); True if the loop must be asked to flush."""
+        if not self.waiters:
+            return False  # a waiter that comes later finds the event in memory itself
         if key is None:
             self.everyone = True
         else:
@@ -153,7 +214,7 @@ class ChangeFeed:
         self._keep = keep
         self._round = round_seconds
         self._lock = threading.Lock()
-        self._events: list[FeedEvent] = []
+        self._memory = _Memory()
         self._floor: int | None = None  # events after it are all in memory; None: nobody follows
         self._head = 0
         self._hubs: dict[asyncio.AbstractEventLoop, _Hub] = {}
@@ -161,6 +222,7 @@ class ChangeFeed:
         self._busy = time.monotonic()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._failed = float("-inf")  # when a thread last failed to start
 
     # --------------------------------------------------------------------------------- clients
 
@@ -195,59 +257,60 @@ class ChangeFeed:
         with self._lock:
             if self._floor is None or after < self._floor:
                 return None
-            start = bisect.bisect_right(self._events, after, key=_version)
-            events = [event for event in self._events[start:] if interest.matches(event)]
-            return Page(events, max(after, self._head))
+            return Page(self._memory.after(after, interest), max(after, self._head))
 
     async def wait(self, after: int, interest: Interest, timeout: float) -> None:
         """Returns once an event after `after` that matches is in memory, at once if memory does not
-        reach back to `after` (read the store), or after `timeout` seconds."""
+        reach back to `after` (read the store), or after `timeout` seconds.
+
+        Waiters are counted clients (`client`): a thread stops only when there are none.
+        """
         if timeout <= 0:
             return
-        await self._start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         keys = interest.keys()
+        # One pass under the lock, which the thread takes for every event it publishes: it starts
+        # the thread if none follows the log, and registers the waiter unless it need not wait.
         with self._lock:
-            if self._floor is None:
+            self._busy = time.monotonic()
+            if self._thread is None and self._busy - self._failed > FALLBACK_SECONDS:
+                self._launch_locked()
+            ready = self._ready
+            if not ready.is_set():
+                following = None
+            elif self._floor is None:
                 following = False
-            elif after < self._floor or self._has(after, interest):
+            elif after < self._floor or self._memory.has(after, interest):
                 return
             else:
                 following = True
                 hub = self._hubs.get(loop) or self._hubs.setdefault(loop, _Hub(loop))
                 hub.add(keys, future)
+        if following is None:  # the thread is starting: look again once it has read the head
+            await to_thread.run_sync(ready.wait, START_SECONDS)
+            return
         if not following:
             await asyncio.sleep(min(timeout, FALLBACK_SECONDS))
             return
+        # A timer that resolves the future itself: lighter than asyncio.wait_for, which wraps
+        # every wait in a second future, and a watch waits once per burst of events.
+        expiry = loop.call_later(timeout, _resolve, future)
         try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            pass
+            await future
         finally:
+            expiry.cancel()
             with self._lock:
-                hub.remove(keys, future)
-                if not hub.waiters and self._hubs.get(loop) is hub:
-                    del self._hubs[loop]
-
-    def _has(self, after: int, interest: Interest) -> bool:
-        start = bisect.bisect_right(self._events, after, key=_version)
-        return any(interest.matches(event) for event in self._events[start:])
+                hub.remove(keys, future)  # the hub stays, with when it last flushed
 
     # ---------------------------------------------------------------------------- the thread
 
-    async def _start(self) -> None:
-        with self._lock:
-            self._busy = time.monotonic()
-            if self._thread is None:
-                self._ready = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._follow, args=(self._ready,), name="gpufleet-changefeed", daemon=True
-                )
-                self._thread.start()
-            ready = self._ready
-        if not ready.is_set():
-            await to_thread.run_sync(ready.wait, START_SECONDS)
+    def _launch_locked(self) -> None:
+        self._ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._follow, args=(self._ready,), name="gpufleet-changefeed", daemon=True
+        )
+        self._thread.start()
 
     def _follow(self, ready: threading.Event) -> None:
         cursor: int | None = None  # None: start again from the store's head
@@ -257,6 +320,7 @@ class ChangeFeed:
             log.exception("the change feed cannot read the store; watches poll it instead")
             with self._lock:
                 self._thread = None
+                self._failed = time.monotonic()  # not started again at once by every waiter
             return
         finally:
             ready.set()
@@ -275,12 +339,15 @@ class ChangeFeed:
     def _follow_round(self, cursor: int) -> int:
         """Publishes the events after `cursor` as they come, for one round; the cursor after them."""
         watch = self._store.watch(since=cursor, timeout=self._round)
+        look = time.monotonic() + IDLE_CHECK_SECONDS
         try:
             for event in watch:
                 self._publish(FeedEvent.of(event))
                 cursor = event.resource_version
-                if self._idle():
-                    break
+                if time.monotonic() > look:  # not at every event: the loop takes the lock too
+                    if self._idle():
+                        break
+                    look = time.monotonic() + IDLE_CHECK_SECONDS
         finally:
             watch.close()
         return cursor
@@ -289,7 +356,7 @@ class ChangeFeed:
         """Memory empty from the store's head on; waiters look again (those behind read the store)."""
         head = int(self._store.resource_version)
         with self._lock:
-            self._events = []
+            self._memory = _Memory()
             self._floor = self._head = head
             hubs = [hub for hub in self._hubs.values() if hub.note(None)]
         self._schedule(hubs)
@@ -313,35 +380,47 @@ class ChangeFeed:
                 return False
             self._thread = None
             self._floor = None
-            self._events = []
+            self._memory = _Memory()
             hubs = [hub for hub in self._hubs.values() if hub.note(None)]
+            self._hubs = {loop: hub for loop, hub in self._hubs.items() if hub.waiters}  # loops gone
         self._schedule(hubs)
         return True
 
     def _publish(self, event: FeedEvent) -> None:
         with self._lock:
-            self._events.append(event)
+            self._memory.add(event)
             self._head = event.resource_version
-            if len(self._events) > 2 * self._keep:
-                dropped = len(self._events) - self._keep
-                self._floor = self._events[dropped - 1].resource_version
-                del self._events[:dropped]
+            if len(self._memory) > 2 * self._keep:  # rebuilt once every `keep` events
+                kept = self._memory.events[-self._keep :]
+                self._floor = kept[0].resource_version - 1
+                self._memory = _Memory(kept)
             hubs = [hub for hub in self._hubs.values() if hub.note(event.key)]
         self._schedule(hubs)
 
     def _schedule(self, hubs: list[_Hub]) -> None:
         for hub in hubs:
             try:
-                hub.loop.call_soon_threadsafe(self._flush, hub)
+                hub.loop.call_soon_threadsafe(self._flush_when_due, hub)
             except RuntimeError:  # the loop closed with waiters on it; they are gone with it
                 with self._lock:
                     if self._hubs.get(hub.loop) is hub:
                         del self._hubs[hub.loop]
 
+    def _flush_when_due(self, hub: _Hub) -> None:
+        """On the hub's loop: flushes now, or `FLUSH_SECONDS` after the last flush. A lone event is
+        passed on at once; under a stream of them each waiter wakes at most once a window, for all
+        the events of the window, rather than once per event, which is what hundreds of watches of
+        a busy kind would cost otherwise."""
+        due = hub.flushed + FLUSH_SECONDS - hub.loop.time()
+        if due > 0:
+            hub.loop.call_later(due, self._flush, hub)
+        else:
+            self._flush(hub)
+
     def _flush(self, hub: _Hub) -> None:
         """On the hub's loop: wakes the waiters the events noted since the last flush concern."""
+        hub.flushed = hub.loop.time()
         with self._lock:
             woken = hub.take()
         for future in woken:
-            if not future.done():
-                future.set_result(None)
+            _resolve(future)

@@ -64,13 +64,12 @@ async def watch_lines(
                     yield b"".join(lines)
             # A watch behind the feed's memory catches up page by page, whatever its timeout; once
             # caught up, the timeout ends it even while events keep coming.
-            remaining = deadline - time.monotonic()
             if behind:
                 continue
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            if not page.events:  # else there may be more at once: the next page says
-                await feed.wait(cursor, interest, remaining)
+            await feed.wait(cursor, interest, remaining)  # at once if more came meanwhile
         bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(cursor)}}}
         yield json.dumps(bookmark).encode() + b"\n"
 
