@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from gpufleet.cli.output import print_figures
 
 
 def register(bench: typer.Typer) -> None:
@@ -40,12 +39,4 @@ def admission(
     except ValueError as exc:  # a policy that needs settings this benchmark cannot give (fgd's workload)
         raise ValidationError(f"policy {policy!r} cannot run here: {exc}", field="--policy") from exc
     result = run(queues=queues, workloads=workloads, nodes=nodes, arrivals=arrivals, seed=seed, policy=policy)
-    if as_json:
-        print(json.dumps(result.to_dict()))
-        return
-    table = Table(title="Admission and preemption")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.to_dict().items():
-        table.add_row(key, "n/a" if value is None else str(value))  # e.g. no arrival had to preempt
-    Console().print(table)
+    print_figures("Admission and preemption", result.to_dict(), as_json=as_json)

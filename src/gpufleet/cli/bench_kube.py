@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from gpufleet.cli.output import print_figures
 
 
 def register(bench: typer.Typer) -> None:
@@ -78,12 +78,4 @@ def kube(
         start = make_start(gpufleet_scheduler_command(config, scheduler, scheduler_args), scheduler_log)
     err = Console(stderr=True)
     result = run.measure(start=start, timeout=timeout, progress=lambda line: err.print(line, highlight=False))
-    if as_json:
-        print(json.dumps(result.to_dict()))
-        return
-    table = Table(title=f"Binding on a real API server: {scheduler}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.to_dict().items():
-        table.add_row(key, "n/a" if value is None else str(value))
-    Console().print(table)
+    print_figures(f"Binding on a real API server: {scheduler}", result.to_dict(), as_json=as_json)

@@ -132,3 +132,20 @@ def print_objects(items: list[dict[str, Any]], fmt: str, *, single: bool) -> Non
         sys.stdout.write(
             yaml.safe_dump_all(items, sort_keys=False, default_flow_style=False, explicit_start=True)
         )
+
+
+def print_figures(
+    title: str, figures: dict[str, Any], *, as_json: bool, extra: dict[str, str] | None = None
+) -> None:
+    """A benchmark's result: one JSON object, or a two-column table (a figure not measured reads n/a)."""
+    if as_json:
+        print(json.dumps(figures))
+        return
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in figures.items():
+        table.add_row(key, "n/a" if value is None else str(value))
+    for key, value in (extra or {}).items():
+        table.add_row(key, value)
+    Console().print(table)
