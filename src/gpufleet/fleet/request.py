@@ -58,6 +58,8 @@ class PodRequest:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = field(default=())
     cuda_version: tuple[int, int] | None = None
+    kind: GpuKind = field(init=False, compare=False, repr=False)
+    """Whole GPUs, a share, a MIG instance or none: read on every placement step, so kept, not derived."""
 
     def __post_init__(self) -> None:
         shapes = sum((self.gpus > 0, self.gpu_milli > 0, self.mig is not None))
@@ -67,16 +69,15 @@ class PodRequest:
             raise ValueError("gpu_milli must be below 1000; ask for whole GPUs instead")
         if min(self.cpu_milli, self.memory_mib, self.gpus, self.gpu_milli) < 0:
             raise ValueError("requests must not be negative")
-
-    @property
-    def kind(self) -> GpuKind:
         if self.gpus:
-            return GpuKind.WHOLE
-        if self.gpu_milli:
-            return GpuKind.SHARE
-        if self.mig is not None:
-            return GpuKind.MIG
-        return GpuKind.NONE
+            kind = GpuKind.WHOLE
+        elif self.gpu_milli:
+            kind = GpuKind.SHARE
+        elif self.mig is not None:
+            kind = GpuKind.MIG
+        else:
+            kind = GpuKind.NONE
+        object.__setattr__(self, "kind", kind)
 
     @property
     def total_gpu_milli(self) -> int:
