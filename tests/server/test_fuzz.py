@@ -58,13 +58,26 @@ def _requests(mode: GenerationMode) -> st.SearchStrategy[Any]:
     return st.one_of([SCHEMA[path][method].as_strategy(mode) for path, method in OPERATIONS])
 
 
-def _check(case: Any) -> None:
+def _queue_token() -> dict[str, str]:
+    """A queue token, as a tenant holds one: its queue must exist before a token is made for it."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(APP) as admin:
+        admin.post(f"{API}/queues", json=queue("fuzz-tenant", quotas={"H100-80GB": {"nominal": 8}}),
+                   headers=HEADERS)  # fmt: skip
+    return {"Authorization": f"Bearer {_TOKENS.create('fuzz-tenant')}"}
+
+
+TENANT = _queue_token()
+
+
+def _check(case: Any, headers: dict[str, str] = HEADERS) -> None:
     # Watches and long polls wait as long as they are told to (tested elsewhere); keep them short.
     if isinstance(case.query, dict):
         case.query["timeoutSeconds"] = 0
-    # The generated Authorization header (an arbitrary bearer token) is replaced by the admin's,
-    # so that requests get past authentication to the code that parses them.
-    case.headers = {**(case.headers or {}), **HEADERS}
+    # The generated Authorization header (an arbitrary bearer token) is replaced by the admin's or a
+    # queue's, so that requests get past authentication to the code that parses and scopes them.
+    case.headers = {**(case.headers or {}), **headers}
     response = case.call()
     where = f"{case.method} {case.formatted_path}"
     assert response.status_code < 500, f"{where}: {response.text[:500]}"
@@ -83,6 +96,13 @@ def test_requests_that_fit_the_schema_never_cause_a_server_error(case: Any) -> N
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 def test_requests_that_break_the_schema_never_cause_a_server_error(case: Any) -> None:
     _check(case)
+
+
+@given(case=_requests(GenerationMode.POSITIVE) | _requests(GenerationMode.NEGATIVE))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_queue_tokens_requests_never_cause_a_server_error(case: Any) -> None:
+    """What a tenant can send goes through the queue scoping too: it must refuse, never fail."""
+    _check(case, TENANT)
 
 
 _JSON = st.recursive(
