@@ -266,3 +266,17 @@ def test_draining_a_node_evicts_one_borrowed_gang_for_all_its_replicas(api: Fake
     assert {bound(api).get(f"new-{i}") for i in range(3)} == {freed}
     kept = {"g1-0", "g1-1", "g2-0", "g2-1"} - set(victims)
     assert set(bound(api, "team-b")) == kept and not terminating("team-b")
+
+
+def test_a_pod_with_an_impossible_quantity_waits_alone_and_says_why(
+    api: FakeApiServer, sched: KubeScheduler
+) -> None:
+    add_node(api, "gpu-1")
+    bad = pod("huge", gpus=1)
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e5000"
+    add_pods(api, [bad, pod("fine", gpus=1)])
+    run(sched)
+    assert bound(api) == {"fine": "gpu-1"}  # the other tenant's pod is scheduled all the same
+    why = condition(api, "huge", "PodScheduled")
+    assert why["status"] == "False" and why["message"].startswith("InvalidRequest")
+    assert "team-a/huge: cpu" in why["message"] and "largest quantity allowed" in why["message"]
