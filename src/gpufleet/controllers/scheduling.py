@@ -30,8 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
@@ -87,7 +86,6 @@ class SchedulingStats:
     evicted: int = 0
     forgotten: int = 0
     rebuilds: int = 0
-    decisions: list[str] = field(default_factory=list)
 
 
 class SchedulingController:
@@ -521,7 +519,6 @@ class SchedulingController:
         self.reasons.pop(key, None)
         self.queues_dirty = True
         self.stats.admitted += 1
-        self.stats.decisions.append(f"admit {key}")
         events.record(self.store, written, reason="Admitted", message=_where(admit), now=now, source=SOURCE)
 
     # ======================================================================== growth
@@ -587,7 +584,6 @@ class SchedulingController:
             grown = zip(admitted.workload.pod_sets, admit.assignment.counts, counts, strict=True)
             self.scheduler.learn(pod_set.request for pod_set, new, old in grown for _ in range(new - old))
         after = sum(admit.assignment.counts)
-        self.stats.decisions.append(f"grow {key} {before}->{after}")
         events.record(
             self.store,
             self.workloads.get(key, obj),
@@ -664,7 +660,6 @@ class SchedulingController:
             pod = pods.pop(core, None)
             if pod is not None:
                 self._delete_pod(pod)
-        self.stats.decisions.append(f"shrink {preempt.victim}")
 
     def _evict(
         self, key: str, now: float, *, reason: str, message: str, preemptor: str | None = None
@@ -682,7 +677,6 @@ class SchedulingController:
         cache.evict(key, now=now)
         self.queues_dirty = True
         self.stats.evicted += 1
-        self.stats.decisions.append(f"evict {key} {reason}")
         if obj is not None:
             status = obj.status.model_copy(deep=True)
             status.evictions.append(
@@ -987,7 +981,3 @@ def _older(new: Node | Pod | WorkloadObject, known: Node | Pod | WorkloadObject)
 
 def _rv(obj: Node | Pod | WorkloadObject | Queue) -> int:
     return int(obj.metadata.resource_version or 0)
-
-
-def pods_of(pods: Iterable[Pod], workload: str) -> list[Pod]:
-    return [p for p in pods if p.spec.workload == workload]
