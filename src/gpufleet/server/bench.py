@@ -145,6 +145,7 @@ class _Tally:
     """What every client of the run observed."""
 
     creates: list[float] = field(default_factory=list)
+    created: set[str] = field(default_factory=set)
     healthz: list[float] = field(default_factory=list)
     errors: int = 0
     first_error: str | None = None
@@ -248,7 +249,7 @@ class ApiBench:
                 await self._until_open(admin, len(watchers))
                 self.progress(f"{len(watchers)} watches open; {self.writers} writers for {self.seconds:g} s")
                 elapsed = await self._write(tally)
-                names = await self._listed(admin)
+                names = await self._listed(admin, tally)
                 self.progress(f"{len(names)} created; waiting for every watch to deliver them")
                 missed = await self._settle(watchers, names)
             finally:
@@ -315,7 +316,10 @@ class ApiBench:
         index = 0
         try:
             while time.monotonic() < deadline:
-                body = json.dumps(self._model_version(namespace, index)).encode()
+                name, body = (
+                    f"{namespace}/m{index}",
+                    json.dumps(self._model_version(namespace, index)).encode(),
+                )
                 index += 1
                 sent = time.perf_counter()
                 try:
@@ -326,6 +330,7 @@ class ApiBench:
                     continue
                 if answer.status == 201:
                     tally.creates.append(time.perf_counter() - sent)
+                    tally.created.add(name)
                 else:
                     tally.error(f"create: {answer.status} {answer.body[:200]!r}")
         finally:
@@ -368,12 +373,18 @@ class ApiBench:
         finally:
             await connection.close()
 
-    async def _listed(self, admin: Connection) -> set[str]:
-        """Every object the run made, as `namespace/name`, from the server's final list."""
+    async def _listed(self, admin: Connection, tally: _Tally) -> set[str]:
+        """Every object the run made, as `namespace/name`, from the server's final list; if the
+        server cannot list them, what the writers were told was created (and an error)."""
         params = {"labelSelector": f"{RUN_LABEL}={self.run_id}"}
-        answer = await self._call(admin, "GET", f"{PREFIX}/modelversions", params=params)
+        try:
+            answer = await self._call(admin, "GET", f"{PREFIX}/modelversions", params=params)
+        except Failure as exc:
+            tally.error(f"final list: {type(exc).__name__}: {exc}")
+            return set(tally.created)
         if answer.status != 200:
-            raise BenchError(f"cannot list the run's ModelVersions: {answer.status} {answer.body[:200]!r}")
+            tally.error(f"final list: {answer.status} {answer.body[:200]!r}")
+            return set(tally.created)
         items = json.loads(answer.body)["items"]
         return {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in items}
 
@@ -402,8 +413,9 @@ class ApiBench:
                     path = f"{PREFIX}/namespaces/{namespace}/modelversions/{name}"
                     try:
                         await self._call(connection, "DELETE", path)
-                    except Failure as exc:  # left behind; the run's label finds it
+                    except Failure as exc:  # the rest is left behind; the run's label finds it
                         tally.error(f"delete: {type(exc).__name__}: {exc}")
+                        return
             finally:
                 await connection.close()
 
