@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from gpufleet.cli.output import print_figures
 
 
 def register(bench: typer.Typer) -> None:
@@ -60,14 +60,8 @@ def api(
         progress=lambda line: err.print(line, highlight=False),
     )  # fmt: skip
     result = run.measure()
-    if as_json:
-        print(json.dumps(result.to_dict()))
-        return
-    table = Table(title=f"The API of {url} under {watchers} watches and {writers} writers")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.to_dict().items():
-        table.add_row(key, "n/a" if value is None else str(value))
-    for target, met in result.targets_met().items():
-        table.add_row(f"target {target}", "met" if met else "NOT met")
-    Console().print(table)
+    targets = {
+        f"target {target}": "met" if met else "NOT met" for target, met in result.targets_met().items()
+    }
+    title = f"The API of {url} under {watchers} watches and {writers} writers"
+    print_figures(title, result.to_dict(), as_json=as_json, extra=targets)
