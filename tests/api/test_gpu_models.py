@@ -14,8 +14,8 @@ from gpufleet.api.gpu_models import (
     normalise,
     unknown_model_message,
 )
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.pool import GPUPool
-from gpufleet.api.resource import kind_info
 from gpufleet.api.validation import revalidate
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,7 @@ from gpufleet.api import (
     register_kind,
 )
 from gpufleet.api.errors import ConflictError, GoneError, NotFoundError, ValidationError
+from gpufleet.api.kinds import unregister_kind
 from gpufleet.store import SqliteStore
 
 from .conftest import job, pool
@@ -336,9 +338,14 @@ class Workload(Resource):
     status: ObjectStatus = Field(default_factory=ObjectStatus)
 
 
-register_kind(Workload, plural="testworkloads", crd=False)
+@pytest.fixture
+def outside_workload_kind() -> Iterator[None]:
+    register_kind(Workload, plural="testworkloads", crd=False)
+    yield
+    unregister_kind("TestWorkload")
 
 
+@pytest.mark.usefixtures("outside_workload_kind")
 def test_kinds_registered_by_other_packages_are_stored(store: SqliteStore) -> None:
     created = store.create(Workload(metadata=ObjectMeta(name="w"), spec=WorkloadSpec(queue="q", pod_count=2)))
     assert store.get(Workload, "w").spec.pod_count == 2 and created.metadata.namespace == "default"

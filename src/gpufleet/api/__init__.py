@@ -1,7 +1,6 @@
 """Resource kinds, YAML load/dump, quantities and the errors users can cause.
 
-Importing this package registers gpufleet's kinds (GPUPool, Queue, TrainingJob, InferenceService,
-Checkpoint, ModelVersion) in the kind registry used by the loader, the store and the CRD generator.
+The kinds the loader, the store and the CRD generator know are listed in `gpufleet.api.kinds`.
 """
 
 from gpufleet.api.base import ApiModel, field_error
@@ -15,6 +14,7 @@ from gpufleet.api.fields import (
     priority_value,
 )
 from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
+from gpufleet.api.kinds import kind_info, register_kind, registered_kinds
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.model_version import ModelVersion, ModelVersionSpec, ModelVersionStatus
@@ -28,9 +28,6 @@ from gpufleet.api.resource import (
     KindInfo,
     PrinterColumn,
     Resource,
-    kind_info,
-    register_kind,
-    registered_kinds,
 )
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
 from gpufleet.api.training import TrainingJob, TrainingJobSpec, TrainingJobStatus
@@ -84,7 +81,3 @@ __all__ = [
     "registered_kinds",
     "set_condition",
 ]
-
-# The embedded world's internal kinds (Node, Pod, Workload, Event, ServiceLoad) are registered with the
-# others, so every process that opens a store can read whatever the control plane wrote into it.
-from gpufleet.api import runtime as _runtime  # noqa: F401

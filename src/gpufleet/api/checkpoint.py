@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from gpufleet.api.base import ApiModel
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 
 CheckpointPhase = Literal["Pending", "Complete", "Failed"]
@@ -30,16 +30,3 @@ class Checkpoint(Resource):
     kind: Literal["Checkpoint"] = "Checkpoint"
     spec: CheckpointSpec
     status: CheckpointStatus = Field(default_factory=CheckpointStatus)
-
-
-register_kind(
-    Checkpoint,
-    plural="checkpoints",
-    short_names=("ckpt",),
-    printer_columns=(
-        PrinterColumn("Job", ".spec.job"),
-        PrinterColumn("Step", ".spec.step", "integer"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

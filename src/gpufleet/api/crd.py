@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.api.resource import KindInfo, registered_kinds
+from gpufleet.api.kinds import registered_kinds
+from gpufleet.api.resource import KindInfo
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 CATEGORY = "gpufleet"

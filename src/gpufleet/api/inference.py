@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import DEFAULT_QUEUE
 
@@ -70,18 +70,3 @@ class InferenceService(Resource):
     kind: Literal["InferenceService"] = "InferenceService"
     spec: InferenceServiceSpec
     status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
-
-
-register_kind(
-    InferenceService,
-    plural="inferenceservices",
-    short_names=("gisvc",),
-    printer_columns=(
-        PrinterColumn("Queue", ".spec.queue"),
-        PrinterColumn("Model", ".spec.modelVersion"),
-        PrinterColumn("Ready", ".status.readyReplicas", "integer"),
-        PrinterColumn("Desired", ".status.desiredReplicas", "integer"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

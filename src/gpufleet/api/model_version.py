@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from gpufleet.api.base import ApiModel
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 
 
@@ -33,16 +33,3 @@ class ModelVersion(Resource):
     kind: Literal["ModelVersion"] = "ModelVersion"
     spec: ModelVersionSpec
     status: ModelVersionStatus = Field(default_factory=ModelVersionStatus)
-
-
-register_kind(
-    ModelVersion,
-    plural="modelversions",
-    short_names=("mv",),
-    printer_columns=(
-        PrinterColumn("Model", ".spec.model"),
-        PrinterColumn("Version", ".spec.version"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.versions import DriverVersion
 
@@ -173,18 +173,3 @@ class GPUPool(Resource):
     kind: Literal["GPUPool"] = "GPUPool"
     spec: GPUPoolSpec
     status: GPUPoolStatus = Field(default_factory=GPUPoolStatus)
-
-
-register_kind(
-    GPUPool,
-    plural="gpupools",
-    short_names=("gp", "pool"),
-    printer_columns=(
-        PrinterColumn("Model", ".spec.gpuModel"),
-        PrinterColumn("GPUs/Node", ".spec.gpusPerNode", "integer"),
-        PrinterColumn("Nodes", ".status.nodes", "integer"),
-        PrinterColumn("Ready", ".status.readyNodes", "integer"),
-        PrinterColumn("Capacity", ".spec.capacityType"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

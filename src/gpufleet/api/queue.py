@@ -8,7 +8,7 @@ from typing import Literal, TypeVar
 from pydantic import Field, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 
 GpuCount = int | float
@@ -152,17 +152,3 @@ class Queue(Resource):
         if self.spec.parent == self.metadata.name:
             raise field_error("spec.parent", "a queue cannot be its own parent")
         return self
-
-
-register_kind(
-    Queue,
-    plural="queues",
-    short_names=("gq",),
-    printer_columns=(
-        PrinterColumn("Parent", ".spec.parent"),
-        PrinterColumn("Weight", ".spec.fairShareWeight", "number"),
-        PrinterColumn("Pending", ".status.pendingWorkloads", "integer"),
-        PrinterColumn("Admitted", ".status.admittedWorkloads", "integer"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

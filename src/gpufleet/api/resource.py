@@ -1,15 +1,11 @@
-"""The shape every kind shares (apiVersion, kind, metadata, spec, status) and the kind registry.
+"""The shape every kind shares (apiVersion, kind, metadata, spec, status) and what is known of a kind.
 
-The registry maps a kind name to its model and to what the store, the YAML loader and the CRD
-generator need to know about it (scope, plural, printer columns). gpufleet's own kinds register
-themselves in `gpufleet.api.kinds`; other packages register the kinds they need internally
-(`Workload`, `Node`...) with `register_kind` and the store and loader accept them without change.
+`KindInfo` is what the store, the YAML loader and the CRD generator need to know about a kind (scope,
+plural, printer columns); the registry that lists every kind is `gpufleet.api.kinds`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
@@ -89,6 +85,28 @@ class KindInfo:
     crd: bool = field(default=True)
     """Whether `gpufleet manifests crds` emits a CustomResourceDefinition for it."""
 
+    @classmethod
+    def of(
+        cls,
+        model: type[Resource],
+        *,
+        plural: str,
+        short_names: tuple[str, ...] = (),
+        printer_columns: tuple[PrinterColumn, ...] = (),
+        crd: bool = True,
+    ) -> KindInfo:
+        """A kind's description; its kind and apiVersion are read from the model's field defaults."""
+        return cls(
+            model=model,
+            kind=_default_of(model, "kind"),
+            api_version=_default_of(model, "api_version"),
+            plural=plural,
+            namespaced=model.NAMESPACED,
+            short_names=short_names,
+            printer_columns=printer_columns,
+            crd=crd,
+        )
+
     @property
     def singular(self) -> str:
         return self.kind.lower()
@@ -100,55 +118,6 @@ class KindInfo:
     @property
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
-
-
-_lock = threading.Lock()
-_kinds: dict[str, KindInfo] = {}
-
-
-def register_kind(
-    model: type[Resource],
-    *,
-    plural: str,
-    short_names: tuple[str, ...] = (),
-    printer_columns: tuple[PrinterColumn, ...] = (),
-    crd: bool = True,
-) -> KindInfo:
-    """Makes a kind known to the loader, the store and (with `crd`) the CRD generator.
-
-    The kind and apiVersion are read from the model's field defaults. Registering the same model
-    again is harmless; a different model under a taken kind name is a programming error.
-    """
-    kind = _default_of(model, "kind")
-    api_version = _default_of(model, "api_version")
-    info = KindInfo(
-        model=model,
-        kind=kind,
-        api_version=api_version,
-        plural=plural,
-        namespaced=model.NAMESPACED,
-        short_names=short_names,
-        printer_columns=printer_columns,
-        crd=crd,
-    )
-    with _lock:
-        existing = _kinds.get(kind)
-        if existing is not None and existing.model is not model:
-            raise RuntimeError(f"kind {kind} is already registered by {existing.model.__qualname__}")
-        _kinds[kind] = info
-    return info
-
-
-def kind_info(kind: str) -> KindInfo | None:
-    """The registration of a kind, or None."""
-    with _lock:
-        return _kinds.get(kind)
-
-
-def registered_kinds() -> Iterator[KindInfo]:
-    """Every registered kind, in registration order."""
-    with _lock:
-        return iter(list(_kinds.values()))
 
 
 def _default_of(model: type[Resource], name: str) -> str:

@@ -24,7 +24,7 @@ from pydantic import AwareDatetime, Field
 from gpufleet.api.base import ApiModel
 from gpufleet.api.pool import Sharing
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import TopologyRequest
 from gpufleet.api.versions import DriverVersion
@@ -289,51 +289,3 @@ class ServiceLoad(Resource):
     kind: Literal["ServiceLoad"] = "ServiceLoad"
     spec: ServiceLoadSpec
     status: ServiceLoadStatus = Field(default_factory=ServiceLoadStatus)
-
-
-register_kind(
-    Node,
-    plural="nodes",
-    short_names=("no",),
-    printer_columns=(
-        PrinterColumn("Pool", ".spec.pool"),
-        PrinterColumn("Model", ".spec.gpuModel"),
-        PrinterColumn("GPUs", ".spec.gpus", "integer"),
-        PrinterColumn("Phase", ".status.phase"),
-    ),
-    crd=False,
-)
-register_kind(
-    Pod,
-    plural="pods",
-    short_names=("po",),
-    printer_columns=(
-        PrinterColumn("Node", ".spec.nodeName"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Reason", ".status.reason"),
-    ),
-    crd=False,
-)
-register_kind(
-    Workload,
-    plural="workloads",
-    short_names=("wl",),
-    printer_columns=(
-        PrinterColumn("Queue", ".spec.queue"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Reason", ".status.pendingReason.type"),
-    ),
-    crd=False,
-)
-register_kind(
-    Event,
-    plural="events",
-    short_names=("ev",),
-    printer_columns=(
-        PrinterColumn("Object", ".spec.involvedName"),
-        PrinterColumn("Reason", ".spec.reason"),
-        PrinterColumn("Message", ".spec.message"),
-    ),
-    crd=False,
-)
-register_kind(ServiceLoad, plural="serviceloads")

@@ -25,7 +25,7 @@ from gpufleet.api.queue import (
     ordered_quotas,
 )
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.resource import API_VERSION, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.runtime import WorkloadClass
 from gpufleet.api.training import TopologyRequest
 from gpufleet.api.versions import DriverVersion
@@ -210,6 +210,3 @@ class Scenario(Resource):
     api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
     kind: Literal["Scenario"] = "Scenario"
     spec: ScenarioSpec
-
-
-register_kind(Scenario, plural="scenarios", crd=False)

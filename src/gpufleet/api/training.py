@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, Field, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.resource import API_VERSION, PrinterColumn, Resource, register_kind
+from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
 
 DEFAULT_QUEUE = "default"
@@ -85,18 +85,3 @@ class TrainingJob(Resource):
     kind: Literal["TrainingJob"] = "TrainingJob"
     spec: TrainingJobSpec
     status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
-
-
-register_kind(
-    TrainingJob,
-    plural="trainingjobs",
-    short_names=("tj",),
-    printer_columns=(
-        PrinterColumn("Queue", ".spec.queue"),
-        PrinterColumn("Replicas", ".spec.replicas", "integer"),
-        PrinterColumn("Phase", ".status.phase"),
-        PrinterColumn("Reason", ".status.pendingReason.type"),
-        PrinterColumn("Restarts", ".status.restarts", "integer"),
-        PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
-    ),
-)

@@ -15,8 +15,9 @@ from pydantic_core import ErrorDetails
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
+from gpufleet.api.kinds import kind_info, registered_kinds
 from gpufleet.api.meta import DEFAULT_NAMESPACE
-from gpufleet.api.resource import KindInfo, Resource, kind_info, registered_kinds
+from gpufleet.api.resource import KindInfo, Resource
 
 # Location parts pydantic adds for the member of a union it tried (`str`, `list[str]`, `int`...).
 _UNION_TAG = re.compile(r"^(str|int|float|bool|[a-z-]+\[.*\])$")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from gpufleet.api.inference import InferenceService, InferenceServiceStatus
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.meta import Condition, set_condition
-from gpufleet.api.resource import kind_info
 from gpufleet.api.runtime import ServiceLoadSpec, ServiceLoadStatus
 from gpufleet.controllers import servicestate
 from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved

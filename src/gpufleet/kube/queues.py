@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping
 import pydantic
 
 from gpufleet.api.errors import GpuFleetError
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.meta import ConditionStatus
 from gpufleet.api.queue import Queue
-from gpufleet.api.resource import kind_info
 from gpufleet.api.validation import translate_error
 from gpufleet.controllers import queuestatus
 from gpufleet.controllers.queuestatus import VALID, QueueReport, Validity

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.api.resource import kind_info
+from gpufleet.api.kinds import kind_info
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ import pydantic
 
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError, ValidationError
 from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
+from gpufleet.api.kinds import kind_info, registered_kinds
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import DEFAULT_NAMESPACE, ObjectMeta
-from gpufleet.api.resource import KindInfo, Resource, kind_info, registered_kinds
+from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import translate_error
 from gpufleet.kube.resources import ResourceType, resource_for
 from gpufleet.kube.transport import JSON_PATCH, ApiError, Json, Transport

@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.resource import kind_info
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import convert, jobstate
 from gpufleet.controllers.timeutil import to_datetime, to_seconds

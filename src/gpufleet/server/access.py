@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.api.errors import NotFoundError
-from gpufleet.api.resource import KindInfo, Resource, kind_info
+from gpufleet.api.kinds import kind_info
+from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.server.auth import Principal
 from gpufleet.server.errors import ForbiddenError
 

@@ -27,7 +27,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic.json_schema import models_json_schema
 
 from gpufleet.api.errors import NotFoundError, ValidationError
-from gpufleet.api.resource import API_VERSION, KindInfo, Resource, kind_info, registered_kinds
+from gpufleet.api.kinds import kind_info, registered_kinds
+from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import all_objects, with_body

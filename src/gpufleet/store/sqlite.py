@@ -37,9 +37,10 @@ import pydantic
 
 from gpufleet.api.errors import ConflictError, GoneError, NotFoundError, ValidationError
 from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import DEFAULT_NAMESPACE
-from gpufleet.api.resource import KindInfo, Resource, kind_info
+from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import translate_error
 from gpufleet.store.protocol import EventType, ListResult, Selector, Store, WatchEvent
 
