@@ -37,7 +37,8 @@ from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI, PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement import place_workload
-from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.placement.policies import get_policy
+from gpufleet.scheduler.placement.scoring import ScorePolicy
 from gpufleet.scheduler.statement import Statement
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 

@@ -18,7 +18,7 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, PodRequest
 from gpufleet.fleet.state import AllocationError, FleetState
 from gpufleet.scheduler.placement import place_workload
-from gpufleet.scheduler.placement.scoring import get_policy
+from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.scheduler.statement import Statement
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 

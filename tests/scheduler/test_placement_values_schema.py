@@ -14,7 +14,7 @@ import yaml
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.scheduler.config import WORKLOAD_CLASSES
-from gpufleet.scheduler.placement.scoring import policy_names
+from gpufleet.scheduler.placement.policies import POLICY_NAMES
 from gpufleet.scheduler.policy_choice import check_policy
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufleet"
@@ -25,7 +25,7 @@ PLACEMENT = SCHEMA["properties"]["scheduler"]["properties"]
 def runnable_policies() -> list[str]:
     """The registered policies a live scheduler can build (fgd needs a benchmark's typical workload)."""
     names = []
-    for name in policy_names():
+    for name in POLICY_NAMES:
         try:
             check_policy(name, field="placement")
         except ValidationError:

@@ -30,7 +30,7 @@ def admission(
 ) -> None:
     """Admission decisions per second and preemption latency on a quota tree over a synthetic fleet."""
     from gpufleet.api.errors import ValidationError
-    from gpufleet.scheduler.placement.scoring import get_policy
+    from gpufleet.scheduler.placement.policies import get_policy
     from gpufleet.sim.admission import run
 
     try:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.scheduler.placement.scoring import POLICY_NAMES, get_policy
+from gpufleet.scheduler.placement.policies import POLICY_NAMES, get_policy
 from gpufleet.sim import datasets
 from gpufleet.sim.fgd import NODE_ORDER, TIE_BREAKS, Job, PolicySummary, RunResult, run_job, summarise
 from gpufleet.sim.openb import load_nodes, load_pods

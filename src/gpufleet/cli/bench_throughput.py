@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.scheduler.placement.scoring import get_policy
+from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.sim.throughput import ThroughputConfig, ThroughputResult, run_throughput
 
 # The targets of issue 2 at 5,000 nodes x 8 GPUs on a 2-core machine.

@@ -58,8 +58,9 @@ from gpufleet.scheduler.flavors import (
 )
 from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
 from gpufleet.scheduler.placement.place import place_workload
+from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.scheduler.placement.result import PlacementResult
-from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.placement.scoring import ScorePolicy
 from gpufleet.scheduler.preemption import (
     VictimSet,
     apply_victims,

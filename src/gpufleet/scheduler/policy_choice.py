@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.scheduler.config import WORKLOAD_CLASSES, SchedulerConfig
-from gpufleet.scheduler.placement.scoring import get_policy
+from gpufleet.scheduler.placement.policies import get_policy
 
 
 def placement_choice(

@@ -27,8 +27,9 @@ from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import filter_nodes
+from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.scheduler.placement.score_fgd import TypicalWorkload
-from gpufleet.scheduler.placement.scoring import IntArray, ScorePolicy, get_policy, pick
+from gpufleet.scheduler.placement.scoring import IntArray, ScorePolicy, pick
 from gpufleet.sim.openb import TracePod
 
 TUNE_RATIO = 1.3

@@ -41,7 +41,7 @@ from gpufleet.scheduler.flavors import (
 )
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.place import place_workload
-from gpufleet.scheduler.placement.scoring import get_policy
+from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.scheduler.policy_choice import check_policy
 from gpufleet.scheduler.priority import PriorityClasses
 from gpufleet.scheduler.queueing import (

@@ -40,7 +40,8 @@ from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.placement import place_workload
-from gpufleet.scheduler.placement.scoring import ScorePolicy, get_policy
+from gpufleet.scheduler.placement.policies import get_policy
+from gpufleet.scheduler.placement.scoring import ScorePolicy
 from gpufleet.scheduler.statement import Statement
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
 

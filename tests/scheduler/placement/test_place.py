@@ -475,7 +475,7 @@ def test_policy_hears_every_allocation() -> None:
 
 
 def test_gang_with_real_policy_lands_in_one_rack() -> None:
-    from gpufleet.scheduler.placement.scoring import get_policy
+    from gpufleet.scheduler.placement.policies import get_policy
 
     state = racks(2, 4, 4)
     rng = np.random.default_rng(1)

@@ -24,7 +24,6 @@ from gpufleet.scheduler.placement.scoring import (
     Scored,
     gpu_choices,
     loosest_share_gpu,
-    register,
     share_gpu_free,
     tightest_share_gpu,
     usable_free,
@@ -249,11 +248,3 @@ class SpreadPolicy(StatelessPolicy):
         scores = np.asarray((cpu + mem + gpu) / 3.0, dtype=np.float64)
         share_gpu = loosest_share_gpu(state, request, rows) if request.kind is GpuKind.SHARE else None
         return Scored(scores, gpu_choices(state, request, rows, share_gpu))
-
-
-register("random", RandomPolicy)
-register("bestfit", BestFitPolicy)
-register("dotprod", DotProductPolicy)
-register("packing", PackingPolicy)
-register("clustering", ClusteringPolicy)
-register("spread", SpreadPolicy)

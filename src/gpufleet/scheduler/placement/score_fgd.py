@@ -35,7 +35,6 @@ from gpufleet.scheduler.placement.scoring import (
     Rows,
     Scored,
     gpu_choices,
-    register,
     share_gpu_free,
     usable_free,
 )
@@ -356,6 +355,3 @@ class FgdPolicy:
             gains = self.model.gain(state, request, rows)
             scores = reference_points(gains) if self.integer_scores else gains
         return Scored(scores, gpu_choices(state, request, rows, share_gpu))
-
-
-register("fgd", FgdPolicy)

@@ -38,7 +38,6 @@ from gpufleet.scheduler.placement.scoring import (
     Rows,
     Scored,
     gpu_choices,
-    register,
 )
 
 # Generic shapes a fresh scheduler assumes before it has seen pods: whole GPUs and common shares.
@@ -270,6 +269,3 @@ class _DomainMap:
             domain = state.domain[lv, rows[at]]
             out[at] = 1.0 - state.domain_whole_free[lv][domain] / self.gpus[lv][domain]
         return out
-
-
-register("fgd+", AdaptiveFgdPolicy)

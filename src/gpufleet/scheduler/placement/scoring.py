@@ -6,20 +6,19 @@ take there. The placer calls, per pod: `filter_nodes` -> `policy.score(rows)` ->
 `observe` lets a policy keep per-node values cached (fragmentation, for instance) and refresh only the rows
 that changed; `learn` lets it model the workload it is placing.
 
-Policies live in `score_*.py` modules; this module holds the interface, the registry and the GPU-choice
-helpers they share.
+Policies live in `score_*.py` modules and are listed by name in `policies.py`; this module holds the
+interface and the GPU-choice helpers they share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, overload
+from typing import Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.api.errors import GpuFleetError
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import share_fit
@@ -175,57 +174,3 @@ def gpu_choices(
 def usable_free(state: FleetState, rows: Rows) -> IntArray:
     """Free milli per GPU of each row, zero for unhealthy GPUs."""
     return np.where(state.gpu_ok[rows], state.gpu_free[rows], 0)
-
-
-# ------------------------------------------------------------------------ registry
-PolicyFactory = Callable[..., ScorePolicy]
-_REGISTRY: dict[str, PolicyFactory] = {}
-
-
-def register(name: str, factory: PolicyFactory) -> None:
-    """Makes a policy available to `get_policy` under `name`."""
-    _REGISTRY[name] = factory
-
-
-def get_policy(name: str, **config: Any) -> ScorePolicy:
-    """A new policy object by registry name; unknown names raise GpuFleetError listing the valid ones."""
-    _load_builtin()
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        valid = ", ".join(sorted(_REGISTRY))
-        raise GpuFleetError(f"unknown placement policy {name!r}; valid: {valid}", field="policy")
-    return factory(**config)
-
-
-# The built-in policies, in the order tables and plots show them.
-POLICY_NAMES: tuple[str, ...] = (
-    "random",
-    "dotprod",
-    "clustering",
-    "packing",
-    "bestfit",
-    "fgd",
-    "fgd+",
-    "spread",
-)
-
-
-def policy_names() -> tuple[str, ...]:
-    """Every registered policy name: the built-in ones in their documented order, then any others."""
-    _load_builtin()
-    extra = tuple(sorted(set(_REGISTRY) - set(POLICY_NAMES)))
-    return tuple(n for n in POLICY_NAMES if n in _REGISTRY) + extra
-
-
-_loaded = False
-
-
-def _load_builtin() -> None:
-    # The policy modules import this one for the interface, so they are imported lazily here.
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    import gpufleet.scheduler.placement.score_basic
-    import gpufleet.scheduler.placement.score_fgd
-    import gpufleet.scheduler.placement.score_fgdplus  # noqa: F401
