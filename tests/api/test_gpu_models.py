@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 
 from gpufleet.api.documents import load_objects
@@ -9,14 +14,26 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.api.gpu_models import (
     _CATALOGUE,
     EXTRA_MODELS_ENV,
+    added_models,
     canonical_model,
+    extra_models,
     is_known_model,
+    load_extra_models,
     normalise,
+    set_extra_models,
     unknown_model_message,
 )
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.validation import revalidate
+
+
+@pytest.fixture(autouse=True)
+def extras_restored() -> Iterator[None]:
+    """Each test may add models; the next one finds the process's own again."""
+    before = extra_models()
+    yield
+    set_extra_models(before)
 
 
 @pytest.mark.parametrize(
@@ -50,10 +67,38 @@ def test_unknown_names_are_refused_with_a_hint() -> None:
     assert "H100-80GB" in message and "gpufleet gpu-models" in message and EXTRA_MODELS_ENV in message
 
 
-def test_the_environment_adds_models(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_adds_models_when_the_process_loads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_extra_models(())
     assert not is_known_model("MI300X")
-    monkeypatch.setenv(EXTRA_MODELS_ENV, "MI300X, Gaudi3")
+    monkeypatch.setenv(EXTRA_MODELS_ENV, "MI300X, Gaudi3,,H100")
+    assert not is_known_model("MI300X")  # read once, at start: a later change is not seen
+    assert load_extra_models() == ("MI300X", "Gaudi3", "H100")
     assert canonical_model("mi300x") == "MI300X" and is_known_model("Gaudi3")
+    assert added_models() == ["MI300X", "Gaudi3"]  # H100 is in the catalogue already
+    monkeypatch.setenv(EXTRA_MODELS_ENV, "Gaudi3")
+    assert is_known_model("MI300X")
+
+
+def test_added_models_are_set_outright_and_replace_the_previous_ones() -> None:
+    set_extra_models(["MI300X"])
+    assert is_known_model("MI300X") and not is_known_model("Gaudi3")
+    set_extra_models(["Gaudi3"])
+    assert canonical_model("gaudi3") == "Gaudi3" and not is_known_model("MI300X")
+
+
+def test_the_command_reads_the_environment_at_start() -> None:
+    """As the README says: `GPUFLEET_GPU_MODELS=MI300X,Gaudi3` adds names."""
+    env = {**os.environ, EXTRA_MODELS_ENV: "MI300X,Gaudi3"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "gpu-models"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"MI300X  (from {EXTRA_MODELS_ENV})" in lines and f"Gaudi3  (from {EXTRA_MODELS_ENV})" in lines
 
 
 POOL = """\
@@ -74,12 +119,10 @@ def test_a_pool_with_an_unknown_model_is_refused() -> None:
     assert isinstance(pool, GPUPool) and pool.spec.gpu_model == "NVIDIA-H100-80GB-HBM3"  # kept as written
 
 
-def test_a_stored_pool_reads_back_even_if_its_model_left_the_catalogue(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(EXTRA_MODELS_ENV, "MI300X")
+def test_a_stored_pool_reads_back_even_if_its_model_left_the_catalogue() -> None:
+    set_extra_models(["MI300X"])
     (pool,) = load_objects(POOL % "MI300X")
-    monkeypatch.delenv(EXTRA_MODELS_ENV)
+    set_extra_models(())
     info = kind_info("GPUPool")
     assert info is not None
     assert revalidate(info, pool.to_dict()).spec.gpu_model == "MI300X"  # type: ignore[attr-defined]

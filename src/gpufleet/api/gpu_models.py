@@ -11,8 +11,10 @@ The Alibaba cluster-trace-gpu-v2023 ("openb") names its models its own way; thos
 `V100M32`, `P100`, `T4`, `A10`, and the undisclosed `G1`, `G2`, `G3`) are listed as models of their own.
 
 A model not listed here is added with the environment variable `GPUFLEET_GPU_MODELS`, a comma-separated
-list of names (e.g. `GPUFLEET_GPU_MODELS=MI300X,Gaudi3`), read at each check. `gpufleet gpu-models`
-prints the catalogue.
+list of names (e.g. `GPUFLEET_GPU_MODELS=MI300X,Gaudi3`). It is read once per process, so that every
+check in a process accepts the same names: the `gpufleet` command reads it at start
+(`load_extra_models`); a process that never does reads it at its first check. `set_extra_models` sets
+the added names outright (tests, programs embedding gpufleet). `gpufleet gpu-models` prints the catalogue.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, ValidationInfo
@@ -108,24 +113,73 @@ def _build_index() -> dict[str, str]:
 _INDEX = _build_index()
 
 
-def extra_models() -> tuple[str, ...]:
-    """The names added by `GPUFLEET_GPU_MODELS`."""
-    raw = os.environ.get(EXTRA_MODELS_ENV, "")
+@dataclass(frozen=True, slots=True)
+class _Extras:
+    """The names added to the catalogue, and their comparison keys (first name wins)."""
+
+    names: tuple[str, ...]
+    index: dict[str, str] = field(compare=False)
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> _Extras:
+        kept = tuple(name.strip() for name in names if name.strip())
+        index: dict[str, str] = {}
+        for name in kept:
+            index.setdefault(normalise(name), name)
+        return cls(kept, index)
+
+
+_lock = threading.Lock()
+_extras: _Extras | None = None
+"""None until `load_extra_models` or `set_extra_models` runs (the first check runs the former)."""
+
+
+def parse_extra_models(raw: str) -> tuple[str, ...]:
+    """The names of a `GPUFLEET_GPU_MODELS` value: comma-separated, blanks ignored."""
     return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def set_extra_models(names: Iterable[str]) -> None:
+    """Makes `names` the models this process adds to the catalogue, replacing any added before."""
+    global _extras
+    extras = _Extras.of(names)
+    with _lock:
+        _extras = extras
+
+
+def load_extra_models(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Reads `GPUFLEET_GPU_MODELS` from `environ` and makes its names the ones this process adds; the
+    entry point calls it once at start, and later changes of the environment are not seen."""
+    names = parse_extra_models(environ.get(EXTRA_MODELS_ENV, ""))
+    set_extra_models(names)
+    return names
+
+
+def _current_extras() -> _Extras:
+    global _extras
+    extras = _extras
+    if extras is not None:  # every check but the first of an unconfigured process: no lock to take
+        return extras
+    with _lock:
+        if _extras is None:  # no entry point configured it: read the environment now, and only now
+            _extras = _Extras.of(parse_extra_models(os.environ.get(EXTRA_MODELS_ENV, "")))
+        return _extras
+
+
+def extra_models() -> tuple[str, ...]:
+    """The names added to the catalogue in this process (from `GPUFLEET_GPU_MODELS` unless set)."""
+    return _current_extras().names
 
 
 def canonical_model(name: str) -> str | None:
     """The catalogue's name for `name` (an alias or the name itself), or None when it is not a GPU model."""
     if not name.strip():
         return None
-    found = _INDEX.get(normalise(name))
+    key = normalise(name)
+    found = _INDEX.get(key)
     if found is not None:
         return found
-    key = normalise(name)
-    for extra in extra_models():
-        if normalise(extra) == key:
-            return extra
-    return None
+    return _current_extras().index.get(key)
 
 
 def is_known_model(name: str) -> bool:
@@ -133,7 +187,7 @@ def is_known_model(name: str) -> bool:
 
 
 def added_models() -> list[str]:
-    """The names `GPUFLEET_GPU_MODELS` adds to the catalogue (those it already lists left out)."""
+    """The names added to the catalogue that it does not already list."""
     known = {normalise(name) for name in _INDEX}
     return [name for name in extra_models() if normalise(name) not in known]
 

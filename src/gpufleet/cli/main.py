@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpufleet.api.errors import GpuFleetError
+from gpufleet.api.gpu_models import load_extra_models
 from gpufleet.cli import agent, bench, control, gpu_models, kube, manifests, scenario
 
 app = typer.Typer(
@@ -27,6 +28,8 @@ for area in (bench, scenario, agent, manifests, control, kube, gpu_models):
 
 def main() -> None:
     """Entry point: user errors print as one line and exit 2, never as a traceback."""
+    # Configuration from the environment is read once, here, so every check of this process agrees.
+    load_extra_models()
     try:
         # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
         code = app(standalone_mode=False)
