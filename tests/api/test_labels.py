@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import ast
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,3 +60,24 @@ def test_equality_string_matches_like_the_mapping(labels: dict[str, str], wanted
     text = ",".join(f"{k}={v}" for k, v in wanted.items())
     assert LabelSelector.parse(text).matches(labels) == LabelSelector.parse(wanted).matches(labels)
     assert LabelSelector.parse(wanted).matches(labels) == all(labels.get(k) == v for k, v in wanted.items())
+
+
+def test_each_gpufleet_label_name_is_defined_once() -> None:
+    """A name defined in two modules can drift apart: the world writing a label and the one reading it
+    would no longer agree. Module-level constants naming `gpufleet.io/...` are counted by value."""
+    source = Path(__file__).resolve().parents[2] / "src" / "gpufleet"
+    defined: defaultdict[str, list[str]] = defaultdict(list)
+    for path in sorted(source.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            name = _gpufleet_name(node)
+            if name is not None:
+                defined[name].append(str(path.relative_to(source)))
+    assert defined["gpufleet.io/capacity-type"] == ["api/labels.py"]
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+
+
+def _gpufleet_name(statement: ast.stmt) -> str | None:
+    """The `gpufleet.io/...` string a module-level assignment defines, if it defines one."""
+    value = statement.value if isinstance(statement, ast.Assign | ast.AnnAssign) else None
+    text = value.value if isinstance(value, ast.Constant) else None
+    return text if isinstance(text, str) and text.startswith("gpufleet.io/") else None

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.api.labels import CORDONED_BY_ANNOTATION, POOL_LABEL
 from gpufleet.kube.config import (
-    CORDONED_BY_ANNOTATION,
     DEVICE_PLUGIN_CONFIG_LABEL,
     INTERRUPTION_ANNOTATION,
     MIG_CONFIG_LABEL,
-    POOL_LABEL,
     SPOT_TAINT,
 )
 from gpufleet.kube.fleet import pool_labels, unhealthy_reason

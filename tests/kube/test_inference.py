@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gpufleet.kube.inference import REVISION_LABEL
+from gpufleet.api.labels import REVISION_LABEL
 from gpufleet.kube.metrics import PrometheusSource
 from gpufleet.kube.operator import Operator
 from gpufleet.kube.scheduler import KubeScheduler

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import QueueSpec
 from gpufleet.fleet.request import PodRequest
-from gpufleet.scheduler.flavors import CAPACITY_TYPE_LABEL, candidate_models, model_of, pinned, split_flavor
+from gpufleet.scheduler.flavors import candidate_models, model_of, pinned, split_flavor
 from gpufleet.scheduler.workload import PodSet, Workload
 
 H100, A100 = "H100-80GB", "A100-80GB"

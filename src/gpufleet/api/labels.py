@@ -1,7 +1,10 @@
-"""Label selectors in Kubernetes' string syntax: `app=web,tier!=db,env in (a,b),!legacy,gpu`.
+"""Label selectors in Kubernetes' string syntax: `app=web,tier!=db,env in (a,b),!legacy,gpu`, and the
+names of the labels and annotations more than one package reads or writes.
 
-Used by the store's list and by anything that matches node or object labels, so the embedded world
-and `kubectl -l` accept the same selectors. The names of labels both worlds read are defined here too.
+Selectors are used by the store's list and by anything that matches node or object labels, so the
+embedded world and `kubectl -l` accept the same selectors. A name is defined once, here, so the world
+that writes a label and the one that reads it cannot drift apart; names only the Kubernetes world uses
+live in `kube.config`.
 """
 
 from __future__ import annotations
@@ -15,9 +18,27 @@ from gpufleet.api.errors import ValidationError
 
 Operator = Literal["=", "!=", "in", "notin", "exists", "!exists"]
 
+# ------------------------------------------------------------------ label and annotation names
+POOL_LABEL = "gpufleet.io/pool"
+"""On a Node: the GPUPool it belongs to (set by the pool controller, or the operator in Kubernetes)."""
+CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
+"""On a Node: its pool's capacity type (`on-demand`, `spot`), which capacity-typed flavors select on."""
+WORKLOAD_LABEL = "gpufleet.io/workload"
+"""On an embedded-world Pod: the Workload it is a pod of."""
+JOB_LABEL = "gpufleet.io/training-job"
+"""On a Workload or Pod (and a Kubernetes Service): the TrainingJob it belongs to."""
+SERVICE_LABEL = "gpufleet.io/inference-service"
+"""On a Workload or Pod (and a Kubernetes Service): the InferenceService it belongs to."""
+REVISION_LABEL = "gpufleet.io/revision"
+"""On an InferenceService's replica: the ModelVersion it serves."""
 WORKLOAD_CLASS_LABEL = "gpufleet.io/workload-class"
 """On a Pod (label or annotation) that no TrainingJob or InferenceService owns: its workload class
 (`training`, `inference` or `batch`), which picks its placement policy (see `controllers.workload_class`)."""
+CORDONED_BY_ANNOTATION = "gpufleet.io/cordoned-by"
+"""On a Node gpufleet cordoned: why (`health`, `gpu-health`, `spot-interruption`), so that it uncordons
+only the nodes it cordoned itself."""
+BENCH_RUN_LABEL = "gpufleet.io/bench-run"
+"""On what a benchmark creates (on a server or a cluster): its run, so the run cleans up only its own."""
 
 _SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
 _EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")

@@ -29,13 +29,7 @@ from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import TopologyRequest
 from gpufleet.api.versions import DriverVersion
 
-# Labels the embedded world puts on its objects.
-POOL_LABEL = "gpufleet.io/pool"
-WORKLOAD_LABEL = "gpufleet.io/workload"
-JOB_LABEL = "gpufleet.io/training-job"
-SERVICE_LABEL = "gpufleet.io/inference-service"
-REVISION_LABEL = "gpufleet.io/revision"
-CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
+# The embedded world's topology labels on its Nodes (the names of gpufleet's own labels: api.labels).
 BLOCK_LABEL = "block"
 RACK_LABEL = "rack"
 TOPOLOGY_LEVELS = (BLOCK_LABEL, RACK_LABEL)

@@ -10,13 +10,13 @@ checkpoint, inside the two-minute warning. When the node is healthy again the co
 from __future__ import annotations
 
 from gpufleet.api.errors import NotFoundError
+from gpufleet.api.labels import CORDONED_BY_ANNOTATION
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.store.protocol import Store
 
-CORDONED_BY = "gpufleet.io/cordoned-by"
 ME = "health"
 
 
@@ -31,11 +31,11 @@ class HealthController(Reconciler):
     def reconcile(self, key: Key, now: float) -> float | None:
         node = self.store.get(Node, key[1])
         problem = _problem(node)
-        mine = node.metadata.annotations.get(CORDONED_BY) == ME
+        mine = node.metadata.annotations.get(CORDONED_BY_ANNOTATION) == ME
         if problem is not None:
             reason, message = problem
             if not node.spec.unschedulable:
-                annotations = {**node.metadata.annotations, CORDONED_BY: ME}
+                annotations = {**node.metadata.annotations, CORDONED_BY_ANNOTATION: ME}
                 spec = node.spec.model_copy(update={"unschedulable": True})
                 metadata = node.metadata.model_copy(update={"annotations": annotations})
                 node = self.store.update(node.model_copy(update={"spec": spec, "metadata": metadata}))
@@ -43,7 +43,7 @@ class HealthController(Reconciler):
             if node.status.phase != "Lost":
                 self._evict_pods(node, reason, message, now)
         elif node.spec.unschedulable and mine:
-            annotations = {k: v for k, v in node.metadata.annotations.items() if k != CORDONED_BY}
+            annotations = {k: v for k, v in node.metadata.annotations.items() if k != CORDONED_BY_ANNOTATION}
             spec = node.spec.model_copy(update={"unschedulable": False})
             metadata = node.metadata.model_copy(update={"annotations": annotations})
             node = self.store.update(node.model_copy(update={"spec": spec, "metadata": metadata}))

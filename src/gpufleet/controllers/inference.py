@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.fields import priority_value
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
 from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.model_version import ModelVersion
 from gpufleet.api.runtime import (
-    REVISION_LABEL,
-    SERVICE_LABEL,
     OwnerRef,
     Pod,
     ServiceLoad,

@@ -31,13 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL, POOL_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, set_condition
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.runtime import (
     BLOCK_LABEL,
-    CAPACITY_TYPE_LABEL,
-    POOL_LABEL,
     RACK_LABEL,
     Node,
     NodeSpec,

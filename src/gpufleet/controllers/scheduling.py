@@ -33,14 +33,12 @@ import logging
 from dataclasses import dataclass
 
 from gpufleet.api.errors import ConflictError, GpuFleetError, NotFoundError
+from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import (
-    JOB_LABEL,
-    SERVICE_LABEL,
     TOPOLOGY_LEVELS,
-    WORKLOAD_LABEL,
     Admission,
     Eviction,
     MigAssignment,

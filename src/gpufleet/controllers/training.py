@@ -25,9 +25,9 @@ import contextlib
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.fields import priority_value
+from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.runtime import (
-    JOB_LABEL,
     OwnerRef,
     Pod,
     WorkloadPodSet,

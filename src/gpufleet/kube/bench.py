@@ -35,13 +35,13 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.api.labels import BENCH_RUN_LABEL
 from gpufleet.kube.config import GANG_LABEL, GANG_SIZE_LABEL, GPU_MODEL_LABEL, QUEUE_LABEL
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
 
 GPUS_PER_NODE = 8
-RUN_LABEL = "gpufleet.io/bench-run"
 WRITERS = 16
 """Concurrent writes while setting up nodes and pods."""
 
@@ -392,7 +392,7 @@ class KubeBench:
         body = {
             "apiVersion": "gpufleet.io/v1alpha1",
             "kind": "Queue",
-            "metadata": {"name": self.queue, "labels": {RUN_LABEL: self.run_id}},
+            "metadata": {"name": self.queue, "labels": {BENCH_RUN_LABEL: self.run_id}},
             "spec": {"quotas": {"H100-80GB": {"nominal": self.nodes * GPUS_PER_NODE}}},
         }
         self.api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
@@ -400,7 +400,7 @@ class KubeBench:
     def _node(self, i: int) -> None:
         name = f"bench-{self.run_id}-{i}"
         labels = {
-            RUN_LABEL: self.run_id,
+            BENCH_RUN_LABEL: self.run_id,
             "kubernetes.io/hostname": name,
             GPU_MODEL_LABEL: "H100-80GB",
             "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
@@ -426,7 +426,7 @@ class KubeBench:
         self._parallel(self._pod, range(self.pods))
 
     def _pod(self, i: int) -> None:
-        labels = {RUN_LABEL: self.run_id, QUEUE_LABEL: self.queue}
+        labels = {BENCH_RUN_LABEL: self.run_id, QUEUE_LABEL: self.queue}
         if self.gang_size > 1:
             labels |= {GANG_LABEL: f"g{i // self.gang_size}", GANG_SIZE_LABEL: str(self.gang_size)}
         body = {
@@ -435,7 +435,7 @@ class KubeBench:
             "metadata": {"name": f"p{i}", "namespace": self.namespace, "labels": labels},
             "spec": {
                 "schedulerName": self.scheduler_name,
-                "nodeSelector": {RUN_LABEL: self.run_id},
+                "nodeSelector": {BENCH_RUN_LABEL: self.run_id},
                 "terminationGracePeriodSeconds": 0,
                 "containers": [
                     {
@@ -455,8 +455,8 @@ class KubeBench:
         gone = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
         for path, query in (
             (f"/api/v1/namespaces/{self.namespace}/pods", {}),
-            ("/api/v1/nodes", {"labelSelector": f"{RUN_LABEL}={self.run_id}"}),
-            ("/apis/gpufleet.io/v1alpha1/queues", {"labelSelector": f"{RUN_LABEL}={self.run_id}"}),
+            ("/api/v1/nodes", {"labelSelector": f"{BENCH_RUN_LABEL}={self.run_id}"}),
+            ("/apis/gpufleet.io/v1alpha1/queues", {"labelSelector": f"{BENCH_RUN_LABEL}={self.run_id}"}),
             (f"/api/v1/namespaces/{self.namespace}/events", {}),
         ):
             try:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.errors import GpuFleetError
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import Queue
 from gpufleet.controllers import nodesync
 from gpufleet.controllers.convert import placeable_quota_tree
@@ -49,7 +50,7 @@ from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Reason
-from gpufleet.scheduler.flavors import CAPACITY_TYPE_LABEL, Assignment, model_of, split_flavor, usage_of
+from gpufleet.scheduler.flavors import Assignment, model_of, split_flavor, usage_of
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import PodSet, Workload

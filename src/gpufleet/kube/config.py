@@ -36,9 +36,7 @@ poller, a termination handler) writes it."""
 GPU_HEALTH_CONDITION = "GPUUnhealthy"
 """A Node condition (True: some GPU is unhealthy) the node agent or a problem detector may set."""
 
-# Written by the operator on Nodes.
-POOL_LABEL = "gpufleet.io/pool"
-CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
+# Written by the operator on Nodes (with api.labels' POOL_LABEL, CAPACITY_TYPE_LABEL, CORDONED_BY_ANNOTATION).
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 """Names the entry of the NVIDIA device plugin's config map the node uses (time-slicing, MPS)."""
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -48,8 +46,6 @@ SHARING_CONFIG_LABEL = "gpufleet.io/sharing-config"
 SPOT_TAINT = "gpufleet.io/spot"
 POOL_APPLIED_ANNOTATION = "gpufleet.io/pool-applied"
 """What the operator put on a Node for its pool (labels, taints), so it takes off only that."""
-CORDONED_BY_ANNOTATION = "gpufleet.io/cordoned-by"
-"""Why the operator cordoned a Node (`gpu-health`, `spot-interruption`): it uncordons only those."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,17 +28,14 @@ import json
 import logging
 from collections.abc import Sequence
 
-from gpufleet.api.labels import LabelSelector
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL, CORDONED_BY_ANNOTATION, POOL_LABEL, LabelSelector
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.config import (
-    CAPACITY_TYPE_LABEL,
-    CORDONED_BY_ANNOTATION,
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_HEALTH_CONDITION,
     INTERRUPTION_ANNOTATION,
     MIG_CONFIG_LABEL,
     POOL_APPLIED_ANNOTATION,
-    POOL_LABEL,
     SHARING_CONFIG_LABEL,
     SPOT_TAINT,
     UNHEALTHY_GPUS_ANNOTATION,

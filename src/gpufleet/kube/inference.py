@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.kinds import kind_info
+from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
 from gpufleet.api.meta import Condition, set_condition
 from gpufleet.api.runtime import ServiceLoadSpec, ServiceLoadStatus
 from gpufleet.controllers import servicestate
@@ -54,8 +55,6 @@ from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
 
-SERVICE_LABEL = "gpufleet.io/inference-service"
-REVISION_LABEL = "gpufleet.io/revision"
 REPLICA_LABEL = "gpufleet.io/replica"
 DEFAULT_PORT = 8080
 

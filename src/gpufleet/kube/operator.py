@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.fleet import FleetOperator
-from gpufleet.kube.inference import SERVICE_LABEL, InferenceServiceOperator
+from gpufleet.kube.inference import InferenceServiceOperator
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.metrics import MetricSource
 from gpufleet.kube.resources import NODE, POD, SERVICE, resource_for
-from gpufleet.kube.training import JOB_LABEL, TrainingJobOperator
+from gpufleet.kube.training import TrainingJobOperator
 from gpufleet.kube.transport import ApiError, Json, Transport
 
 log = logging.getLogger(__name__)

@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
+from gpufleet.api.labels import POOL_LABEL
 from gpufleet.kube.config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
-    POOL_LABEL,
     SHARING_CONFIG_LABEL,
 )
 from gpufleet.kube.resources import ResourceType

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.kinds import kind_info
+from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
@@ -72,7 +73,6 @@ from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 
 log = logging.getLogger(__name__)
 
-JOB_LABEL = "gpufleet.io/training-job"
 ATTEMPT_LABEL = "gpufleet.io/attempt"
 MASTER_PORT = 29500
 FAILED_REASONS = ("Evicted", "Preempting", "DeadlineExceeded")

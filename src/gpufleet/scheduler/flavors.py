@@ -18,11 +18,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.scheduler.workload import PodSet, Workload
 
-CAPACITY_TYPE_LABEL = "gpufleet.io/capacity-type"
-"""The node label a capacity-typed flavor selects on (api.runtime's label; pools set it on their nodes)."""
 CAPACITY_TYPES: tuple[str, ...] = ("on-demand", "spot")
 
 

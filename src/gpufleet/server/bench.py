@@ -30,12 +30,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from gpufleet.api.errors import GpuFleetError, ValidationError
+from gpufleet.api.labels import BENCH_RUN_LABEL
 from gpufleet.api.resource import API_VERSION
 from gpufleet.server.loadclient import Answer, Connection, ProtocolError
 
 Scope = Literal["namespace", "all"]
 PREFIX = f"/apis/{API_VERSION}"
-RUN_LABEL = "gpufleet.io/bench-run"
 PROBES_PER_S = 20
 REQUEST_SECONDS = 30.0
 """How long one request may take before it counts as an error."""
@@ -286,7 +286,7 @@ class ApiBench:
 
     async def _head(self, admin: Connection) -> str:
         answer = await self._call(
-            admin, "GET", f"{PREFIX}/modelversions", params={"labelSelector": f"{RUN_LABEL}=none"}
+            admin, "GET", f"{PREFIX}/modelversions", params={"labelSelector": f"{BENCH_RUN_LABEL}=none"}
         )
         if answer.status != 200:
             raise BenchError(f"cannot list ModelVersions: {answer.status} {answer.body[:200]!r}")
@@ -340,7 +340,11 @@ class ApiBench:
         return {
             "apiVersion": API_VERSION,
             "kind": "ModelVersion",
-            "metadata": {"name": f"m{index}", "namespace": namespace, "labels": {RUN_LABEL: self.run_id}},
+            "metadata": {
+                "name": f"m{index}",
+                "namespace": namespace,
+                "labels": {BENCH_RUN_LABEL: self.run_id},
+            },
             "spec": {"model": "bench", "version": str(index), "uri": f"bench://{self.run_id}/{index}"},
         }
 
@@ -376,7 +380,7 @@ class ApiBench:
     async def _listed(self, admin: Connection, tally: _Tally) -> set[str]:
         """Every object the run made, as `namespace/name`, from the server's final list; if the
         server cannot list them, what the writers were told was created (and an error)."""
-        params = {"labelSelector": f"{RUN_LABEL}={self.run_id}"}
+        params = {"labelSelector": f"{BENCH_RUN_LABEL}={self.run_id}"}
         try:
             answer = await self._call(admin, "GET", f"{PREFIX}/modelversions", params=params)
         except Failure as exc:

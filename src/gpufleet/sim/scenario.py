@@ -21,6 +21,7 @@ import yaml
 from gpufleet.api.documents import compose_documents, locate_error
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.fields import DEFAULT_PRIORITY_CLASSES
+from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.scenario import RunningWorkload, Scenario, ScenarioNode, ScenarioQueue, ScenarioWorkload
 from gpufleet.api.validation import parse_object
@@ -32,7 +33,6 @@ from gpufleet.scheduler.config import FairSharingConfig, SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.explain import Preempt
 from gpufleet.scheduler.flavors import (
-    CAPACITY_TYPE_LABEL,
     Assignment,
     candidate_models,
     model_of,

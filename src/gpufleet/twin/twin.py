@@ -26,10 +26,9 @@ import numpy as np
 from gpufleet.api.checkpoint import Checkpoint, CheckpointSpec
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, set_condition
 from gpufleet.api.runtime import (
-    JOB_LABEL,
-    SERVICE_LABEL,
     GpuHealth,
     Node,
     Pod,
