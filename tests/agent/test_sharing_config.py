@@ -385,7 +385,8 @@ def test_a_mig_label_gpufleet_did_not_set_does_not_hold_back_the_pools_time_slic
     (missing,) = wait_until("the missing entry reported", lambda: events(api, "SharingConfigMissing"))
     assert missing["type"] == "Warning"
     assert "ConfigMap gpu-ops/gpufleet-sharing-ts has no key 'all-disabled'" in missing["message"]
-    time.sleep(0.6)  # several resyncs: said once
+    polls = running.watcher.polls
+    wait_until("two more reads", lambda: running.watcher.polls >= polls + 2)  # said once
     assert len(events(api, "SharingConfigMissing")) == 1
     assert not events(api, "MigLayoutPending") and not events(api, "MigLayoutInPlace")
     assert not events(api, "SharingConfigInvalid")

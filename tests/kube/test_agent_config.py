@@ -28,6 +28,25 @@ def label(api: FakeApiServer, labels: dict[str, str | None]) -> None:
     api.request("PATCH", "/api/v1/nodes/n1", body={"metadata": {"labels": labels}}, content_type=MERGE)
 
 
+class FakeClock:
+    """Monotonic seconds that pass only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def more_polls(watcher: SharingConfigWatcher, count: int) -> None:
+    """Until the running watcher has read the Node `count` more times: it has seen what there is to see."""
+    start = watcher.polls
+    wait_until(f"{count} more reads", lambda: watcher.polls >= start + count)
+
+
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 10) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,7 +87,7 @@ def test_the_label_picks_the_entry_and_a_label_change_is_seen_at_the_next_read(a
         # Out of every pool: None, once.
         label(api, {"gpufleet.io/sharing-config": None, "nvidia.com/device-plugin.config": None})
         wait_until("no selection", lambda: len(told) == 3)
-        time.sleep(0.5)
+        more_polls(watcher, 2)  # read again, and again: None is not told twice
         assert told[2:] == [None]
     finally:
         stop.set()
@@ -97,7 +116,7 @@ def test_an_unreachable_server_and_a_failed_apply_are_tried_again(api: FakeApiSe
     try:
         wait_until("the apply tried again", lambda: len(calls) >= 2)
         assert calls[0] == calls[1]
-        time.sleep(0.5)
+        more_polls(watcher, 2)
         assert len(calls) == 2  # applied: not told again while nothing changes
     finally:
         stop.set()
@@ -155,23 +174,26 @@ def test_a_selection_still_pending_after_a_resync_is_a_warning_once(
     """Longer than the operator's relabelling takes: likely a mistake (a wrong --sharing-namespace)."""
     labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-x", "nvidia.com/device-plugin.config": "mps-2"}
     add_node(api, "n1", labels=labels)
-    watcher = SharingConfigWatcher(api, "n1", "elsewhere", lambda _: None, resync=0.5)
-    stop = threading.Event()
-    watcher.start(stop)
-    try:
+    clock = FakeClock()
+    watcher = SharingConfigWatcher(api, "n1", "elsewhere", lambda _: None, resync=30, clock=clock)
 
-        def warned() -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.levelno == logging.WARNING]
+    def warned() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.levelno == logging.WARNING]
 
-        wait_until("the warning", warned, 5)
-        time.sleep(1.5)
-        (warning,) = warned()
-        assert "still missing after" in warning.getMessage()
-        assert "ConfigMap elsewhere/gpufleet-sharing-x (named by gpufleet.io/sharing-config) not found" in (
-            warning.getMessage()
-        )
-    finally:
-        stop.set()
+    watcher.poll()
+    clock.advance(29)
+    watcher.poll()
+    assert not warned()  # the operator's relabelling may still be under way
+    clock.advance(1)
+    watcher.poll()
+    for _ in range(3):  # more reads while it lasts: said once
+        clock.advance(30)
+        watcher.poll()
+    (warning,) = warned()
+    assert "still missing after 30s" in warning.getMessage()
+    assert "ConfigMap elsewhere/gpufleet-sharing-x (named by gpufleet.io/sharing-config) not found" in (
+        warning.getMessage()
+    )
 
 
 def node_events(api: FakeApiServer, reason: str) -> list[dict[str, Any]]:
@@ -210,7 +232,8 @@ def test_an_entry_that_is_missing_does_not_hold_back_the_one_that_is_there(
     config_map(api, "gpufleet-sharing-p", data)
     add_node(api, "n1", labels={"gpufleet.io/sharing-config": "gpufleet-sharing-p", **labels})
     told: list[NodeSharingConfig | None] = []
-    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.5)
+    clock = FakeClock()
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.5, clock=clock)
     watcher.poll()
     (selection,) = told
     assert selection is not None
@@ -223,7 +246,7 @@ def test_an_entry_that_is_missing_does_not_hold_back_the_one_that_is_there(
 
     # Still missing after a resync: one warning and one Warning Event naming the ConfigMap and key.
     for _ in range(3):
-        time.sleep(0.3)
+        clock.advance(0.3)
         watcher.poll()
     (event,) = node_events(api, "SharingConfigMissing")
     assert event["type"] == "Warning"
@@ -253,10 +276,11 @@ def test_a_selection_whose_every_entry_is_missing_is_not_told_but_said_once_with
     labels = {"gpufleet.io/sharing-config": "gpufleet-sharing-x", "nvidia.com/device-plugin.config": "mps-2"}
     add_node(api, "n1", labels=labels)
     told: list[NodeSharingConfig | None] = []
-    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.2)
+    clock = FakeClock()
+    watcher = SharingConfigWatcher(api, "n1", "gpu-ops", told.append, resync=0.2, clock=clock)
     for _ in range(4):
         watcher.poll()
-        time.sleep(0.1)
+        clock.advance(0.1)
     watcher.poll()
     assert told == [] and watcher.pending
     (event,) = node_events(api, "SharingConfigMissing")

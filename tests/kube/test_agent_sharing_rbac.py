@@ -63,7 +63,10 @@ def test_the_agents_requests_for_its_config_map_are_what_its_role_grants(api: Fa
     watcher.start(stop)
     try:
         collection = "/api/v1/namespaces/gpu/configmaps"
-        time.sleep(1.0)
+        deadline = time.monotonic() + 5
+        while not watcher.polls and time.monotonic() < deadline:  # it has read the ConfigMap missing
+            time.sleep(0.02)
+        assert watcher.polls and not told
         api.request(
             "POST", collection, body={"metadata": {"name": "gpufleet-sharing-a"}, "data": {"mps-2": "x"}}
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -40,6 +40,13 @@ class Observed(FakeApiServer):
         self.refuse: set[str] = set()
         self.refuse_config_maps = False
         self.node_patch_delay = 0.0
+        self.watched_from: list[int] = []
+        """The resourceVersion of each watch asked for, in order."""
+
+    def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
+        with self.lock:
+            self.watched_from.append(int(query.get("resourceVersion") or self.head))
+        return super().watch(path, query=query, timeout=timeout)
 
     def request(self, method: str, path: str, **kw: Any) -> Json:
         if method == "PATCH" and path.startswith("/api/v1/nodes/"):
@@ -219,6 +226,7 @@ def test_an_agent_follows_a_pools_replica_change_at_once_never_finding_its_entry
     watcher = SharingConfigWatcher(api, "n2", NS, lambda s: told.append((time.monotonic(), s)), resync=30)
     stop = threading.Event()
     caplog.set_level(logging.INFO, logger="gpufleet.kube.agent_config")
+    started = time.monotonic()
     watcher.start(stop)
     try:
         deadline = time.monotonic() + 5
@@ -234,17 +242,22 @@ def test_an_agent_follows_a_pools_replica_change_at_once_never_finding_its_entry
             content_type=MERGE,
         )
         sync(op)
-        done = time.monotonic()
-        while len(told) < 2 and time.monotonic() < done + 5:
+        # Done once the watcher watches again from at least the ConfigMap's last write: it has read
+        # what the operator left, and anything it was to tell is told.
+        written = int(
+            api.get(f"/api/v1/namespaces/{NS}/configmaps/gpufleet-sharing-p")["metadata"]["resourceVersion"]
+        )
+        deadline = time.monotonic() + 10
+        while max(api.watched_from, default=0) < written and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(0.3)
+        assert max(api.watched_from, default=0) >= written, "the watcher never read the final ConfigMap"
     finally:
         stop.set()
     assert [s.device_plugin.key for _, s in told if s is not None and s.device_plugin] == [
         "time-slicing-4",
         "time-slicing-8",
     ]
-    assert told[1][0] - done < 2.0
+    assert told[1][0] - started < watcher.resync  # through the ConfigMap's watch, not a resync
     assert api.dangling == []
     assert not [r for r in caplog.records if "pending" in r.getMessage()]
 

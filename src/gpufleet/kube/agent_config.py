@@ -145,6 +145,7 @@ class SharingConfigWatcher:
         *,
         resync: float = RESYNC_SECONDS,
         backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.node_name = node_name
@@ -164,6 +165,11 @@ class SharingConfigWatcher:
         self._why: dict[tuple[str, str], str] = {}
         """(ConfigMap, key) missing -> what was last logged about it (the ConfigMap gone, the key)."""
         self._thread: threading.Thread | None = None
+        self._clock = clock
+        """Times how long an entry has been missing (monotonic seconds)."""
+        self.polls = 0
+        """Reads completed: whoever waits for the watcher to have looked again (a test, after a change
+        that must not be told) waits for this to grow instead of for a guessed time."""
 
     @property
     def pending(self) -> bool:
@@ -204,6 +210,7 @@ class SharingConfigWatcher:
                 self._last, self._told = selection, True
         if not missing:
             self._pending_backoff.reset()
+        self.polls += 1
         if selection is None:
             return None, None
         return selection.config_map.split("/", 1)[1], version
@@ -214,7 +221,7 @@ class SharingConfigWatcher:
         such as a label gpufleet did not set), a warning and a Warning Event on the Node, once while it
         lasts."""
         then = "the config in force stays" if held else "the rest is applied without it"
-        now = time.monotonic()
+        now = self._clock()
         entries = {(e.config_map, e.key): e for e in missing}
         self._pending = {at: self._pending.get(at, now) for at in entries}
         why = {at: entry.missing or entry.where for at, entry in entries.items()}
