@@ -181,11 +181,24 @@ def _run_agent(
     return subprocess.Popen(
         [sys.executable, "-m", "gpufleet.cli.main", "agent", "--node-name", "node-a",
          "--profile", "a100-80gb-mig", "--plugin-dir", str(kubelet.dir), "--metrics-port", "0",
-         "--feature-file", "", "--no-label-node", "--no-sharing-config",
+         "--feature-file", str(_features(short_dir)), "--no-label-node", "--no-sharing-config",
          "--pod-resources-socket", str(short_dir / "none.sock"), *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
     )  # fmt: skip
+
+
+def _features(short_dir: Path) -> Path:
+    return short_dir / "features"
+
+
+def _wait_started(short_dir: Path) -> None:
+    """Until the agent has served and registered every plugin it runs: it writes its node-feature file
+    only after that, so from then on no registration is still to come."""
+    deadline = time.monotonic() + 30
+    while not _features(short_dir).exists():
+        assert time.monotonic() < deadline, "the agent never finished starting"
+        time.sleep(0.05)
 
 
 def _registered(kubelet: FakeKubelet, count: int) -> dict[str, int]:
@@ -208,6 +221,7 @@ def test_the_agent_with_mig_strategy_mixed_advertises_each_mig_profile(
     proc = _run_agent(kubelet, short_dir, "--mig-strategy", "mixed", env={"MIG_STRATEGY": "none"})
     try:
         assert _registered(kubelet, 3) == MIG_RESOURCES
+        _wait_started(short_dir)
         assert kubelet.registrations.empty()
     finally:
         _stop(proc)
@@ -223,7 +237,7 @@ def test_the_agent_with_mig_strategy_none_advertises_mig_mode_gpus_whole(
     proc = _run_agent(kubelet, short_dir, "--config", str(config), env={"MIG_STRATEGY": "none"})
     try:
         assert _registered(kubelet, 1) == {"nvidia.com/gpu": 8}
-        time.sleep(0.5)  # a plugin per MIG profile would have registered by now
+        _wait_started(short_dir)  # a plugin per MIG profile would have registered by now
         assert kubelet.registrations.empty()
     finally:
         _stop(proc)
