@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -233,7 +233,33 @@ def test_retention_compacts_automatically(tmp_path: Path) -> None:
         assert len(small.list(GPUPool)) == 300
 
 
-def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(store: SqliteStore) -> None:
+WAKE_ONLY_SECONDS = 3600.0
+"""Far beyond any test: a wait this long ends by a wake-up or not at all."""
+
+
+class WaitWatchingStore(SqliteStore):
+    """Says when a watch starts waiting for a change. With `wake_only` it then waits for a wake-up alone,
+    not for the poll period after which a watch looks again anyway, so only a wake-up can end the wait."""
+
+    def __init__(self, path: Path, *, wake_only: bool = False) -> None:
+        super().__init__(path, synchronous="NORMAL")
+        self.waiting = threading.Event()
+        self.wake_only = wake_only
+
+    def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
+        self.waiting.set()
+        super()._wait_for_change(after, WAKE_ONLY_SECONDS if self.wake_only else timeout, stop)
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[WaitWatchingStore]:
+    opened = WaitWatchingStore(tmp_path / "watched.db")
+    yield opened
+    opened.close()
+
+
+def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(watched: WaitWatchingStore) -> None:
+    store = watched
     since = store.resource_version
     received = []
 
@@ -246,7 +272,7 @@ def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(store: SqliteS
 
     reader = threading.Thread(target=consume)
     reader.start()
-    time.sleep(0.05)
+    assert store.waiting.wait(10), "the watch never waited for a change"
     store.create(pool("ignored"))
     store.create(job("a"))
     store.delete(TrainingJob, "a", "team-a")
@@ -255,7 +281,7 @@ def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(store: SqliteS
     assert received == [("ADDED", "a"), ("DELETED", "a")]
     started = time.monotonic()
     assert list(store.watch(since=store.resource_version, timeout=0.2)) == []
-    assert 0.15 < time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.2  # not before its timeout; that it ends at all is the rest
 
 
 def test_watch_resource_version_resumes_without_loss(store: SqliteStore) -> None:
@@ -269,15 +295,21 @@ def test_watch_resource_version_resumes_without_loss(store: SqliteStore) -> None
     assert [e.object.name for e in store.watch(since=resume_at, timeout=0.05)] == ["b", "c"]
 
 
-def test_close_wakes_a_blocked_watch(store: SqliteStore) -> None:
-    watch = store.watch(timeout=None)
+def test_close_wakes_a_blocked_watch(watched: WaitWatchingStore) -> None:
+    watched.wake_only = True
+    watch = watched.watch(timeout=None)
     results: list[object] = []
-    reader = threading.Thread(target=lambda: results.extend(watch))
+
+    def read() -> None:
+        results.extend(watch)
+        results.append("ended")
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    time.sleep(0.1)
+    assert watched.waiting.wait(10), "the watch never waited for a change"
     watch.close()
-    reader.join(timeout=2)
-    assert not reader.is_alive() and results == []
+    reader.join(timeout=10)
+    assert not reader.is_alive() and results == ["ended"]
 
 
 def test_concurrent_writers_from_threads_never_lose_a_write(store: SqliteStore) -> None:
