@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -106,12 +107,26 @@ def test_config_must_order_its_periods() -> None:
         LeaseConfig("l", "ns", "me", lease_duration=5, renew_deadline=6, retry_period=1)
 
 
+class LeaseLooks:
+    """One replica's view of the API server, counting how often it read the Lease."""
+
+    def __init__(self, api: FakeApiServer) -> None:
+        self.api = api
+        self.looks = 0
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "GET" and "/leases/" in path:
+            self.looks += 1
+        return self.api.request(method, path, **kwargs)
+
+
 def test_run_fails_over_between_two_replicas_in_real_time(api: FakeApiServer) -> None:
     config = {"lease_duration": 1.0, "renew_deadline": 0.6, "retry_period": 0.1}
     leading: list[str] = []
+    views = {"a": LeaseLooks(api), "b": LeaseLooks(api)}
 
     def replica(name: str, stop: threading.Event) -> threading.Thread:
-        el = LeaderElector(api, LeaseConfig("l", "ns", name, **config))
+        el = LeaderElector(views[name], LeaseConfig("l", "ns", name, **config))  # type: ignore[arg-type]
 
         def work(lost: threading.Event) -> None:
             leading.append(name)
@@ -127,8 +142,10 @@ def test_run_fails_over_between_two_replicas_in_real_time(api: FakeApiServer) ->
     while not leading and time.monotonic() < deadline:
         time.sleep(0.01)
     replica("b", stop_b)
-    time.sleep(0.5)
-    assert leading == ["a"]
+    deadline = time.monotonic() + 5
+    while views["b"].looks < 3 and time.monotonic() < deadline:  # b found a's Lease live, three times
+        time.sleep(0.01)
+    assert views["b"].looks >= 3 and leading == ["a"]
     stop_a.set()  # a shuts down and releases: b leads within a retry period or two
     deadline = time.monotonic() + 3
     while len(leading) < 2 and time.monotonic() < deadline:
