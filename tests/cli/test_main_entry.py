@@ -54,3 +54,23 @@ def test_a_bad_option_value_is_a_usage_error_not_a_traceback() -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "--queues" in done.stderr
+
+
+def test_the_kube_daemons_start_without_importing_the_other_areas() -> None:
+    """`gpufleet kube scheduler` and `operator` start without the embedded server, the agent and the
+    benchmarks; every other command line still sees every command."""
+    probe = (
+        "import sys\n"
+        "from gpufleet.cli.main import main\n"
+        "sys.argv = ['gpufleet', *sys.argv[1:]]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('fastapi', 'gpufleet.server.app', 'gpufleet.cli.agent', 'grpc') "
+        "if m in sys.modules))\n"
+    )
+    kube = subprocess.run([sys.executable, "-c", probe, "kube", "--help"], capture_output=True, text=True)
+    assert kube.returncode == 0 and "scheduler" in kube.stdout and kube.stdout.rstrip().endswith("[]")
+    top = _gpufleet("--help")
+    assert top.returncode == 0 and all(c in top.stdout for c in ("kube", "up", "agent", "bench"))

@@ -1,7 +1,14 @@
-"""The `gpufleet` command: one typer app; each area of the CLI registers its commands from its own module."""
+"""The `gpufleet` command: one typer app; each area of the CLI registers its commands from its own module.
+
+The areas are imported when the app is built, not when this module is: `gpufleet kube scheduler` and
+`gpufleet kube operator` are long-running daemons whose start-up (a first bind, a failover) should not
+wait for the embedded server, the node agent and the benchmarks to be imported. A command line that
+names the `kube` group builds the app with that area alone; any other gets every area.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -11,19 +18,41 @@ from rich.markup import escape
 
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.gpu_models import load_extra_models
-from gpufleet.cli import agent, bench, control, gpu_models, kube, manifests, scenario
 
-app = typer.Typer(
-    rich_markup_mode=None,
-    name="gpufleet",
-    help="GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_models")
+"""The modules of `gpufleet.cli` that register commands, in the order help lists them."""
 
-for area in (bench, scenario, agent, manifests, control, kube, gpu_models):
-    area.register(app)
+
+def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
+    """The typer app with the commands of these areas."""
+    built = typer.Typer(
+        rich_markup_mode=None,
+        name="gpufleet",
+        help="GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    for area in areas:
+        importlib.import_module(f"gpufleet.cli.{area}").register(built)
+    return built
+
+
+def _areas_for(argv: list[str]) -> tuple[str, ...]:
+    return ("kube",) if argv[1:2] == ["kube"] else AREAS
+
+
+_app: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, every area's commands (what tests and other callers import), built on first use."""
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    if _app is None:
+        _app = build_app()
+    return _app
 
 
 def main() -> None:
@@ -32,7 +61,7 @@ def main() -> None:
     load_extra_models()
     try:
         # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
-        code = app(standalone_mode=False)
+        code = build_app(_areas_for(sys.argv))(standalone_mode=False)
     except GpuFleetError as exc:
         Console(stderr=True, emoji=False).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
