@@ -132,3 +132,11 @@ def test_credentials_are_kept_and_read_again_when_the_server_says_they_expired(
     assert fresh.request("GET", "/api/v1/secured/a")["metadata"]["name"] == "p"  # t1 refused, t2 taken
     assert fresh.request("GET", "/api/v1/secured/b")["metadata"]["name"] == "p"
     assert reads == ["t1", "t2"]  # read twice for two requests: once at first, once after the 401
+
+
+def test_json_the_fast_decoder_refuses_is_still_read() -> None:
+    from gpufleet.kube.client import _dumps, _loads
+
+    assert _loads('{"name": "\\ud800"}') == {"name": "\ud800"}  # an escaped lone surrogate
+    assert _loads(b'{"items": [1, 2]}') == {"items": [1, 2]}
+    assert _dumps({"n": 2**70}) == b'{"n": 1180591620717411303424}'  # wider than orjson writes

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -113,7 +114,7 @@ class KubeTransport:
             for line in _lines(response):
                 if not line:
                     continue
-                event = json.loads(line)
+                event = _loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise ApiError.from_status(int(status.get("code") or 500), status)
@@ -153,7 +154,7 @@ class KubeTransport:
         url = self._host + path
         if query:
             url += "?" + urlencode([(key, _query_value(value)) for key, value in query.items()])
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else _dumps(body)
         for attempt in range(2):
             headers = {"Accept": JSON, **self._credentials(fresh=attempt > 0)}
             if data is not None:
@@ -191,6 +192,23 @@ class KubeTransport:
             return self._auth
 
 
+def _loads(raw: bytes | str) -> Any:
+    """JSON as the server sends it. orjson decodes a watch line in well under half the time the standard
+    library takes (decoding is a fifth of the scheduler's CPU while it binds). What orjson refuses and the
+    standard library takes (an escaped lone surrogate, `NaN`) is decoded by the standard library."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def _dumps(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # what orjson cannot write (an integer wider than 64 bits)
+        return json.dumps(body).encode()
+
+
 def _query_value(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -201,7 +219,7 @@ def _decode(raw: bytes | str | None) -> Json:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        data = _loads(raw)
     except ValueError:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         return {"message": text[:500]}
