@@ -150,7 +150,9 @@ class Scheduler:
         `limit` ends the cycle once it has admitted that many workloads, so a world can carry out the
         first admissions while the rest of a large backlog is still to be decided (Kueue, likewise,
         admits a bounded number per cycle). The workloads not reached are neither decided nor explained;
-        the next cycle takes them up in the same order."""
+        the next cycle takes them up, ordering the queues afresh with the usage the cut cycle admitted,
+        so the fixed point leaves nothing admissible pending, though a tie on quota may go another way
+        than in one whole cycle (property test in tests/scheduler/test_cycle_properties.py)."""
         snapshot = Snapshot(cache)
         try:
             return _Cycle(self, snapshot, now, learn=learn, limit=limit).run()
