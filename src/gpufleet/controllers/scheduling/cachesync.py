@@ -1,0 +1,355 @@
+"""Keeps the embedded scheduler's cache in step with the store (the Kubernetes world's `kube/cache.py`).
+
+`ClusterCache` (fleet, quota tree, admitted and pending workloads) is built once from a full
+listing, then kept up to date from watch events: Node changes move fleet rows (cordon, GPU health),
+Workload changes move workloads between pending and admitted, Pod failures mark gangs broken. The
+allocations of admitted workloads come from their bound Pods, so after a restart the cache is rebuilt
+from exactly what is bound and no GPU can be handed out twice. Queue changes rebuild the cache.
+
+The rebuild deletes any Pod whose workload is not admitted (an orphan): the actions create Pods
+before the status says Admitted and write an eviction before deleting Pods, so a crash between the
+two writes leaves nothing half-applied.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gpufleet.api.errors import GpuFleetError, NotFoundError
+from gpufleet.api.pool import GPUPool
+from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.controllers import convert, nodesync
+from gpufleet.controllers.scheduling.state import Broken, SchedulingState, gone, older, rv
+from gpufleet.controllers.scheduling.status import StatusWriter
+from gpufleet.controllers.timeutil import to_seconds
+from gpufleet.fleet.state import Allocation, AllocationError, FleetState
+from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
+from gpufleet.scheduler.quota import QuotaTree
+from gpufleet.store.protocol import WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+class CacheSync:
+    """Builds the cache from the store and applies watch events to it."""
+
+    def __init__(self, state: SchedulingState, status: StatusWriter) -> None:
+        self.state = state
+        self.status = status
+
+    def observe(self, event: WatchEvent, now: float) -> None:
+        state = self.state
+        if state.needs_rebuild or state.cache is None:
+            return  # the rebuild lists everything
+        obj = event.object
+        try:
+            if isinstance(obj, Queue):
+                self._observe_queue(obj, deleted=event.type == "DELETED")
+            elif isinstance(obj, GPUPool):
+                self._observe_pool(obj, deleted=event.type == "DELETED")
+            elif isinstance(obj, Node):
+                self._observe_node(obj, deleted=event.type == "DELETED")
+            elif isinstance(obj, WorkloadObject):
+                self._observe_workload(obj, deleted=event.type == "DELETED", now=now)
+            elif isinstance(obj, Pod):
+                self._observe_pod(obj, deleted=event.type == "DELETED")
+        except (AllocationError, GpuFleetError, KeyError) as exc:
+            log.warning("scheduler cache out of step on %s (%s); rebuilding", obj.describe(), exc)
+            state.needs_rebuild = True
+
+    # ======================================================================== rebuild
+    def rebuild(self, now: float) -> None:
+        """Builds the cache from a full listing (start, restart, queue change)."""
+        state = self.state
+        store = state.store
+        state.stats.rebuilds += 1
+        queues = store.list(Queue).items
+        state.queue_generations = {q.name: q.metadata.generation for q in queues}
+        state.queues = {q.name: q for q in queues}
+        state.queues_dirty = True
+        state.pools = {p.name: p for p in store.list(GPUPool)}
+        state.reasons.clear()
+        nodes = store.list(Node).items
+        workloads = store.list(WorkloadObject).items
+        pods = store.list(Pod).items
+        tree, settings = self._quota_tree(queues)
+        fleet = FleetState(TOPOLOGY_LEVELS)
+        history = (
+            state.cache.history if state.cache else UsageHistory(state.config.fair_sharing.half_life_seconds)
+        )
+        cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=history)
+        state.cache = cache
+        state.nodes = {}
+        state.workloads = {}
+        state.pods = {}
+        state.backoff.clear()
+        state.broken.clear()
+        for node in nodes:
+            self._add_node(node)
+        for pod in pods:
+            state.pods.setdefault(convert.workload_key(pod.namespace, pod.spec.workload), {})[
+                convert.core_pod_name(pod)
+            ] = pod
+        for obj in workloads:
+            key = convert.workload_key(obj.namespace, obj.name)
+            state.workloads[key] = obj
+            if obj.status.phase == "Admitted" and obj.spec.active:
+                self._readmit(key, obj, now)
+            else:
+                self.sync_workload(key, now)
+        self._delete_orphans()
+        state.needs_rebuild = False
+        state.dirty = True
+
+    def _quota_tree(self, queues: list[Queue]) -> tuple[QuotaTree, dict[str, QueueSettings]]:
+        """The quota tree of the queues that can be placed in one. A queue that cannot (unknown parent,
+        a loop of parents, or below such a queue) is left out and marked, so one bad object never
+        stops scheduling for the rest; workloads submitted to it wait with a reason saying why."""
+        tree, settings, broken = convert.placeable_quota_tree(queues)
+        for name, message in sorted(broken.items()):
+            if self.state.invalid_queues.get(name) != message:
+                log.warning("Queue %s is left out of the quota tree: %s", name, message)
+        # Its `Valid` condition and Warning Event are written with the queue's status.
+        self.state.invalid_queues = broken
+        return tree, settings
+
+    def _readmit(self, key: str, obj: WorkloadObject, now: float) -> None:
+        """Puts an admitted workload back into the cache with the allocations its Pods hold."""
+        state = self.state
+        cache = state.cache
+        assert cache is not None
+        admission = obj.status.admission
+        pods = [
+            p
+            for p in state.pods.get(key, {}).values()
+            if p.spec.attempt == obj.status.attempts and not gone(p)
+        ]
+        if admission is None:
+            state.broken[key] = Broken("AdmissionLost", "admitted without an admission record")
+            pods = []
+        workload = convert.core_workload(obj)
+        allocations: list[Allocation] = []
+        for pod in pods:
+            if pod.spec.node_name not in cache.fleet.index:
+                state.broken[key] = Broken("NodeLost", f"node {pod.spec.node_name} is gone")
+                continue
+            allocations.append(convert.allocation(pod, cache.fleet))
+        counts = tuple(admission.counts) if admission else tuple(ps.count for ps in workload.pod_sets)
+        assignment = Assignment(
+            admission.gpu_model if admission else None, counts, dict(admission.usage) if admission else {}
+        )
+        admitted_at = to_seconds(obj.status.admitted_time) or now
+        try:
+            cache.admit(workload, assignment, allocations, now=admitted_at)
+        except AllocationError as exc:
+            # Two pods claim the same GPU (a write lost in a crash): trust neither, evict this gang.
+            log.error("%s: cannot reinstate its pods (%s)", obj.describe(), exc)
+            for alloc in allocations:
+                if alloc.pod in cache.fleet.allocations and alloc.pod.startswith(key + "/"):
+                    cache.fleet.release(alloc.pod)
+            cache.admit(workload, assignment, [], now=admitted_at)
+            state.broken[key] = Broken("AllocationConflict", str(exc))
+            return
+        expected = sum(counts)
+        failed = [p for p in pods if p.status.phase == "Failed"]
+        if failed and key not in state.broken:
+            first = failed[0]
+            state.broken[key] = Broken(first.status.reason or "PodFailed", first.status.message or "failed")
+        if len(allocations) < expected and key not in state.broken:
+            missing = expected - len(allocations)
+            state.broken[key] = Broken("PodLost", f"{missing} of {expected} pods are gone")
+
+    def _delete_orphans(self) -> None:
+        """Deletes running pods no admitted workload accounts for (left by a crash mid-write)."""
+        state = self.state
+        assert state.cache is not None
+        for key, pods in list(state.pods.items()):
+            admitted = state.cache.admitted.get(key)
+            for core_name, pod in list(pods.items()):
+                if pod.terminated and (admitted is None or core_name not in admitted.pods):
+                    continue
+                if admitted is None or core_name not in admitted.pods:
+                    state.delete_pod(pod)
+                    del pods[core_name]
+
+    # ================================================================ queues, pools
+    def _observe_queue(self, queue: Queue, *, deleted: bool) -> None:
+        """A queue's spec shapes the quota tree (rebuild); its status is ours and changes nothing."""
+        state = self.state
+        known = state.queue_generations.get(queue.name, -1)
+        if deleted or known != queue.metadata.generation:
+            state.needs_rebuild = True
+        elif rv(queue) > rv(state.queues.get(queue.name, queue)) or queue.name not in state.queues:
+            state.queues[queue.name] = queue
+
+    def _observe_pool(self, pool: GPUPool, *, deleted: bool) -> None:
+        """Pools decide which waiting workloads more nodes would serve: every demand is looked at again."""
+        state = self.state
+        known = state.pools.get(pool.name)
+        if deleted:
+            state.pools.pop(pool.name, None)
+        elif known is not None and known.spec == pool.spec:
+            state.pools[pool.name] = pool
+            return
+        else:
+            state.pools[pool.name] = pool
+        state.reasons.clear()
+        state.dirty = True
+
+    # ========================================================================= nodes
+    def _add_node(self, node: Node) -> None:
+        state = self.state
+        assert state.cache is not None
+        state.nodes[node.name] = node
+        try:
+            state.cache.fleet.add_node(convert.node_spec(node))
+        except GpuFleetError as exc:
+            log.warning("%s cannot join the fleet: %s", node.describe(), exc)
+
+    def _observe_node(self, node: Node, *, deleted: bool) -> None:
+        state = self.state
+        assert state.cache is not None
+        fleet = state.cache.fleet
+        known = state.nodes.get(node.name)
+        if known is not None and older(node, known) and not deleted:
+            return
+        state.dirty = True
+        if deleted:
+            state.nodes.pop(node.name, None)
+            if node.name in fleet.index:
+                self._detach_pods(node.name, reason="NodeLost", message=f"node {node.name} was removed")
+                fleet.remove_node(node.name)
+            return
+        if node.name not in fleet.index:
+            self._add_node(node)
+            return
+        state.nodes[node.name] = node
+        if not nodesync.update_in_place(fleet, convert.node_spec(node)):
+            self._detach_pods(node.name, reason="NodeChanged", message=f"node {node.name} changed shape")
+            fleet.remove_node(node.name)
+            self._add_node(node)
+            return
+        if node.status.phase == "Lost":
+            self._detach_pods(node.name, reason="NodeLost", message=f"node {node.name} was lost")
+
+    def _detach_pods(self, node_name: str, *, reason: str, message: str) -> None:
+        """Marks every gang with a pod on the node broken; with the node going, its pods leave the cache."""
+        state = self.state
+        assert state.cache is not None
+        for core_pod in state.cache.fleet.pods_on(node_name):
+            key, _, _ = convert.split_core_pod(core_pod)
+            if key in state.cache.admitted:
+                state.broken.setdefault(key, Broken(reason, message))
+
+    # ===================================================================== workloads
+    def _observe_workload(self, obj: WorkloadObject, *, deleted: bool, now: float) -> None:
+        state = self.state
+        key = convert.workload_key(obj.namespace, obj.name)
+        known = state.workloads.get(key)
+        if deleted:
+            state.workloads.pop(key, None)
+        elif known is not None and older(obj, known):
+            return
+        else:
+            state.workloads[key] = obj
+        state.queues_dirty = True
+        self.sync_workload(key, now)
+
+    def refetch(self, key: str, now: float) -> None:
+        """Reads the workload again from the store (after a write of ours failed) and syncs it."""
+        state = self.state
+        namespace, name = convert.split_key(key)
+        try:
+            state.workloads[key] = state.store.get(WorkloadObject, name, namespace)
+        except NotFoundError:
+            state.workloads.pop(key, None)
+        self.sync_workload(key, now)
+
+    def sync_workload(self, key: str, now: float) -> None:
+        """Brings the cache in line with the stored workload (idempotent; our own writes are no-ops)."""
+        state = self.state
+        cache = state.cache
+        assert cache is not None
+        obj = state.workloads.get(key)
+        is_gone = obj is None or obj.metadata.deletion_timestamp is not None
+        if is_gone or obj is None or not obj.spec.active or obj.status.phase in ("Inactive", "Failed"):
+            if key in cache.admitted:
+                self._release(key, now)
+            cache.pending.pop(key, None)
+            state.backoff.pop(key, None)
+            state.dirty = True
+            if is_gone:
+                for pod in list(state.pods.pop(key, {}).values()):
+                    if not gone(pod):
+                        state.delete_pod(pod)
+            elif obj is not None and not obj.spec.active and obj.status.phase not in ("Inactive", "Failed"):
+                self.status.inactive(key, obj)
+            return
+        if obj.status.phase == "Admitted":
+            admitted = cache.admitted.get(key)
+            if admitted is None:
+                state.needs_rebuild = True  # admitted by a write this cache never assumed
+                return
+            checkpoint = to_seconds(obj.spec.last_checkpoint_time)
+            if checkpoint is not None and checkpoint != admitted.workload.last_checkpoint_at:
+                cache.checkpoint(key, now=checkpoint)
+                if sum(admitted.assignment.counts) < admitted.workload.pod_count:
+                    state.grow.add(key)
+            return
+        if key in cache.admitted:
+            return  # our eviction is being written; the pending state follows
+        requeue = to_seconds(obj.status.requeue_at)
+        if requeue is not None and requeue > now:
+            cache.pending.pop(key, None)
+            state.backoff[key] = requeue
+            return
+        workload = convert.core_workload(obj)
+        if cache.pending.get(key) != workload:
+            cache.pending[key] = workload
+            state.dirty = True
+
+    def _release(self, key: str, now: float) -> None:
+        """A workload left scheduling (finished, deactivated, deleted): its capacity is free again."""
+        state = self.state
+        assert state.cache is not None
+        admitted = state.cache.admitted[key]
+        for core in list(admitted.pods):
+            if core not in state.cache.fleet.allocations:
+                del admitted.pods[core]
+        state.cache.finish(key, now=now)
+        for pod in list(state.pods.get(key, {}).values()):
+            if not pod.terminated and not gone(pod):
+                state.delete_pod(pod)
+
+    # ========================================================================== pods
+    def _observe_pod(self, pod: Pod, *, deleted: bool) -> None:
+        state = self.state
+        assert state.cache is not None
+        key = convert.workload_key(pod.namespace, pod.spec.workload)
+        core = convert.core_pod_name(pod)
+        pods = state.pods.setdefault(key, {})
+        known = pods.get(core)
+        same = known is not None and known.metadata.uid == pod.metadata.uid
+        if deleted:
+            if not same:
+                return  # a pod of an earlier attempt
+            del pods[core]
+        else:
+            if known is not None and not same and pod.spec.attempt < known.spec.attempt:
+                return
+            if same and known is not None and older(pod, known):
+                return
+            pods[core] = pod
+        admitted = state.cache.admitted.get(key)
+        if admitted is None or core not in admitted.pods or pod.spec.attempt != state.attempt(key):
+            return  # not a pod the cache counts (ours being deleted, or an old attempt)
+        if deleted:
+            state.broken.setdefault(key, Broken("PodDeleted", f"pod {pod.name} was deleted"))
+        elif pod.status.phase == "Failed":
+            reason = pod.status.reason or "PodFailed"
+            message = pod.status.message or "failed"
+            state.broken.setdefault(key, Broken(reason, f"pod {pod.name}: {message}"))

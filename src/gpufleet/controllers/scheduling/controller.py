@@ -1,0 +1,111 @@
+"""The embedded scheduling controller: wires its four parts into the controller manager's interface.
+
+Each step: the cache is rebuilt if it must be, workloads whose backoff ended are queued again, broken
+gangs are evicted, cycles run and their decisions are carried out (with the pending reasons written),
+elastic workloads that checkpointed may grow, and queue status is written. It returns when it wants to
+be stepped again: the end of the next backoff, or the periodic cycle while anything is pending.
+"""
+
+from __future__ import annotations
+
+from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.scheduling.actions import Actions
+from gpufleet.controllers.scheduling.cachesync import CacheSync
+from gpufleet.controllers.scheduling.growth import Growth
+from gpufleet.controllers.scheduling.state import SchedulingState, SchedulingStats
+from gpufleet.controllers.scheduling.status import StatusWriter
+from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.scheduler.cycle import Scheduler
+from gpufleet.store.protocol import Store, WatchEvent
+
+
+class SchedulingController:
+    """Owns the scheduler cache and is the only writer of Workload status and of Pod creation."""
+
+    name = "scheduling"
+    kinds: tuple[str, ...] = ("Node", "Pod", "Workload", "Queue", "GPUPool")
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: SchedulerConfig | None = None,
+        resync_seconds: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.config = config or SchedulerConfig()
+        self.scheduler = Scheduler(self.config)
+        self.resync_seconds = resync_seconds
+        self.state = SchedulingState(store, self.config)
+        self.status = StatusWriter(self.state)
+        self.sync = CacheSync(self.state, self.status)
+        self.actions = Actions(self.state, self.sync, self.status)
+        self.growth = Growth(self.state, self.scheduler, self.actions, self.status)
+        self.next_periodic = 0.0
+
+    @property
+    def cache(self) -> ClusterCache | None:
+        return self.state.cache
+
+    @property
+    def stats(self) -> SchedulingStats:
+        return self.state.stats
+
+    @property
+    def needs_rebuild(self) -> bool:
+        return self.state.needs_rebuild
+
+    @needs_rebuild.setter
+    def needs_rebuild(self, value: bool) -> None:
+        self.state.needs_rebuild = value
+
+    # ================================================================ manager interface
+    def resync(self, now: float) -> None:
+        self.state.needs_rebuild = True
+
+    def observe(self, event: WatchEvent, now: float) -> None:
+        self.sync.observe(event, now)
+
+    def step(self, now: float) -> float | None:
+        state = self.state
+        state.last_now = now
+        if state.needs_rebuild or state.cache is None:
+            self.sync.rebuild(now)
+        for name, at in sorted(state.backoff.items()):
+            if at <= now:
+                del state.backoff[name]
+                self.sync.sync_workload(name, now)
+        for name in sorted(state.broken):
+            cause = state.broken.pop(name)
+            if state.cache is not None and name in state.cache.admitted:
+                self.actions.evict(name, now, reason=cause.reason, message=cause.message)
+        if state.dirty or now >= self.next_periodic:
+            self._schedule(now)
+        if state.grow:
+            self.growth.grow(now)
+        if state.queues_dirty:
+            self.status.queues()
+        wakes = list(state.backoff.values())
+        assert state.cache is not None
+        if state.cache.pending:
+            wakes.append(self.next_periodic)
+        return min(wakes, default=None)
+
+    def _schedule(self, now: float) -> None:
+        state = self.state
+        cache = state.cache
+        assert cache is not None
+        state.dirty = False
+        self.next_periodic = now + self.resync_seconds
+        # The cycle loop is shared with the Kubernetes world; this world's carrier creates bound Pods.
+        outcome = run_cycles(
+            scheduler=self.scheduler,
+            cache=cache,
+            carrier=Carrier(preempt=self.actions.preempt, admit=self.actions.admit),
+            now=now,
+            max_cycles=self.config.max_cycles,
+        )
+        state.stats.cycles += outcome.cycles
+        self.status.reasons(outcome.last, now)
+        self.growth.write_short_demand()

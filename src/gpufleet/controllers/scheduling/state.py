@@ -1,0 +1,94 @@
+"""What the embedded scheduling controller knows between steps, shared by its four parts.
+
+The cache part fills it from the store, the actions part and the growth part change it as they carry
+out decisions, the status part writes what it says back. One object holds it so that each part is a
+module of its own (as `kube/cache.py`, `kube/actions.py` and `kube/queues.py` are in the Kubernetes
+world) without any part reaching into another's attributes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from gpufleet.api.errors import NotFoundError
+from gpufleet.api.pool import GPUPool
+from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import Node, Pod
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.store.protocol import Store
+
+SOURCE = "scheduler"
+
+
+@dataclass(slots=True)
+class Broken:
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class SchedulingStats:
+    """Counters for tests and the dashboard."""
+
+    cycles: int = 0
+    admitted: int = 0
+    evicted: int = 0
+    forgotten: int = 0
+    rebuilds: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class SchedulingState:
+    """The scheduler cache and the store's objects it was built from, with what is still to do."""
+
+    store: Store
+    config: SchedulerConfig
+    cache: ClusterCache | None = None
+    workloads: dict[str, WorkloadObject] = field(default_factory=dict)
+    pods: dict[str, dict[str, Pod]] = field(default_factory=dict)
+    """Per workload key, its pods by core pod name."""
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pools: dict[str, GPUPool] = field(default_factory=dict)
+    queue_generations: dict[str, int | None] = field(default_factory=dict)
+    queues: dict[str, Queue] = field(default_factory=dict)
+    queues_dirty: bool = True
+    invalid_queues: dict[str, str] = field(default_factory=dict)
+    """Queues left out of the quota tree, with why (shown as their `Valid` condition)."""
+    backoff: dict[str, float] = field(default_factory=dict)
+    """Evicted workloads waiting out their backoff, with when they may be queued again."""
+    broken: dict[str, Broken] = field(default_factory=dict)
+    """Admitted gangs to evict whole at the next step, with why."""
+    reasons: dict[str, dict[str, object]] = field(default_factory=dict)
+    """The pending reason last written per workload (written again only when it changes)."""
+    grow: set[str] = field(default_factory=set)
+    """Elastic workloads running short that just checkpointed: candidates to restart larger."""
+    dirty: bool = True
+    needs_rebuild: bool = True
+    last_now: float = 0.0
+    stats: SchedulingStats = field(default_factory=SchedulingStats)
+
+    def attempt(self, key: str) -> int:
+        obj = self.workloads.get(key)
+        return obj.status.attempts if obj is not None else 0
+
+    def delete_pod(self, pod: Pod) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.store.delete(Pod, pod.name, pod.namespace)
+
+
+def gone(pod: Pod) -> bool:
+    return pod.metadata.deletion_timestamp is not None
+
+
+def older(new: Node | Pod | WorkloadObject, known: Node | Pod | WorkloadObject) -> bool:
+    """Whether `new` is a state we already saw or one before it (our own writes are applied at once)."""
+    if new.metadata.uid != known.metadata.uid:
+        return False
+    return rv(new) <= rv(known) and rv(new) != 0
+
+
+def rv(obj: Node | Pod | WorkloadObject | Queue) -> int:
+    return int(obj.metadata.resource_version or 0)

@@ -1,0 +1,202 @@
+"""What the embedded scheduler writes about workloads and queues: status, pending reasons, events.
+
+The scheduling controller is the only writer of a Workload's status. A pending workload's reason is
+written only when it changes, with the pools whose new nodes could serve it (`status.nodeDemand`,
+read by the pool autoscaler); a Warning `FailedScheduling` Event goes to its owner when the reason
+first appears or changes type. A queue's status (its `Valid` condition, waiting and admitted
+workloads, usage per flavor) is derived by the rule both worlds share (`controllers.queuestatus`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+from gpufleet.api.errors import ConflictError, NotFoundError
+from gpufleet.api.meta import Condition, PendingReason, set_condition
+from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import NodeDemand, WorkloadStatus
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.controllers import capacity, events, queuestatus
+from gpufleet.controllers.queuestatus import queue_reason
+from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState
+from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.scheduler import explain
+from gpufleet.scheduler.cycle import CycleResult
+from gpufleet.scheduler.explain import Reason
+
+log = logging.getLogger(__name__)
+
+
+class StatusWriter:
+    """Writes workload and queue status from the shared state, keeping the state's copies current."""
+
+    def __init__(self, state: SchedulingState) -> None:
+        self.state = state
+
+    def write(self, key: str, obj: WorkloadObject, status: WorkloadStatus) -> None:
+        """Writes a workload status computed from `obj`; on a conflict, once more on the fresh object."""
+        store = self.state.store
+        for _ in range(2):
+            try:
+                written = store.update_status(obj.model_copy(update={"status": status}))
+                self.state.workloads[key] = written
+                return
+            except ConflictError:
+                try:
+                    fresh = store.get(WorkloadObject, obj.name, obj.namespace)
+                except NotFoundError:
+                    return
+                obj = fresh
+            except NotFoundError:
+                return
+        log.warning("status of workload %s not written after a conflict", key)
+
+    def inactive(self, key: str, obj: WorkloadObject) -> None:
+        status = obj.status.model_copy(deep=True)
+        status.phase = "Inactive"
+        status.pending_reason = None
+        status.requeue_at = None
+        self.write(key, obj, status)
+
+    def queues(self) -> None:
+        """Per queue: its `Valid` condition, waiting and admitted workloads and GPUs in use per flavor,
+        its subtree included (what `gpufleet get queues` and `top` show beside the nominal quota), by
+        the rule both worlds share (`queuestatus`). Written only on change; a queue that becomes
+        invalid, or whose problem changes, gets one Warning `InvalidQueue` Event."""
+        state = self.state
+        cache = state.cache
+        assert cache is not None
+        state.queues_dirty = False
+        # Every Pending workload waits, those in backoff after an eviction included (the core holds
+        # only the ones it may admit now).
+        pending = [
+            obj.spec.queue
+            for obj in state.workloads.values()
+            if obj.status.phase == "Pending" and obj.spec.active and obj.metadata.deletion_timestamp is None
+        ]
+        reports = queuestatus.reports(cache, state.queues, invalid=state.invalid_queues, pending=pending)
+        for name, report in reports.items():
+            queue = state.queues[name]
+            before = _validity(queue)
+            status = queue.status.model_copy(
+                update={
+                    "pending_workloads": report.pending_workloads,
+                    "admitted_workloads": report.admitted_workloads,
+                    "usage": report.usage,
+                    "conditions": self._valid_condition(queue, report.valid),
+                }
+            )
+            if status == queue.status:
+                continue
+            try:
+                state.queues[name] = state.store.update_status(queue.model_copy(update={"status": status}))
+            except (ConflictError, NotFoundError):
+                state.queues_dirty = True  # a newer queue is on its way in; written next step
+                continue
+            if queuestatus.warns(before, report.valid):
+                events.record(
+                    state.store,
+                    queue,
+                    reason=queuestatus.INVALID_QUEUE_EVENT,
+                    message=report.valid.message,
+                    now=state.last_now,
+                    type="Warning",
+                    source=SOURCE,
+                )
+
+    def _valid_condition(self, queue: Queue, valid: queuestatus.Validity) -> list[Condition]:
+        wanted = Condition(
+            type=queuestatus.VALID, status=valid.status, reason=valid.reason, message=valid.message
+        )
+        return set_condition(queue.status.conditions, wanted, now=to_datetime(self.state.last_now))
+
+    def reasons(self, result: CycleResult | None, now: float) -> None:
+        """Writes each pending workload's reason, only when it changed."""
+        if result is None:
+            return
+        state = self.state
+        for key, pending in result.pending.items():
+            obj = state.workloads.get(key)
+            if obj is None or obj.status.phase != "Pending":
+                continue
+            queue_reason = self._queue_reason(obj.spec.queue)
+            if queue_reason is not None:
+                pending = dataclasses.replace(pending, reason=queue_reason)
+            demand = self._node_demand(obj, pending.reason)
+            reason = _reason_dict(pending.reason)
+            reason["nodeDemand"] = None if demand is None else demand.pools
+            if state.reasons.get(key) == reason:
+                continue
+            before = obj.status.pending_reason
+            if before is None or before.type != pending.reason.type:
+                self._failed_scheduling(obj, pending.reason, now)
+            status = obj.status.model_copy(deep=True)
+            status.pending_reason = PendingReason(
+                type=pending.reason.type, message=pending.reason.message, details=_details(pending.reason)
+            )
+            status.node_demand = demand
+            status.conditions = set_condition(
+                status.conditions,
+                Condition(
+                    type="Admitted",
+                    status="False",
+                    reason=pending.reason.type,
+                    message=pending.reason.message,
+                ),
+                now=to_datetime(now),
+            )
+            self.write(key, obj, status)
+            state.reasons[key] = reason
+
+    def _failed_scheduling(self, obj: WorkloadObject, reason: Reason, now: float) -> None:
+        """A Warning event, on the workload's owner (what `describe` shows), when the reason it waits
+        first appears or changes type: once per change rather than once per cycle."""
+        owner = obj.spec.owner
+        events.record_about(
+            self.state.store,
+            owner.kind or obj.kind,
+            owner.name or obj.name,
+            obj.namespace,
+            reason="FailedScheduling",
+            message=f"{reason.type}: {reason.message}",
+            now=now,
+            type="Warning",
+            source=SOURCE,
+        )
+
+    def _queue_reason(self, queue: str) -> Reason | None:
+        cache = self.state.cache
+        assert cache is not None
+        return queue_reason(cache.tree, self.state.invalid_queues, queue)
+
+    def _node_demand(self, obj: WorkloadObject, reason: Reason) -> NodeDemand | None:
+        """The pools whose new nodes could serve a workload that waits for nodes; None if it waits for
+        something else (quota, a preemption, the head of its queue).
+
+        It waits for nodes when no existing node can hold it (NoFit), including when its queue has
+        unlimited quota and the fleet has no node of a GPU model it accepts yet."""
+        cache = self.state.cache
+        assert cache is not None
+        queue = cache.tree.nodes.get(obj.spec.queue)
+        if queue is None or reason.type != explain.NO_FIT:
+            return None
+        flavors = None if queue.unlimited else set(queue.quotas)
+        return NodeDemand(pools=capacity.serving_pools(obj.spec, self.state.pools.values(), flavors=flavors))
+
+
+def _reason_dict(reason: Reason) -> dict[str, object]:
+    return {"type": reason.type, "message": reason.message, "details": _details(reason)}
+
+
+def _details(reason: Reason) -> dict[str, object]:
+    return dict(json.loads(json.dumps(dict(reason.details), default=str)))
+
+
+def _validity(queue: Queue) -> queuestatus.Validity | None:
+    """The `Valid` condition the queue carries now, if any."""
+    found = next((c for c in queue.status.conditions if c.type == queuestatus.VALID), None)
+    if found is None:
+        return None
+    return queuestatus.Validity(found.status, found.reason or "", found.message or "")
