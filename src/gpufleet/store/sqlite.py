@@ -13,7 +13,9 @@ after a crash (or an error in any of its objects) the batch is there whole or no
 
 Threads. One connection is shared under a lock, so controllers and an HTTP server may call the store
 from any thread of the process. Watchers wait on a condition that writers signal; they also re-read
-the log every `POLL_SECONDS`, so writes from another process sharing the file are seen too.
+the log every `POLL_SECONDS`, so writes from another process sharing the file are seen too. Each
+thread's committed writes are counted (`writes_by_this_thread`), so the runtime can tell the
+controllers' own writes from those the HTTP API makes meanwhile.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class SqliteStore:
         self._clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._own = threading.local()
         self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
@@ -137,6 +140,10 @@ class SqliteStore:
     def resource_version(self) -> str:
         with self._lock:
             return str(self._counter("resource_version"))
+
+    def writes_by_this_thread(self) -> int:
+        """How many changes the calling thread has committed (each new resourceVersion counts one)."""
+        return int(getattr(self._own, "writes", 0))
 
     @overload
     def get(self, kind: type[R], name: str, namespace: str | None = None) -> R: ...
@@ -280,14 +287,17 @@ class SqliteStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
+            start = self._counter("resource_version")
             try:
                 yield self._db
+                written = self._counter("resource_version") - start
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 self._head = self._counter("resource_version")
                 raise
+            self._own.writes = self.writes_by_this_thread() + written
             self._changed.notify_all()
 
     @contextmanager

@@ -5,9 +5,13 @@ last step and what is due, and says when it next wants to run (None: only when t
 The twin never imports the controllers; whoever wires the control plane (the CLI, a test, the
 simulator) hands both to one `Runtime`.
 
-At each instant the participants are stepped round after round until the store stops changing and no
-one is due: then, on a virtual clock, time jumps to the earliest wake-up; on the wall clock the driver
-sleeps until then (waking at least every `poll_seconds` to see writes made by the HTTP API).
+At each instant the participants are stepped round after round until a round in which they wrote
+nothing and no one is due: then, on a virtual clock, time jumps to the earliest wake-up; on the wall
+clock the driver sleeps until then (waking at least every `poll_seconds` to see writes made by the
+HTTP API). Only the participants' own writes (those of the driver's thread) count: the HTTP API writes
+from other threads meanwhile, and a steady stream of its writes (a client deleting thousands of
+objects one by one) must not look like participants chasing each other. What it wrote is seen at the
+next round or the next settle.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from gpufleet.store.protocol import Store
 from gpufleet.twin.clock import Clock, VirtualClock
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,14 @@ class Participant(Protocol):
     def step(self, now: float) -> float | None: ...
 
 
+class CountsWrites(Protocol):
+    """The store the participants write to, as far as the driver needs it (`SqliteStore` is one)."""
+
+    def writes_by_this_thread(self) -> int:
+        """Changes the calling thread has committed so far."""
+        ...
+
+
 class LivelockError(RuntimeError):
     """The participants kept changing the store at one instant without settling."""
 
@@ -38,7 +49,12 @@ class Runtime:
     """Drives participants on one clock against one store."""
 
     def __init__(
-        self, store: Store, *, clock: Clock, participants: Sequence[Participant], poll_seconds: float = 0.2
+        self,
+        store: CountsWrites,
+        *,
+        clock: Clock,
+        participants: Sequence[Participant],
+        poll_seconds: float = 0.2,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -46,13 +62,17 @@ class Runtime:
         self.poll_seconds = poll_seconds
 
     def settle(self) -> float | None:
-        """Steps every participant until nothing changes at this instant; returns the next wake-up."""
+        """Steps every participant until they change nothing at this instant; returns the next wake-up.
+
+        A round counts as quiet when the participants wrote nothing in it, whatever other threads (the
+        HTTP API) wrote meanwhile: the participants see those writes at their next step.
+        """
         now = self.clock.now()
         for _ in range(MAX_ROUNDS):
-            before = self.store.resource_version
+            before = self.store.writes_by_this_thread()
             wakes = [p.step(now) for p in self.participants]
             due = [w for w in wakes if w is not None]
-            if self.store.resource_version == before and all(w > now for w in due):
+            if self.store.writes_by_this_thread() == before and all(w > now for w in due):
                 return min(due) if due else None
         raise LivelockError(f"participants did not settle at t={now} after {MAX_ROUNDS} rounds")
 
