@@ -26,7 +26,7 @@ Capacity to come (Kueue's rule, docs/scheduling.md decision 23): pods the world 
 (`ClusterCache.graceful_evictions`), the victims chosen in this cycle still hold their capacity, but it
 is coming. A workload that does not fit now but fits once they are gone (its quota fitting now, its
 placement on what they free less what earlier waiters took of it) waits for them, nominated, and
-chooses no new victim; a preemption search counts that capacity as freed too.
+chooses no new victim; a preemption search counts that capacity as freed too (`capacity_to_come.py`).
 
 StrictFIFO queues stop at a head that cannot start; BestEffortFIFO queues go on with the next workload.
 A BestEffortFIFO workload that cannot start is parked (`parking.py`): later cycles skip it, keeping its
@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpufleet.fleet.request import PodRequest
-from gpufleet.fleet.state import Allocation, AllocationError
 from gpufleet.scheduler import explain
 from gpufleet.scheduler.cache import ClusterCache, Snapshot
+from gpufleet.scheduler.capacity_to_come import CapacityToCome
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.explain import Admit, Pending, Preempt, Reason
 from gpufleet.scheduler.flavors import (
@@ -55,6 +54,15 @@ from gpufleet.scheduler.flavors import (
     pinned,
     shrink_steps,
     usage_of,
+)
+from gpufleet.scheduler.outcome import (
+    Admission,
+    CycleResult,
+    Failure,
+    Outcome,
+    Preemption,
+    Waiting,
+    apply_decisions,
 )
 from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
 from gpufleet.scheduler.placement.place import place_workload
@@ -71,52 +79,8 @@ from gpufleet.scheduler.preemption import (
 from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, user_key
 from gpufleet.scheduler.workload import Workload
 
-
-@dataclass(slots=True)
-class CycleResult:
-    """What one cycle decided. `preempted` come first when applied, then `admitted`."""
-
-    admitted: list[Admit] = field(default_factory=list)
-    preempted: list[Preempt] = field(default_factory=list)
-    pending: dict[str, Pending] = field(default_factory=dict)
-    nominated: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.admitted or self.preempted)
-
-
-@dataclass(frozen=True, slots=True)
-class _Admission:
-    assignment: Assignment
-    allocations: tuple[Allocation, ...]
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Preemption:
-    victims: VictimSet
-
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """Fits once leaving pods are gone: it waits for them, holding its quota and its place among them."""
-
-    admission: _Admission
-    leaving: tuple[str, ...]
-    """The leaving pods on the nodes it will take (what it waits for)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    reason: Reason
-    searched: bool = False
-    """True when a preemption search ran for this workload and found no victims."""
-    quota_short: tuple[str | None, ...] = ()
-    """The flavors tried that failed on quota (or the per-user limit) rather than on placement."""
-
-
-Outcome = _Admission | _Preemption | _Waiting | _Failure
+# What a cycle returns and how in-memory worlds carry it out live in `outcome`, imported from here too.
+__all__ = ["CycleResult", "Scheduler", "apply_decisions"]
 
 
 class Scheduler:
@@ -214,12 +178,9 @@ class _Cycle:
         self._parked_heads: dict[str, ParkedWorkload] = {}
         self._min_runtime = any(s.min_runtime_seconds > 0 for s in cache.settings.values())
         # Capacity to come: the pods holding it (those the world reports, then this cycle's victims where
-        # evictions take time), and the places waiters took in it, in the order they took them.
+        # evictions take time), and the places waiters took in it.
         fleet = cache.fleet
-        self.leaving: list[str] = sorted(n for n in cache.leaving if n in fleet.allocations)
-        self.reserved: list[tuple[Allocation, ...]] = []
-        # Shapes that did not fit in the capacity to come (until more comes: forgotten when it grows).
-        self.no_room: set[tuple[object, ...]] = set()
+        self.room = CapacityToCome(snapshot, sorted(n for n in cache.leaving if n in fleet.allocations))
 
     # ---------------------------------------------------------------- steps
     def run(self) -> CycleResult:
@@ -308,39 +269,9 @@ class _Cycle:
         return True
 
     def _wake(self) -> None:
-        """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues.
-
-        Per queue: a workload wakes only when its quota fits one of its needs, so a queue where none of
-        the needs parked there fits is passed over without looking at its workloads."""
+        """Step 0: parked workloads whose quota or capacity may now let them start rejoin their queues."""
         cache = self.cache
-        parking = self.parking
-        capacity = parking.capacity
-        pending = cache.pending
-        # Admitted, gone or replaced by the world: no longer parked here.
-        for name in [n for n, entry in parking.entries.items() if pending.get(n) is not entry.workload]:
-            parking.unpark(name)
-        usage = cache.usage
-        models = len(cache.fleet.models)
-        woken: list[str] = []
-        for queue, keys in parking.wake_keys.items():
-            fitting = {key for key, amounts in keys.items() if usage.fits(queue, amounts) is None}
-            if not fitting and queue not in parking.model_watchers:
-                continue
-            for users in parking.by_queue[queue].values():
-                for name, entry in users.items():
-                    if entry.models_known is not None and models > entry.models_known:
-                        woken.append(name)
-                        continue
-                    for need in entry.needs:
-                        if (
-                            need.key in fitting
-                            and (not need.quota_fitted or capacity.rose_since(need.model, entry.mark))
-                            and self._user_fits(entry.workload, need.usage)
-                        ):
-                            woken.append(name)
-                            break
-        for name in woken:
-            parking.unpark(name)
+        self.parking.wake(cache.pending, cache.usage, len(cache.fleet.models), self._user_fits)
 
     def _user_fits(self, workload: Workload, usage: Mapping[str, int]) -> bool:
         limit = self.cache.settings[workload.queue].user_gpu_limit
@@ -412,7 +343,7 @@ class _Cycle:
             self._models_memo[workload.name] = models
         return models
 
-    def _park(self, workload: Workload, failure: _Failure) -> None:
+    def _park(self, workload: Workload, failure: Failure) -> None:
         cache = self.cache
         if cache.settings[workload.queue].strategy is QueueingStrategy.STRICT_FIFO:
             return
@@ -461,7 +392,7 @@ class _Cycle:
             )
             for model in models:
                 found = self._admit_with(workload, model)
-                if isinstance(found, _Admission):
+                if isinstance(found, Admission):
                     self._record(workload, found)
                     break
 
@@ -561,13 +492,13 @@ class _Cycle:
     def _record(self, workload: Workload, outcome: Outcome) -> bool:
         """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""
         name = workload.name
-        if isinstance(outcome, _Admission):
+        if isinstance(outcome, Admission):
             self.snapshot.assume(workload, outcome.assignment, list(outcome.allocations), now=self.now)
             self._learn(workload, outcome.assignment)
             self.result.admitted.append(Admit(name, outcome.assignment, outcome.allocations, outcome.nodes))
             self.fair.refresh(workload.queue)
             return False
-        if isinstance(outcome, _Preemption):
+        if isinstance(outcome, Preemption):
             victims = outcome.victims.victims
             names = []
             for candidate in victims:
@@ -595,9 +526,9 @@ class _Cycle:
             self.result.pending[name] = Pending(name, explain.waiting_for_preemption(names))
             self.no_fit.clear()
             self.no_victims.clear()
-            self.no_room.clear()
+            self.room.no_room.clear()
             return True
-        if isinstance(outcome, _Waiting):
+        if isinstance(outcome, Waiting):
             self._reserve(workload, outcome.admission)
             self.result.nominated.append(name)
             self.result.pending[name] = Pending(name, explain.waiting_for_capacity(outcome.leaving))
@@ -625,7 +556,7 @@ class _Cycle:
             return self._decide(workload)
         except Exception as exc:
             self.snapshot.rollback(mark)
-            return _Failure(explain.scheduling_error(exc))
+            return Failure(explain.scheduling_error(exc))
 
     def _decide(self, workload: Workload) -> Outcome:
         queue = workload.queue
@@ -633,40 +564,40 @@ class _Cycle:
         if not models:
             wanted = sorted({m for ps in workload.pod_sets for m in ps.request.gpu_models})
             if self.cache.tree.nodes[queue].unlimited:
-                return _Failure(explain.no_model_node(workload.name, wanted))
-            return _Failure(explain.no_flavor(workload.name, queue, wanted))
+                return Failure(explain.no_model_node(workload.name, wanted))
+            return Failure(explain.no_flavor(workload.name, queue, wanted))
         first: Reason | None = None
         short: list[str | None] = []
         for model in models:
             found = self._admit_with(workload, model)
-            if isinstance(found, _Admission):
+            if isinstance(found, Admission):
                 return found
             first = first or found.reason
             if found.reason.type == explain.QUOTA_EXCEEDED:
                 short.append(model)
         assert first is not None
         if first.type == explain.NO_FIT and first.details.get("never"):
-            return _Failure(first, quota_short=tuple(short))
+            return Failure(first, quota_short=tuple(short))
         waiting = self._wait_for_room(workload, models)
         if waiting is not None:
             return waiting
         if queue in self.preempted_for:
-            return _Failure(first, quota_short=tuple(short))
+            return Failure(first, quota_short=tuple(short))
         self.preempted_for.add(queue)
         for model in models:
             preemption = self._preempt_for(workload, model)
             if preemption is not None:
                 return preemption
-        return _Failure(first, searched=True, quota_short=tuple(short))
+        return Failure(first, searched=True, quota_short=tuple(short))
 
-    def _admit_with(self, workload: Workload, model: str | None) -> _Admission | _Failure:
+    def _admit_with(self, workload: Workload, model: str | None) -> Admission | Failure:
         counts = self._quota_counts(workload, model)
         if isinstance(counts, Reason):
-            return _Failure(counts)
+            return Failure(counts)
         shape = _shape(workload, model, counts)
         known = self.no_fit.get(shape)
         if known is not None:
-            return _Failure(known)
+            return Failure(known)
         mark = self.snapshot.mark()
         placed = self._place(workload, model, counts)
         if placed.no_fit is not None:
@@ -675,17 +606,17 @@ class _Cycle:
             if placed.no_fit.never:
                 reason = Reason(reason.type, reason.message, {**reason.details, "never": True})
             self.no_fit[shape] = reason
-            return _Failure(reason)
+            return Failure(reason)
         return self._admission(workload, model, placed)
 
-    def _admission(self, workload: Workload, model: str | None, placed: PlacementResult) -> _Admission:
+    def _admission(self, workload: Workload, model: str | None, placed: PlacementResult) -> Admission:
         fleet = self.snapshot.fleet
         got = placed.counts()
         counts = tuple(got.get(ps.name, 0) for ps in workload.pod_sets)
         assignment = Assignment(model, counts, usage_of(workload, model, counts))
         allocations = tuple(fleet.allocations[p.pod] for p in placed.placements)
         nodes = tuple(p.node for p in placed.placements)
-        return _Admission(assignment, allocations, nodes)
+        return Admission(assignment, allocations, nodes)
 
     def _place(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> PlacementResult:
         return place_workload(
@@ -735,7 +666,7 @@ class _Cycle:
                 )
         return None
 
-    def _preempt_for(self, workload: Workload, model: str | None) -> _Preemption | None:
+    def _preempt_for(self, workload: Workload, model: str | None) -> Preemption | None:
         counts = counts_at(workload, 0)
         newer_matters = (
             self.cache.settings[workload.queue].preemption.within_queue == "LowerOrNewerEqualPriority"
@@ -767,7 +698,7 @@ class _Cycle:
         )
         apply_victims(self.snapshot, victims)
         if self.cache.graceful_evictions:
-            self._keep_leaving(victims)
+            self.room.keep(victims)
         placed = self._place(workload, model, counts)
         if placed.no_fit is None:
             admission = self._admission(workload, model, placed)
@@ -776,7 +707,7 @@ class _Cycle:
             room = self._room_to_come(workload, model, counts)
             if room is not None:
                 self._reserve(workload, room)
-        return _Preemption(victims)
+        return Preemption(victims)
 
     def _search_victims(
         self, workload: Workload, assignment: Assignment, fits: Callable[[], bool]
@@ -784,9 +715,9 @@ class _Cycle:
         """The cheapest victim set, searched where the capacity to come is already free (less what
         waiters took of it): victims are needed only for what it does not cover. The snapshot is left as
         it was."""
-        mark = self.snapshot.mark() if self.leaving else None
+        mark = self.snapshot.mark() if self.room.leaving else None
         if mark is not None:
-            self._open_room()
+            self.room.open()
         try:
             pool = candidates(self.snapshot, workload, assignment, now=self.now)
             own_only, any_candidates = self._searched.get(workload.name, (True, False))
@@ -800,71 +731,35 @@ class _Cycle:
                 self.snapshot.rollback(mark)
 
     # ------------------------------------------------------- capacity to come
-    def _wait_for_room(self, workload: Workload, models: list[str | None]) -> _Waiting | None:
+    def _wait_for_room(self, workload: Workload, models: list[str | None]) -> Waiting | None:
         """A workload that did not fit now but fits once the leaving pods are gone waits for them."""
-        if not self.leaving:
+        if not self.room.leaving:
             return None
-        fleet = self.snapshot.fleet
         for model in models:
             counts = self._quota_counts(workload, model)
             if isinstance(counts, Reason):
                 continue  # quota is not coming: only capacity is
             room = self._room_to_come(workload, model, counts)
             if room is not None:
-                rows = {a.node for a in room.allocations}
-                held = fleet.allocations
-                return _Waiting(room, tuple(n for n in self.leaving if n in held and held[n].node in rows))
+                return Waiting(room, self.room.waited_for(room))
         return None
 
     def _room_to_come(
         self, workload: Workload, model: str | None, counts: tuple[int, ...]
-    ) -> _Admission | None:
+    ) -> Admission | None:
         """Where the workload would be placed once the leaving pods are gone and the waiters before it
         took their places; None when it would not fit even then. The snapshot is left as it was."""
-        shape = _shape(workload, model, counts)
-        if not self.leaving or shape in self.no_room:
-            return None
-        mark = self.snapshot.mark()
-        self._open_room()
-        placed = self._place(workload, model, counts)
-        room = self._admission(workload, model, placed) if placed.no_fit is None else None
-        self.snapshot.rollback(mark)
-        if room is None:
-            self.no_room.add(shape)
-        return room
 
-    def _open_room(self) -> None:
-        """What-if (rolled back by the caller): the leaving pods are gone, the waiters took their places."""
-        statement = self.snapshot.statement
-        held = self.snapshot.fleet.allocations
-        for name in self.leaving:
-            if name in held:
-                statement.release(name)
-        for allocations in self.reserved:
-            for allocation in allocations:
-                try:
-                    statement.reinstate(allocation)
-                except AllocationError:
-                    # Part of a gang's place was free capacity, admitted to another since: the waiter
-                    # keeps the rest, and takes its place again next cycle.
-                    continue
+        def place() -> Admission | None:
+            placed = self._place(workload, model, counts)
+            return self._admission(workload, model, placed) if placed.no_fit is None else None
 
-    def _keep_leaving(self, victims: VictimSet) -> None:
-        """Where evictions take time, this cycle's victims go on holding what they held, as leaving pods."""
-        statement = self.snapshot.statement
-        held = self.snapshot.fleet.allocations
-        for candidate in victims.victims:
-            pods = candidate.admitted.pods
-            for pod in candidate.pods or tuple(pods):
-                if pod not in held:  # a workload both shrunk and evicted by the set gave each pod up once
-                    statement.reinstate(pods[pod])
-                    self.leaving.append(pod)
-        self.no_room.clear()
+        return self.room.room(_shape(workload, model, counts), place)
 
-    def _reserve(self, workload: Workload, room: _Admission) -> None:
+    def _reserve(self, workload: Workload, room: Admission) -> None:
         """A waiter holds its quota now, and its place in the capacity to come for the rest of the cycle."""
         self.snapshot.assume(workload, room.assignment, [], now=self.now)
-        self.reserved.append(room.allocations)
+        self.room.reserve(room.allocations)
         self.fair.refresh(workload.queue)
 
 
@@ -883,27 +778,3 @@ def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tu
     """What placement sees of a workload, for the per-cycle memo of shapes that do not fit."""
     sets = tuple((ps.request, count, ps.minimum) for ps, count in zip(workload.pod_sets, counts, strict=True))
     return (model, sets, workload.topology)
-
-
-def apply_decisions(cache: ClusterCache, result: CycleResult, *, now: float) -> None:
-    """How an in-memory world carries out a cycle: evictions and shrinks first, then admissions.
-
-    Where evictions take time (`cache.graceful_evictions`), the pods given up go on holding what they
-    held, as leaving pods, until the world says they are gone (`ClusterCache.gone`)."""
-    for preempt in result.preempted:
-        admitted = cache.admitted.get(preempt.victim)
-        if admitted is None:
-            continue
-        given = []
-        if cache.graceful_evictions:
-            given = [admitted.pods[pod] for pod in preempt.pods or admitted.pods if pod in admitted.pods]
-        if preempt.whole:
-            cache.evict(preempt.victim, now=now)
-        else:
-            cache.shrink(preempt.victim, preempt.pods, preempt.counts, now=now)
-        for allocation in given:
-            cache.hold_leaving(allocation)
-    for admit in result.admitted:
-        workload = cache.pending[admit.workload]
-        cache.admit(workload, admit.assignment, admit.allocations, now=now)
-    cache.nominated = list(result.nominated)

@@ -27,7 +27,7 @@ changed, capacity rose, or (with minimum runtimes) time moved: `victim_memo`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +36,7 @@ import numpy.typing as npt
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.explain import Pending, Reason
 from gpufleet.scheduler.flavors import model_of
+from gpufleet.scheduler.quota import QuotaUsage
 from gpufleet.scheduler.workload import Workload
 
 ANY_MODEL = ""
@@ -219,6 +220,44 @@ class ParkingLot:
         first = self._first.get((queue, user))
         if first is entry:
             del self._first[(queue, user)]
+
+    def wake(
+        self,
+        pending: Mapping[str, Workload],
+        usage: QuotaUsage,
+        models: int,
+        user_fits: Callable[[Workload, Mapping[str, int]], bool],
+    ) -> None:
+        """Unparks the workloads whose wait may be over, at the start of a cycle: those the world
+        admitted, removed or replaced (no longer `pending` as parked), and those whose quota or capacity
+        may now let them start (`models`: how many GPU models the fleet knows now; `user_fits`: the
+        per-user limit).
+
+        Per queue: a workload wakes only when its quota fits one of its needs, so a queue where none of
+        the needs parked there fits is passed over without looking at its workloads."""
+        capacity = self.capacity
+        for name in [n for n, entry in self.entries.items() if pending.get(n) is not entry.workload]:
+            self.unpark(name)
+        woken: list[str] = []
+        for queue, keys in self.wake_keys.items():
+            fitting = {key for key, amounts in keys.items() if usage.fits(queue, amounts) is None}
+            if not fitting and queue not in self.model_watchers:
+                continue
+            for users in self.by_queue[queue].values():
+                for name, entry in users.items():
+                    if entry.models_known is not None and models > entry.models_known:
+                        woken.append(name)
+                        continue
+                    for need in entry.needs:
+                        if (
+                            need.key in fitting
+                            and (not need.quota_fitted or capacity.rose_since(need.model, entry.mark))
+                            and user_fits(entry.workload, need.usage)
+                        ):
+                            woken.append(name)
+                            break
+        for name in woken:
+            self.unpark(name)
 
     def clear(self) -> None:
         """Wakes everything (e.g. after the world changed queue settings in place)."""
