@@ -1,4 +1,4 @@
-"""`apply_many`: a batch of applies is one transaction, whole or not at all, in consecutive versions."""
+"""`apply_many` and `delete_many`: one transaction per batch, whole or not at all, in consecutive versions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from gpufleet.api import GPUPool, TrainingJob
-from gpufleet.api.errors import ValidationError
-from gpufleet.store import SqliteStore
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.store import ObjectRef, SqliteStore
 
 from .conftest import job, pool
 
@@ -85,3 +85,55 @@ def test_a_watcher_sees_a_batch_whole_and_without_interleaved_writes(store: Sqli
     assert len(by_batch) == batches
     for versions in by_batch.values():
         assert versions == list(range(versions[0], versions[0] + size))
+
+
+# ------------------------------------------------------------------------------------ delete_many
+
+
+def test_a_delete_batch_removes_every_object_in_consecutive_versions(store: SqliteStore) -> None:
+    store.apply_many([job("a"), job("b"), pool("h100")])
+    start = int(store.resource_version)
+    results = store.delete_many(
+        [
+            ObjectRef("TrainingJob", "a", "team-a"),
+            ObjectRef("GPUPool", "h100"),
+            ObjectRef("TrainingJob", "b", "team-a"),
+        ]
+    )
+    assert results == [None, None, None]
+    assert [(e.type, e.object.name, e.resource_version) for e in store.events_since(start)] == [
+        ("DELETED", "a", start + 1),
+        ("DELETED", "h100", start + 2),
+        ("DELETED", "b", start + 3),
+    ]
+    assert len(store.list(TrainingJob)) == 0 and len(store.list(GPUPool)) == 0
+
+
+@pytest.mark.parametrize("problem", ["missing", "stale"])
+def test_a_delete_batch_with_one_bad_object_deletes_none(store: SqliteStore, problem: str) -> None:
+    store.apply_many([job("a"), job("b"), job("c")])
+    head = store.resource_version
+    bad = (
+        ObjectRef("TrainingJob", "nope", "team-a")
+        if problem == "missing"
+        else ObjectRef("TrainingJob", "c", "team-a", resource_version="1")
+    )
+    with pytest.raises(NotFoundError if problem == "missing" else ConflictError):
+        store.delete_many(
+            [ObjectRef("TrainingJob", "a", "team-a"), ObjectRef("TrainingJob", "b", "team-a"), bad]
+        )
+    assert store.resource_version == head and store.events_since(head) == []
+    assert [j.name for j in store.list(TrainingJob)] == ["a", "b", "c"]
+    assert store.writes_by_this_thread() == 3  # the rolled-back deletions are not counted
+
+
+def test_a_delete_batch_leaves_objects_with_finalizers_being_deleted(store: SqliteStore) -> None:
+    held = job("held")
+    held.metadata.finalizers = ["gpufleet.io/checkpoint"]
+    store.apply_many([held, job("free")])
+    results = store.delete_many(
+        [ObjectRef("TrainingJob", "held", "team-a"), ObjectRef("TrainingJob", "free", "team-a")]
+    )
+    assert results[1] is None
+    assert results[0] is not None and results[0].metadata.deletion_timestamp is not None
+    assert [j.name for j in store.list(TrainingJob)] == ["held"]

@@ -30,7 +30,7 @@ from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import translate_error
 from gpufleet.kube.resources import ResourceType, resource_for
 from gpufleet.kube.transport import JSON_PATCH, ApiError, Json, Transport
-from gpufleet.store.protocol import ListResult, Selector, Store, WatchEvent
+from gpufleet.store.protocol import ListResult, ObjectRef, Selector, Store, WatchEvent
 
 R = TypeVar("R", bound=Resource)
 
@@ -212,6 +212,10 @@ class KubeStore:
         if answer.get("kind") == "Status" or not (meta.get("deletionTimestamp") and meta.get("finalizers")):
             return None
         return from_json(info, answer)
+
+    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
+        """Best effort, NOT atomic, as `apply_many`: one delete after another."""
+        return [self.delete(r.kind, r.name, r.namespace, resource_version=r.resource_version) for r in refs]
 
     # --------------------------------------------------------------------- internals
     def _patch(self, info: KindInfo, obj: Resource, patch: builtins.list[Json], *, status: bool) -> Resource:

@@ -8,7 +8,7 @@ lets one multi-document apply create a parent after its children (it is applied 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.meta import check_name
@@ -108,17 +108,49 @@ def parent_problem(name: str, queues: Mapping[str, Queue]) -> str | None:
 def check_queue_delete(store: Store, name: str) -> None:
     """A queue with child queues, or with unfinished work submitted to it, is not deleted (409):
     its children would be left without a parent and its workloads without a queue."""
-    children = sorted(q.name for q in store.list(Queue).items if q.spec.parent == name)
-    if children:
-        raise ConflictError(
-            f"has child queues {', '.join(children)}; delete or move them first", obj=f"Queue {name}"
-        )
+    check_queue_deletes(store, [name], ())
+
+
+def check_queue_deletes(store: Store, names: Sequence[str], going: Collection[ObjectKey]) -> None:
+    """`check_queue_delete` for queues deleted together, with the objects `going` in the same
+    request: a child queue deleted with its parent, or work deleted with its queue (a job or service
+    and the Workloads it owns), does not hold the queue back. Each kind is listed once, however
+    many queues are deleted."""
+    if not names:
+        return
+    deleted = set(names)
+    kept: dict[str, list[str]] = {}
+    for queue in store.list(Queue).items:
+        if queue.spec.parent in deleted and queue.name not in deleted:
+            kept.setdefault(queue.spec.parent, []).append(queue.name)
+    for parent in names:
+        if parent in kept:
+            raise ConflictError(
+                f"has child queues {', '.join(sorted(kept[parent]))}; delete or move them first",
+                obj=f"Queue {parent}",
+            )
     for kind in QUEUED_KINDS:
         for obj in store.list(kind).items:
             spec = getattr(obj, "spec", None)
+            queue_name = getattr(spec, "queue", None)
+            if queue_name not in deleted or _goes(obj, going):
+                continue
             phase = getattr(getattr(obj, "status", None), "phase", None)
-            if getattr(spec, "queue", None) == name and phase not in _FINISHED:
+            if phase not in _FINISHED:
                 raise ConflictError(
                     f"{obj.describe()} is submitted to it; delete it or wait until it finishes",
-                    obj=f"Queue {name}",
+                    obj=f"Queue {queue_name}",
                 )
+
+
+ObjectKey = tuple[str, str | None, str]
+"""(kind, namespace or None, name) of an object a request deletes."""
+
+
+def _goes(obj: Resource, going: Collection[ObjectKey]) -> bool:
+    """Whether `obj` is deleted by the request, itself or through the job or service that owns it."""
+    if (obj.kind, obj.namespace, obj.name) in going:
+        return True
+    owner = getattr(getattr(obj, "spec", None), "owner", None)
+    kind, name = getattr(owner, "kind", None), getattr(owner, "name", None)
+    return isinstance(kind, str) and isinstance(name, str) and (kind, obj.namespace, name) in going

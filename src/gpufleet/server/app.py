@@ -3,6 +3,7 @@
 GET  /healthz                           liveness, no token needed
 GET  /apis/gpufleet.io/v1alpha1         discovery: the kinds served, their plurals and short names
 POST /v1/apply                          many objects (JSON list or multi-document YAML), all or none
+POST /v1/delete                         delete many objects (named as for apply), all or none
 GET  /v1/changes                        the change log after a resourceVersion (long poll)
 POST /v1/tokens                         a queue-scoped token (admin only)
 GET  /v1/whoami                         what the caller's token may do
@@ -31,14 +32,14 @@ from gpufleet.api.kinds import kind_info, registered_kinds
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
-from gpufleet.server.bodies import all_objects, with_body
+from gpufleet.server.bodies import all_objects, object_refs, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
 from gpufleet.server.errors import ForbiddenError, install_error_handlers
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
-from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes
+from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes, deleted_response
 from gpufleet.server.stamp import StampTime
 from gpufleet.server.watches import LONG_POLLS, WATCHES, unless_disconnected
-from gpufleet.store.protocol import Store
+from gpufleet.store.protocol import ObjectRef, Store
 
 TIME_HEADER = "X-Gpufleet-Time"
 
@@ -160,6 +161,25 @@ def create_app(
 
         return await with_body(request, all_objects, write)
 
+    @app.post(
+        "/v1/delete",
+        tags=["server"],
+        summary="Delete many objects, all or none",
+        openapi_extra=_delete_body(),
+    )
+    async def delete_many(
+        request: Request,
+        who: Who,
+        ignore_not_found: Annotated[bool, Query(alias="ignoreNotFound")] = False,
+    ) -> JSONResponse:
+        def write(refs: list[ObjectRef]) -> JSONResponse:
+            for ref in refs:
+                _served(ref.kind)
+            deleted = ops.delete_many(who, refs, ignore_not_found=ignore_not_found)
+            return deleted_response(deleted)
+
+        return await with_body(request, object_refs, write)
+
     @app.get("/v1/changes", tags=["server"], summary="Changes after a resourceVersion (long poll)")
     async def changes(
         request: Request,
@@ -255,6 +275,45 @@ def _resource(info: KindInfo) -> dict[str, Any]:
 def _apply_body(kinds: list[KindInfo]) -> dict[str, Any]:
     one = {"anyOf": [{"$ref": f"#/components/schemas/{info.kind}"} for info in kinds]}
     many = {"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": one}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": many},
+                "application/yaml": {"schema": {"type": "string", "description": "multi-document YAML"}},
+            },
+        }
+    }
+
+
+def _delete_body() -> dict[str, Any]:
+    ref = {
+        "type": "object",
+        "required": ["kind", "metadata"],
+        "description": (
+            "An object to delete; a whole object (as applied) may be sent: only these fields are read."
+        ),
+        "properties": {
+            "apiVersion": {"type": "string", "description": f"{API_VERSION}, if given."},
+            "kind": {"type": "string", "description": "The object's kind, e.g. Queue."},
+            "metadata": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "description": "The object's name."},
+                    "namespace": {
+                        "type": "string",
+                        "description": "Its namespace, for namespaced kinds (default: default).",
+                    },
+                    "resourceVersion": {
+                        "type": "string",
+                        "description": "If given, the object must still have it (else 409, nothing deleted).",
+                    },
+                },
+            },
+        },
+    }
+    many = {"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": ref}}}
     return {
         "requestBody": {
             "required": True,

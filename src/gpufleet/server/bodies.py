@@ -20,9 +20,10 @@ from anyio.lowlevel import RunVar
 from starlette.requests import Request
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
 from gpufleet.server.errors import BadRequestError, PayloadTooLargeError
+from gpufleet.store.protocol import ObjectRef
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -179,6 +180,35 @@ def parse_documents(docs: list[Any]) -> list[Resource]:
 def all_objects(body: bytes, content_type: str | None) -> list[Resource]:
     """Every object of a body sent to /v1/apply."""
     return parse_documents(documents(body, content_type))
+
+
+def object_refs(body: bytes, content_type: str | None) -> list[ObjectRef]:
+    """The objects a body sent to /v1/delete names: whole objects (the file they were applied from)
+    or just `{kind, metadata: {name, namespace, resourceVersion}}`; only those fields are read."""
+    docs = documents(body, content_type)
+    if not docs:
+        raise ValidationError("the body names no objects")
+    refs = []
+    for index, doc in enumerate(docs, start=1):
+        where = f"document {index}" if len(docs) > 1 else None
+        if not isinstance(doc, dict):
+            raise ValidationError("must be a mapping with kind and metadata.name", obj=where)
+        version = doc.get("apiVersion", API_VERSION)
+        if version != API_VERSION:
+            raise ValidationError(f"must be {API_VERSION}, got {version!r}", obj=where, field="apiVersion")
+        kind, meta = doc.get("kind"), doc.get("metadata")
+        if not isinstance(kind, str) or not kind:
+            raise ValidationError("must name the object's kind", obj=where, field="kind")
+        if not isinstance(meta, dict):
+            raise ValidationError("must be a mapping with the object's name", obj=where, field="metadata")
+        fields = {key: meta.get(key) for key in ("name", "namespace", "resourceVersion")}
+        for key, value in fields.items():
+            if value is not None and not isinstance(value, str):
+                raise ValidationError(f"must be a string, got {value!r}", obj=where, field=f"metadata.{key}")
+        if not fields["name"]:
+            raise ValidationError("must name the object", obj=where, field="metadata.name")
+        refs.append(ObjectRef(kind, fields["name"], fields["namespace"], fields["resourceVersion"]))
+    return refs
 
 
 def one_object(body: bytes, content_type: str | None, info: KindInfo, namespace: str | None) -> Resource:

@@ -2,8 +2,9 @@
 
 Every operation takes the principal and applies `access`'s rules. Writes go through one lock, so
 the objects a request's access checks read are not changed by another request before it writes. A
-multi-object apply is one `Store.apply_many` batch: in the embedded store one transaction, so a
-request is applied whole or not at all, even if the process is killed part-way.
+multi-object apply is one `Store.apply_many` batch and a multi-object delete one `Store.delete_many`
+batch: in the embedded store one transaction, so a request is applied whole or not at all, even if
+the process is killed part-way.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.kinds import kind_info
+from gpufleet.api.meta import DEFAULT_NAMESPACE
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
 from gpufleet.server import access, admission
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import merge_patch
-from gpufleet.store.protocol import Store, WatchEvent
+from gpufleet.store.protocol import ObjectRef, Store, WatchEvent
 
 Action = Literal["created", "configured", "unchanged"]
 MAX_EVENTS = 1000
@@ -31,6 +34,18 @@ STATUS_RETRIES = 5
 class Applied:
     object: Resource
     action: Action
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """An object a delete request took: its last state, and whether it is gone or held by finalizers."""
+
+    object: Resource
+    gone: bool
+
+    @property
+    def action(self) -> Literal["deleted", "deleting"]:
+        return "deleted" if self.gone else "deleting"
 
 
 class Operations:
@@ -147,6 +162,65 @@ class Operations:
                 admission.check_queue_delete(self.store, name)
             return self.store.delete(info.kind, name, namespace, resource_version=resource_version)
 
+    def delete_many(
+        self, principal: Principal, refs: Sequence[ObjectRef], *, ignore_not_found: bool = False
+    ) -> list[Deleted]:
+        """Deletes every object named, or none: all are checked first (each exists and may be
+        deleted by the principal, a queue keeps no children or work that stays), then deleted as one
+        batch (`Store.delete_many`). With `ignore_not_found` objects that do not exist are left out
+        (and not answered for); else the first of them fails the request."""
+        with self._writes:
+            targets: list[tuple[ObjectRef, Resource]] = []
+            missing: list[str] = []
+            for ref in refs:
+                info = kind_info(ref.kind)
+                if info is None:
+                    raise ValidationError(f"unknown kind {ref.kind!r}", field="kind")
+                access.check_kind_readable(principal, info)
+                existing = self._lookup(info.kind, ref.name, ref.namespace)
+                if existing is None or not access.may_read(principal, existing, self._lookup):
+                    missing.append(_describe_ref(info, ref))
+                    continue
+                access.check_writable(principal, existing, existing)
+                targets.append((ref, existing))
+            if missing and not ignore_not_found:
+                more = f" (and {len(missing) - 1} more of the request's objects)" if len(missing) > 1 else ""
+                raise NotFoundError("not found" + more + "; nothing was deleted", obj=missing[0])
+            return self._delete_checked(targets)
+
+    def delete_collection(
+        self, principal: Principal, info: KindInfo, namespace: str | None, selector: str | None
+    ) -> list[Deleted]:
+        """Deletes every object of a kind (in `namespace`, or all) that `selector` matches and the
+        principal may read, all or none, as `delete_many`. Listed under the write lock, so what is
+        deleted is exactly what was listed."""
+        access.check_kind_readable(principal, info)
+        with self._writes:
+            listed = self.store.list(info.kind, namespace=namespace, label_selector=selector).items
+            readable = self.reader(principal)
+            targets = []
+            for obj in listed:
+                if readable(obj):
+                    access.check_writable(principal, obj, obj)
+                    targets.append((ObjectRef(obj.kind, obj.name, obj.namespace), obj))
+            return self._delete_checked(targets)
+
+    def _delete_checked(self, targets: Sequence[tuple[ObjectRef, Resource]]) -> list[Deleted]:
+        keys = [(obj.kind, obj.namespace, obj.name) for _, obj in targets]
+        if len(set(keys)) != len(keys):
+            seen: set[tuple[str, str | None, str]] = set()
+            for (_, obj), key in zip(targets, keys, strict=True):
+                if key in seen:
+                    raise ValidationError("appears twice in one request", obj=obj.describe())
+                seen.add(key)
+        queues = [obj.name for _, obj in targets if obj.kind == "Queue"]
+        admission.check_queue_deletes(self.store, queues, frozenset(keys))
+        results = self.store.delete_many([ref for ref, _ in targets])
+        return [
+            Deleted(existing if held is None else held, gone=held is None)
+            for (_, existing), held in zip(targets, results, strict=True)
+        ]
+
     # ---------------------------------------------------------------------------------- events
 
     def events(
@@ -228,6 +302,12 @@ class Operations:
             return events, events[-1].resource_version
         last = events[-1].resource_version if events else start
         return events, max(last, head, start)
+
+
+def _describe_ref(info: KindInfo, ref: ObjectRef) -> str:
+    if info.namespaced:
+        return f"{info.kind} {ref.namespace or DEFAULT_NAMESPACE}/{ref.name}"
+    return f"{info.kind} {ref.name}"
 
 
 def _action(existing: Resource | None, result: Resource) -> Action:

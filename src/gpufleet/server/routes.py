@@ -1,7 +1,10 @@
 """Kubernetes-style paths for every registered kind.
 
-    /apis/gpufleet.io/v1alpha1/{plural}                                   list (all namespaces), watch
-    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}                   list, watch, create (POST)
+    /apis/gpufleet.io/v1alpha1/{plural}                                   list (all namespaces), watch,
+                                                                          delete (DELETE, as below)
+    /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}                   list, watch, create (POST),
+                                                                          delete those labelSelector
+                                                                          matches (DELETE), all or none
     /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}            get, apply (PUT), delete
     /apis/gpufleet.io/v1alpha1/namespaces/{ns}/{plural}/{name}/status     the status alone: read,
                                                                           replace (PUT) or merge-patch
@@ -26,7 +29,7 @@ from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
-from gpufleet.server.operations import Operations, check_namespace
+from gpufleet.server.operations import Deleted, Operations, check_namespace
 from gpufleet.server.watches import EventStream, watch_lines
 
 PREFIX = f"/apis/{API_VERSION}"
@@ -117,6 +120,14 @@ def add_kind_routes(
 
         return await with_body(request, _status_parser(info, patch=True), write)
 
+    async def delete_collection(
+        who: Who, namespace: str | None = None, label_selector: Selector = None
+    ) -> JSONResponse:
+        def write() -> JSONResponse:
+            return deleted_response(ops.delete_collection(who, info, namespace, label_selector))
+
+        return await run_in_threadpool(write)
+
     async def delete(
         name: str, who: Who, namespace: str | None = None, resource_version: Version = None
     ) -> dict[str, Any]:
@@ -152,6 +163,14 @@ def add_kind_routes(
             operation_id=f"list{info.kind}AllNamespaces",
         )
         route(base, list_in, "GET", "list", f"List or watch {info.plural}")
+        app.add_api_route(
+            f"{PREFIX}/{info.plural}",
+            delete_collection,
+            methods=["DELETE"],
+            tags=tag,
+            summary=f"Delete the {info.plural} of all namespaces that labelSelector matches, all or none",
+            operation_id=f"deletecollection{info.kind}AllNamespaces",
+        )
     else:
         app.add_api_route(
             base,
@@ -162,6 +181,13 @@ def add_kind_routes(
             operation_id=f"list{info.kind}",
         )
     route(base, create, "POST", "create", f"Create a {info.kind}", status_code=201, openapi_extra=body)
+    route(
+        base,
+        delete_collection,
+        "DELETE",
+        "deletecollection",
+        f"Delete the {info.plural} that labelSelector matches (all without one), all or none",
+    )
     route(item, get, "GET", "read", f"Read a {info.kind}")
     route(item + "/status", get_status, "GET", "readStatus", f"Read the status of a {info.kind}")
     route(
@@ -184,6 +210,12 @@ def add_kind_routes(
         item, put, "PUT", "apply", f"Apply a {info.kind}: create it or replace its spec", openapi_extra=body
     )
     route(item, delete, "DELETE", "delete", f"Delete a {info.kind}")
+
+
+def deleted_response(deleted: list[Deleted]) -> JSONResponse:
+    """The answer to a delete of many objects: each one's last state, `deleted` or `deleting` (held
+    by finalizers). Encoded in the worker thread: thousands of objects would stall the event loop."""
+    return JSONResponse({"items": [{"action": d.action, "object": d.object.to_dict()} for d in deleted]})
 
 
 def _without_namespace(endpoint: "Endpoint") -> "Endpoint":

@@ -3,12 +3,13 @@
 Write code against `Store` (in `protocol`); open the embedded one with `SqliteStore.open(state_dir)`.
 """
 
-from gpufleet.store.protocol import EventType, ListResult, Selector, Store, Watch, WatchEvent
+from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, Watch, WatchEvent
 from gpufleet.store.sqlite import SqliteStore, SqliteWatch
 
 __all__ = [
     "EventType",
     "ListResult",
+    "ObjectRef",
     "Selector",
     "SqliteStore",
     "SqliteWatch",

@@ -43,6 +43,17 @@ class WatchEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An object named for `delete_many`: kind, name and namespace (None for cluster-wide kinds and
+    for `default`), and optionally the resourceVersion it must still have (else 409)."""
+
+    kind: str
+    name: str
+    namespace: str | None = None
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ListResult(Generic[R]):
     """Objects of a list and the store's resourceVersion at that moment: watch from it to miss nothing."""
 
@@ -143,6 +154,15 @@ class Store(Protocol):
         resource_version: str | None = None,
     ) -> Resource | None:
         """Deletes the object: None when it is gone, or its state while finalizers hold it."""
+        ...
+
+    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
+        """`delete` of every object in order, all or none: the results, in the same order.
+
+        As `apply_many`: the embedded store deletes the batch in one transaction (a missing object or
+        a stale resourceVersion anywhere leaves every object as it was); the Kubernetes API has no
+        multi-object transaction, so there it is a sequence of deletes, best effort.
+        """
         ...
 
     def events_since(

@@ -8,8 +8,9 @@ state is throw-away, may choose it (or OFF) for speed.
 
 Atomicity. A write changes the object row, appends its event and advances the resourceVersion
 counter in one `BEGIN IMMEDIATE` transaction: after a crash either all three happened or none.
-`apply_many` puts a whole batch in one such transaction: its events carry consecutive versions and
-after a crash (or an error in any of its objects) the batch is there whole or not at all.
+`apply_many` and `delete_many` put a whole batch in one such transaction: its events carry
+consecutive versions and after a crash (or an error in any of its objects) the batch is there whole
+or not at all.
 
 Threads. One connection is shared under a lock, so controllers and an HTTP server may call the store
 from any thread of the process. Watchers wait on a condition that writers signal; they also re-read
@@ -44,7 +45,7 @@ from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import DEFAULT_NAMESPACE
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import translate_error
-from gpufleet.store.protocol import EventType, ListResult, Selector, Store, WatchEvent
+from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
 
 R = TypeVar("R", bound=Resource)
 Json = dict[str, Any]
@@ -264,16 +265,18 @@ class SqliteStore:
         info = _info(kind)
         ns = _namespace(info, namespace)
         with self._transaction():
-            current = self._current(info, ns, name)
-            if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
-                raise _conflict(info, current, resource_version)
-            changed = copy.deepcopy(current)
-            meta = changed["metadata"]
-            meta.setdefault("deletionTimestamp", self._clock())
-            if meta.get("finalizers"):
-                return self._change_locked(info, ns, name, current, changed)
-            self._change_locked(info, ns, name, current, changed, remove=True)
-            return None
+            return self._delete_locked(info, ns, name, resource_version)
+
+    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
+        # Kinds and namespaces are checked before the transaction opens; then every deletion, its
+        # event and the counter move in one transaction, so an object missing or changed anywhere
+        # in the batch leaves all of them as they were.
+        checked = []
+        for ref in refs:
+            info = _info(ref.kind)
+            checked.append((info, _namespace(info, ref.namespace), ref.name, ref.resource_version))
+        with self._transaction():
+            return [self._delete_locked(*target) for target in checked]
 
     def compact(self, *, keep: int | None = None) -> int:
         """Drops all but the newest `keep` events (default: the retention); returns the oldest version
@@ -372,6 +375,20 @@ class SqliteStore:
             return self._create_locked(info, data)
         changed = _with_spec_and_meta(info, current, data, finalizers=False)
         return self._change_locked(info, ns, name, current, changed)
+
+    def _delete_locked(
+        self, info: KindInfo, ns: str, name: str, resource_version: str | None
+    ) -> Resource | None:
+        current = self._current(info, ns, name)
+        if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
+            raise _conflict(info, current, resource_version)
+        changed = copy.deepcopy(current)
+        meta = changed["metadata"]
+        meta.setdefault("deletionTimestamp", self._clock())
+        if meta.get("finalizers"):
+            return self._change_locked(info, ns, name, current, changed)
+        self._change_locked(info, ns, name, current, changed, remove=True)
+        return None
 
     def _change_locked(
         self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
