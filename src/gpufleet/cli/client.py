@@ -226,6 +226,24 @@ class Client:
         result: dict[str, Any] = self.request("DELETE", rtype.path(namespace, name))
         return result
 
+    def delete_many(
+        self, refs: Sequence[dict[str, Any]], *, ignore_not_found: bool = False
+    ) -> list[dict[str, Any]]:
+        """Deletes the objects `{kind, metadata: {name, namespace}}` names, all or none; what each became."""
+        params = {"ignoreNotFound": "true"} if ignore_not_found else None
+        answer = self.request("POST", "/v1/delete", json={"items": list(refs)}, params=params)
+        items: list[dict[str, Any]] = answer["items"]
+        return items
+
+    def delete_collection(
+        self, rtype: ResourceType, namespace: str | None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Deletes every object of the kind (in `namespace`, or all) the selector matches, all or none."""
+        params = {"labelSelector": selector} if selector else None
+        answer = self.request("DELETE", rtype.path(namespace), params=params)
+        items: list[dict[str, Any]] = answer["items"]
+        return items
+
 
 def _answer(response: httpx.Response) -> Any:
     if response.status_code < 400:

@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 
 from gpufleet.api.documents import load_objects
-from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
-from gpufleet.cli.client import Client, ResourceType
+from gpufleet.cli.client import Client
 from gpufleet.cli.output import FORMATS, console, lookup, objects_table, print_objects
 
 Server = Annotated[
@@ -150,7 +150,12 @@ def delete(
     kind: Annotated[str | None, typer.Argument(help="Kind, plural or short name.")] = None,
     names: Annotated[list[str] | None, typer.Argument(help="Names of the objects.")] = None,
     filename: Files = None,
+    selector: Annotated[
+        str | None, typer.Option("--selector", "-l", help="Every object of KIND with these labels.")
+    ] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Every object of KIND.")] = False,
     namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
     ignore_not_found: Annotated[
         bool, typer.Option("--ignore-not-found", help="Missing is not an error.")
     ] = False,
@@ -158,38 +163,51 @@ def delete(
     token: Token = None,
     state: State = None,
 ) -> None:
-    """Deletes objects by kind and name, or those of YAML files."""
-    client = connect(server, token, state)
-    targets: list[tuple[ResourceType, str, str | None]] = []
-    if filename:
-        if kind:
-            raise ValidationError("give either -f FILE or KIND NAME, not both", field="-f")
-        for obj in read_objects(filename):
-            targets.append((client.resource_type(obj.kind), obj.name, obj.namespace))
-    else:
-        if not kind or not names:
-            raise ValidationError("say what to delete: KIND NAME... or -f FILE", field="NAME")
-        rtype = client.resource_type(kind)
-        ns = namespace_of(namespace, False) if rtype.namespaced else None
-        targets = [(rtype, name, ns) for name in names]
-    out = console()
-    missing: list[NotFoundError] = []
-    for rtype, name, ns in targets:
-        ref = f"{rtype.singular}/{ns + '/' if ns else ''}{name}"
-        try:
-            answer = client.delete(rtype, name, ns)
-        except NotFoundError as exc:
-            if not ignore_not_found:
-                missing.append(exc)
-            continue
-        held = answer.get("metadata", {}).get("finalizers") if answer.get("kind") != "Status" else None
-        out.print(f"{ref} [bold]{'deleting (finalizers: ' + ', '.join(held) + ')' if held else 'deleted'}[/]")
-    if missing:
-        raise (
-            missing[0]
-            if len(missing) == 1
-            else NotFoundError(f"{len(missing)} objects not found: {missing[0]}")
+    """Deletes objects by kind and name, by label (-l), all of a kind (--all), or those of YAML files:
+    all of them or none, in one request."""
+    if filename and (kind or selector or everything):
+        raise ValidationError("give either -f FILE or KIND NAME (or KIND -l / --all), not both", field="-f")
+    if (selector or everything) and names:
+        raise ValidationError("give either names or -l / --all, not both", field="NAME")
+    if names and all_namespaces:
+        raise ValidationError("name one namespace (-n) to delete objects by name, not -A", field="-A")
+    if not filename and not (kind and (names or selector or everything)):
+        raise ValidationError(
+            "say what to delete: KIND NAME..., KIND -l SELECTOR, KIND --all or -f FILE", field="NAME"
         )
+    client = connect(server, token, state)
+    out = console()
+    if filename:
+        refs = [_reference(obj.kind, obj.name, obj.namespace) for obj in read_objects(filename)]
+    else:
+        assert kind is not None
+        rtype = client.resource_type(kind)
+        ns = namespace_of(namespace, all_namespaces) if rtype.namespaced else None
+        if selector or everything:
+            with out.status(f"deleting {rtype.plural}", spinner="dots"):
+                deleted = client.delete_collection(rtype, ns, selector)
+            if not deleted:
+                where = f" in namespace {ns}" if rtype.namespaced and ns else ""
+                console(stderr=True).print(f"No {rtype.plural} found{where}.")
+            _print_deleted(out, deleted)
+            return
+        refs = [_reference(rtype.kind, name, ns) for name in names or []]
+    with out.status(f"deleting {len(refs)} objects", spinner="dots"):
+        deleted = client.delete_many(refs, ignore_not_found=ignore_not_found)
+    _print_deleted(out, deleted)
+
+
+def _reference(kind: str, name: str, namespace: str | None) -> dict[str, Any]:
+    meta = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {"kind": kind, "metadata": meta}
+
+
+def _print_deleted(out: Console, deleted: list[dict[str, Any]]) -> None:
+    for item in deleted:
+        obj = item["object"]
+        held = obj.get("metadata", {}).get("finalizers") or []
+        done = "deleted" if item["action"] == "deleted" else f"deleting (finalizers: {', '.join(held)})"
+        out.print(f"{_ref(obj)} [bold]{done}[/]")
 
 
 # ----------------------------------------------------------------------------------------- events
