@@ -131,7 +131,7 @@ def test_a_waiting_job_says_why_or_leaves_the_reason_to_its_writer() -> None:
 
 def test_a_disrupted_job_within_its_limit_counts_the_restart_and_waits_again() -> None:
     running = jobstate.job_status(TrainingJobStatus(), observed(workers(running=4)), now=EARLIER)
-    backoff = PendingReason(type="Backoff", message="evicted (NodeLoss); requeued after 10s")
+    backoff = PendingReason(type="Backoff", message="NodeLoss: node gpu-3 lost; requeued after 10s")
     status = jobstate.job_status(
         running,
         observed(
@@ -269,3 +269,104 @@ def test_a_job_never_admitted_gets_no_admitted_condition_while_it_waits() -> Non
         TrainingJobStatus(), observed(workers(admitted=False, expected=0), pending=reason), now=NOW
     )
     assert condition(waiting, "Admitted") is None
+
+
+# ------------------------------------------------------------------------------ restarts
+T = 1_900_000_000.0
+NODE_LOST = Disruption("NodeLost", "node gpu-3 was lost", at=T)
+
+
+@pytest.mark.parametrize(
+    ("restarts", "last", "max_restarts", "backoff", "now", "expected"),
+    [
+        # Within the limit: the backoff counts from the disruption's recorded time.
+        (1, NODE_LOST, 3, 30.0, T, ("Backoff", T + 30, "NodeLost: node gpu-3 was lost; requeued after 30s")),
+        (
+            1,
+            NODE_LOST,
+            3,
+            30.0,
+            T + 29.5,
+            ("Backoff", T + 30, "NodeLost: node gpu-3 was lost; requeued after 30s"),
+        ),
+        (
+            1,
+            NODE_LOST,
+            3,
+            30.0,
+            T + 30,
+            ("Restart", T + 30, "NodeLost: node gpu-3 was lost; requeued after 30s"),
+        ),
+        # No backoff, or a disruption whose time the world no longer knows: at once.
+        (2, NODE_LOST, 3, 0.0, T, ("Restart", T, "NodeLost: node gpu-3 was lost; requeued after 0s")),
+        (1, Disruption("Restarting"), 3, 30.0, T + 5, ("Restart", T + 5, "Restarting; requeued after 30s")),
+        # The last restart allowed, then one disruption more than maxRestarts allows.
+        (3, NODE_LOST, 3, 30.0, T, ("Backoff", T + 30, "NodeLost: node gpu-3 was lost; requeued after 30s")),
+        (
+            4,
+            NODE_LOST,
+            3,
+            30.0,
+            T,
+            (
+                "GiveUp",
+                None,
+                "disrupted 4 times, more than maxRestarts allows; last: NodeLost: node gpu-3 was lost",
+            ),
+        ),
+        (
+            1,
+            NODE_LOST,
+            0,
+            30.0,
+            T,
+            (
+                "GiveUp",
+                None,
+                "disrupted 1 times, more than maxRestarts allows; last: NodeLost: node gpu-3 was lost",
+            ),
+        ),
+        (
+            50,
+            NODE_LOST,
+            None,
+            30.0,
+            T,
+            ("Backoff", T + 30, "NodeLost: node gpu-3 was lost; requeued after 30s"),
+        ),
+        # Never disrupted: nothing to wait for.
+        (0, None, 0, 30.0, T, ("Restart", T, "not disrupted")),
+    ],
+)
+def test_the_restart_decision(
+    restarts: int,
+    last: Disruption | None,
+    max_restarts: int | None,
+    backoff: float,
+    now: float,
+    expected: tuple[str, float | None, str],
+) -> None:
+    decision = jobstate.restart_decision(
+        restarts=restarts, last=last, max_restarts=max_restarts, backoff_seconds=backoff, now=now
+    )
+    assert (decision.verdict, decision.at, decision.reason) == expected
+    assert decision.restarts == restarts
+
+
+@pytest.mark.parametrize(
+    ("phase", "deleted", "broken"),
+    [
+        ("Running", False, False),
+        ("Pending", False, False),
+        ("Succeeded", False, False),
+        ("Failed", False, True),
+        ("Running", True, True),  # evicted, drained, its node lost
+        (None, True, True),  # deleted before it was ever started
+        ("Failed", True, True),
+        ("Succeeded", True, False),  # its work was done
+    ],
+)
+def test_a_worker_ends_its_attempt_when_it_failed_or_was_deleted_unfinished(
+    phase: str | None, deleted: bool, broken: bool
+) -> None:
+    assert jobstate.worker_broken(phase=phase, deleted=deleted) is broken

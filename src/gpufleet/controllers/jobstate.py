@@ -4,7 +4,9 @@ Shared by the embedded TrainingJob controller and the Kubernetes operator, so bo
 the same checkpoint, give up at the same count and say the same in status, conditions and events:
 
 - `latest_checkpoint`: the checkpoint a restart resumes from;
-- `restart_allowed`: whether one more restart is within `restartPolicy.maxRestarts`;
+- `worker_broken`: whether a worker's state ends its attempt (a disruption);
+- `restart_decision`: what follows a disruption: restart now, restart once the backoff is over, or give
+  up past `restartPolicy.maxRestarts` (docs/scheduling.md decision 24);
 - `job_status`: the job's next status from what its world observed (its current attempt's workers,
   the disruptions that ended earlier attempts, whether the job gave up, why it waits);
 - `job_events`: the Events a change of status is announced with.
@@ -49,6 +51,15 @@ def restart_allowed(*, restarts: int, max_restarts: int | None) -> bool:
     return max_restarts is None or restarts < max_restarts
 
 
+# ------------------------------------------------------------------------------ disruptions
+def worker_broken(*, phase: str | None, deleted: bool) -> bool:
+    """Whether a worker in this state ends its attempt: it failed, or it was deleted (evicted,
+    drained, its node lost) before it succeeded. A worker deleted after its work was done ends
+    nothing; neither does one only marked a disruption target (its eviction may still be refused by a
+    disruption budget)."""
+    return phase == "Failed" or (deleted and phase != "Succeeded")
+
+
 # ------------------------------------------------------------------------------------ status
 @dataclass(frozen=True, slots=True)
 class Workers:
@@ -76,9 +87,59 @@ class Disruption:
 
     reason: str
     message: str = ""
+    at: float | None = None
+    """When the world recorded it (seconds), as it keeps it; None where it does not know."""
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}".rstrip(": ")
+
+
+Verdict = Literal["Restart", "Backoff", "GiveUp"]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartDecision:
+    """What follows the latest disruption of a job."""
+
+    verdict: Verdict
+    """`Restart` now, `Backoff` until `at`, or `GiveUp` (the job fails)."""
+    restarts: int
+    """Attempts ended by a disruption, the latest included (`status.restarts`)."""
+    at: float | None
+    """When the next attempt may start (`now` for `Restart`); None for `GiveUp`."""
+    reason: str
+    """Why, for a status: the disruption and the backoff, or the restart limit it went past."""
+
+
+def restart_decision(
+    *,
+    restarts: int,
+    last: Disruption | None,
+    max_restarts: int | None,
+    backoff_seconds: float,
+    now: float,
+) -> RestartDecision:
+    """The one rule both worlds follow after a disruption, from what each observed: `restarts`, the
+    attempts ended by a disruption so far, the latest included (the embedded world counts its
+    workload's recorded evictions, the Kubernetes one its job's `status.restarts`); `last`, that
+    disruption with the time the world recorded it; the job's restart policy; and `now`, the time of
+    the question (this module reads no clock). Each world asks when an attempt ends and again while
+    the job waits, so a policy changed in between applies.
+
+    1. More disruptions than `maxRestarts` allows restarts (`restart_allowed` for the restarts before
+       the latest): give up.
+    2. Else the next attempt may start `backoffSeconds` after the disruption was recorded: while that
+       is to come, restart then (`Backoff`).
+    3. Else (no backoff, the backoff over, or the disruption's time unknown): restart now.
+    """
+    if restarts > 0 and not restart_allowed(restarts=restarts - 1, max_restarts=max_restarts):
+        return RestartDecision("GiveUp", restarts, None, limit_message(restarts, last))
+    reason = f"{last}; requeued after {backoff_seconds:g}s" if last is not None else "not disrupted"
+    if backoff_seconds > 0 and last is not None and last.at is not None:
+        at = last.at + backoff_seconds
+        if at > now:
+            return RestartDecision("Backoff", restarts, at, reason)
+    return RestartDecision("Restart", restarts, now, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,10 @@ Pods and the Service carry an ownerReference to the job (the garbage collector d
 a bare API server has none, and the operator deletes what it owns when the job is gone).
 
 A worker that failed, or was evicted (preemption, a drained node), ends the attempt: its remaining
-pods are deleted and, within `restartPolicy.maxRestarts`, the next attempt starts after
-`backoffSeconds` from the newest complete Checkpoint (the job waits with pendingReason `Backoff`).
+pods are deleted and, by the restart rule both worlds share (`jobstate.restart_decision`), within
+`restartPolicy.maxRestarts` the next attempt starts `backoffSeconds` after the disruption (kept as the
+Running condition's `Backoff` transition) from the newest complete Checkpoint (the job waits with
+pendingReason `Backoff`).
 Status and Events are those of the embedded world, decided by `controllers.jobstate` from the pods
 read here: `phase` (Pending until every worker is bound, or `minReplicas` of an elastic job: the
 bound workers are the ones the attempt runs with; Admitted; Running while every bound worker runs or
@@ -31,6 +33,7 @@ bound (an elastic job's surplus) are deleted.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -327,12 +330,15 @@ class TrainingJobOperator:
             self._write(raw, previous, _observed(job, checkpoint, current), now)
             self._drop_unbound(current)
             return None
-        resume = _restart_at(previous, job.spec.restart_policy.backoff_seconds)
-        if resume is not None and resume > now:
+        restarting = _restarting(job, previous, now)
+        if restarting is not None and restarting.verdict == "GiveUp":  # its maxRestarts lowered since
+            self._write(raw, previous, _observed(job, checkpoint, current, gave_up=True), now)
+            return None
+        if restarting is not None and restarting.verdict == "Backoff":
             self._write(raw, previous, _observed(job, checkpoint, current), now)
-            return resume
-        observed = _observed(job, checkpoint, current, pending=_waiting(previous, resume is not None))
-        if resume is not None:
+            return restarting.at
+        observed = _observed(job, checkpoint, current, pending=_waiting(previous, restarting is not None))
+        if restarting is not None:
             # The end of the backoff is written before the new attempt's pods exist: the scheduler
             # can only explain them afterwards, so its reason is never overwritten by this write.
             self._write(raw, previous, observed, now)
@@ -340,7 +346,7 @@ class TrainingJobOperator:
         for rank in range(job.spec.replicas):
             if attempt.pod_name(rank) not in existing:
                 self._create(worker_pod(attempt, rank, self.config))
-        if resume is None and self._write(raw, previous, observed, now).phase in jobstate.FINISHED:
+        if restarting is None and self._write(raw, previous, observed, now).phase in jobstate.FINISHED:
             self._drop_unbound(current)
         return None
 
@@ -360,16 +366,18 @@ class TrainingJobOperator:
         why: jobstate.Disruption,
         now: float,
     ) -> float | None:
-        """Ends the attempt a broken worker belongs to; the next one starts after the backoff, unless
-        that was one restart more than `maxRestarts` allows."""
+        """Ends the attempt a broken worker belongs to; what follows is the rule the embedded world
+        follows too (`jobstate.restart_decision`): the next attempt after the backoff, or giving up
+        past `maxRestarts`."""
         for pod in current:
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete(pod)
         previous = job.status
-        policy = job.spec.restart_policy
-        allowed = jobstate.restart_allowed(restarts=previous.restarts, max_restarts=policy.max_restarts)
-        backoff = PendingReason(type=BACKOFF, message=f"{why}; requeued after {policy.backoff_seconds:g}s")
-        # A fresh Running transition each restart: the backoff counts from it.
+        # A fresh Running transition each restart, written at the API's resolution of seconds: the
+        # disruption's time as this world keeps it, which the backoff counts from.
+        recorded = dataclasses.replace(why, at=float(math.floor(now)))
+        decision = _decide(job, previous.restarts + 1, recorded, now)
+        gave_up = decision.verdict == "GiveUp"
         base = previous.model_copy(
             update={"conditions": [c for c in previous.conditions if c.type != "Running"]}
         )
@@ -377,14 +385,14 @@ class TrainingJobOperator:
             job,
             checkpoint,
             [],
-            disruptions=previous.restarts + 1,
+            disruptions=decision.restarts,
             last=why,
-            gave_up=not allowed,
-            pending=backoff if allowed else None,
+            gave_up=gave_up,
+            pending=None if gave_up else PendingReason(type=BACKOFF, message=decision.reason),
             lost=previous.lost_gpu_seconds + lost_work(job, checkpoint, current, now),
         )
         self._write(raw, previous, observed, now, base=base, why=why)
-        return now + policy.backoff_seconds if allowed else None
+        return decision.at
 
     def _write(
         self,
@@ -423,13 +431,10 @@ class TrainingJobOperator:
 
 
 def _broken(pod: Json) -> bool:
-    """A worker whose failure ends the attempt: failed, or deleted (evicted, drained) before it finished.
-
-    A pod only marked a disruption target is not: its eviction may still be refused by a budget."""
-    status = pod.get("status") or {}
-    if status.get("phase") == "Failed":
-        return True
-    return bool(pod["metadata"].get("deletionTimestamp") and status.get("phase") != "Succeeded")
+    """A worker whose state ends the attempt, by the rule both worlds share (`jobstate.worker_broken`):
+    a pod being deleted counts as deleted."""
+    phase = (pod.get("status") or {}).get("phase")
+    return jobstate.worker_broken(phase=phase, deleted=bool(pod["metadata"].get("deletionTimestamp")))
 
 
 def _why(pod: Json) -> jobstate.Disruption:
@@ -519,11 +524,27 @@ def status_patch(raw: Json, previous: Json, status: Json) -> Json:
     return update
 
 
-def _restart_at(status: TrainingJobStatus, backoff: float) -> float | None:
-    """When a restarting job's next attempt may start: its Backoff transition plus the backoff."""
+def _decide(
+    job: TrainingJob, restarts: int, last: jobstate.Disruption, now: float
+) -> jobstate.RestartDecision:
+    policy = job.spec.restart_policy
+    return jobstate.restart_decision(
+        restarts=restarts,
+        last=last,
+        max_restarts=policy.max_restarts,
+        backoff_seconds=policy.backoff_seconds,
+        now=now,
+    )
+
+
+def _restarting(job: TrainingJob, status: TrainingJobStatus, now: float) -> jobstate.RestartDecision | None:
+    """For a job between two attempts, what the shared restart rule says now, from the disruption's
+    time as this world keeps it (its Backoff transition); None when no restart is under way."""
     for c in status.conditions:
         # "Restarting": what operators before the shared status wrote for the same transition.
         if c.type == "Running" and c.status == "False" and c.reason in (BACKOFF, "Restarting"):
             since = to_seconds(c.last_transition_time)
-            return None if since is None else since + backoff
+            if since is None:
+                return None
+            return _decide(job, status.restarts, jobstate.Disruption(c.reason or BACKOFF, at=since), now)
     return None

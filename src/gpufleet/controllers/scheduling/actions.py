@@ -10,9 +10,10 @@ cache's rebuild deletes orphans).
 Evictions. A gang with a failed or vanished pod, or one on a lost node, is evicted whole. Every
 eviction is recorded in the Workload's status with its cause and the work it lost (GPUs times the
 seconds since the later of the run's start and a checkpoint taken during it: the core's rule in
-`scheduler.lostwork`); the workload then waits `backoffSeconds` before it is queued again, or fails
-once it was evicted more than `maxRestarts` times. A shrink (an elastic victim) deletes only the pods
-it takes and is not an eviction.
+`scheduler.lostwork`); what follows is the restart rule both worlds share
+(`jobstate.restart_decision`): the workload waits `backoffSeconds` from the eviction before it is
+queued again, or fails once it was evicted more times than `maxRestarts` allows. A shrink (an
+elastic victim) deletes only the pods it takes and is not an eviction.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.runtime import Admission, Eviction, MigAssignment, Pod, PodSpec
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, events, jobstate
+from gpufleet.controllers import convert, events
 from gpufleet.controllers.scheduling.cachesync import CacheSync
-from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone
+from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone, restart_decision
 from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation
@@ -195,23 +196,21 @@ class Actions:
             status.admission = None
             status.admitted_time = None
             status.node_demand = None
-            # The eviction just recorded ends an attempt; the restarts before it decide whether another
-            # is allowed, by the rule the Kubernetes operator follows too.
-            restarts = len(status.evictions) - 1
-            failed = not jobstate.restart_allowed(restarts=restarts, max_restarts=obj.spec.max_restarts)
-            backoff = obj.spec.backoff_seconds
+            # The eviction just recorded ends an attempt: what follows is the rule the Kubernetes
+            # operator follows too, its backoff counted from the eviction's time as stored (read again
+            # from the status after a restart of this controller).
+            decision = restart_decision(obj.model_copy(update={"status": status}), now)
             cache.pending.pop(key, None)
-            if failed:
+            if decision.verdict == "GiveUp":
                 status.phase = "Failed"
                 status.pending_reason = None
             else:
                 status.phase = "Pending"
-                if backoff > 0:
-                    status.requeue_at = to_datetime(now + backoff)
-                    state.backoff[key] = now + backoff
-                    status.pending_reason = PendingReason(
-                        type="Backoff", message=f"evicted ({reason}); requeued after {backoff:g}s"
-                    )
+                if decision.verdict == "Backoff":
+                    assert decision.at is not None
+                    status.requeue_at = to_datetime(decision.at)
+                    state.backoff[key] = decision.at
+                    status.pending_reason = PendingReason(type="Backoff", message=decision.reason)
                 else:
                     status.requeue_at = None
                     state.backoff[key] = now  # queued again on the next step, after owners have seen it

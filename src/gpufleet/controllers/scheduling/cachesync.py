@@ -20,8 +20,15 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, nodesync
-from gpufleet.controllers.scheduling.state import Broken, SchedulingState, gone, older, rv
+from gpufleet.controllers import convert, jobstate, nodesync
+from gpufleet.controllers.scheduling.state import (
+    Broken,
+    SchedulingState,
+    gone,
+    older,
+    restart_decision,
+    rv,
+)
 from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
@@ -155,7 +162,7 @@ class CacheSync:
             state.broken[key] = Broken("AllocationConflict", str(exc))
             return
         expected = sum(counts)
-        failed = [p for p in pods if p.status.phase == "Failed"]
+        failed = [p for p in pods if jobstate.worker_broken(phase=p.status.phase, deleted=False)]
         if failed and key not in state.broken:
             first = failed[0]
             state.broken[key] = Broken(first.status.reason or "PodFailed", first.status.message or "failed")
@@ -302,10 +309,18 @@ class CacheSync:
             return
         if key in cache.admitted:
             return  # our eviction is being written; the pending state follows
-        requeue = to_seconds(obj.status.requeue_at)
-        if requeue is not None and requeue > now:
+        # Evicted before: the shared restart rule says when it may be queued again (the backoff counts
+        # from the latest eviction), or that it gives up (its maxRestarts lowered since).
+        decision = restart_decision(obj, now)
+        if decision.verdict == "GiveUp":
             cache.pending.pop(key, None)
-            state.backoff[key] = requeue
+            state.backoff.pop(key, None)
+            self.status.gave_up(key, obj)
+            return
+        if decision.verdict == "Backoff":
+            assert decision.at is not None
+            cache.pending.pop(key, None)
+            state.backoff[key] = decision.at
             return
         workload = convert.core_workload(obj)
         if cache.pending.get(key) != workload:
@@ -347,9 +362,11 @@ class CacheSync:
         admitted = state.cache.admitted.get(key)
         if admitted is None or core not in admitted.pods or pod.spec.attempt != state.attempt(key):
             return  # not a pod the cache counts (ours being deleted, or an old attempt)
+        if not jobstate.worker_broken(phase=pod.status.phase, deleted=deleted):
+            return  # running, or deleted after it succeeded
         if deleted:
             state.broken.setdefault(key, Broken("PodDeleted", f"pod {pod.name} was deleted"))
-        elif pod.status.phase == "Failed":
+        else:
             reason = pod.status.reason or "PodFailed"
             message = pod.status.message or "failed"
             state.broken.setdefault(key, Broken(reason, f"pod {pod.name}: {message}"))

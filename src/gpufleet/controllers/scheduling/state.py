@@ -16,6 +16,8 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.controllers import jobstate
+from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.store.protocol import Store
@@ -77,6 +79,23 @@ class SchedulingState:
     def delete_pod(self, pod: Pod) -> None:
         with contextlib.suppress(NotFoundError):
             self.store.delete(Pod, pod.name, pod.namespace)
+
+
+def restart_decision(obj: WorkloadObject, now: float) -> jobstate.RestartDecision:
+    """The shared restart rule (`jobstate.restart_decision`) over what this world records: every
+    eviction in the workload's status, the latest with its time, and the workload's restart policy."""
+    evictions = obj.status.evictions
+    last = None
+    if evictions:
+        latest = evictions[-1]
+        last = jobstate.Disruption(latest.reason, latest.message, at=to_seconds(latest.time))
+    return jobstate.restart_decision(
+        restarts=len(evictions),
+        last=last,
+        max_restarts=obj.spec.max_restarts,
+        backoff_seconds=obj.spec.backoff_seconds,
+        now=now,
+    )
 
 
 def gone(pod: Pod) -> bool:

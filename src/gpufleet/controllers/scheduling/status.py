@@ -60,6 +60,14 @@ class StatusWriter:
         status.requeue_at = None
         self.write(key, obj, status)
 
+    def gave_up(self, key: str, obj: WorkloadObject) -> None:
+        """Failed while waiting to restart: evicted more times than its (since lowered) limit allows."""
+        status = obj.status.model_copy(deep=True)
+        status.phase = "Failed"
+        status.pending_reason = None
+        status.requeue_at = None
+        self.write(key, obj, status)
+
     def queues(self) -> None:
         """Per queue: its `Valid` condition, waiting and admitted workloads and GPUs in use per flavor,
         its subtree included (what `gpufleet get queues` and `top` show beside the nominal quota), by
