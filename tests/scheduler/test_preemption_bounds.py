@@ -16,6 +16,10 @@ from gpufleet.scheduler import cycle as cycle_module
 from gpufleet.scheduler import preemption
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import Scheduler, apply_decisions
+from gpufleet.scheduler.preemption.bounds import _quick_bound
+from gpufleet.scheduler.preemption.feasibility import _capacity_feasible, _quota_feasible
+from gpufleet.scheduler.preemption.scopes import _scopes
+from gpufleet.scheduler.preemption.search import _Search
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -52,10 +56,10 @@ def _every_scope(
     snapshot: Any, preemptor: Workload, assignment: Any, fits: Any, now: float, pool: Sequence[Any]
 ) -> tuple[int, preemption.Key] | None:
     """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
-    search = preemption._Search(snapshot, preemptor, assignment, fits, now)
+    search = _Search(snapshot, preemptor, assignment, fits, now)
     best = None
-    for scope in preemption._scopes(snapshot, preemptor, pool):
-        bound = max(preemption._quick_bound(scope.candidates), search.scope_bound(scope))
+    for scope in _scopes(snapshot, preemptor, pool):
+        bound = max(_quick_bound(scope.candidates), search.bounds.scope_bound(scope))
         found = search.scope(scope)
         if found is None:
             continue
@@ -91,12 +95,12 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
         expected = (
             _every_scope(snapshot, preemptor, assignment, fits, now, pool)
             if pool
-            and preemption._quota_feasible(snapshot, preemptor, assignment, pool)
-            and preemption._capacity_feasible(snapshot, preemptor, assignment, pool)
+            and _quota_feasible(snapshot, preemptor, assignment, pool)
+            and _capacity_feasible(snapshot, preemptor, assignment, pool)
             else None
         )
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
-        search = preemption._Search(snapshot, preemptor, assignment, fits, now)
+        search = _Search(snapshot, preemptor, assignment, fits, now)
         key = None if found is None else (0 if search.keeps_nominal(found.victims) else 1, found.cost())
         assert key == expected
         checked.append(key)

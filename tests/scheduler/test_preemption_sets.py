@@ -8,7 +8,7 @@ from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
-from gpufleet.scheduler.preemption import _EXACT_WORKLOADS
+from gpufleet.scheduler.preemption.search import _EXACT_WORKLOADS
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload

@@ -1,0 +1,234 @@
+"""Bounds and feasibility: no set of a scope costs less than its bound (`VictimSet.cost` part by part
+at its least), so scopes are searched cheapest first and the search stops at the best set found.
+
+Two bounds (docs/scheduling.md decision 10): a quick one from the candidates' own `victim_order` for
+every scope, and a tight one, dearer, only for a scope that comes first by the quick one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gpufleet.scheduler.preemption.options import _Options
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, Key, _order
+from gpufleet.scheduler.preemption.pool import _Part
+from gpufleet.scheduler.preemption.scopes import _Scope
+
+
+def _quick_bound(scoped: Sequence[Candidate]) -> tuple[int, Key]:
+    """A lower bound of any set of `scoped`: each part of `victim_order` at its least over the
+    candidates (a shrink may take one pod only: no lost work), any set possibly at nominal."""
+    evicts, own, lost, priority, newest, first = _order(scoped[0])
+    if scoped[0].kind == "shrink":
+        lost = 0.0
+    for candidate in scoped[1:]:
+        order = _order(candidate)
+        evicts = min(evicts, order[0])
+        own = min(own, order[1])
+        lost = min(lost, 0.0 if candidate.kind == "shrink" else order[2])
+        priority = min(priority, order[3])
+        newest = min(newest, order[4])
+        first = min(first, order[5])
+    return 0, (evicts, own, lost, priority, newest, 1, (first,))
+
+
+class _Bounds:
+    """Lower bounds of the sets a scope can give, for one preemptor in one snapshot state: the search
+    takes scopes cheapest first by them and stops once no remaining scope can beat its best set."""
+
+    def __init__(self, options: _Options) -> None:
+        self.options = options
+        self.snapshot = options.snapshot
+        self.flavors = options.flavors
+        self.shape = options.shape
+        self.code = options.code
+        self._room_anywhere: bool | None = None
+        self._infos: dict[int, list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]] = {}
+        """`_info` per candidate (by id: the pool's candidates live as long as the search)."""
+
+    def scope_bound(self, scope: _Scope) -> tuple[int, Key]:
+        """A lower bound of the cost of any set the scope's exact search can give: for a node scope of a
+        whole-GPU preemptor, `_node_bound` (its sets must free enough GPUs on that node), else
+        `lower_bound` (each part of the cost at its least over the scope's candidates)."""
+        node, shape, code = scope.node, self.shape, self.code
+        if node is not None and shape is not None and code is not None and self._capacity_bound:
+            fleet = self.snapshot.fleet
+            if int(fleet.model[node]) == code:
+                size, needed = shape
+                found = self._node_bound(scope.candidates, node, needed * size - int(fleet.whole_free[node]))
+                if found is not None:
+                    return found
+        return self.lower_bound(scope.candidates)
+
+    def _node_bound(self, scoped: Sequence[Candidate], node: int, deficit: int) -> tuple[int, Key] | None:
+        """The cost bound of the sets that free `deficit` whole GPUs on `node`, part by part: each part
+        at its least over the options left by the parts before it (a set that keeps every other queue at
+        nominal uses only options that each keep their queue there; a shrink-only set only shrinks; ...),
+        lost work by a knapsack over GPUs freed on the node (one option per workload, <= 8 GPUs a node).
+        None when no set can free that much there (the scope is then bounded as before) or the node
+        already has room (capacity is then no constraint)."""
+        if deficit <= 0:
+            return None
+        # Per workload, its options freeing GPUs here: ((keeps nominal 0/1, evicts 0/1, own queue 0/1),
+        # lost work, GPUs freed here, -admitted at, priority).
+        groups: dict[int, list[tuple[tuple[int, int, int], float, int, float, int]]] = {}
+        infos = self._infos
+        for candidate in scoped:
+            info = infos.get(id(candidate))
+            if info is None:
+                info = infos[id(candidate)] = self._info(candidate)
+            for flags, lost, gains, newest, priority in info:
+                gain = gains.get(node, 0)
+                if gain > 0:
+                    key = id(candidate.admitted)
+                    options = groups.get(key)
+                    item = (flags, lost, gain, newest, priority)
+                    if options is None:
+                        groups[key] = [item]
+                    else:
+                        options.append(item)
+        pool = list(groups.values())
+
+        def enough(part: int, value: int) -> bool:
+            total = 0
+            for options in pool:
+                most = 0
+                for o in options:
+                    if o[0][part] <= value and o[2] > most:
+                        most = o[2]
+                total += most
+                if total >= deficit:
+                    return True
+            return False
+
+        if not enough(0, 1):
+            return None
+        bound: list[int] = []
+        for part in (0, 1, 2):
+            if enough(part, 0):
+                bound.append(0)
+                pool = [kept for options in pool if (kept := [o for o in options if o[0][part] == 0])]
+            else:
+                bound.append(1)
+        # Least lost work over sets of the remaining options that free the deficit: best[g] = least lost
+        # work freeing at least g GPUs (capped at the deficit).
+        inf = float("inf")
+        best = [0.0] + [inf] * deficit
+        for options in pool:
+            nxt = list(best)
+            for option in options:
+                gain, lost = option[2], option[1]
+                for g in range(deficit + 1):
+                    have = best[g]
+                    if have != inf:
+                        t = g + gain if g + gain < deficit else deficit
+                        if have + lost < nxt[t]:
+                            nxt[t] = have + lost
+            best = nxt
+        lost = best[deficit]
+        lost -= 1e-9 * abs(lost)  # sums in another order may round differently: stay below
+        priority = min(o[4] for options in pool for o in options)
+        newest = min(o[3] for options in pool for o in options)
+        # A set may also take workloads that free nothing here (for quota): names over the whole scope.
+        first = min(c.name for c in scoped)
+        return bound[0], (bound[1], bound[2], lost, priority, newest, 1, (first,))
+
+    def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
+        """No set from these candidates costs less: each part of `VictimSet.cost` at its least (the
+        newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
+        on everything but names are searched only while their names could still win."""
+        evicts, own, lost, priority, newest, first = _order(scoped[0])
+        # A set keeps every other queue at nominal only if each of its victims alone does.
+        below = 1
+        for candidate in scoped:
+            if below and (candidate.cause == WITHIN_QUEUE or self._keeps_alone(candidate)):
+                below = 0
+            # victim_order's parts are the candidate's share of each part of the cost.
+            order = _order(candidate)
+            if order[0] < evicts:
+                evicts = order[0]
+            if order[1] < own:
+                own = order[1]
+            spent = order[2]
+            if candidate.kind == "shrink":
+                # The cheapest shrink of a workload takes its first pod only.
+                spent = self.options.shrink_steps(candidate)[0].lost_gpu_seconds
+            if spent < lost:
+                lost = spent
+            if order[3] < priority:
+                priority = order[3]
+            if order[4] < newest:
+                newest = order[4]
+            if order[5] < first:
+                first = order[5]
+        return below, (evicts, own, lost, priority, newest, 1, (first,))
+
+    @property
+    def _capacity_bound(self) -> bool:
+        """Whether no node of the preemptor's GPU model has room for it now: a set that lets it fit must
+        then free GPUs on the node it goes to (else quota alone may be what a set frees)."""
+        room = self._room_anywhere
+        if room is None:
+            fleet = self.snapshot.fleet
+            assert self.shape is not None and self.code is not None
+            size, needed = self.shape
+            rows = slice(0, fleet.n_rows)
+            free = fleet.whole_free[rows][fleet.model[rows] == self.code]
+            room = self._room_anywhere = bool(free.size) and int(np.max(free)) >= size * needed
+        return not room
+
+    def _info(
+        self, candidate: Candidate
+    ) -> list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]:
+        """Per way of taking `candidate` (an evict; a shrink's steps): ((keeps its queue at nominal alone
+        0/1, evicts 0/1, own queue 0/1), lost work, whole GPUs freed per node, -admitted at, priority)."""
+        steps = self.options.shrink_steps(candidate) if candidate.kind == "shrink" else [candidate]
+        out = []
+        for step in steps:
+            if step.kind == "evict":
+                gains = dict(zip(step.rows, step.held, strict=True))
+            else:
+                gains = self.options.option(step).gpus
+            order = _order(step)
+            keeps = 0 if step.cause == WITHIN_QUEUE or self._keeps(step) else 1
+            out.append(((keeps, order[0], order[1]), order[2], gains, order[4], order[3]))
+        return out
+
+    def _keeps(self, candidate: Candidate) -> bool:
+        """Whether taking `candidate` (as it is: a shrink step or an evict) alone leaves its queue at or
+        above its nominal quota."""
+        if candidate.kind == "shrink":
+            amounts: Mapping[str, int] = self.options.option(candidate).amounts
+        else:
+            amounts = candidate.admitted.assignment.usage
+        room = self.options.room_of(candidate.admitted.queue)
+        return all(amounts.get(flavor, 0) <= above for flavor, above in room.items())
+
+    def below_nominal(self, node: int, parts: _Part | list[_Part]) -> bool:
+        """Whether no candidate of these parts (kept lists of other queues) on `node` keeps its queue at
+        nominal when taken alone: then every set of them pushes a queue below nominal, and the node's
+        scope has a tight bound that starts with 1 (`_node_bound`, `lower_bound`). False when unsure (a
+        part built for one preemptor, or with shrinks, which give up less than their workload)."""
+        for part in parts if isinstance(parts, list) else (parts,):
+            if not part.shared or not part.evicts_only:
+                return False
+            group = part.groups[node]
+            room = self.options.room_of(group[0].admitted.queue)
+            for flavor, above in room.items():
+                if all(c.admitted.assignment.usage.get(flavor, 0) > above for c in group):
+                    break  # each gives up more of this flavor than its queue has above nominal
+            else:
+                return False
+        return True
+
+    def _keeps_alone(self, candidate: Candidate) -> bool:
+        """Whether taking the least of `candidate` (its first pod, for a shrink) leaves its queue at or
+        above its nominal quota."""
+        if candidate.kind == "shrink":
+            amounts: Mapping[str, int] = self.options.option(self.options.shrink_steps(candidate)[0]).amounts
+        else:
+            amounts = candidate.admitted.assignment.usage
+        room = self.options.room_of(candidate.admitted.queue)
+        return all(amounts.get(flavor, 0) <= above for flavor, above in room.items())

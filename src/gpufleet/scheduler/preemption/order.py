@@ -1,0 +1,115 @@
+"""Victim order and set cost: the one key candidates are given up by, and what a whole set costs.
+
+Kueue keeps all victim ordering in one comparator; here `victim_order` orders single candidates and
+`VictimSet.cost` applies the same rules, in the same order, to a set of them (docs/scheduling.md
+decision 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gpufleet.scheduler.cache import Admitted
+
+RECLAIM = "Reclaim"
+WITHIN_QUEUE = "WithinQueue"
+BORROW = "BorrowWithinCohort"
+
+
+Kind = Literal["shrink", "evict"]
+Key = tuple[int, int, float, int, float, int, tuple[str, ...]]
+"""`VictimSet.cost`."""
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One way to free capacity: shrink an elastic workload to its minimum, or evict it whole.
+
+    Not frozen for one reason: the cache keeps a queue's candidates across cycles and re-times them in
+    place (`lost_gpu_seconds` as of the cycle's time) rather than allocating thousands of new ones each
+    cycle. A candidate's lost work is therefore that of the latest cycle that asked for its queue.
+    """
+
+    admitted: Admitted
+    kind: Kind
+    cause: str
+    lost_gpu_seconds: float
+    pods: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
+    """The nodes it frees capacity on (its pods', or for a shrink the removed pods'), each once."""
+    held: tuple[int, ...] = ()
+    """An evict's whole GPUs on each of `rows` (empty for a shrink)."""
+    order: tuple[int, int, float, int, float, str] | None = None
+    """`victim_order` of it as timed (set with its lost work, so sorting does not compute it again)."""
+
+    @property
+    def name(self) -> str:
+        return self.admitted.name
+
+    @property
+    def priority(self) -> int:
+        return self.admitted.workload.priority
+
+
+def victim_order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+    """The one order in which candidates are given up, first = cheapest to lose.
+
+    1. shrinking an elastic workload toward its minimum comes before evicting anything whole;
+    2. reclaiming from another queue that borrows comes before evicting from the preemptor's own queue;
+    3. less lost work first: GPUs x seconds since admission or a later checkpoint (`lostwork`);
+    4. lower priority first;
+    5. newer first: the later admitted has run for less time;
+    6. name, a deterministic tie-break (names are unique in a cluster, like Kueue's uid).
+    """
+    workload = candidate.admitted.workload
+    admitted_at = workload.admitted_at if workload.admitted_at is not None else 0.0
+    return (
+        0 if candidate.kind == "shrink" else 1,
+        1 if candidate.cause == WITHIN_QUEUE else 0,
+        candidate.lost_gpu_seconds,
+        workload.priority,
+        -admitted_at,
+        workload.name,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VictimSet:
+    preemptor: str
+    victims: tuple[Candidate, ...]
+
+    def cost(self) -> Key:
+        """How much the set costs, cheapest first: `victim_order`'s rules for a set of victims.
+
+        1. shrinks only (rule 1: elastic workloads are shrunk toward their minimum before anything is
+           evicted whole);
+        2. other queues' borrowers only (rule 2);
+        3. less lost work in all (rule 3);
+        4. lower top priority (rule 4);
+        5. newer: its longest-running victim was admitted later (rule 5);
+        6. fewer victims;
+        7. names, a deterministic tie-break (rule 6).
+        """
+        victims = self.victims
+        oldest = min((_admitted_at(c) for c in victims), default=0.0)
+        return (
+            1 if any(c.kind == "evict" for c in victims) else 0,
+            1 if any(c.cause == WITHIN_QUEUE for c in victims) else 0,
+            sum(c.lost_gpu_seconds for c in victims),
+            max((c.priority for c in victims), default=-(1 << 62)),
+            -oldest,
+            len(victims),
+            tuple(sorted(c.name for c in victims)),
+        )
+
+
+def _admitted_at(candidate: Candidate) -> float:
+    admitted_at = candidate.admitted.workload.admitted_at
+    return admitted_at if admitted_at is not None else 0.0
+
+
+def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+    order = candidate.order
+    return order if order is not None else victim_order(candidate)

@@ -1,0 +1,187 @@
+"""Candidates and policy: which admitted workloads a preemptor may take from, under its queue's rules.
+
+A candidate comes from the preemptor's own queue (`withinQueue`) or, while that queue borrows, from
+another queue of its tree (`reclaimWithinCohort` when the preemptor stays within its nominal quota,
+`borrowWithinCohort` when it would borrow); never a non-preemptible workload, never one inside its
+queue's `minRuntimeSeconds` (docs/scheduling.md decisions 8 and 14). The queues' lists are kept across
+cycles (`kept`); a preemptor's pool merges them only as far as the search reads (`pool`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpufleet.scheduler.cache import Admitted, Snapshot
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.preemption.kept import _queue_candidates
+from gpufleet.scheduler.preemption.order import BORROW, RECLAIM, WITHIN_QUEUE, Candidate
+from gpufleet.scheduler.preemption.pool import _Part, _Pool
+from gpufleet.scheduler.queueing import QueueSettings
+from gpufleet.scheduler.workload import Workload
+
+
+def _cause(*, victim: Admitted, preemptor: Workload, settings: QueueSettings, borrowing: bool) -> str | None:
+    """Why `preemptor` may evict `victim` under its queue's policy, or None when it may not."""
+    policy = settings.preemption
+    vp, pp = victim.workload.priority, preemptor.priority
+    if victim.queue == preemptor.queue:
+        if policy.within_queue == "LowerPriority" and vp < pp:
+            return WITHIN_QUEUE
+        if policy.within_queue == "LowerOrNewerEqualPriority" and (
+            vp < pp or (vp == pp and victim.workload.submitted_at > preemptor.submitted_at)
+        ):
+            return WITHIN_QUEUE
+        return None
+    if not borrowing:
+        rule = policy.reclaim_within_cohort
+        if rule == "Any" or (rule == "LowerPriority" and vp < pp):
+            return RECLAIM
+        return None
+    if policy.borrow_within_cohort == "LowerPriority" and vp < pp:
+        threshold = policy.max_priority_threshold
+        if threshold is None or vp <= threshold:
+            return BORROW
+    return None
+
+
+def candidates(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
+) -> Sequence[Candidate]:
+    """Every workload the preemptor may take capacity from, as shrink and/or evict candidates, in
+    `victim_order` (a `_Pool`: the queues' kept lists, merged only as far as the search reads them)."""
+    cache = snapshot.cache
+    tree = cache.tree
+    own_settings = cache.settings[preemptor.queue]
+    root = tree.root_of(preemptor.queue)
+    borrowing = _is_borrowing(snapshot, preemptor, assignment)
+    flavors = set(assignment.usage)
+    parts: list[_Part] = []
+    queues = []
+    if own_settings.preemption.within_queue != "Never":
+        queues.append(preemptor.queue)
+    if _reaches_others(own_settings, borrowing):
+        queues.extend(q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue)
+    reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
+    held = cache.admitted.get(preemptor.name)
+    charges = cache.charges
+    # Per cycle, the queues whose kept part every preemptor of this tree and flavors takes whole, as
+    # (charge count, part, its stamp) when found so: at the same count and stamp, taken again at once.
+    whole = _whole_parts(snapshot, root, flavors, now)
+    for queue in queues:
+        kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
+        # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
+        every = kind == RECLAIM and reclaim_any
+        if every and (held is None or held.queue != queue):
+            known = whole.get(queue)
+            if known is not None and known[0] == charges.get(queue, 0) and known[1].stamp == known[2]:
+                if known[1].kept:
+                    parts.append(known[1])
+                continue
+        kept, part = _queue_candidates(snapshot, queue, kind, now=now)
+        if (
+            part is not None
+            and every
+            and (held is None or held.queue != queue)
+            and (not flavors or part.meets(flavors))
+        ):
+            whole[queue] = (charges.get(queue, 0), part, part.stamp)
+            if part.kept:
+                parts.append(part)  # the whole kept list: its order and per-node groups are kept too
+            continue
+        out = []
+        for candidate in kept:
+            admitted = candidate.admitted
+            if candidate.name == preemptor.name or (
+                flavors and flavors.isdisjoint(admitted.assignment.usage)
+            ):
+                continue
+            if every or kind == _cause(
+                victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing
+            ):
+                out.append(candidate)
+        if out:
+            parts.append(_Part(out))
+    return _Pool(parts)
+
+
+def _whole_parts(
+    snapshot: Snapshot, root: str, flavors: set[str], now: float
+) -> dict[str, tuple[int, _Part, int]]:
+    """`candidates`' per-cycle memo of the queues' parts taken whole (see there)."""
+    key = ("whole", root, frozenset(flavors), now)
+    found = snapshot.memo.get(key)
+    if not isinstance(found, dict):
+        found = snapshot.memo[key] = {}
+    return found
+
+
+@dataclass(slots=True)
+class _Borrowers:
+    """`_borrowing_queues`' memo for one tree and set of flavors: the answer at a usage version, and per
+    queue looked at, (its charge count, whether it borrowed then)."""
+
+    version: int
+    queues: list[str]
+    seen: dict[str, tuple[int, bool]]
+
+
+def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[str]:
+    """The queues of the tree under `root` with admitted workloads that borrow one of `flavors`.
+
+    Memo for the cycle: every preemptor of a cycle scans the same tree, and usage (so who borrows, and
+    who has members) changes only between some of them, and then for a few queues. A queue without
+    child queues changes its usage only when it is charged or refunded (`ClusterCache.charges`, never
+    undone), so at the same charge count its answer stands; a queue with children is looked at again."""
+    cache = snapshot.cache
+    usage = cache.usage
+    key = ("borrowing", root, frozenset(flavors))
+    found = snapshot.memo.get(key)
+    if isinstance(found, _Borrowers) and found.version == usage.version:
+        return list(found.queues)
+    tree = cache.tree
+    children, charges = tree.children, cache.charges
+    # Updated in place: an entry of a queue without members now is passed over, and looked at again
+    # when it has members (a charge, so another count).
+    seen: dict[str, tuple[int, bool]] = found.seen if isinstance(found, _Borrowers) else {}
+    queues = []
+    for name, members in cache.by_queue.items():
+        if not members:
+            continue
+        count = charges.get(name, 0)
+        last = seen.get(name)
+        if last is not None and last[0] == count and not children.get(name):
+            borrows = last[1]
+        else:
+            borrows = tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+            seen[name] = (count, borrows)
+        if borrows:
+            queues.append(name)
+    snapshot.memo[key] = _Borrowers(usage.version, queues, seen)
+    return list(queues)
+
+
+def _is_borrowing(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+    cache = snapshot.cache
+    return any(
+        cache.usage.usage(preemptor.queue, flavor) + amount > cache.tree.nominal(preemptor.queue, flavor)
+        for flavor, amount in assignment.usage.items()
+    )
+
+
+def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
+    policy = settings.preemption
+    if borrowing:
+        return policy.borrow_within_cohort != "Never"
+    return policy.reclaim_within_cohort != "Never"
+
+
+def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+    """Whether the preemptor's policy lets it take from queues other than its own right now."""
+    borrowing = _is_borrowing(snapshot, preemptor, assignment)
+    return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
+
+
+def _borrows(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:
+    usage = snapshot.cache.usage
+    return any(usage.borrowed(queue, flavor) > 0 for flavor in flavors)

@@ -1,0 +1,137 @@
+"""Scopes: where a preemptor is tried (one node, one domain of its required topology level, or the
+whole fleet), and the entries that order them in the search's heap (docs/scheduling.md decision 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.fleet.request import GpuKind
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.cache import Snapshot
+from gpufleet.scheduler.preemption.order import Candidate, Key, _order
+from gpufleet.scheduler.preemption.pool import _by_node, _Least, _Part
+from gpufleet.scheduler.workload import Workload
+
+IntArray = npt.NDArray[np.int64]
+_Bound = tuple[int, Key]
+"""A lower bound of a set's (keeps every other queue at nominal 0/1, `VictimSet.cost`)."""
+_Entry = tuple[
+    int, int, int, float, int, float, int, tuple[str, ...], int, int, "_Scope | _Part | list[_Part]"
+]
+"""A scope in the search's heap: its bound flattened (`_flat`), whether the bound is the tight one, its
+index (a node scope: the node), and the scope (a node scope not built yet: the parts with candidates
+there)."""
+
+
+class _Scope(NamedTuple):
+    """Where a preemptor is tried: one node, one domain of a topology level, or the whole fleet (a
+    tuple: thousands are made per search, one per node)."""
+
+    candidates: list[Candidate]
+    node: int | None = None
+    level_no: int | None = None
+    domain: int | None = None
+
+    def rows(self, fleet: FleetState) -> IntArray:
+        """The fleet rows the scope covers."""
+        if self.node is not None:
+            return np.array([self.node], dtype=np.int64)
+        every = np.arange(fleet.n_rows, dtype=np.int64)
+        if self.level_no is None:
+            return every
+        inside: IntArray = every[fleet.domain[self.level_no][: fleet.n_rows] == self.domain]
+        return inside
+
+    def covers(self, fleet: FleetState, row: int) -> bool:
+        if self.node is not None:
+            return row == self.node
+        return self.level_no is None or int(fleet.domain[self.level_no][row]) == self.domain
+
+
+def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[_Scope]:
+    """The candidate lists to try: one per domain of the required level (or per node for one pod), each
+    in the pool's order."""
+    fleet = snapshot.fleet
+    level = _scope_level(preemptor)
+    if level is None:
+        return [_Scope(list(pool))]
+    level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
+    by_domain: dict[int, list[Candidate]] = {}
+    # Per node (host and nvlink levels): whole GPUs the evict candidates hold there (a shrink frees a
+    # subset of its workload's evict), for the bound below.
+    held: dict[int, int] = {}
+    if level_no is None:
+        by_domain, held = _by_node(pool)
+    else:
+        domain_of = fleet.domain[level_no]
+        for candidate in pool:
+            domains = {int(domain_of[node]) for node in candidate.rows}
+            domains.discard(-1)
+            for domain in domains:
+                by_domain.setdefault(domain, []).append(candidate)
+    if not by_domain and level_no is None and level in ("host", "nvlink"):
+        return []
+    needed = _one_pod_whole_gpus(preemptor)
+    if level_no is None:
+        # A node whose free GPUs and its candidates' GPUs together fall short cannot be freed enough:
+        # skipping it spares a search that must fail. Shared pods count a whole GPU each, so the bound
+        # only ever keeps too many nodes, never too few.
+        whole_free = fleet.whole_free
+        return [
+            _Scope(scoped, node=node)
+            for node, scoped in sorted(by_domain.items())
+            if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
+        ]
+    return [_Scope(by_domain[d], level_no=level_no, domain=d) for d in sorted(by_domain)]
+
+
+def _scope_level(preemptor: Workload) -> str | None:
+    """The level whose domains are the scopes (a one-pod workload: its host), or None: the whole fleet."""
+    level = preemptor.topology.required
+    if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
+        level = "host"
+    return level
+
+
+def _short(snapshot: Snapshot, node: int, parts: _Part | list[_Part], needed: int) -> bool:
+    """`_scopes`' test of a node scope, for one from the pool's parts: whether its free GPUs and its
+    candidates' GPUs together fall short of `needed` (the scope is then skipped)."""
+    held = parts.held.get(node, 0) if isinstance(parts, _Part) else sum(p.held.get(node, 0) for p in parts)
+    return int(snapshot.fleet.whole_free[node]) + held < needed
+
+
+def _flat(bound: _Bound, tight: int, i: int, scope: _Scope) -> _Entry:
+    """A heap entry: the bound's parts side by side (a bound's names are always one name, so the flat
+    tuple orders as the nested one), then tight, index and scope."""
+    keeps, (evicts, own, lost, priority, newest, count, names) = bound
+    return (keeps, evicts, own, lost, priority, newest, count, names, tight, i, scope)
+
+
+def _nested(entry: _Entry) -> _Bound:
+    return entry[0], (entry[1], entry[2], entry[3], entry[4], entry[5], entry[6], entry[7])
+
+
+def _node_scope(node: int, parts: _Part | list[_Part]) -> _Scope:
+    """A node scope from the parts with candidates there: those candidates in victim order."""
+    if isinstance(parts, _Part):
+        return _Scope(sorted(parts.groups[node], key=_order), node=node)
+    found = [c for part in parts for c in part.groups[node]]
+    return _Scope(sorted(found, key=_order), node=node)
+
+
+def _entry(node: int, least: _Least, parts: _Part | list[_Part]) -> _Entry:
+    evicts, own, lost, priority, newest, first = least
+    return (0, evicts, own, lost, priority, newest, 1, first, 0, node, parts)
+
+
+def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
+    """The GPUs of a one-pod whole-GPU preemptor (None for any other shape)."""
+    if len(preemptor.pod_sets) != 1 or preemptor.min_pod_count != 1:
+        return None
+    request = preemptor.pod_sets[0].request
+    return request.gpus if request.kind is GpuKind.WHOLE else None

@@ -1,0 +1,330 @@
+"""The search: per scope the cheapest sufficient victim set, exactly while the scope is small, else
+Kueue's greedy minimal set; scopes taken cheapest first by their bounds (docs/scheduling.md decisions 8
+to 10).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+
+from gpufleet.scheduler.cache import Snapshot
+from gpufleet.scheduler.flavors import Assignment, usage_of
+from gpufleet.scheduler.preemption.bounds import _Bounds, _quick_bound
+from gpufleet.scheduler.preemption.feasibility import _Capacity, _capacity_feasible, _quota_feasible
+from gpufleet.scheduler.preemption.greedy import Fits, _apply, _apply_if_held, _greedy
+from gpufleet.scheduler.preemption.node_index import _node_entries
+from gpufleet.scheduler.preemption.options import _Option, _Options
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, Key, VictimSet, _order
+from gpufleet.scheduler.preemption.policy import candidates
+from gpufleet.scheduler.preemption.pool import _Pool
+from gpufleet.scheduler.preemption.scopes import (
+    _Entry,
+    _flat,
+    _nested,
+    _node_scope,
+    _one_pod_whole_gpus,
+    _Scope,
+    _scope_level,
+    _scopes,
+    _short,
+)
+from gpufleet.scheduler.workload import Workload
+
+_EXACT_WORKLOADS = 12
+"""A scope with more workloads than this is searched greedily (Kueue's minimal set), not exactly."""
+_EXACT_STEPS = 2_000
+"""Sets the exact search may look at in one scope before it gives up for the greedy search."""
+_EXACT_TRIES = 16
+"""Placements the exact search may try in one scope (its sets pass quota and a capacity bound first)."""
+
+
+def select_victims(
+    snapshot: Snapshot,
+    preemptor: Workload,
+    assignment: Assignment,
+    fits: Fits,
+    *,
+    now: float,
+    max_scopes: int = 64,
+    pool: Sequence[Candidate] | None = None,
+) -> VictimSet | None:
+    """The cheapest victim set after which `fits()` holds, or None; the snapshot is unchanged.
+    `pool`: the `candidates` already computed for this preemptor and snapshot state.
+
+    Sets that push no other queue below its nominal quota come first; only when no scope has one may
+    a set take one queue's last borrowing workload whole (a gang cannot be split; decision 8). Among
+    those, `VictimSet.cost` decides."""
+    if pool is None:
+        pool = candidates(snapshot, preemptor, assignment, now=now)
+    if not pool or not _quota_feasible(snapshot, preemptor, assignment, pool):
+        return None
+    if not _capacity_feasible(snapshot, preemptor, assignment, pool):
+        return None
+    search = _Search(snapshot, preemptor, assignment, fits, now)
+    best: VictimSet | None = None
+    best_key: tuple[int, Key] | None = None
+    # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
+    # remaining scope can beat the best set found (a branch and bound over scopes). Two bounds: a quick
+    # one from the candidates' own `victim_order` for every scope, and `_Bounds.scope_bound` (tighter,
+    # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
+    # Equal bounds keep the scopes' order (the index; for node scopes, the node). A node scope from the
+    # pool's parts is built only when it comes first (most never do).
+    # The scopes in bound order are those of `ordered` (left as they are: a later search may use them
+    # again) merged with those of `heap`; a node with an entry in `heap` is passed over in `ordered`.
+    ordered: list[_Entry] = []
+    heap: list[_Entry]
+    passed: set[int] = set()
+    needed: int | None = None
+    if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
+        ordered, heap = _node_entries(snapshot, pool)
+        passed = {entry[9] for entry in heap} if ordered else set()
+        needed = _one_pod_whole_gpus(preemptor)
+    else:
+        heap = [
+            _flat(_quick_bound(scope.candidates), 0, i, scope)
+            for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
+        ]
+    heapq.heapify(heap)
+    searched = at = 0
+    while searched < max_scopes:
+        while at < len(ordered) and ordered[at][9] in passed:
+            at += 1
+        if at < len(ordered) and (not heap or ordered[at] < heap[0]):
+            entry, listed = ordered[at], True
+        elif heap:
+            entry, listed = heap[0], False
+        else:
+            break
+        bound = _nested(entry)
+        if best_key is not None and bound >= best_key:
+            break
+        if listed:
+            at += 1
+        else:
+            heapq.heappop(heap)
+        i, lazy = entry[9], entry[10]
+        if isinstance(lazy, _Scope):
+            scope = lazy
+        elif needed is not None and _short(snapshot, i, lazy, needed):
+            continue
+        elif not entry[0] and not entry[8] and search.bounds.below_nominal(i, lazy):
+            # Its tight bound starts with 1: until a scope at nominal is ruled out, it waits with a bound
+            # that low, but no lower than its tight one (and not yet tight). Scopes are searched in the
+            # order of their tight bounds whatever lower bounds they wait with, so this changes nothing
+            # but the tight bounds computed (most nodes of a tree that borrows little are such).
+            heapq.heappush(heap, (1, 0, 0, -math.inf, -(1 << 62), -math.inf, 0, (), 0, i, lazy))
+            continue
+        else:
+            scope = _node_scope(i, lazy)
+        if not entry[8]:
+            # The tight bound is at least the quick one part by part: never below it.
+            heapq.heappush(heap, _flat(max(bound, search.bounds.scope_bound(scope)), 1, i, scope))
+            continue
+        searched += 1
+        found = search.scope(scope)
+        if found is None:
+            continue
+        key = (0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        if best_key is None or key < best_key:
+            best, best_key = found, key
+    return best
+
+
+class _Search:
+    """The victim search for one preemptor in one snapshot state (see `select_victims`)."""
+
+    def __init__(
+        self, snapshot: Snapshot, preemptor: Workload, assignment: Assignment, fits: Fits, now: float
+    ) -> None:
+        self.options = _Options(snapshot, preemptor, assignment, now)
+        self.bounds = _Bounds(self.options)
+        self.snapshot = snapshot
+        self.preemptor = preemptor
+        self.assignment = assignment
+        self.fits = fits
+        self.flavors = self.options.flavors
+
+    def scope(self, scope: _Scope) -> VictimSet | None:
+        """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
+        units = self._units(scope.candidates)
+        if len(units) <= _EXACT_WORKLOADS:
+            found = self._exact(scope, units)
+            if found is not None:
+                return VictimSet(self.preemptor.name, tuple(found))
+        snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
+        greedy = _greedy(snapshot, scope.candidates, fits, flavors)
+        if greedy is not None and not self.keeps_nominal(greedy):
+            # Decision 8: a set that keeps every other queue at nominal first, if the scope has one.
+            greedy = _greedy(snapshot, scope.candidates, fits, flavors, self._stays) or greedy
+        return None if greedy is None else VictimSet(self.preemptor.name, tuple(self._trim(greedy)))
+
+    def _stays(self, candidate: Candidate) -> bool:
+        """Whether giving up `candidate` now leaves its queue at or above its nominal quota."""
+        if candidate.cause == WITHIN_QUEUE:
+            return True
+        cache = self.snapshot.cache
+        current = cache.admitted.get(candidate.name)
+        if current is None:
+            return False
+        held = current.assignment.usage
+        if candidate.kind == "evict":
+            amounts: Mapping[str, int] = held
+        else:
+            left = usage_of(current.workload, current.assignment.model, candidate.counts)
+            amounts = {f: amount - left.get(f, 0) for f, amount in held.items()}
+        queue = candidate.admitted.queue
+        return all(
+            cache.usage.usage(queue, f) - amounts.get(f, 0) >= cache.tree.nominal(queue, f)
+            for f in self.flavors
+            if amounts.get(f, 0)
+        )
+
+    def _trim(self, victims: list[Candidate]) -> list[Candidate]:
+        """A greedy set's shrinks cut to the fewest pods with which the preemptor still fits (the greedy
+        search shrinks elastic victims to their minimum): each by a binary search over its steps."""
+        out = list(victims)
+        evicted = {c.name for c in victims if c.kind == "evict"}
+        for i, candidate in enumerate(victims):
+            if candidate.kind != "shrink" or candidate.name in evicted:
+                continue
+            steps = self.options.shrink_steps(candidate)
+            if steps[-1] is not candidate:
+                continue  # already a partial shrink
+            low, high = -1, len(steps) - 1  # steps[high] fits (the greedy found it), steps[low] not known
+            while high - low > 1:
+                mid = (low + high) // 2
+                if self._fits_with([*out[:i], steps[mid], *out[i + 1 :]]):
+                    high = mid
+                else:
+                    low = mid
+            out[i] = steps[high]
+        return out
+
+    def _fits_with(self, victims: Sequence[Candidate]) -> bool:
+        snapshot = self.snapshot
+        mark = snapshot.mark()
+        for candidate in victims:
+            _apply_if_held(snapshot, candidate)
+        ok = self.fits()
+        snapshot.rollback(mark)
+        return ok
+
+    def _units(self, scoped: Sequence[Candidate]) -> list[list[_Option]]:
+        """Per workload of the scope, its options: shrink by one pod, two, ... (elastic), evict whole."""
+        by_name: dict[str, list[_Option]] = {}
+        for candidate in scoped:
+            options = by_name.setdefault(candidate.name, [])
+            if candidate.kind == "shrink":
+                options[:0] = [self.options.option(c) for c in self.options.shrink_steps(candidate)]
+            else:
+                options.append(self.options.option(candidate))
+        return sorted(by_name.values(), key=lambda options: _order(options[0].candidate))
+
+    def _exact(self, scope: _Scope, units: list[list[_Option]]) -> list[Candidate] | None:
+        """The cheapest of the scope's minimal sets that pass quota and the capacity bound and then fit,
+        or None when there is none, or the scope is too large to search (the caller goes greedy).
+
+        A depth-first walk over the workloads (each: untouched, or one of its options) that stops a
+        branch as soon as its set passes the checks (a larger set only costs more) or can no longer
+        free enough GPUs. The sets found are then placed cheapest first."""
+        snapshot = self.snapshot
+        usage = snapshot.cache.usage
+        version = usage.version
+        capacity = _Capacity.of(self.options, scope, units)
+        queue, wanted = self.preemptor.queue, self.assignment.usage
+        leaves: list[tuple[tuple[int, Key], list[Candidate]]] = []
+        chosen: list[_Option] = []
+        steps = 0
+
+        def visit(i: int) -> bool:
+            """False when the step budget ran out."""
+            nonlocal steps
+            steps += 1
+            if steps > _EXACT_STEPS:
+                return False
+            if chosen and capacity.enough() and usage.fits(queue, wanted) is None:
+                allowed = self._allowed(chosen)
+                if allowed is not None:
+                    victims = [option.candidate for option in chosen]
+                    leaves.append(((allowed, VictimSet(self.preemptor.name, tuple(victims)).cost()), victims))
+                return True
+            if i == len(units) or not capacity.reachable(i):
+                return True
+            if not visit(i + 1):
+                return False
+            for option in units[i]:
+                chosen.append(option)
+                usage.add(option.candidate.admitted.queue, option.amounts, -1)
+                capacity.take(option, 1)
+                ok = visit(i + 1)
+                capacity.take(option, -1)
+                usage.add(option.candidate.admitted.queue, option.amounts, 1)
+                chosen.pop()
+                if not ok:
+                    return False
+            return True
+
+        complete = visit(0)
+        if steps > 1:
+            usage.rewind(version)  # every change was undone: memos keyed by the version hold again
+        if not complete:
+            return None
+        leaves.sort(key=_leaf_key)
+        for _, victims in leaves[:_EXACT_TRIES]:
+            mark = snapshot.mark()
+            for candidate in victims:
+                _apply(snapshot, candidate)
+            ok = self.fits()
+            snapshot.rollback(mark)
+            if ok:
+                return victims
+        return None
+
+    def _allowed(self, chosen: Sequence[_Option]) -> int | None:
+        """With `chosen` refunded from the usage table: 0 when no other queue ends below its nominal
+        quota, 1 when one does only by its last workload taken (it borrowed until then: a gang cannot be
+        split), None when the set takes more from a queue than that."""
+        cache = self.snapshot.cache
+        usage, tree = cache.usage, cache.tree
+        worst = 0
+        largest: dict[tuple[str, str], int] = {}
+        for option in chosen:
+            q = option.candidate.admitted.queue
+            if option.candidate.cause == WITHIN_QUEUE:
+                continue
+            for flavor in self.flavors:
+                amount = option.amounts.get(flavor, 0)
+                if amount > largest.get((q, flavor), 0):
+                    largest[(q, flavor)] = amount
+        for (q, flavor), amount in largest.items():
+            left, nominal = usage.usage(q, flavor), tree.nominal(q, flavor)
+            if left >= nominal:
+                continue
+            if left + amount <= nominal:
+                return None
+            worst = 1
+        return worst
+
+    def keeps_nominal(self, victims: Sequence[Candidate]) -> bool:
+        """Whether taking `victims` leaves every other queue at or above its nominal quota."""
+        cache = self.snapshot.cache
+        taken: dict[tuple[str, str], int] = {}
+        for candidate in victims:
+            if candidate.cause == WITHIN_QUEUE:
+                continue
+            amounts = self.options.option(candidate).amounts
+            for flavor in self.flavors:
+                amount = amounts.get(flavor, 0)
+                if amount:
+                    key = (candidate.admitted.queue, flavor)
+                    taken[key] = taken.get(key, 0) + amount
+        return all(
+            cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
+            for (q, flavor), amount in taken.items()
+        )
+
+
+def _leaf_key(leaf: tuple[tuple[int, Key], list[Candidate]]) -> tuple[int, Key]:
+    return leaf[0]
