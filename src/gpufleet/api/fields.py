@@ -35,6 +35,16 @@ DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = MappingProxyType(
 PRIORITY_CLASSES_CONTEXT = "priority_classes"
 
 
+def checked_on_write(info: ValidationInfo) -> bool:
+    """Whether this validation admits a new write, rather than reading back a stored object.
+
+    Objects read back (validation context with the priority-class table None) were checked when they
+    were written; a check added since must not make a stored object unreadable.
+    """
+    context = info.context or {}
+    return not (PRIORITY_CLASSES_CONTEXT in context and context[PRIORITY_CLASSES_CONTEXT] is None)
+
+
 def _float_quantity_as_text(value: Any) -> Any:
     # `cpu: 1.5` is written back as "1.5": Kubernetes quantities are int-or-string, never float.
     if isinstance(value, float) and not isinstance(value, bool):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import PriorityClassName
-from gpufleet.api.requests import PodRequest
+from gpufleet.api.fields import PriorityClassName, checked_on_write
+from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import DEFAULT_QUEUE
@@ -55,6 +55,12 @@ class InferenceServiceSpec(ApiModel):
     autoscaling: ServiceAutoscaling = Field(default_factory=ServiceAutoscaling)
     rollout: Rollout = Field(default_factory=Rollout)
     preemptible: bool = False
+
+    @model_validator(mode="after")
+    def _template_asks_for_no_other_gpus(self, info: ValidationInfo) -> InferenceServiceSpec:
+        if checked_on_write(info):
+            check_template_gpus(self.replica, "replica")
+        return self
 
 
 class InferenceServiceStatus(ObjectStatus):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -12,6 +13,11 @@ from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
 MILLI_PER_GPU = 1000
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""The device plugins' resource names a pod asks for GPUs with in Kubernetes."""
 
 
 class Toleration(ApiModel):
@@ -69,6 +75,17 @@ class PodRequest(ApiModel):
             raise field_error(yaml_name(given[1]), f"set only one of gpus, gpuMilli and mig (got {names})")
         return self
 
+    def device_resources(self) -> dict[str, int]:
+        """What the pod asks of the device plugins, by resource name: `nvidia.com/gpu` for whole GPUs,
+        `nvidia.com/gpu.shared` for a share, `nvidia.com/mig-<profile>` for a MIG instance."""
+        if self.gpus:
+            return {GPU_RESOURCE: self.gpus}
+        if self.gpu_milli:
+            return {SHARED_GPU_RESOURCE: 1}
+        if self.mig is not None:
+            return {MIG_RESOURCE_PREFIX + self.mig: 1}
+        return {}
+
     @property
     def gpu_models(self) -> tuple[str, ...]:
         """The acceptable GPU models; empty means any."""
@@ -97,3 +114,87 @@ class PodRequest(ApiModel):
     def memory_mib(self) -> int:
         """Memory request in MiB (0 when unset)."""
         return 0 if self.memory is None else memory_mib(self.memory)
+
+
+def is_gpu_resource(name: str) -> bool:
+    """Whether a container resource name asks for a GPU, a share of one or a MIG instance."""
+    return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def check_template_gpus(request: PodRequest, field: str) -> None:
+    """Refuses GPUs asked for in `request.template` that are not what the request itself asks for.
+
+    gpufleet gives each pod what the request says (`gpus`, `gpuMilli` or `mig`): that is what is
+    queued, charged to quotas and placed, and what the Kubernetes world writes into the pod's first
+    container. A GPU resource in the template is accepted only where it says the same, on that first
+    container; anywhere else it would be ignored, or would ask for GPUs no one scheduled. `field` is
+    the request's name in its spec (`worker`, `replica`); the error names the template's field and the
+    request's field to use instead.
+    """
+    spec = request.template.get("spec") if isinstance(request.template, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return
+    wanted = request.device_resources()
+    for where, name, value in _template_gpu_resources(spec):
+        first = where.startswith("containers[0].")
+        given = _count(value)
+        if first and name in wanted and given == wanted[name]:
+            continue  # says what the request says
+        if given == 0 and name not in wanted:
+            continue  # asks for none
+        path = f"{field}.template.spec.{where}.{name}"
+        # field_error splits the path at dots; a resource name's own dots join back unchanged.
+        raise field_error(path, _advice(request, field, name, value, first=first))
+
+
+def _template_gpu_resources(spec: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """(`containers[i].resources.limits`, resource name, amount) of every GPU resource of a pod spec."""
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        if not isinstance(containers, list):
+            continue
+        for index, container in enumerate(containers):
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for section in ("limits", "requests"):
+                amounts = resources.get(section)
+                if not isinstance(amounts, Mapping):
+                    continue
+                for name, value in amounts.items():
+                    if isinstance(name, str) and is_gpu_resource(name):
+                        yield f"{group}[{index}].resources.{section}", name, value
+
+
+def _count(value: Any) -> int | None:
+    """A device count as Kubernetes writes it (`8` or `"8"`); None when it is not a whole number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _advice(request: PodRequest, field: str, name: str, value: Any, *, first: bool) -> str:
+    own = f"spec.{field}"
+    asked = request.device_resources()
+    if not first:
+        return (
+            f"asks for {name}: {value}, which gpufleet does not schedule: a pod's GPUs go to its first "
+            f"container, from {own}.gpus, gpuMilli or mig; remove it here"
+        )
+    if asked:
+        said = ", ".join(f"{key}: {amount}" for key, amount in asked.items())
+        return (
+            f"asks for {name}: {value} but {own} asks for {said}; the pod gets what {own} says: "
+            f"remove {name} from the template or make the two agree"
+        )
+    if name == GPU_RESOURCE:
+        use = f"{own}.gpus: {value}"
+    elif name == SHARED_GPU_RESOURCE:
+        use = f"{own}.gpuMilli (the share of one GPU in thousandths, e.g. 500)"
+    else:
+        use = f"{own}.mig: {name.removeprefix(MIG_RESOURCE_PREFIX)}"
+    return f"GPUs are not read from the pod template; ask for them with {use} and leave {name} out of it"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import PriorityClassName
-from gpufleet.api.requests import PodRequest
+from gpufleet.api.fields import PriorityClassName, checked_on_write
+from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import API_VERSION, Resource
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
 
@@ -54,6 +54,12 @@ class TrainingJobSpec(ApiModel):
     def _min_at_most_replicas(self) -> TrainingJobSpec:
         if self.min_replicas is not None and self.min_replicas > self.replicas:
             raise field_error("minReplicas", f"must be <= replicas ({self.min_replicas} > {self.replicas})")
+        return self
+
+    @model_validator(mode="after")
+    def _template_asks_for_no_other_gpus(self, info: ValidationInfo) -> TrainingJobSpec:
+        if checked_on_write(info):
+            check_template_gpus(self.worker, "worker")
         return self
 
     @property
