@@ -8,6 +8,9 @@ state survives restarts: running `up` again continues where it stopped.
 from __future__ import annotations
 
 import logging
+import shlex
+import shutil
+import sys
 import threading
 from collections.abc import Callable
 from importlib import resources
@@ -16,6 +19,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 import gpufleet.controllers.admission  # noqa: F401 - registers the MIG-layout admission check the API runs
 from gpufleet.api.documents import load_objects
@@ -177,17 +181,41 @@ def _banner(
         env.append(f"GPUFLEET_SERVER={url}")
     if state_given:
         env.append(f"GPUFLEET_STATE={directory}")
+    setup, command = how_to_run()
     out.print("\nTry, in another terminal:")
+    for line in setup:
+        out.print(f"  {escape(line):<46} [dim]puts gpufleet on PATH[/]")
     if env:
         out.print(f"  export {' '.join(env)}")
-    for command, why in (
-        ("gpufleet get pools", "the GPU pools and their nodes"),
-        ("gpufleet get tj -A", "training jobs of every namespace"),
-        ("gpufleet describe tj moe-ablation -n team-b", "why a job is pending"),
-        ("gpufleet top", "GPU use per pool and queue"),
-        ("gpufleet events -w", "what happens, as it happens"),
-        ("gpufleet token create --queue team-a", "a token that only sees team-a"),
-        ("gpufleet fault gpu-failure NODE --gpu 0", "fail a GPU; its job restarts from a checkpoint"),
+    for args, why in (
+        ("get pools", "the GPU pools and their nodes"),
+        ("get tj -A", "training jobs of every namespace"),
+        ("describe tj moe-ablation -n team-b", "why a job is pending"),
+        ("top", "GPU use per pool and queue"),
+        ("events -w", "what happens, as it happens"),
+        ("token create --queue team-a", "a token that only sees team-a"),
+        ("fault gpu-failure NODE --gpu 0", "fail a GPU; its job restarts from a checkpoint"),
     ):
-        out.print(f"  [cyan]{command:<44}[/] [dim]{why}[/]")
+        line = f"{command} {args}"
+        out.print(f"  [cyan]{escape(line):<46}[/] [dim]{why}[/]")
     out.print("\nCtrl-C stops it.")
+
+
+def how_to_run() -> tuple[list[str], str]:
+    """How a shell here runs this installation's `gpufleet`: (lines to run first, the command).
+
+    `gpufleet` itself when the PATH finds this installation's script; else, in a virtual environment,
+    the line that activates it; else the script's path, or the interpreter with `-m` when there is no
+    script. Paths are absolute: the other terminal may be anywhere.
+    """
+    bin_dir = Path(sys.executable).parent  # not resolved: a venv's python is a link out of it
+    script = bin_dir / "gpufleet"
+    if not script.is_file():
+        return [], f"{shlex.quote(sys.executable)} -m gpufleet.cli.main"
+    found = shutil.which("gpufleet")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return [], "gpufleet"
+    activate = bin_dir / "activate"
+    if sys.prefix != sys.base_prefix and activate.is_file():
+        return [f". {shlex.quote(str(activate.absolute()))}"], "gpufleet"
+    return [], shlex.quote(str(script.absolute()))
