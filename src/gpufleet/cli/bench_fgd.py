@@ -72,7 +72,13 @@ def fgd(
     seeds: int = typer.Option(10, min=1, help="Seeds per policy (0 .. N-1)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per policy on stdout."),
     plot: Path | None = typer.Option(None, help="Write the unallocated-vs-arrived plot to this file."),
-    data: Path | None = typer.Option(None, help="Data directory (default $GPUFLEET_DATA or ../shared/data)."),
+    data: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        "--data",
+        help="Data directory [default: $GPUFLEET_DATA, else ../shared/data beside the repository, then the "
+        "user's cache, where `gpufleet data fetch openb` puts the traces].",
+    ),
     workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
     tie_break: str = typer.Option(
         NODE_ORDER,

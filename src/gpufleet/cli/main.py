@@ -19,7 +19,7 @@ from rich.markup import escape
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.gpu_models import load_extra_models
 
-AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_models")
+AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_models", "data")
 """The modules of `gpufleet.cli` that register commands, in the order help lists them."""
 
 

@@ -1,8 +1,10 @@
 """Where trace files live: data directory resolution, trace names and the published FGD figures.
 
-The data directory is `--data DIR`, else `$GPUFLEET_DATA`, else `shared/data` beside the repository
-(the parent of the repository root). Inside it the Alibaba files are under `alibaba-gpu-v2023/csv/` and the
-published figures under `fgd-atc23-expected-results/`.
+The data directory is `--data-dir DIR` when given, else `$GPUFLEET_DATA` when set (either is the one
+place looked in); else the first of `shared/data` beside the repository (the parent of the repository
+root) and the user's cache (`$XDG_CACHE_HOME/gpufleet/data`, by default `~/.cache/gpufleet/data`,
+where `gpufleet data fetch openb` puts the traces) that holds the trace. Inside it the Alibaba files
+are under `alibaba-gpu-v2023/csv/` and the published figures under `fgd-atc23-expected-results/`.
 """
 
 from __future__ import annotations
@@ -50,31 +52,51 @@ def repo_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def data_dir(data: str | Path | None = None) -> Path:
-    """The data directory, by `data`, then $GPUFLEET_DATA, then `../shared/data` beside the repository."""
+def cache_dir() -> Path:
+    """The user's cache of fetched data: `$XDG_CACHE_HOME/gpufleet/data`, by default under ~/.cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(base) / "gpufleet" / "data"
+
+
+def data_dirs(data: str | Path | None = None) -> list[Path]:
+    """Where traces are looked for, in order: `data` alone when given, else $GPUFLEET_DATA alone when
+    set, else `../shared/data` beside the repository, then the user's cache."""
     if data is not None:
-        return Path(data)
+        return [Path(data)]
     env = os.environ.get(DATA_ENV)
     if env:
-        return Path(env)
+        return [Path(env)]
     root = repo_root()
     base = root.parent if root is not None else Path.cwd().parent
-    return base / "shared" / "data"
+    return [base / "shared" / "data", cache_dir()]
+
+
+def data_dir(data: str | Path | None = None) -> Path:
+    """The data directory: the first of `data_dirs` that holds openb traces, else the first of them."""
+    dirs = data_dirs(data)
+    return next((d for d in dirs if _pod_lists(d / OPENB_DIR)), dirs[0])
+
+
+def _pod_lists(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f"{POD_PREFIX}*.csv"))
 
 
 def trace_names(data: str | Path | None = None) -> list[str]:
-    """The trace names available in the data directory (default, cpu050, ...)."""
-    folder = data_dir(data) / OPENB_DIR
-    return sorted(p.stem[len(POD_PREFIX) :] for p in folder.glob(f"{POD_PREFIX}*.csv"))
+    """The trace names available in the data directories (default, cpu050, ...)."""
+    names = {p.stem[len(POD_PREFIX) :] for d in data_dirs(data) for p in _pod_lists(d / OPENB_DIR)}
+    return sorted(names)
+
+
+FETCH_HINT = "get the openb traces with `gpufleet data fetch openb`"
 
 
 def resolve_trace(trace: str, data: str | Path | None = None) -> TraceFiles:
     """A trace by name (`default`, `cpu050`, ...) or by the path of a pod list CSV.
 
-    The node list is `openb_node_list_gpu_node.csv` beside a pod list given by path when there is one,
-    else the one in the data directory.
+    A name is looked for in each of `data_dirs` in turn; its node list is `openb_node_list_gpu_node.csv`
+    of the same directory. A pod list given by path takes the node list beside it when there is one,
+    else the one of the data directory.
     """
-    openb = data_dir(data) / OPENB_DIR
     as_path = Path(trace)
     if as_path.suffix == ".csv" or os.sep in trace or as_path.is_file():
         if not as_path.is_file():
@@ -82,23 +104,36 @@ def resolve_trace(trace: str, data: str | Path | None = None) -> TraceFiles:
         stem = as_path.stem
         name = stem[len(POD_PREFIX) :] if stem.startswith(POD_PREFIX) else stem
         beside = as_path.parent / NODE_FILE
-        nodes = beside if beside.is_file() else openb / NODE_FILE
+        nodes = beside if beside.is_file() else data_dir(data) / OPENB_DIR / NODE_FILE
     else:
         name = trace
-        pods = openb / f"{POD_PREFIX}{trace}.csv"
-        if not pods.is_file():
-            known = ", ".join(trace_names(data)) or f"none found in {openb}"
-            raise DataError(f"unknown trace {trace!r}; known traces: {known}", path=str(pods))
-        as_path, nodes = pods, openb / NODE_FILE
+        dirs = data_dirs(data)
+        found = next(
+            (d / OPENB_DIR for d in dirs if (d / OPENB_DIR / f"{POD_PREFIX}{trace}.csv").is_file()), None
+        )
+        if found is None:
+            looked = ", ".join(str(d / OPENB_DIR) for d in dirs)
+            known = trace_names(data)
+            if not known:
+                raise DataError(
+                    f"no openb traces found (looked in {looked}); {FETCH_HINT}", path=f"trace {trace!r}"
+                )
+            raise DataError(
+                f"unknown trace; known traces: {', '.join(known)} (looked in {looked})",
+                path=f"trace {trace!r}",
+            )
+        as_path, nodes = found / f"{POD_PREFIX}{trace}.csv", found / NODE_FILE
     if not nodes.is_file():
-        raise DataError("node list not found (set --data or $GPUFLEET_DATA)", path=str(nodes))
+        raise DataError(
+            f"node list not found (set --data-dir or ${DATA_ENV}, or {FETCH_HINT})", path=str(nodes)
+        )
     return TraceFiles(name, as_path, nodes)
 
 
 def load_published(trace: str, data: str | Path | None = None) -> dict[str, dict[int, float]]:
     """Published unallocated GPU % per policy and arrived %, for one trace name (empty if none)."""
-    path = data_dir(data) / PUBLISHED_FILE
-    if not path.is_file():
+    path = next((d / PUBLISHED_FILE for d in data_dirs(data) if (d / PUBLISHED_FILE).is_file()), None)
+    if path is None:
         return {}
     out: dict[str, dict[int, float]] = {}
     workload = f"{POD_PREFIX}{trace}"
