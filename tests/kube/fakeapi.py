@@ -289,13 +289,22 @@ class FakeApiServer:
         items = [
             copy.deepcopy(obj) for (o_ns, _), obj in sorted(self.objects.get(key, {}).items())
             if (ns is None or o_ns == ns) and selector.matches(obj["metadata"].get("labels", {}))
-            and all(_field(obj, path) == value for path, value in fields)
+            and all((_field(obj, path) == value) is equal for path, equal, value in fields)
         ]  # fmt: skip
+        # Pages as a real server gives them: the continue token carries the first page's
+        # resourceVersion, which every page reports (here the pages read the current objects).
+        version, offset = str(self.head), 0
+        token = str(query.get("continue", "") or "")
+        if token:
+            version, _, start = token.partition(":")
+            offset = int(start)
+        meta: Json = {"resourceVersion": version}
         limit = int(query.get("limit", 0) or 0)
-        if limit:
-            items = items[:limit]
-        return {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.head)},
-                "items": items}  # fmt: skip
+        if limit and str(query.get("resourceVersion", "")) != "0":  # the watch cache ignores limit
+            if offset + limit < len(items):
+                meta["continue"] = f"{version}:{offset + limit}"
+            items = items[offset : offset + limit]
+        return {"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items}
 
     def _bump(self, key: str, kind: str, obj: Json) -> None:
         rv = next(self.rv)
@@ -551,13 +560,14 @@ def _without_metadata(schema: Json) -> Json:
     }
 
 
-def _field_selector(text: str) -> list[tuple[str, str]]:
-    """`a.b=v,c=w` as (path, value) pairs (equality only, as the pods' `spec.nodeName` selector uses)."""
-    pairs = []
+def _field_selector(text: str) -> list[tuple[str, bool, str]]:
+    """`a.b=v,c!=w` as (path, equal, value) triples (`=`, `==` and `!=`, as a real server takes)."""
+    clauses = []
     for clause in filter(None, text.split(",")):
         path, _, value = clause.partition("=")
-        pairs.append((path.strip(), value.lstrip("=").strip()))
-    return pairs
+        equal = not path.endswith("!")
+        clauses.append((path.rstrip("!").strip(), equal, value.lstrip("=").strip()))
+    return clauses
 
 
 def _field(obj: Json, path: str) -> str:

@@ -159,3 +159,81 @@ def test_the_first_list_is_served_from_the_watch_cache_and_a_relist_reads_throug
     informer.relist()
     informer.relist()  # what a 410 Gone leads to
     assert asked == [{"resourceVersion": "0"}, {}]
+
+
+def pending_pod(name: str, node: str | None = None) -> dict:
+    spec = {"containers": [{"name": "c"}], **({"nodeName": node} if node else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+
+def test_a_paged_first_list_hands_over_the_known_first_objects_then_each_page(api: FakeApiServer) -> None:
+    for name in ("a", "b", "c", "d", "e"):
+        api.put("/api/v1/namespaces/ns/pods", pending_pod(name))
+    api.put("/api/v1/namespaces/ns/pods", pending_pod("z-bound", node="gpu-1"))
+    api.put("/api/v1/namespaces/ns/pods", pending_pod("y-gone", node="gpu-1"))
+    informer = Informer(api, POD, watch_seconds=1, page_size=2, known_first="spec.nodeName!=")
+    seen: list[tuple[str, str, bool, bool]] = []
+
+    def note(event: str, old: dict | None, new: dict | None) -> None:
+        name = (new or old or {})["metadata"]["name"]
+        seen.append((event, name, informer.ready, informer.synced))
+        if name == "a":  # deleted after the bound pods were listed, before its page
+            api.request("DELETE", "/api/v1/namespaces/ns/pods/y-gone", body={"gracePeriodSeconds": 0})
+
+    informer.add_handler(note)
+    informer.relist()
+    # The bound pods first, before anyone may use the cache; then the pages, while ready and not synced.
+    assert seen[:2] == [("ADDED", "y-gone", False, False), ("ADDED", "z-bound", False, False)]
+    assert [s[1] for s in seen[2:7]] == ["a", "b", "c", "d", "e"]
+    assert all(s[2] and not s[3] for s in seen[2:])
+    assert seen[-1][:2] == ("DELETED", "y-gone")  # missing from the pages: gone
+    assert informer.synced and sorted(informer.keys()) == [f"ns/{n}" for n in "abcde"] + ["ns/z-bound"]
+    api.put("/api/v1/namespaces/ns/pods", pending_pod("f"))
+    informer.step()  # the watch starts where the pages' snapshot was
+    assert seen[-1][:2] == ("ADDED", "f")
+
+
+def test_without_paging_ready_and_synced_come_together(api: FakeApiServer) -> None:
+    api.put("/api/v1/nodes", node("a"))
+    informer = Informer(api, NODE, watch_seconds=1)
+    assert not informer.ready
+    informer.relist()
+    assert informer.ready and informer.synced
+
+
+def test_the_collector_waits_for_the_first_lists_then_leaves_their_objects_out(api: FakeApiServer) -> None:
+    import gc
+
+    from gpufleet.kube.informer import collect_after_sync
+
+    api.put("/api/v1/nodes", node("a"))
+    informers = Informers(api, watch_seconds=1)
+    nodes = informers.informer(NODE)
+    stop = threading.Event()
+    try:
+        thread = collect_after_sync(informers, stop)
+        assert not gc.isenabled()  # while the lists come in
+        nodes.relist()
+        thread.join(5)
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        stop.set()
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_the_collector_comes_back_on_a_stop_before_any_list(api: FakeApiServer) -> None:
+    import gc
+
+    from gpufleet.kube.informer import collect_after_sync
+
+    informers = Informers(api, watch_seconds=1)
+    informers.informer(NODE)
+    stop = threading.Event()
+    try:
+        thread = collect_after_sync(informers, stop)
+        stop.set()
+        thread.join(5)
+        assert gc.isenabled()
+    finally:
+        gc.enable()

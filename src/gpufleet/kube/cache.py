@@ -142,8 +142,12 @@ class KubeCache:
             self._rebuild = True
 
     # ------------------------------------------------------------------ refresh
-    def refresh(self, sources: Sources, *, now: float) -> ClusterCache:
-        """Applies what changed since the last refresh and returns the cache to schedule on."""
+    def refresh(self, sources: Sources, *, now: float, new_pods: int | None = None) -> ClusterCache:
+        """Applies what changed since the last refresh and returns the cache to schedule on.
+
+        `new_pods` caps the pods taken in that are new and wait for a node; the rest stay noted for the
+        next refresh (`behind`), so a pass over a large backlog starts with part of it. Every other
+        change, a bound pod first of all, is applied at once: it is capacity held."""
         with self._lock:
             rebuild, self._rebuild = self._rebuild, False
             nodes, self._dirty_nodes = self._dirty_nodes, set()
@@ -153,6 +157,12 @@ class KubeCache:
             self._start(sources)
             nodes = set(sources.nodes) | set(self._fleet.index)
             pods = set(sources.pods)
+        if new_pods is not None:
+            later = self._later(pods, sources, new_pods)
+            if later:
+                pods -= later
+                with self._lock:
+                    self._dirty_pods |= later
         dirty_groups: set[str] = set()
         for name in sorted(nodes):
             dirty_groups |= self._sync_node(name, sources.nodes.get(name))
@@ -173,6 +183,30 @@ class KubeCache:
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
         assert self.cache is not None
         return self.cache
+
+    @property
+    def behind(self) -> bool:
+        """Whether changes are noted that no refresh has applied yet."""
+        with self._lock:
+            return bool(self._rebuild or self._dirty_nodes or self._dirty_pods or self._dirty_jobs)
+
+    def _later(self, keys: set[str], sources: Sources, keep: int) -> set[str]:
+        """The new pods waiting for a node beyond the first `keep` of them (by key)."""
+        fresh = []
+        for key in keys:
+            pod = sources.pods.get(key)
+            if (
+                pod is not None
+                and key not in self._workload_of
+                and key not in self._foreign
+                and key not in self.assumed
+                and not pod.get("spec", {}).get("nodeName")
+            ):
+                fresh.append(key)
+        if len(fresh) <= keep:
+            return set()
+        fresh.sort()
+        return set(fresh[keep:])
 
     @property
     def _fleet(self) -> FleetState:

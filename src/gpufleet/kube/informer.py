@@ -12,6 +12,7 @@ rest of `kube/` uses and runs against the in-memory stand-in in unit tests.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
@@ -76,7 +77,12 @@ class Informer:
         field_selector: str | None = None,
         backoff: Backoff | None = None,
         watch_seconds: int = WATCH_SECONDS,
+        page_size: int | None = None,
+        known_first: str | None = None,
     ) -> None:
+        """`page_size`: the first list is read in pages, each handed to the handlers as it arrives, and
+        `known_first` (a field selector) names the objects listed whole before the first page; `ready`
+        is set once they are known, `synced` once every page is in (see `relist`)."""
         self.resource = resource
         self._api = transport
         self._namespace = namespace
@@ -93,6 +99,9 @@ class Informer:
         self._failed: dict[str, list[Handler]] = {}
         """Objects (by key) a handler raised on, and those handlers: told again until they take it."""
         self._synced = threading.Event()
+        self._ready = threading.Event()
+        self._page_size = page_size
+        self._known_first = known_first
         self.resource_version: str | None = None
         self.relists = 0
 
@@ -124,6 +133,15 @@ class Informer:
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return self._synced.wait(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the objects that must be known first are: all of them once synced; with paging, the
+        `known_first` ones as soon as their own list is in, while the pages of the rest still come."""
+        return self._ready.is_set()
+
+    def wait_until_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
 
     # ------------------------------------------------------------------ the loop
     def run(self, stop: threading.Event) -> None:
@@ -173,6 +191,9 @@ class Informer:
         client-go's reflector asks: far cheaper for the server than a read through to etcd, and the
         watch from its resourceVersion delivers whatever it lacked. A relist after 410 Gone reads
         through, since the cache being too old is what 410 said."""
+        if self._page_size is not None and not self.synced:
+            self._relist_in_pages(self._page_size)
+            return
         query: dict[str, str | int | bool] = dict(self._selectors)
         if not self.synced:
             query["resourceVersion"] = "0"
@@ -192,7 +213,59 @@ class Informer:
                     self._fire("ADDED", None, obj)
                 elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                     self._fire("MODIFIED", before, obj)
+        self._ready.set()
         self._synced.set()
+
+    def _relist_in_pages(self, size: int) -> None:
+        """The first list, read so that a consumer can start before the last page is in.
+
+        The `known_first` objects come first, whole, from the watch cache; then every object in pages of
+        `size` (a consistent list: each page of one snapshot, whose resourceVersion the watch starts
+        from). Each page reaches the handlers as it arrives, as if its objects had just been created; the
+        objects missing from the pages once all are in are deleted. A continue token that expired (410)
+        ends in a relist from the start, like any 410."""
+        path = self.resource.collection(self._namespace)
+        if self._known_first is not None:
+            query: dict[str, str | int | bool] = dict(self._selectors)
+            own = self._selectors.get("fieldSelector")
+            query["fieldSelector"] = f"{own},{self._known_first}" if own else self._known_first
+            query["resourceVersion"] = "0"
+            self._upsert(self._api.request("GET", path, query=query).get("items", []))
+        self._ready.set()
+        seen: set[str] = set()
+        version: str | None = None
+        token: str | None = None
+        while True:
+            query = {**self._selectors, "limit": size, **({"continue": token} if token else {})}
+            answer = self._api.request("GET", path, query=query)
+            seen |= self._upsert(answer.get("items", []))
+            meta = answer.get("metadata", {})
+            version = version or str(meta.get("resourceVersion", "0"))
+            token = meta.get("continue") or None
+            if token is None:
+                break
+        with self._lock:
+            for key in [k for k in self._items if k not in seen]:
+                self._fire("DELETED", self._items.pop(key), None)
+            self.resource_version = version
+            self.relists += 1
+        self._synced.set()
+
+    def _upsert(self, items: list[Json]) -> set[str]:
+        """Adds or replaces listed objects, telling handlers of each that is new or changed."""
+        keys = set()
+        with self._lock:
+            for item in items:
+                obj = _with_kind(item, self.resource)
+                key = key_of(obj)
+                keys.add(key)
+                before = self._items.get(key)
+                self._items[key] = obj
+                if before is None:
+                    self._fire("ADDED", None, obj)
+                elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                    self._fire("MODIFIED", before, obj)
+        return keys
 
     # ------------------------------------------------------------------ internals
     def _apply(self, line: Json) -> None:
@@ -249,6 +322,29 @@ class Informer:
         stop.wait(delay)
 
 
+def collect_after_sync(informers: Informers, stop: threading.Event) -> threading.Thread:
+    """Pauses the cyclic garbage collector while the first lists come in, then freezes what they built.
+
+    The informers' copies are most of a scheduler's heap (tens of thousands of decoded objects) and live
+    as long as the process; while they are built, each full collection would walk all of them, and
+    afterwards each would walk them again for nothing (JSON objects form no cycles; refcounting frees
+    them). Frozen, they are left out of every collection. Call before starting the informers."""
+
+    def wait() -> None:
+        try:
+            while not informers.wait_for_sync(0.5):
+                if stop.is_set():
+                    return
+            gc.freeze()
+        finally:
+            gc.enable()
+
+    gc.disable()
+    thread = threading.Thread(target=wait, daemon=True, name="informers-gc")
+    thread.start()
+    return thread
+
+
 def _stub(key: str, resource: ResourceType) -> Json:
     """An object gone from the cache, known only by its key (for a DELETED told again)."""
     namespace, _, name = key.rpartition("/")
@@ -279,7 +375,11 @@ class Informers:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        page_size: int | None = None,
+        known_first: str | None = None,
     ) -> Informer:
+        """The shared informer of that resource and selection; `page_size` and `known_first` (see
+        `Informer`) apply when this call makes it."""
         key = (resource.collection(namespace), namespace, label_selector, field_selector)
         found = self._informers.get(key)
         if found is None:
@@ -289,6 +389,8 @@ class Informers:
                 namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                page_size=page_size,
+                known_first=known_first,
                 **self._options,
             )
             self._informers[key] = found
@@ -301,3 +403,7 @@ class Informers:
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return all(informer.wait_for_sync(timeout) for informer in self._informers.values())
+
+    def wait_until_ready(self, timeout: float | None = None) -> bool:
+        """Whether every informer is ready (`Informer.ready`): synced, or listing its last pages."""
+        return all(informer.wait_until_ready(timeout) for informer in self._informers.values())

@@ -23,6 +23,7 @@ with this world's carrier:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
@@ -42,16 +43,29 @@ from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, NODE, POD, resource_for
 from gpufleet.kube.transport import Json, Transport
+from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import WAITING_FOR_PREEMPTION, Admit, Preempt, Reason
 from gpufleet.scheduler.flavors import pod_usage
-from gpufleet.scheduler.queueing import UsageHistory
+from gpufleet.scheduler.queueing import PreemptionPolicy, QueueingStrategy, QueueSettings, UsageHistory
 from gpufleet.scheduler.workload import Workload
 
 log = logging.getLogger(__name__)
 
 __all__ = ["INVALID", "WAITING_FOR_GANG", "KubeScheduler", "PassStats"]
+
+POD_PAGE = 500
+"""Pods per page of the first list: scheduling starts with the first page."""
+BOUND = "spec.nodeName!="
+"""The pods listed whole before the first page: the bound ones, which hold capacity."""
+LISTING_INTAKE = 1000
+"""New pending pods a pass takes in while the pods are being listed: the first binds need not wait for
+the cache to take in the whole backlog listed by then."""
+ADMIT_ONLY = PreemptionPolicy(
+    within_queue="Never", reclaim_within_cohort="Never", borrow_within_cohort="Never"
+)
+"""Queue settings' preemption while the pods are being listed: none."""
 
 FIRST_BATCH = 32
 """Admissions of a pass's first cycle (each next cycle doubles it): the first binds go out while the
@@ -122,7 +136,7 @@ class KubeScheduler:
         self.scheduler = Scheduler(self.scheduler_config)
         self.informers = informers or Informers(transport)
         self.nodes: Informer = self.informers.informer(NODE)
-        self.pods: Informer = self.informers.informer(POD)
+        self.pods: Informer = self.informers.informer(POD, page_size=POD_PAGE, known_first=BOUND)
         self.queues: Informer = self.informers.informer(resource_for("Queue"))
         self.jobs: Informer = self.informers.informer(JOB)
         self.actions = Actions(transport, identity=identity, grace_seconds=self.config.eviction_grace_seconds)
@@ -140,6 +154,8 @@ class KubeScheduler:
         self.clock = clock
         self.period = period
         self.stats = PassStats()
+        self._listing = False
+        """Whether the last pass ran while the pods were still being listed (see `_cycles`)."""
         self._changed = threading.Event()
         self.binder = Binder(self.actions, workers=bind_workers, on_done=self._changed.set)
         self.nodes.add_handler(self._note(self.kcache.node_changed))
@@ -159,7 +175,9 @@ class KubeScheduler:
         """Schedules until `lost` is set (leadership gone or shutdown); informers must be started.
 
         Binds already started are let finish: each was decided while leading."""
-        while not self.informers.wait_for_sync(0.5):  # an unreachable API server must not hold a shutdown
+        # An unreachable API server must not hold a shutdown. The pods need only be ready: the bound
+        # ones are known, and the pending ones arrive page by page while passes run (`_cycles`).
+        while not self.informers.wait_until_ready(0.5):
             if lost.is_set():
                 return
         self.kcache.queues_changed()  # a new term starts from a full picture
@@ -184,10 +202,53 @@ class KubeScheduler:
         """One pass: refresh what changed, run the shared cycle loop, say why the rest waits."""
         now = self.clock()
         self._collect_binds()
-        cache = self.kcache.refresh(self._sources(), now=now)
+        listing = not self.pods.synced
+        cache = self.kcache.refresh(self._sources(), now=now, new_pods=LISTING_INTAKE if listing else None)
+        if self.kcache.behind:
+            self._changed.set()  # what this pass left is the next one's
         self._retry_binds()
         self.refused = {}
-        outcome = run_cycles(
+        outcome = self._cycles(cache, now, listing=listing)
+        for name, workload in self.refused.items():
+            cache.pending.setdefault(name, workload)
+        self.stats.passes += 1
+        self._collect_binds()
+        if listing:  # reasons and counts said now would be about a partial picture
+            return outcome.last
+        self._explain(outcome.last)
+        kube_queues.report(
+            self.actions, self.queues.items(), self.kcache, malformed=self.malformed_queues, now=now
+        )
+        return outcome.last
+
+    def _cycles(self, cache: ClusterCache, now: float, *, listing: bool) -> Outcome:
+        """The pass's cycles. While the pending pods are still being listed (the first list comes in
+        pages, after every bound pod), the pods listed so far are scheduled as if they had just arrived,
+        into free capacity only: no victim is chosen and strict-FIFO queues and the rests of partly
+        bound gangs wait, since a pod not listed yet may come before them or outrank a victim. The first
+        pass after the list is complete judges every workload afresh under the queues' own settings."""
+        if not listing and self._listing:
+            cache.replace_settings(cache.settings)
+        self._listing = listing
+        if not listing:
+            return self._run_cycles(cache, now)
+        settings = cache.settings
+        held = {
+            name: workload
+            for name, workload in cache.pending.items()
+            if name.endswith(REST) or _strict(settings.get(workload.queue))
+        }
+        for name in held:
+            del cache.pending[name]
+        cache.settings = {name: dataclasses.replace(s, preemption=ADMIT_ONLY) for name, s in settings.items()}
+        try:
+            return self._run_cycles(cache, now)
+        finally:
+            cache.settings = settings
+            cache.pending.update(held)
+
+    def _run_cycles(self, cache: ClusterCache, now: float) -> Outcome:
+        return run_cycles(
             scheduler=self.scheduler,
             cache=cache,
             carrier=Carrier(preempt=self._preempt, admit=self._admit),
@@ -195,15 +256,6 @@ class KubeScheduler:
             max_cycles=self.scheduler_config.max_cycles,
             batch=FIRST_BATCH,
         )
-        for name, workload in self.refused.items():
-            cache.pending.setdefault(name, workload)
-        self.stats.passes += 1
-        self._collect_binds()
-        self._explain(outcome.last)
-        kube_queues.report(
-            self.actions, self.queues.items(), self.kcache, malformed=self.malformed_queues, now=now
-        )
-        return outcome.last
 
     def _sources(self) -> Sources:
         queues, self.malformed_queues = kube_queues.parse_queues(self.queues.items())
@@ -345,6 +397,10 @@ class KubeScheduler:
                     continue
                 self.actions.owner_status(owner, group.namespace, status)
                 self.actions.said[said] = text
+
+
+def _strict(settings: QueueSettings | None) -> bool:
+    return settings is not None and settings.strategy is QueueingStrategy.STRICT_FIFO
 
 
 def _plain(details: Mapping[str, Any]) -> dict[str, Any]:

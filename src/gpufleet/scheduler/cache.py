@@ -97,6 +97,13 @@ class ClusterCache:
         self.graceful_evictions = False
 
     # ------------------------------------------------------------ world facts
+    def replace_settings(self, settings: Mapping[str, QueueSettings]) -> None:
+        """Queue settings changed in place: what was remembered under the old ones (parked workloads and
+        their wake-ups, preemption candidates) is forgotten, so every workload is judged afresh."""
+        self.settings = dict(settings)
+        self.parking.clear()
+        self.candidate_lists.clear()
+
     def submit(self, workload: Workload) -> None:
         if workload.name in self.pending or workload.name in self.admitted:
             raise ValueError(f"workload {workload.name} is already known")
