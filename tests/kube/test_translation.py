@@ -157,3 +157,37 @@ def test_mismatched_gang_members_are_refused() -> None:
     members[1]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4"
     with pytest.raises(ValidationError, match="gang team-a/g"):
         workload(group_pods(members, CFG)["team-a/g"], CFG, {})
+
+
+def _changed(change: str) -> dict:
+    p = pod("p", gpus=1)
+    spec, meta = p["spec"], p["metadata"]
+    if change == "limits":
+        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+        spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    elif change == "selector":
+        spec["nodeSelector"] = {"gpufleet.io/gpu-model": "A100-80GB"}
+    elif change == "toleration":
+        spec["tolerations"] = [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
+    elif change == "milli":
+        meta.setdefault("annotations", {})["gpufleet.io/gpu-milli"] = "250"
+    elif change == "cuda":
+        meta.setdefault("annotations", {})["gpufleet.io/cuda-version"] = "12.4"
+    elif change == "overhead":
+        spec["overhead"] = {"cpu": "2"}
+    elif change == "sidecar":
+        side = {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "4"}}}
+        spec["initContainers"] = [side]
+    return p
+
+
+@pytest.mark.parametrize(
+    "change", ["limits", "selector", "toleration", "milli", "cuda", "overhead", "sidecar"]
+)
+def test_pods_of_one_template_are_translated_once_and_any_difference_counts(change: str) -> None:
+    config = KubeConfig()
+    base = pod_request(pod("a", gpus=1), config)
+    assert pod_request(pod("b", gpus=1), config) is base  # the same template: the same translation
+    other = pod_request(_changed(change), config)
+    assert other != base
+    assert pod_request(_changed(change), KubeConfig(shared_gpu_milli=config.shared_gpu_milli)) == other

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
@@ -125,8 +127,49 @@ def _amount(name: str, value: str | int | float) -> int:
     return int(parse_quantity(value, field=name))
 
 
+_REQUESTS: dict[bytes, PodRequest] = {}
+"""Requests by the shape of what `pod_request` reads: the pods of one template are translated once."""
+_REQUESTS_KEPT = 4096
+
+
 def pod_request(pod: Json, config: KubeConfig) -> PodRequest:
     """What one pod asks of a node, in the core's terms."""
+    shape = _shape(pod, config)
+    if shape is not None:
+        known = _REQUESTS.get(shape)
+        if known is not None:
+            return known
+    request = _pod_request(pod, config)
+    if shape is not None:
+        if len(_REQUESTS) >= _REQUESTS_KEPT:
+            _REQUESTS.clear()
+        _REQUESTS[shape] = request
+    return request
+
+
+def _shape(pod: Json, config: KubeConfig) -> bytes | None:
+    """Every part of a pod (and of the config) that `_pod_request` reads, as one key; None where a part
+    cannot be written as JSON (then the pod is translated without the memo)."""
+    spec = pod.get("spec", {})
+    annotations = pod["metadata"].get("annotations") or {}
+    try:
+        return orjson.dumps(
+            (
+                [c.get("resources") for c in spec.get("containers") or []],
+                [(c.get("resources"), c.get("restartPolicy")) for c in spec.get("initContainers") or []],
+                spec.get("overhead"),
+                spec.get("nodeSelector"),
+                spec.get("tolerations"),
+                annotations.get(GPU_MILLI_ANNOTATION),
+                annotations.get(CUDA_VERSION_ANNOTATION),
+                config.shared_gpu_milli,
+            )
+        )
+    except TypeError:
+        return None
+
+
+def _pod_request(pod: Json, config: KubeConfig) -> PodRequest:
     meta, spec = pod["metadata"], pod.get("spec", {})
     annotations = meta.get("annotations") or {}
     where = f"Pod {key_of(pod)}"
