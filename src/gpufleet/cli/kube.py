@@ -14,6 +14,7 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
 from gpufleet.kube.crds import install_crds
+from gpufleet.kube.informer import collect_after_sync
 from gpufleet.kube.leader import LeaderElector, LeaseConfig
 from gpufleet.kube.metrics import (
     DEFAULT_LATENCY_QUERY,
@@ -93,6 +94,7 @@ def scheduler(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    collect_after_sync(sched.informers, stop)
     sched.informers.start(stop)
     if not leader_elect:
         sched.run(stop)

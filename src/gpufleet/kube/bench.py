@@ -459,8 +459,8 @@ class KubeBench:
             ("/apis/gpufleet.io/v1alpha1/queues", {"labelSelector": f"{BENCH_RUN_LABEL}={self.run_id}"}),
             (f"/api/v1/namespaces/{self.namespace}/events", {}),
         ):
-            try:
-                self.api.request("DELETE", path, query=query, body=gone)
+            try:  # deleting thousands of objects at once can take the server minutes when loaded
+                self.api.request("DELETE", path, query=query, body=gone, timeout=CLEANUP_SECONDS)
             except ApiError as exc:
                 if exc.status != 404:
                     log.warning("clean-up of %s: %s", path, exc)
@@ -471,6 +471,9 @@ class KubeBench:
         with ThreadPoolExecutor(WRITERS) as pool:
             for _ in pool.map(work, items):
                 pass
+
+
+CLEANUP_SECONDS = 300.0
 
 
 def start_command(
