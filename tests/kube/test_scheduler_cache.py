@@ -167,3 +167,19 @@ def test_a_queue_with_an_unknown_parent_is_left_out_and_the_rest_is_scheduled(ap
     run(sched)
     assert set(bound(api)) == {"a"}
     assert "qbad" in sched.kcache.invalid_queues
+
+
+def test_a_capped_refresh_takes_in_some_new_pending_pods_and_every_bound_one(api: FakeApiServer) -> None:
+    sched = make(api)
+    add_node(api, "gpu-1")
+    add_pods(api, [pod(f"p{i}", gpus=1) for i in range(5)])
+    add_pods(api, [pod("held", gpus=2, node_name="gpu-1")])
+    for informer in (sched.nodes, sched.pods, sched.queues, sched.jobs):
+        informer.relist()
+    cache = sched.kcache.refresh(sched._sources(), now=1_900_000_000.0, new_pods=2)
+    assert sorted(cache.pending) == ["team-a/p0", "team-a/p1"] and sched.kcache.behind
+    assert "team-a/held" in cache.admitted  # capacity held is never put off
+    cache = sched.kcache.refresh(sched._sources(), now=1_900_000_000.0, new_pods=2)
+    assert len(cache.pending) == 4
+    cache = sched.kcache.refresh(sched._sources(), now=1_900_000_000.0)
+    assert len(cache.pending) == 5 and not sched.kcache.behind
