@@ -168,8 +168,10 @@ class Cluster:
         gpus: int = 8,
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
+        node: str | None = None,
     ) -> Json:
-        body = {
+        """A pod of this run's queue asking for `gpus`; created bound to `node` when one is given."""
+        body: Json = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -194,6 +196,8 @@ class Cluster:
                 ],
             },
         }
+        if node is not None:
+            body["spec"]["nodeName"] = node
         return self.api.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", body=body)
 
     def gang(self, name: str, size: int, *, gpus: int = 8, **extra: Any) -> list[str]:

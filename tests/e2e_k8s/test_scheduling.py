@@ -228,3 +228,35 @@ def test_a_drain_evicts_one_borrowed_gang_for_all_the_replicas_it_moves(
     finally:
         for name in specs:
             cluster.api.request("DELETE", f"{queues}/{name}")
+
+
+def test_a_scheduler_started_on_a_backlog_pages_through_it_and_counts_what_was_bound(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from gpufleet.kube import scheduler as kube_scheduler
+    from gpufleet.kube.config import KubeConfig
+
+    full, free = cluster.node("full"), cluster.node("free")
+    cluster.pod("held", gpus=8, node=full)  # bound before the scheduler starts
+    waiting = [cluster.pod(f"w{i}", gpus=4)["metadata"]["name"] for i in range(5)]
+    monkeypatch.setattr(kube_scheduler, "POD_PAGE", 2)
+    config = KubeConfig(scheduler_name=cluster.scheduler_name, eviction_grace_seconds=5)
+    sched = kube_scheduler.KubeScheduler(cluster.api, config=config, period=1.0)
+    stop = threading.Event()
+    sched.informers.start(stop)
+    thread = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def placed() -> list[str]:
+        return [node for name in waiting if (node := cluster.node_of(name))]
+
+    try:
+        wait_for("two pods bound", lambda: len(placed()) >= 2, timeout=60)
+        assert sched.pods.synced
+        time.sleep(3)  # more passes: nothing more fits
+        assert placed() == [free, free]  # the held node counted as full from the first pass
+    finally:
+        stop.set()
+        thread.join(10)
