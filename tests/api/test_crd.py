@@ -99,11 +99,15 @@ def test_free_form_only_where_the_model_is_free_form() -> None:
         "description": worker["template"]["description"],
     }
     assert worker["cpu"][INT_OR_STRING] is True
-    assert worker["gpus"] == {"minimum": 0, "type": "integer"}
+    assert worker["gpus"] == {"minimum": 0, "type": "integer", "description": "Whole GPUs per pod."}
     assert FREE_FORM not in spec and FREE_FORM not in spec["properties"]["worker"]
     assert worker["mig"]["pattern"].startswith("^")
     quota = schema_of("Queue")["properties"]["spec"]["properties"]["quotas"]["additionalProperties"]
-    assert quota["properties"]["nominal"] == {"minimum": 0, "type": "number"}
+    assert quota["properties"]["nominal"] == {
+        "minimum": 0,
+        "type": "number",
+        "description": "GPUs the queue is guaranteed.",
+    }
 
 
 def schema_of(kind: str) -> dict[str, Any]:

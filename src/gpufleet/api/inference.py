@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName, checked_on_write
 from gpufleet.api.requests import PodRequest, check_template_gpus
-from gpufleet.api.resource import API_VERSION, Resource
+from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import DEFAULT_QUEUE
 
@@ -17,8 +17,8 @@ ServicePhase = Literal["Pending", "Running", "Failed"]
 
 
 class ReplicaRange(ApiModel):
-    min: int = Field(default=1, ge=0)
-    max: int = Field(ge=1)
+    min: int = Field(default=1, ge=0, description="The fewest replicas, whatever the load.")
+    max: int = Field(ge=1, description="The most replicas.")
 
     @model_validator(mode="after")
     def _min_at_most_max(self) -> ReplicaRange:
@@ -30,14 +30,22 @@ class ReplicaRange(ApiModel):
 class ServiceAutoscaling(ApiModel):
     """Scale on load per replica and/or p99 latency; `predictive` scales ahead of forecast load."""
 
-    target_requests_per_replica: float | None = Field(default=None, gt=0)
-    target_latency_p99_ms: float | None = Field(default=None, gt=0)
-    predictive: bool = False
+    target_requests_per_replica: float | None = Field(
+        default=None, gt=0, description="Requests per second one replica should serve."
+    )
+    target_latency_p99_ms: float | None = Field(
+        default=None, gt=0, description="The p99 latency to stay under, in milliseconds."
+    )
+    predictive: bool = Field(
+        default=False, description="Scale ahead of the load the daily pattern forecasts, not only after it."
+    )
 
 
 class Rollout(ApiModel):
-    max_surge: int = Field(default=1, ge=0)
-    max_unavailable: int = Field(default=0, ge=0)
+    max_surge: int = Field(default=1, ge=0, description="Replicas above the desired count during a rollout.")
+    max_unavailable: int = Field(
+        default=0, ge=0, description="Replicas that may be unready during a rollout."
+    )
 
     @model_validator(mode="after")
     def _can_progress(self) -> Rollout:
@@ -47,14 +55,22 @@ class Rollout(ApiModel):
 
 
 class InferenceServiceSpec(ApiModel):
-    queue: str = DEFAULT_QUEUE
-    priority_class: PriorityClassName | None = None
-    model_version: str | None = None
-    replicas: ReplicaRange
-    replica: PodRequest
-    autoscaling: ServiceAutoscaling = Field(default_factory=ServiceAutoscaling)
-    rollout: Rollout = Field(default_factory=Rollout)
-    preemptible: bool = False
+    queue: str = Field(default=DEFAULT_QUEUE, description="The leaf queue the service is submitted to.")
+    priority_class: PriorityClassName | None = Field(
+        default=None,
+        description="Its priority class: system-critical, production-inference, production-training, "
+        "research, development (or one configured).",
+    )
+    model_version: str | None = Field(default=None, description="The ModelVersion it serves.")
+    replicas: ReplicaRange = Field(description="The bounds of its replica count.")
+    replica: PodRequest = Field(
+        description="What each replica asks for: GPUs (whole, a share or MIG), CPU, memory."
+    )
+    autoscaling: ServiceAutoscaling = Field(
+        default_factory=ServiceAutoscaling, description="What the replica count follows."
+    )
+    rollout: Rollout = Field(default_factory=Rollout, description="How a new version replaces the old.")
+    preemptible: bool = Field(default=False, description="Whether the scheduler may evict its replicas.")
 
     @model_validator(mode="after")
     def _template_asks_for_no_other_gpus(self, info: ValidationInfo) -> InferenceServiceSpec:
@@ -64,15 +80,20 @@ class InferenceServiceSpec(ApiModel):
 
 
 class InferenceServiceStatus(ObjectStatus):
-    phase: ServicePhase = "Pending"
-    desired_replicas: int = Field(default=0, ge=0)
-    ready_replicas: int = Field(default=0, ge=0)
+    phase: ServicePhase = Field(default="Pending", description="Pending, Running or Failed.")
+    desired_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler wants.")
+    ready_replicas: int = Field(default=0, ge=0, description="Replicas serving.")
 
 
 class InferenceService(Resource):
     """Serving replicas of a model version (namespaced)."""
 
-    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["InferenceService"] = "InferenceService"
-    spec: InferenceServiceSpec
-    status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
+    api_version: Literal["gpufleet.io/v1alpha1"] = api_version_field()
+    kind: Literal["InferenceService"] = kind_field("InferenceService")
+    spec: InferenceServiceSpec = Field(
+        description="What the service asks for: queue, model, replicas and their bounds, autoscaling."
+    )
+    status: InferenceServiceStatus = Field(
+        default_factory=InferenceServiceStatus,
+        description="Its phase, desired and ready replicas, and why it waits.",
+    )

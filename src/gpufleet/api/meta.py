@@ -44,16 +44,42 @@ def check_label_key(key: str) -> str:
 class ObjectMeta(ApiModel):
     """Identity and bookkeeping of an object; the store owns uid, resourceVersion, generation and times."""
 
-    name: str
-    namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    uid: str | None = None
-    resource_version: str | None = None
-    generation: int | None = Field(default=None, ge=0)
-    creation_timestamp: AwareDatetime | None = None
-    deletion_timestamp: AwareDatetime | None = None
-    finalizers: list[str] = Field(default_factory=list)
+    name: str = Field(
+        description="The object's name, unique per kind (and namespace): lower-case letters, digits, "
+        "'-' and '.', at most 253 characters."
+    )
+    namespace: str | None = Field(
+        default=None,
+        description="The namespace of a namespaced kind (jobs, services...; absent = default); none for "
+        "cluster-wide kinds (pools, queues, nodes).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels to select the object by (-l, labelSelector)."
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Notes for tools and people; nothing selects by them."
+    )
+    uid: str | None = Field(default=None, description="Set by the store: unique for the object's life.")
+    resource_version: str | None = Field(
+        default=None,
+        description="Set by the store at every change. Given in a write, the object must still have "
+        "it (else 409); given to a watch, events after it are sent.",
+    )
+    generation: int | None = Field(
+        default=None, ge=0, description="Set by the store: starts at 1 and grows when the spec changes."
+    )
+    creation_timestamp: AwareDatetime | None = Field(
+        default=None, description="Set by the store: when the object was created."
+    )
+    deletion_timestamp: AwareDatetime | None = Field(
+        default=None,
+        description="Set by the store: when a delete was asked for an object its finalizers still hold.",
+    )
+    finalizers: list[str] = Field(
+        default_factory=list,
+        description="Controllers that must clean up before the object goes: a delete waits until the "
+        "list is empty.",
+    )
 
     @model_serializer(mode="wrap")
     def _leave_out_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -103,12 +129,16 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(ApiModel):
     """One observation about an object, as in Kubernetes' metav1.Condition."""
 
-    type: str
-    status: ConditionStatus
-    reason: str | None = None
-    message: str | None = None
-    last_transition_time: AwareDatetime | None = None
-    observed_generation: int | None = Field(default=None, ge=0)
+    type: str = Field(description="What the condition is about, e.g. Admitted, Ready, Valid.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str | None = Field(default=None, description="Why, as one CamelCase word for programs.")
+    message: str | None = Field(default=None, description="Why, in words for people.")
+    last_transition_time: AwareDatetime | None = Field(
+        default=None, description="When the status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition was written for."
+    )
 
 
 class PendingReason(ApiModel):
@@ -118,9 +148,15 @@ class PendingReason(ApiModel):
     `details` carries the numbers behind it (requested vs. available quota, counts per filter).
     """
 
-    type: str
-    message: str = ""
-    details: dict[str, Any] = Field(default_factory=dict)
+    type: str = Field(
+        description="The reason: QuotaExceeded, NoFit, WaitingForPreemption, QueueNotFound, QueueInvalid..."
+    )
+    message: str = Field(default="", description="The reason in words, with the numbers.")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The numbers behind it, for programs: quota asked for and left, nodes rejected per "
+        "filter and topology level.",
+    )
 
 
 def set_condition(conditions: list[Condition], condition: Condition, *, now: datetime) -> list[Condition]:

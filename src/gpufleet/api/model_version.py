@@ -7,29 +7,33 @@ from typing import Literal
 from pydantic import Field
 
 from gpufleet.api.base import ApiModel
-from gpufleet.api.resource import API_VERSION, Resource
+from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 
 
 class ModelSource(ApiModel):
-    training_job: str | None = None
-    checkpoint: str | None = None
+    training_job: str | None = Field(default=None, description="The TrainingJob that trained it.")
+    checkpoint: str | None = Field(default=None, description="The Checkpoint it was exported from.")
 
 
 class ModelVersionSpec(ApiModel):
-    model: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-    uri: str = Field(min_length=1)
-    source: ModelSource = Field(default_factory=ModelSource)
-    metrics: dict[str, float] = Field(default_factory=dict)
+    model: str = Field(min_length=1, description="The model's name, e.g. llama-70b.")
+    version: str = Field(min_length=1, description="This version's name, e.g. v3.")
+    uri: str = Field(min_length=1, description="Where its weights are.")
+    source: ModelSource = Field(default_factory=ModelSource, description="Its lineage: job and checkpoint.")
+    metrics: dict[str, float] = Field(default_factory=dict, description="Evaluation results by name.")
 
 
 class ModelVersionStatus(ObjectStatus):
-    phase: Literal["Pending", "Ready", "Failed"] = "Pending"
+    phase: Literal["Pending", "Ready", "Failed"] = Field(
+        default="Pending", description="Pending, Ready (may be served) or Failed."
+    )
 
 
 class ModelVersion(Resource):
-    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["ModelVersion"] = "ModelVersion"
-    spec: ModelVersionSpec
-    status: ModelVersionStatus = Field(default_factory=ModelVersionStatus)
+    api_version: Literal["gpufleet.io/v1alpha1"] = api_version_field()
+    kind: Literal["ModelVersion"] = kind_field("ModelVersion")
+    spec: ModelVersionSpec = Field(description="The model, version, weights and lineage.")
+    status: ModelVersionStatus = Field(
+        default_factory=ModelVersionStatus, description="Whether it may be served."
+    )

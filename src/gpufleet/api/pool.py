@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
-from gpufleet.api.resource import API_VERSION, Resource
+from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.versions import DriverVersion
 
@@ -17,14 +17,16 @@ from gpufleet.api.versions import DriverVersion
 class NodeResources(ApiModel):
     """CPU and memory of one node of the pool."""
 
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
+    cpu: Quantity | None = Field(default=None, description="CPU of one node, a Kubernetes quantity (192).")
+    memory: Quantity | None = Field(
+        default=None, description="Memory of one node, a Kubernetes quantity (2Ti)."
+    )
 
 
 class ReplicatedSharing(ApiModel):
     """Time-slicing or MPS: each GPU is offered as `replicas` shares."""
 
-    replicas: int = Field(ge=2, le=64)
+    replicas: int = Field(ge=2, le=64, description="Shares each GPU is offered as (2 to 64).")
 
 
 class Sharing(ApiModel):
@@ -34,9 +36,17 @@ class Sharing(ApiModel):
     the layout fits the GPU model is checked by `gpufleet.sharing.mig`, which knows the catalogue.
     """
 
-    time_slicing: ReplicatedSharing | None = None
-    mps: ReplicatedSharing | None = None
-    mig: dict[str, list[MigProfileName]] | None = None
+    time_slicing: ReplicatedSharing | None = Field(
+        default=None, description="Time-slicing: each GPU is offered as `replicas` shares that take turns."
+    )
+    mps: ReplicatedSharing | None = Field(
+        default=None, description="MPS: each GPU is offered as `replicas` shares that run side by side."
+    )
+    mig: dict[str, list[MigProfileName]] | None = Field(
+        default=None,
+        description="MIG: per GPU index (as text), or * for every GPU, the MIG instances of that GPU, "
+        "e.g. {'*': [3g.40gb, 2g.20gb, 1g.10gb]}; the layout must fit the GPU model.",
+    )
 
     @field_validator("mig", mode="before")
     @classmethod
@@ -76,16 +86,20 @@ class Sharing(ApiModel):
 class PoolTopology(ApiModel):
     """Embedded world: the nodes of the pool are spread over `racks` racks named `{block}-r{i}`."""
 
-    block: str | None = None
-    racks: int = Field(default=1, ge=1)
+    block: str | None = Field(
+        default=None, description="The block the nodes are in (their `block` label and the racks' prefix)."
+    )
+    racks: int = Field(default=1, ge=1, description="Racks the nodes are spread over, evenly.")
 
 
 class PoolAutoscaling(ApiModel):
     """Bounds of the pool's node count and how long an idle node is kept."""
 
-    min_nodes: int = Field(default=0, ge=0)
-    max_nodes: int = Field(ge=0)
-    scale_down_delay_seconds: float = Field(default=600, ge=0)
+    min_nodes: int = Field(default=0, ge=0, description="The fewest nodes the pool keeps.")
+    max_nodes: int = Field(ge=0, description="The most nodes the pool grows to for pending work.")
+    scale_down_delay_seconds: float = Field(
+        default=600, ge=0, description="How long a node holds no pod before it is removed."
+    )
 
     @model_validator(mode="after")
     def _min_below_max(self) -> PoolAutoscaling:
@@ -95,19 +109,39 @@ class PoolAutoscaling(ApiModel):
 
 
 class GPUPoolSpec(ApiModel):
-    gpu_model: GpuModelName = Field(min_length=1)
-    gpus_per_node: int = Field(ge=1, le=72)
+    gpu_model: GpuModelName = Field(
+        min_length=1,
+        description="The GPU model of every node: a known model or one of its aliases (`gpufleet "
+        "gpu-models` lists them).",
+    )
+    gpus_per_node: int = Field(ge=1, le=72, description="GPUs in each node.")
     nvlink_domains: list[list[int]] | None = Field(
         default=None, description="GPU indices of each NVLink domain; absent = one domain of all GPUs."
     )
-    node_resources: NodeResources = Field(default_factory=NodeResources)
-    capacity_type: Literal["on-demand", "spot"] = "on-demand"
-    price_per_gpu_hour: float = Field(default=0.0, ge=0)
-    sharing: Sharing = Field(default_factory=Sharing)
-    nodes: int = Field(default=0, ge=0)
-    topology: PoolTopology = Field(default_factory=PoolTopology)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    autoscaling: PoolAutoscaling | None = None
+    node_resources: NodeResources = Field(
+        default_factory=NodeResources, description="CPU and memory of each node."
+    )
+    capacity_type: Literal["on-demand", "spot"] = Field(
+        default="on-demand", description="on-demand, or spot: nodes that may be taken back at short notice."
+    )
+    price_per_gpu_hour: float = Field(
+        default=0.0,
+        ge=0,
+        description="What one GPU-hour costs: for cost figures and the cheapest pool to grow.",
+    )
+    sharing: Sharing = Field(
+        default_factory=Sharing, description="How the GPUs are shared; absent: each GPU is one pod's."
+    )
+    nodes: int = Field(default=0, ge=0, description="Embedded world: how many nodes the pool starts with.")
+    topology: PoolTopology = Field(
+        default_factory=PoolTopology, description="Embedded world: the block and racks of the nodes."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes world: the node labels that make a node the pool's."
+    )
+    autoscaling: PoolAutoscaling | None = Field(
+        default=None, description="Bounds the node count follows demand within; absent: a fixed size."
+    )
     driver_version: DriverVersion | None = Field(
         default=None,
         description="Embedded world: the NVIDIA driver of the pool's nodes (e.g. 550.54.15); absent = "
@@ -145,10 +179,10 @@ class GPUPoolSpec(ApiModel):
 
 
 class GPUPoolStatus(ObjectStatus):
-    nodes: int = Field(default=0, ge=0)
-    ready_nodes: int = Field(default=0, ge=0)
-    gpus: int = Field(default=0, ge=0)
-    allocated_gpu_milli: int = Field(default=0, ge=0)
+    nodes: int = Field(default=0, ge=0, description="Nodes of the pool.")
+    ready_nodes: int = Field(default=0, ge=0, description="Nodes that are Ready.")
+    gpus: int = Field(default=0, ge=0, description="GPUs of the Ready nodes.")
+    allocated_gpu_milli: int = Field(default=0, ge=0, description="GPU held by pods, in milli-GPU.")
     idle_gpu_hours: float = Field(default=0.0, ge=0, description="GPU-hours ready but unallocated, so far.")
     idle_cost: float = Field(
         default=0.0, ge=0, description="What the idle GPU-hours cost at the pool's price."
@@ -169,7 +203,10 @@ class GPUPool(Resource):
 
     NAMESPACED = False
 
-    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["GPUPool"] = "GPUPool"
-    spec: GPUPoolSpec
-    status: GPUPoolStatus = Field(default_factory=GPUPoolStatus)
+    api_version: Literal["gpufleet.io/v1alpha1"] = api_version_field()
+    kind: Literal["GPUPool"] = kind_field("GPUPool")
+    spec: GPUPoolSpec = Field(description="The nodes: GPU model and count, sharing, price, size and scaling.")
+    status: GPUPoolStatus = Field(
+        default_factory=GPUPoolStatus,
+        description="Its nodes, GPUs and their use, as the controllers see them.",
+    )

@@ -8,7 +8,7 @@ from typing import Literal, TypeVar
 from pydantic import Field, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.resource import API_VERSION, Resource
+from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 
 GpuCount = int | float
@@ -74,9 +74,13 @@ class FlavorQuota(ApiModel):
     unused nominal quota.
     """
 
-    nominal: GpuCount = Field(ge=0)
-    borrowing_limit: GpuCount | None = Field(default=None, ge=0)
-    lending_limit: GpuCount | None = Field(default=None, ge=0)
+    nominal: GpuCount = Field(ge=0, description="GPUs the queue is guaranteed.")
+    borrowing_limit: GpuCount | None = Field(
+        default=None, ge=0, description="GPUs beyond nominal it may borrow from its cohort; absent: no limit."
+    )
+    lending_limit: GpuCount | None = Field(
+        default=None, ge=0, description="GPUs of its unused nominal quota others may borrow; absent: all."
+    )
 
     @model_validator(mode="after")
     def _lend_at_most_nominal(self) -> FlavorQuota:
@@ -88,9 +92,21 @@ class FlavorQuota(ApiModel):
 class QueuePreemption(ApiModel):
     """Who this queue's workloads may evict: in the same queue, to reclaim, and while borrowing."""
 
-    within_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
-    borrow_within_cohort: Literal["Never", "LowerPriority"] = "Never"
+    within_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        default="LowerPriority",
+        description="Which workloads of the same queue a pending one may evict: Never, LowerPriority, or "
+        "LowerOrNewerEqualPriority (also newer ones of its own priority).",
+    )
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        default="Any",
+        description="To get back its nominal quota, which workloads of queues borrowing it may be evicted: "
+        "Never, LowerPriority or Any.",
+    )
+    borrow_within_cohort: Literal["Never", "LowerPriority"] = Field(
+        default="Never",
+        description="While borrowing, whether it may evict other queues' lower-priority workloads: Never or "
+        "LowerPriority.",
+    )
     max_priority_threshold: int | None = Field(
         default=None,
         description="With borrowWithinCohort LowerPriority: other queues' workloads above this priority "
@@ -105,12 +121,26 @@ class QueuePreemption(ApiModel):
 
 
 class QueueSpec(ApiModel):
-    parent: str | None = None
-    quotas: dict[str, FlavorQuota] = Field(default_factory=dict)
+    parent: str | None = Field(
+        default=None, description="The parent queue; absent: a root of the quota tree."
+    )
+    quotas: dict[str, FlavorQuota] = Field(
+        default_factory=dict,
+        description="Quota per flavor: a GPU model or MIG profile (H100-80GB, 1g.10gb), or a model and a "
+        "capacity type (H100-80GB/spot). No quota for a flavor: the queue admits nothing that needs it.",
+    )
     flavor_order: list[str] | None = Field(default=None, description=FLAVOR_ORDER_DESCRIPTION)
-    fair_share_weight: float = Field(default=1.0, ge=0)
-    preemption: QueuePreemption = Field(default_factory=QueuePreemption)
-    min_runtime_seconds: float = Field(default=0.0, ge=0)
+    fair_share_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="Its share of what siblings borrow, relative to theirs (2: twice a weight-1 sibling's).",
+    )
+    preemption: QueuePreemption = Field(
+        default_factory=QueuePreemption, description="Whom its workloads may evict to start."
+    )
+    min_runtime_seconds: float = Field(
+        default=0.0, ge=0, description="Its workloads are not preempted before they ran this long."
+    )
     queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = Field(
         default="BestEffortFIFO",
         description="StrictFIFO: only the head is tried; BestEffortFIFO: later workloads may start when the "
@@ -132,8 +162,12 @@ class QueueSpec(ApiModel):
 
 
 class QueueStatus(ObjectStatus):
-    pending_workloads: int = Field(default=0, ge=0)
-    admitted_workloads: int = Field(default=0, ge=0)
+    pending_workloads: int = Field(
+        default=0, ge=0, description="Workloads waiting in it and in its child queues."
+    )
+    admitted_workloads: int = Field(
+        default=0, ge=0, description="Workloads admitted in it and in its child queues."
+    )
     usage: dict[str, float] = Field(default_factory=dict, description="GPUs in use per flavor.")
 
 
@@ -142,10 +176,14 @@ class Queue(Resource):
 
     NAMESPACED = False
 
-    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["Queue"] = "Queue"
-    spec: QueueSpec = Field(default_factory=QueueSpec)
-    status: QueueStatus = Field(default_factory=QueueStatus)
+    api_version: Literal["gpufleet.io/v1alpha1"] = api_version_field()
+    kind: Literal["Queue"] = kind_field("Queue")
+    spec: QueueSpec = Field(
+        default_factory=QueueSpec, description="Its place in the tree, quotas, fair-share weight, preemption."
+    )
+    status: QueueStatus = Field(
+        default_factory=QueueStatus, description="Whether it is in the quota tree, its work and its usage."
+    )
 
     @model_validator(mode="after")
     def _not_own_parent(self) -> Queue:

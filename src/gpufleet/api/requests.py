@@ -23,10 +23,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 class Toleration(ApiModel):
     """Kubernetes toleration semantics: with `operator: Exists` and no key it tolerates every taint."""
 
-    key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    key: str = Field(default="", description="The taint's key; empty with Exists: every taint.")
+    operator: Literal["Equal", "Exists"] = Field(
+        default="Equal", description="Equal: the taint's value must be `value`; Exists: any value."
+    )
+    value: str = Field(default="", description="The taint's value, with Equal.")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="", description="The taint effect tolerated; empty: every effect."
+    )
 
     @model_validator(mode="after")
     def _exists_has_no_value(self) -> Toleration:
@@ -42,16 +46,25 @@ class PodRequest(ApiModel):
     gpuModel is one model or a list of acceptable models.
     """
 
-    gpus: int | None = Field(default=None, ge=0)
-    gpu_milli: int | None = Field(default=None, ge=1, le=MILLI_PER_GPU - 1)
-    mig: MigProfileName | None = None
+    gpus: int | None = Field(default=None, ge=0, description="Whole GPUs per pod.")
+    gpu_milli: int | None = Field(
+        default=None,
+        ge=1,
+        le=MILLI_PER_GPU - 1,
+        description="A share of one GPU, in thousandths (500: half), on a time-slicing or MPS pool.",
+    )
+    mig: MigProfileName | None = Field(
+        default=None, description="One MIG instance of this profile, e.g. 3g.40gb."
+    )
     gpu_model: str | list[str] | None = Field(
         default=None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
         description="One GPU model or a list of acceptable models.",
     )
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
+    cpu: Quantity | None = Field(default=None, description="CPU per pod, a Kubernetes quantity (32, 500m).")
+    memory: Quantity | None = Field(
+        default=None, description="Memory per pod, a Kubernetes quantity (256Gi)."
+    )
     template: dict[str, Any] | None = Field(
         default=None, description="Kubernetes world: a PodTemplateSpec for the pod."
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.meta import DEFAULT_NAMESPACE, ObjectMeta
@@ -29,9 +29,11 @@ class Resource(ApiModel):
 
     NAMESPACED: ClassVar[bool] = True
 
-    api_version: str
-    kind: str
-    metadata: ObjectMeta
+    api_version: str = Field(description=f"The API group and version: {API_VERSION}.")
+    kind: str = Field(description="The kind of object.")
+    metadata: ObjectMeta = Field(
+        description="Its name (and namespace), labels and annotations, and what the store keeps of it."
+    )
 
     @model_validator(mode="after")
     def _scope(self) -> Resource:
@@ -58,6 +60,16 @@ class Resource(ApiModel):
     def describe(self) -> str:
         """How error messages name the object: `TrainingJob team-a/llm`."""
         return f"{self.kind} {self.key}"
+
+
+def api_version_field() -> Any:
+    """The `apiVersion` field of a kind: its one value, described."""
+    return Field(API_VERSION, description=f"The API group and version: {API_VERSION}.")
+
+
+def kind_field(kind: str) -> Any:
+    """The `kind` field of a kind: its one value, described."""
+    return Field(kind, description=f"The kind of object: {kind}.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import PriorityClassName, checked_on_write
 from gpufleet.api.requests import PodRequest, check_template_gpus
-from gpufleet.api.resource import API_VERSION, Resource
+from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
 
 DEFAULT_QUEUE = "default"
@@ -21,34 +21,61 @@ class TopologyRequest(ApiModel):
     Level names are those of the fleet's topology; which exist is checked by the scheduler.
     """
 
-    required: str | None = None
-    preferred: str | None = None
+    required: str | None = Field(
+        default=None,
+        description="A level all pods must share one domain of (nvlink, host, rack, block, or another of "
+        "the fleet's levels); absent: none.",
+    )
+    preferred: str | None = Field(
+        default=None, description="A level all pods should share one domain of, where one has room."
+    )
 
 
 class CheckpointPolicy(ApiModel):
-    interval_seconds: float = Field(gt=0)
-    uri: str | None = None
+    interval_seconds: float = Field(gt=0, description="How often the job checkpoints, in seconds.")
+    uri: str | None = Field(default=None, description="Where the checkpoints go, e.g. s3://ckpt/llm.")
 
 
 class RestartPolicy(ApiModel):
-    max_restarts: int = Field(default=3, ge=0)
-    backoff_seconds: float = Field(default=10.0, ge=0)
+    max_restarts: int = Field(
+        default=3, ge=0, description="Restarts (after a failure or an eviction) before the job fails."
+    )
+    backoff_seconds: float = Field(default=10.0, ge=0, description="Wait before each restart, in seconds.")
 
 
 class TrainingJobSpec(ApiModel):
     """`min_replicas` below `replicas` makes the job elastic: it runs, and may be shrunk, down to it."""
 
-    queue: str = DEFAULT_QUEUE
-    priority_class: PriorityClassName | None = None
-    user: str | None = None
-    replicas: int = Field(ge=1)
-    min_replicas: int | None = Field(default=None, ge=1)
-    worker: PodRequest
-    topology: TopologyRequest = Field(default_factory=TopologyRequest)
-    checkpoint: CheckpointPolicy | None = None
-    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
-    preemptible: bool = True
-    duration_seconds: float | None = Field(default=None, gt=0)
+    queue: str = Field(default=DEFAULT_QUEUE, description="The leaf queue the job is submitted to.")
+    priority_class: PriorityClassName | None = Field(
+        default=None,
+        description="Its priority class: system-critical, production-inference, production-training, "
+        "research, development (or one configured).",
+    )
+    user: str | None = Field(
+        default=None, description="Who submitted it: fair share between users of a queue."
+    )
+    replicas: int = Field(ge=1, description="Workers the job runs with.")
+    min_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="The fewest workers it runs with; below replicas makes the job elastic: it may start "
+        "with fewer and be shrunk down to it rather than evicted.",
+    )
+    worker: PodRequest = Field(description="What each worker asks for: GPUs, CPU, memory.")
+    topology: TopologyRequest = Field(
+        default_factory=TopologyRequest, description="Domains the workers must or should share."
+    )
+    checkpoint: CheckpointPolicy | None = Field(
+        default=None, description="How the job checkpoints; absent: never, so a restart starts over."
+    )
+    restart_policy: RestartPolicy = Field(
+        default_factory=RestartPolicy, description="How often and how soon it restarts."
+    )
+    preemptible: bool = Field(default=True, description="Whether the scheduler may evict it for other work.")
+    duration_seconds: float | None = Field(
+        default=None, gt=0, description="Embedded world: how long the job computes at full size."
+    )
 
     @model_validator(mode="after")
     def _min_at_most_replicas(self) -> TrainingJobSpec:
@@ -73,21 +100,30 @@ class TrainingJobSpec(ApiModel):
 
 
 class TrainingJobStatus(ObjectStatus):
-    phase: JobPhase = "Pending"
+    phase: JobPhase = Field(default="Pending", description="Pending, Admitted, Running, Succeeded or Failed.")
     replicas: int = Field(default=0, ge=0, description="Workers currently placed.")
-    ready_replicas: int = Field(default=0, ge=0)
-    restarts: int = Field(default=0, ge=0)
-    lost_gpu_seconds: float = Field(default=0.0, ge=0)
-    last_checkpoint: CheckpointRef | None = None
-    admitted_time: AwareDatetime | None = None
-    start_time: AwareDatetime | None = None
-    completion_time: AwareDatetime | None = None
+    ready_replicas: int = Field(default=0, ge=0, description="Workers running.")
+    restarts: int = Field(default=0, ge=0, description="Times the job restarted.")
+    lost_gpu_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPU-seconds of work lost to restarts (each time since the last checkpoint).",
+    )
+    last_checkpoint: CheckpointRef | None = Field(default=None, description="The checkpoint it resumes from.")
+    admitted_time: AwareDatetime | None = Field(default=None, description="When it was last admitted.")
+    start_time: AwareDatetime | None = Field(default=None, description="When its workers last started.")
+    completion_time: AwareDatetime | None = Field(default=None, description="When it succeeded or failed.")
 
 
 class TrainingJob(Resource):
     """A gang of workers submitted to a queue (namespaced)."""
 
-    api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
-    kind: Literal["TrainingJob"] = "TrainingJob"
-    spec: TrainingJobSpec
-    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+    api_version: Literal["gpufleet.io/v1alpha1"] = api_version_field()
+    kind: Literal["TrainingJob"] = kind_field("TrainingJob")
+    spec: TrainingJobSpec = Field(
+        description="What the job asks for: queue, workers, topology, checkpoints, restarts."
+    )
+    status: TrainingJobStatus = Field(
+        default_factory=TrainingJobStatus,
+        description="Its phase, workers, restarts, lost work and why it waits.",
+    )

@@ -25,7 +25,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic.json_schema import models_json_schema
+from fastapi_offline import FastAPIOffline
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.kinds import kind_info, registered_kinds
@@ -34,9 +35,20 @@ from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import all_objects, object_refs, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
-from gpufleet.server.errors import ForbiddenError, install_error_handlers
+from gpufleet.server.errors import ForbiddenError, error_responses, install_error_handlers
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes, deleted_response
+from gpufleet.server.schemas import (
+    ApiResourceList,
+    Health,
+    Stats,
+    StatusAnswer,
+    Token,
+    WhoAmI,
+    json_answer,
+    ref,
+)
+from gpufleet.server.schemas import components as envelopes
 from gpufleet.server.stamp import StampTime
 from gpufleet.server.watches import LONG_POLLS, WATCHES, unless_disconnected
 from gpufleet.store.protocol import ObjectRef, Store
@@ -61,9 +73,16 @@ class FaultRequest(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    type: Literal["GpuFailure", "GpuRepair", "NodeLoss", "SpotInterruption"]
-    node: str = pydantic.Field(max_length=253)
+    type: Literal["GpuFailure", "GpuRepair", "NodeLoss", "SpotInterruption"] = pydantic.Field(
+        description="GpuFailure: a GPU fails (an XID error); GpuRepair: it works again; NodeLoss: the "
+        "node is gone; SpotInterruption: a spot node gets its notice and is taken back."
+    )
+    node: str = pydantic.Field(max_length=253, description="The node (see `gpufleet get nodes`).")
     gpu: int | None = pydantic.Field(default=None, ge=0, le=71, description="For GpuFailure and GpuRepair.")
+
+
+class FaultAccepted(pydantic.BaseModel):
+    accepted: FaultRequest = pydantic.Field(description="The fault, as the twin will play it.")
 
 
 FaultSink = Callable[[FaultRequest], None]
@@ -87,10 +106,14 @@ def create_app(
     `now` is the clock that stamps the store's objects (the twin's, which may run faster than real
     time); every answer carries it in `X-Gpufleet-Time` so clients show ages on the same time line.
     """
-    app = FastAPI(
+    # The docs pages (/docs, /redoc) load their scripts and styles from the package, not from a CDN,
+    # so they work on a machine without internet access.
+    app = FastAPIOffline(
         title="gpufleet",
         version="v1alpha1",
-        description="The embedded control plane's API: Kubernetes-style paths for gpufleet's kinds.",
+        description=_DESCRIPTION,
+        static_url="/docs-assets",
+        swagger_ui_parameters={"validatorUrl": None},
     )
     install_error_handlers(app)
     app.add_middleware(StampTime, header=TIME_HEADER, clock=now or (lambda: datetime.now(UTC)))
@@ -111,11 +134,23 @@ def create_app(
     Who = Annotated[Principal, Depends(authenticate)]
     kinds = served_kinds()
 
-    @app.get("/healthz", tags=["server"])
+    @app.get(
+        "/healthz",
+        tags=["server"],
+        summary="Whether the server answers (no token needed)",
+        response_model=None,
+        responses={200: {"model": Health, "description": "The server answers."}, **error_responses()},
+    )
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get(PREFIX, tags=["server"], summary="The kinds this server serves")
+    @app.get(
+        PREFIX,
+        tags=["server"],
+        summary="The kinds this server serves",
+        response_model=None,
+        responses={200: {"model": ApiResourceList, "description": "The kinds."}, **error_responses(401)},
+    )
     async def discovery(who: Who) -> dict[str, Any]:
         return {
             "kind": "APIResourceList",
@@ -123,11 +158,23 @@ def create_app(
             "resources": [_resource(info) for info in kinds],
         }
 
-    @app.get("/v1/whoami", tags=["server"], summary="What the caller's token may do")
+    @app.get(
+        "/v1/whoami",
+        tags=["server"],
+        summary="What the caller's token may do",
+        response_model=None,
+        responses={200: {"model": WhoAmI, "description": "The token's scope."}, **error_responses(401)},
+    )
     async def whoami(who: Who) -> dict[str, Any]:
         return {"admin": who.admin, "queue": who.queue}
 
-    @app.get("/v1/stats", tags=["server"], summary="Open watches and long polls, memory and threads")
+    @app.get(
+        "/v1/stats",
+        tags=["server"],
+        summary="Open watches and long polls, memory and threads",
+        response_model=None,
+        responses={200: {"model": Stats, "description": "The figures."}, **error_responses(401, 403)},
+    )
     async def stats(who: Who) -> dict[str, Any]:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not read the server's stats")
@@ -144,6 +191,11 @@ def create_app(
         tags=["server"],
         summary="Apply many objects, all or none",
         openapi_extra=_apply_body(kinds),
+        response_model=None,
+        responses={
+            200: json_answer(ref("AppliedList"), "What was done to each object."),
+            **error_responses(400, 401, 403, 409, 413, 422),
+        },
     )
     async def apply(request: Request, who: Who) -> JSONResponse:
         def write(objects: list[Resource]) -> JSONResponse:
@@ -166,6 +218,11 @@ def create_app(
         tags=["server"],
         summary="Delete many objects, all or none",
         openapi_extra=_delete_body(),
+        response_model=None,
+        responses={
+            200: json_answer(ref("DeletedList"), "Each object deleted, all of them or none."),
+            **error_responses(400, 401, 403, 404, 409, 413, 422),
+        },
     )
     async def delete_many(
         request: Request,
@@ -173,14 +230,24 @@ def create_app(
         ignore_not_found: Annotated[bool, Query(alias="ignoreNotFound")] = False,
     ) -> JSONResponse:
         def write(refs: list[ObjectRef]) -> JSONResponse:
-            for ref in refs:
-                _served(ref.kind)
+            for target in refs:
+                _served(target.kind)
             deleted = ops.delete_many(who, refs, ignore_not_found=ignore_not_found)
             return deleted_response(deleted)
 
         return await with_body(request, object_refs, write)
 
-    @app.get("/v1/changes", tags=["server"], summary="Changes after a resourceVersion (long poll)")
+    @app.get(
+        "/v1/changes",
+        tags=["server"],
+        summary="Changes after a resourceVersion (long poll)",
+        response_model=None,
+        responses={
+            200: json_answer(ref("ChangeList"), "The changes (none: the timeout passed)."),
+            204: {"description": "The client went away while it waited."},
+            **error_responses(400, 401, 403, 410, 422),
+        },
+    )
     async def changes(
         request: Request,
         who: Who,
@@ -210,7 +277,14 @@ def create_app(
                 items, cursor = await run_in_threadpool(page, cursor)
         return JSONResponse({"resourceVersion": cursor, "items": items})
 
-    @app.post("/v1/tokens", tags=["server"], status_code=201, summary="Create a queue-scoped token")
+    @app.post(
+        "/v1/tokens",
+        tags=["server"],
+        status_code=201,
+        summary="Create a queue-scoped token",
+        response_model=None,
+        responses={201: {"model": Token, "description": "The token."}, **error_responses(401, 403, 404, 422)},
+    )
     def create_token(request: TokenRequest, who: Who) -> JSONResponse:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not create tokens")
@@ -218,7 +292,17 @@ def create_app(
         token = tokens.create(request.queue)
         return JSONResponse({"token": token, "queue": request.queue}, status_code=201)
 
-    @app.post("/v1/faults", tags=["server"], status_code=202, summary="Make the digital twin play a fault")
+    @app.post(
+        "/v1/faults",
+        tags=["server"],
+        status_code=202,
+        summary="Make the digital twin play a fault",
+        response_model=None,
+        responses={
+            202: {"model": FaultAccepted, "description": "Accepted: the twin plays it at its next step."},
+            **error_responses(401, 403, 404, 422),
+        },
+    )
     def inject_fault(request: FaultRequest, who: Who) -> JSONResponse:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not inject faults")
@@ -274,7 +358,8 @@ def _resource(info: KindInfo) -> dict[str, Any]:
 
 def _apply_body(kinds: list[KindInfo]) -> dict[str, Any]:
     one = {"anyOf": [{"$ref": f"#/components/schemas/{info.kind}"} for info in kinds]}
-    many = {"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": one}}}
+    items = {"type": "array", "items": one, "description": "The objects, applied in this order."}
+    many = {"type": "object", "required": ["items"], "properties": {"items": items}}
     return {
         "requestBody": {
             "required": True,
@@ -298,6 +383,7 @@ def _delete_body() -> dict[str, Any]:
             "kind": {"type": "string", "description": "The object's kind, e.g. Queue."},
             "metadata": {
                 "type": "object",
+                "description": "Which object: its name and namespace.",
                 "required": ["name"],
                 "properties": {
                     "name": {"type": "string", "description": "The object's name."},
@@ -313,7 +399,8 @@ def _delete_body() -> dict[str, Any]:
             },
         },
     }
-    many = {"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": ref}}}
+    items = {"type": "array", "items": ref, "description": "The objects to delete."}
+    many = {"type": "object", "required": ["items"], "properties": {"items": items}}
     return {
         "requestBody": {
             "required": True,
@@ -325,6 +412,13 @@ def _delete_body() -> dict[str, Any]:
     }
 
 
+_DESCRIPTION = """The embedded control plane's API: Kubernetes-style paths for gpufleet's kinds.
+
+Every request but `/healthz` needs `Authorization: Bearer <token>`: the admin token or a queue's.
+Bodies are JSON or YAML (`Content-Type: application/yaml`), at most 8 MiB. Every answer that is not a
+success has one body, `{"error": {"type", "message", "object", "field", "status"}}` (ErrorBody)."""
+
+
 def _add_kind_schemas(app: FastAPI, kinds: list[KindInfo]) -> None:
     """Puts each kind's JSON schema (and the models it uses) into the OpenAPI components."""
 
@@ -334,11 +428,16 @@ def _add_kind_schemas(app: FastAPI, kinds: list[KindInfo]) -> None:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
+        models: list[tuple[type[pydantic.BaseModel], JsonSchemaMode]] = [
+            (info.model, "validation") for info in kinds
+        ]
+        # StatusAnswer too: a delete's answer names it beside the kind (FastAPI adds only the models
+        # a response names alone).
         _, definitions = models_json_schema(
-            [(info.model, "validation") for info in kinds], ref_template="#/components/schemas/{model}"
+            [*models, (StatusAnswer, "serialization")], ref_template="#/components/schemas/{model}"
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, definition in definitions.get("$defs", {}).items():
+        for name, definition in {**definitions.get("$defs", {}), **envelopes(kinds)}.items():
             components.setdefault(name, definition)
         app.openapi_schema = schema
         return schema

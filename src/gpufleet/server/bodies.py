@@ -22,13 +22,13 @@ from starlette.requests import Request
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
-from gpufleet.server.errors import BadRequestError, PayloadTooLargeError
+from gpufleet.server.errors import MAX_BODY_MIB, BadRequestError, PayloadTooLargeError
 from gpufleet.store.protocol import ObjectRef
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = MAX_BODY_MIB * 1024 * 1024
 PARSERS = 4
 """Bodies parsed at once; more wait their turn without a thread, so that large bodies cannot take
 every worker thread from the reads and writes of other clients."""

@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any
 
+import pydantic
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -28,6 +29,9 @@ from gpufleet.api.errors import (
 )
 
 log = logging.getLogger("gpufleet.server")
+
+MAX_BODY_MIB = 8
+"""The largest request body, in MiB (`bodies.MAX_BODY_BYTES`)."""
 
 
 class BadRequestError(GpuFleetError):
@@ -68,6 +72,57 @@ def status_of(exc: GpuFleetError) -> int:
         if isinstance(exc, cls):
             return code
     return 400  # pragma: no cover - GpuFleetError closes the table
+
+
+class ErrorDetail(pydantic.BaseModel):
+    """What went wrong, and where."""
+
+    type: str = pydantic.Field(
+        description="The kind of error: ValidationError, NotFoundError, ConflictError, ForbiddenError, "
+        "UnauthorizedError, GoneError, BadRequestError, PayloadTooLargeError, MethodNotAllowed or "
+        "InternalError."
+    )
+    message: str = pydantic.Field(description="What is wrong, in one line, for people.")
+    object: str | None = pydantic.Field(
+        description="The object at fault (`TrainingJob team-a/llm`, `Queue org`, or `document 3` of a "
+        "request body), or null."
+    )
+    field: str | None = pydantic.Field(
+        description="The field at fault, as a path in the YAML's names (`spec.worker.gpus`), or null."
+    )
+    status: int = pydantic.Field(description="The HTTP status code of the answer, repeated.")
+
+
+class ErrorBody(pydantic.BaseModel):
+    """The body of every answer that is not a success, whatever the path."""
+
+    error: ErrorDetail = pydantic.Field(description="The error: its kind, message, object and field.")
+
+
+_WHEN = {
+    400: "The request is malformed: a body that is not JSON or YAML, a bad query parameter.",
+    401: "No token, or a token the server does not know.",
+    403: "The token may not do this (a queue's token touching another queue's objects).",
+    404: "No such object, or one the token may not read.",
+    409: "A conflict: the object exists, or changed since the resourceVersion given, or is in use "
+    "(a queue with child queues or work).",
+    410: "The resourceVersion is older than the events the server keeps: list again.",
+    413: f"The body is larger than the server takes ({MAX_BODY_MIB} MiB).",
+    422: "An object or a field is invalid; `object` and `field` name it.",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of these error statuses, and of any other (`default`: a 500 is a bug),
+    each with the error body."""
+    answers: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorBody, "description": _WHEN[code]} for code in sorted(set(codes))
+    }
+    answers["default"] = {
+        "model": ErrorBody,
+        "description": "Any other failure, in the same shape (500: a bug in the server).",
+    }
+    return answers
 
 
 def error_body(

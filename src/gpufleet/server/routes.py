@@ -29,7 +29,9 @@ from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.server.auth import Principal
 from gpufleet.server.bodies import MERGE_PATCH, one_object, status_body, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
+from gpufleet.server.errors import error_responses
 from gpufleet.server.operations import Deleted, Operations, check_namespace
+from gpufleet.server.schemas import NDJSON, json_answer, ref
 from gpufleet.server.watches import EventStream, watch_lines
 
 PREFIX = f"/apis/{API_VERSION}"
@@ -37,6 +39,8 @@ MAX_WATCH_SECONDS = 600.0
 
 Authenticate = Callable[..., Awaitable[Principal]]
 Endpoint = Callable[..., Awaitable[Any]]
+Answers = dict[Any, dict[str, Any]]
+"""OpenAPI responses by status code."""
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
 Watch = Annotated[bool, Query()]
 Version = Annotated[str | None, Query(alias="resourceVersion", max_length=32)]
@@ -140,8 +144,17 @@ def add_kind_routes(
             "details": {"kind": info.kind, "name": name, "namespace": namespace},
         }
 
-    def route(path: str, endpoint: Endpoint, method: str, operation: str, summary: str, **extra: Any) -> None:
-        if not info.namespaced:
+    def route(
+        path: str,
+        endpoint: Endpoint,
+        method: str,
+        operation: str,
+        summary: str,
+        answers: Answers,
+        errors: tuple[int, ...],
+        **extra: Any,
+    ) -> None:
+        if "{namespace}" not in path and "namespace" in inspect.signature(endpoint).parameters:
             endpoint = _without_namespace(endpoint)
         app.add_api_route(
             path,
@@ -149,67 +162,139 @@ def add_kind_routes(
             methods=[method],
             tags=tag,
             summary=summary,
-            operation_id=operation + info.kind,
+            operation_id=operation,
+            response_model=None,
+            responses={**answers, **error_responses(*errors)},
             **extra,
         )
 
+    one = ref(info.kind)
+    status_view = json_answer(ref(f"{info.kind}StatusView"), f"The {info.kind}'s metadata and status.")
+    listed = {
+        200: {
+            "description": f"The {info.plural} (a watch: NDJSON lines, one per change, until its timeout).",
+            "content": {
+                "application/json": {"schema": ref(f"{info.kind}List")},
+                NDJSON: {"schema": ref(f"{info.kind}WatchEvent")},
+            },
+        }
+    }
+    deleted = {200: json_answer(ref("DeletedList"), "Each object deleted, all of them or none.")}
+    reading = (400, 401, 403, 410, 422)
+    writing = (400, 401, 403, 409, 413, 422)
     if info.namespaced:
-        app.add_api_route(
+        route(
             f"{PREFIX}/{info.plural}",
             list_all,
-            methods=["GET"],
-            tags=tag,
-            summary=f"List or watch {info.plural} of all namespaces",
-            operation_id=f"list{info.kind}AllNamespaces",
+            "GET",
+            f"list{info.kind}AllNamespaces",
+            f"List or watch {info.plural} of all namespaces",
+            listed,
+            reading,
         )
-        route(base, list_in, "GET", "list", f"List or watch {info.plural}")
-        app.add_api_route(
+        route(base, list_in, "GET", f"list{info.kind}", f"List or watch {info.plural}", listed, reading)
+        route(
             f"{PREFIX}/{info.plural}",
             delete_collection,
-            methods=["DELETE"],
-            tags=tag,
-            summary=f"Delete the {info.plural} of all namespaces that labelSelector matches, all or none",
-            operation_id=f"deletecollection{info.kind}AllNamespaces",
+            "DELETE",
+            f"deletecollection{info.kind}AllNamespaces",
+            f"Delete the {info.plural} of all namespaces that labelSelector matches, all or none",
+            deleted,
+            (400, 401, 403, 409, 422),
         )
     else:
-        app.add_api_route(
-            base,
-            list_all,
-            methods=["GET"],
-            tags=tag,
-            summary=f"List or watch {info.plural}",
-            operation_id=f"list{info.kind}",
-        )
-    route(base, create, "POST", "create", f"Create a {info.kind}", status_code=201, openapi_extra=body)
+        route(base, list_all, "GET", f"list{info.kind}", f"List or watch {info.plural}", listed, reading)
+    route(
+        base,
+        create,
+        "POST",
+        f"create{info.kind}",
+        f"Create a {info.kind}",
+        {201: json_answer(one, f"The {info.kind} as stored.")},
+        writing,
+        status_code=201,
+        openapi_extra=body,
+    )
     route(
         base,
         delete_collection,
         "DELETE",
-        "deletecollection",
+        f"deletecollection{info.kind}",
         f"Delete the {info.plural} that labelSelector matches (all without one), all or none",
+        deleted,
+        (400, 401, 403, 409, 422),
     )
-    route(item, get, "GET", "read", f"Read a {info.kind}")
-    route(item + "/status", get_status, "GET", "readStatus", f"Read the status of a {info.kind}")
+    route(
+        item,
+        get,
+        "GET",
+        f"read{info.kind}",
+        f"Read a {info.kind}",
+        {200: json_answer(one, f"The {info.kind}.")},
+        (400, 401, 403, 404),
+    )
+    route(
+        item + "/status",
+        get_status,
+        "GET",
+        f"readStatus{info.kind}",
+        f"Read the status of a {info.kind}",
+        {200: status_view},
+        (400, 401, 403, 404),
+    )
     route(
         item + "/status",
         put_status,
         "PUT",
-        "replaceStatus",
+        f"replaceStatus{info.kind}",
         f"Replace the status of a {info.kind} (admin only; the spec sent is ignored)",
+        {200: status_view},
+        (*writing, 404),
         openapi_extra=body,
     )
     route(
         item + "/status",
         patch_status,
         "PATCH",
-        "patchStatus",
+        f"patchStatus{info.kind}",
         f"Merge-patch the status of a {info.kind} (admin only; RFC 7386)",
+        {200: status_view},
+        (*writing, 404),
         openapi_extra=_status_patch_schema(info),
     )
     route(
-        item, put, "PUT", "apply", f"Apply a {info.kind}: create it or replace its spec", openapi_extra=body
+        item,
+        put,
+        "PUT",
+        f"apply{info.kind}",
+        f"Apply a {info.kind}: create it or replace its spec",
+        {
+            200: json_answer(
+                one, f"The {info.kind} as stored (header X-Gpufleet-Action: configured or unchanged)."
+            ),
+            201: json_answer(one, f"The {info.kind} as stored (header X-Gpufleet-Action: created)."),
+        },
+        (*writing, 404),
+        openapi_extra=body,
     )
-    route(item, delete, "DELETE", "delete", f"Delete a {info.kind}")
+    route(
+        item,
+        delete,
+        "DELETE",
+        f"delete{info.kind}",
+        f"Delete a {info.kind}",
+        {
+            200: json_answer(
+                {
+                    "anyOf": [ref("StatusAnswer"), one],
+                    "description": "Status when the object is gone; the object itself while finalizers "
+                    "hold it (metadata.deletionTimestamp set).",
+                },
+                "Deleted, or being deleted.",
+            )
+        },
+        (400, 401, 403, 404, 409),
+    )
 
 
 def deleted_response(deleted: list[Deleted]) -> JSONResponse:
@@ -289,8 +374,21 @@ def _status_patch_schema(info: KindInfo) -> dict[str, Any]:
         "type": "object",
         "required": ["status"],
         "properties": {
-            "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
-            "status": {"$ref": f"#/components/schemas/{ref}"} if ref else {"type": "object"},
+            "metadata": {
+                "type": "object",
+                "description": "Only resourceVersion is read.",
+                "properties": {
+                    "resourceVersion": {
+                        "type": "string",
+                        "description": "If given, the object must still have it (else 409).",
+                    }
+                },
+            },
+            "status": {
+                **({"$ref": f"#/components/schemas/{ref}"} if ref else {"type": "object"}),
+                "description": "Merged into the status: a key set to null is removed, a mapping is merged, "
+                "anything else replaces.",
+            },
         },
     }
     return {"requestBody": {"required": True, "content": {MERGE_PATCH: {"schema": patch}}}}
