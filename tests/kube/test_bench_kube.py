@@ -44,3 +44,47 @@ def test_pods_that_do_not_fit_are_refused_before_anything_is_made(tmp_path: Path
     args = ["bench", "kube", "--kubeconfig", str(config), "--nodes", "1", "--pods", "9"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "do not fit" in str(result.exception or result.output)
+
+
+def test_a_scheduler_already_serving_the_name_is_reported_not_measured() -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from gpufleet.api.errors import ConflictError
+    from gpufleet.kube.bench import KubeBench
+    from gpufleet.kube.config import KubeConfig
+    from gpufleet.kube.scheduler import KubeScheduler
+
+    api = FakeApiServer()
+    stale = KubeScheduler(api, config=KubeConfig(scheduler_name="gpufleet"), period=0.2)
+    stop = threading.Event()
+    stale.informers.start(stop)
+    thread = threading.Thread(target=stale.run, args=(stop,), daemon=True)
+    thread.start()
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen([sys.executable, "-c", "pass"]))
+        return started[-1]
+
+    bench = KubeBench(api, nodes=2, pods=4)
+    try:
+        # The stale scheduler binds the pods while they are being created, before the measured one.
+        real_create = bench.create_pods
+
+        def create_then_wait(progress=lambda _: None) -> None:  # type: ignore[no-untyped-def]
+            real_create(progress)
+            for _ in range(100):
+                if any(p["spec"].get("nodeName") for p in api.objects.get("/v1/pods", {}).values()):
+                    return
+                stop.wait(0.1)
+
+        bench.create_pods = create_then_wait  # type: ignore[method-assign]
+        with pytest.raises(ConflictError, match="another scheduler serves schedulerName 'gpufleet'"):
+            bench.measure(start=start, timeout=10)
+        assert started == []  # nothing was started, nothing measured
+        assert not api.objects.get("/v1/pods") and not api.objects.get("/v1/nodes")
+    finally:
+        stop.set()
+        thread.join(10)

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.api.errors import ConflictError
 from gpufleet.api.labels import BENCH_RUN_LABEL
 from gpufleet.kube.config import GANG_LABEL, GANG_SIZE_LABEL, GPU_MODEL_LABEL, QUEUE_LABEL
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
@@ -174,13 +175,22 @@ class Started:
         return _cpu_seconds(self.process.pid)
 
     def stop(self, grace: float = 15.0) -> None:
+        """Stops the process and whatever it started (a wrapper such as a profiler leaves its child)."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(grace)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # children still in its group
+
+    def _signal(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            self.process.send_signal(sig)
 
 
 def _proc_status(pid: int, key: str) -> int:
@@ -280,6 +290,12 @@ class KubeBench:
     ) -> KubeBenchResult:
         self.create_pods(progress)
         _wait(lambda: len(watch.created_at) >= self.pods, 60, "the watch to see every pod")
+        if watch.count():
+            raise ConflictError(
+                f"{watch.count()} pods were bound before the scheduler started: another scheduler "
+                f"serves schedulerName {self.scheduler_name!r}; stop it and run again",
+                field="--scheduler",
+            )
         before = server_sample(self.metrics)
         began = time.monotonic()
         started = Started(start(), began)
