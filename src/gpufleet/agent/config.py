@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
+from gpufleet.api.documents import read_text
 from gpufleet.api.errors import ValidationError
 
 log = logging.getLogger(__name__)
@@ -277,10 +278,7 @@ def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None
     if path is None:
         config = AgentConfig()
     else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ValidationError(f"cannot read config: {exc.strerror}", obj=str(path)) from exc
+        text = read_text(path)  # a file that cannot be read or is not UTF-8: an error naming it
         config = parse_config(_document(text, str(path)), where=str(path))
     if env:
         config = config.model_copy(update={"health": config.health.with_env(env)})

@@ -33,16 +33,11 @@ def load_objects(
     if isinstance(source, str):
         text, origin = source, None
     else:
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValidationError(f"cannot read: {exc.strerror}", obj=str(path)) from None
-        origin = str(path)
+        text, origin = read_text(source), str(source)
     try:
         documents = compose_documents(text)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"not valid YAML: {_yaml_problem(exc)}", obj=origin) from None
+        raise ValidationError(f"not valid YAML: {yaml_problem(exc)}", obj=origin) from None
     objects: list[Resource] = []
     for index, (document, node) in enumerate(documents, start=1):
         if document is None:
@@ -55,6 +50,28 @@ def load_objects(
                 raise
             raise locate_error(exc, source=origin, node=node) from None
     return objects
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The text of a UTF-8 file; one that cannot be read, or is not UTF-8, is a ValidationError naming it."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValidationError(f"cannot read: {exc.strerror}", obj=str(path)) from None
+    return decode_text(raw, str(path))
+
+
+def decode_text(raw: bytes, source: str) -> str:
+    """`raw` as UTF-8 text; bytes that are not UTF-8 are a ValidationError naming `source` and the byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValidationError(
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset {exc.start}); "
+            "save the file as UTF-8",
+            obj=source,
+        ) from None
 
 
 def compose_documents(text: str) -> list[tuple[Any, yaml.Node | None]]:
@@ -120,7 +137,8 @@ def dump_objects(objects: Iterable[Resource]) -> str:
     )
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parser's error as one line: the problem and where it is."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
         return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from gpufleet.api.documents import load_objects
-from gpufleet.api.errors import ValidationError
+from gpufleet.api.documents import decode_text, load_objects
+from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.resource import Resource
 from gpufleet.cli.client import Client
 from gpufleet.cli.output import FORMATS, console, lookup, objects_table, print_objects
@@ -69,7 +69,9 @@ def read_objects(files: list[str]) -> list[Resource]:
     objects: list[Resource] = []
     for name in files:
         if name == "-":
-            objects.extend(load_objects(sys.stdin.read()))
+            buffer = getattr(sys.stdin, "buffer", None)  # None for text put in its place (tests)
+            text = sys.stdin.read() if buffer is None else decode_text(buffer.read(), "stdin")
+            objects.extend(load_objects(text))
             continue
         path = Path(name)
         if path.is_dir():
@@ -300,10 +302,21 @@ def fault(
     """Makes the digital twin play a fault: what the controllers do about it shows in describe and events."""
     if kind not in _FAULTS:
         raise ValidationError(f"must be one of {', '.join(_FAULTS)}, got {kind!r}", field="KIND")
+    # Said here in the command's own words; the API's answer would name its request type.
     if kind in ("gpu-failure", "gpu-repair") and gpu is None:
-        # Said here in the command's own words; the API's answer would name its request type.
         raise ValidationError(f"--gpu is required for {kind}")
+    if kind not in ("gpu-failure", "gpu-repair") and gpu is not None:
+        raise ValidationError(f"{kind} takes the whole node, not one GPU: leave --gpu out", field="--gpu")
     client = connect(server, token, state)
+    if gpu is not None and client.has_kind("Node"):
+        try:
+            spec = client.read(client.resource_type("Node"), node, None).get("spec") or {}
+        except NotFoundError:
+            spec = {}  # the server says what is wrong: no such node, or no digital twin at all
+        count = spec.get("gpus")
+        if isinstance(count, int) and gpu >= count:
+            have = f"GPUs 0..{count - 1}" if count else "no GPUs"
+            raise ValidationError(f"node/{node} has {have}, got {gpu}", field="--gpu")
     body: dict[str, Any] = {"type": _FAULTS[kind], "node": node}
     if gpu is not None:
         body["gpu"] = gpu

@@ -8,16 +8,17 @@ names the `kube` group builds the app with that area alone; any other gets every
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
-from typing import Any
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+# Nothing but `os` and `sys` (loaded with the interpreter) is imported at module level: the console script
+# imports this module before `main()` can catch a Ctrl-C, and typer, rich and pydantic take most of a
+# second to import. `main()` imports them inside its handler. (mypy takes any TYPE_CHECKING as true.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from gpufleet.api.errors import GpuFleetError
-from gpufleet.api.gpu_models import load_extra_models
+    import typer
 
 AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_models", "data")
 """The modules of `gpufleet.cli` that register commands, in the order help lists them."""
@@ -25,6 +26,8 @@ AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_mode
 
 def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
     """The typer app with the commands of these areas."""
+    import typer
+
     built = typer.Typer(
         rich_markup_mode=None,
         name="gpufleet",
@@ -33,6 +36,8 @@ def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
         pretty_exceptions_enable=False,
         add_completion=False,
     )
+    import importlib
+
     for area in areas:
         importlib.import_module(f"gpufleet.cli.{area}").register(built)
     return built
@@ -56,12 +61,42 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """Entry point: user errors print as one line and exit 2, never as a traceback."""
-    # Configuration from the environment is read once, here, so every check of this process agrees.
-    load_extra_models()
+    """Entry point: user errors print as one line and exit 2, never as a traceback; Ctrl-C at any
+    moment, the imports included, exits 130 without one."""
+    import signal
+
+    # While the modules are imported and the app is built nothing needs cleaning up, so Ctrl-C ends
+    # the process at once: a KeyboardInterrupt raised there can surface as another error (pydantic
+    # turns one raised while it builds a model's validator into a SchemaError) with a traceback.
+    signal.signal(signal.SIGINT, _exit_interrupted)
     try:
+        _run()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _exit_interrupted(signum: int, frame: object) -> None:
+    os._exit(130)
+
+
+def _run() -> None:
+    import signal
+
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
+
+    from gpufleet.api.errors import GpuFleetError
+    from gpufleet.api.gpu_models import load_extra_models
+
+    try:
+        # Configuration from the environment is read once, here, so every check of this process agrees.
+        load_extra_models()
+        app = build_app(_areas_for(sys.argv))
+        # From here a command runs: Ctrl-C is a KeyboardInterrupt again, so its cleanup runs.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
-        code = build_app(_areas_for(sys.argv))(standalone_mode=False)
+        code = app(standalone_mode=False)
     except GpuFleetError as exc:
         Console(stderr=True, emoji=False).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import shlex
 import shutil
+import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from importlib import resources
@@ -23,6 +25,7 @@ from rich.markup import escape
 
 import gpufleet.controllers.admission  # noqa: F401 - registers the MIG-layout admission check the API runs
 from gpufleet.api.documents import load_objects
+from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir
 from gpufleet.cli.output import console
@@ -33,7 +36,7 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.operations import Operations
-from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer
+from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
 from gpufleet.server.statelock import StateLock
 from gpufleet.store import SqliteStore
 from gpufleet.store.permissions import make_private
@@ -85,15 +88,47 @@ def up(
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = console()
-    config = scheduler_config(placement, placement_class)  # a bad name fails before anything starts
-    directory = state_dir(state)
-    make_private(directory)
+    # Everything that can be refused is checked before the state directory is created or changed.
+    config = scheduler_config(placement, placement_class)
     objects = (demo_objects() if demo else []) + [obj for path in fleet or [] for obj in load_objects(path)]
+    check_port(host, port)
+    directory = state_dir(state)
+    prepare_state(directory)
     # Held until the process ends: a second `up` on this directory fails here, before it touches
     # the store, the clock file or `server.url`.
     with StateLock(directory):
         _serve(directory, objects, out, state is not None, host, port, time_scale, runtime, config)
     out.print("stopped; the state is kept in " + str(directory))
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuses a port that cannot be listened on (taken, privileged, a host not of this machine) before
+    the state directory is touched; the server binds its own socket later (port 0: any free one)."""
+    if port == 0:
+        return
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's socket
+    try:
+        probe.bind((host, port))
+    except OSError as exc:
+        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--port") from None
+    finally:
+        probe.close()
+
+
+def prepare_state(directory: Path) -> None:
+    """Creates the state directory (private to its owner) and checks it can be written, or says why not."""
+    try:
+        make_private(directory)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if directory.exists() and not directory.is_dir():
+            reason = "it is a file, not a directory"
+        raise ValidationError(
+            f"cannot use {directory} as the state directory: {reason}", field="--state"
+        ) from None
 
 
 def _serve(

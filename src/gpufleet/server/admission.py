@@ -8,6 +8,7 @@ lets one multi-document apply create a parent after its children (it is applied 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Collection, Mapping, Sequence
 
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
@@ -63,16 +64,33 @@ def check_queue_refs(store: Store, objects: Sequence[Resource]) -> None:
         if not isinstance(name, str):
             continue
         if name not in queues:
-            known = ", ".join(sorted(q for q in queues if q not in parents))
-            raise ValidationError(
-                f"unknown queue {name!r} (leaf queues: {known})", obj=obj.describe(), field="spec.queue"
-            )
+            leaves = sorted(q for q in queues if q not in parents)
+            raise ValidationError(unknown_queue_message(name, leaves), obj=obj.describe(), field="spec.queue")
         if name in parents:
             raise ValidationError(
                 f"queue {name!r} has child queues; submit to one of its leaf queues",
                 obj=obj.describe(),
                 field="spec.queue",
             )
+
+
+LISTED_QUEUES = 5
+"""How many leaf queues an unknown-queue error names: a fleet may have thousands."""
+
+
+def unknown_queue_message(name: str, known: Sequence[str], what: str = "leaf queues") -> str:
+    """Why `name` is refused: the closest of the `known` queues, and a few of them (a fleet may have
+    thousands; the message stays one line)."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if len(known) <= LISTED_QUEUES:
+        listed = f"{what}: {', '.join(known)}"
+    else:
+        listed = (
+            f"{len(known)} {what}, among them {', '.join(known[:LISTED_QUEUES])}; "
+            "`gpufleet get queues` lists them all"
+        )
+    return f"unknown queue {name!r}{hint} ({listed})"
 
 
 def check_queue_exists(store: Store, name: str) -> None:
@@ -84,8 +102,8 @@ def check_queue_exists(store: Store, name: str) -> None:
     queues = queues_after(store, ())
     if name in queues or (not queues and name == DEFAULT_QUEUE):
         return
-    known = ", ".join(sorted(queues)) or DEFAULT_QUEUE
-    raise NotFoundError(f"queue {name!r} does not exist (queues: {known})", obj=f"Queue {name}")
+    known = sorted(queues) or [DEFAULT_QUEUE]
+    raise NotFoundError(unknown_queue_message(name, known, "queues"), obj=f"Queue {name}")
 
 
 def parent_problem(name: str, queues: Mapping[str, Queue]) -> str | None:

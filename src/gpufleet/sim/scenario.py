@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gpufleet.api.documents import compose_documents, locate_error
+from gpufleet.api.documents import compose_documents, locate_error, read_text, yaml_problem
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.fields import DEFAULT_PRIORITY_CLASSES
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL
@@ -118,12 +118,11 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[LoadedScenario]:
 def load_file(path: Path) -> list[LoadedScenario]:
     """Every scenario of one file; an error about a field names the file and the field's line."""
     source = str(path)
+    text = read_text(path)
     try:
-        documents = compose_documents(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValidationError(f"cannot read: {exc.strerror}", obj=source) from None
+        documents = compose_documents(text)
     except yaml.YAMLError as exc:
-        raise ValidationError(f"not valid YAML: {exc}", obj=source) from None
+        raise ValidationError(f"not valid YAML: {yaml_problem(exc)}", obj=source) from None
     out = []
     for index, (document, node) in enumerate(documents, start=1):
         if document is None:

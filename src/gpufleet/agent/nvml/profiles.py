@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent.nvml.devices import Gpu, MigDevice, NodeInfo, Telemetry
+from gpufleet.api.documents import read_text
 from gpufleet.api.errors import ValidationError
 
 PROFILE_SCHEMA = "gpufleet.io/node-profile/v1"
@@ -114,10 +115,7 @@ def read_profile(name_or_path: str | Path) -> dict[str, Any]:
         text = bundled.read_text()
         where = f"profile {name_or_path}"
     else:
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ValidationError(f"cannot read profile: {exc.strerror}", obj=str(path)) from exc
+        text = read_text(path)  # a file that cannot be read or is not UTF-8: an error naming it
         where = str(path)
     try:
         data = json.loads(text)
