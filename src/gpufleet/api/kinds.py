@@ -106,10 +106,12 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
         plural="nodes",
         short_names=("no",),
         printer_columns=(
+            # kubectl's heading; the CLI shows a cordoned node as Ready,SchedulingDisabled, as kubectl does
+            PrinterColumn("Status", ".status.phase"),
             PrinterColumn("Pool", ".spec.pool"),
             PrinterColumn("Model", ".spec.gpuModel"),
             PrinterColumn("GPUs", ".spec.gpus", "integer"),
-            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Unhealthy", ".status.unhealthyGpus", "integer", "GPUs that failed."),
         ),
         crd=False,
     ),

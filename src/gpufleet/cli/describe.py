@@ -11,11 +11,10 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from gpufleet.cli.client import AuthError, Client
-from gpufleet.cli.output import age, cell, console
+from gpufleet.cli.output import Columns, age, cell, console
 
 
 def register(app: typer.Typer) -> None:
@@ -63,10 +62,8 @@ def render(obj: dict[str, Any], events: list[dict[str, Any]]) -> RenderableType:
     return Group(*parts)
 
 
-def _fields(obj: dict[str, Any], meta: dict[str, Any], status: dict[str, Any]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+def _fields(obj: dict[str, Any], meta: dict[str, Any], status: dict[str, Any]) -> Columns:
+    table = Columns("FIELD", "VALUE", header=False, cut=(), styles={"FIELD": "bold"})
     table.add_row("Name:", str(meta.get("name")))
     if meta.get("namespace"):
         table.add_row("Namespace:", str(meta["namespace"]))
@@ -102,13 +99,11 @@ def _pending(reason: dict[str, Any]) -> RenderableType:
     return Group(*lines)
 
 
-def _conditions(conditions: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0))
-    for header in ("  TYPE", "STATUS", "REASON", "AGE", "MESSAGE"):
-        table.add_column(header)
+def _conditions(conditions: list[dict[str, Any]]) -> Columns:
+    table = Columns("TYPE", "STATUS", "REASON", "AGE", "MESSAGE", indent="  ")
     for condition in conditions:
         table.add_row(
-            "  " + str(condition.get("type")),
+            str(condition.get("type")),
             str(condition.get("status")),
             cell(condition.get("reason"), "string"),
             age(condition.get("lastTransitionTime")),
@@ -117,16 +112,15 @@ def _conditions(conditions: list[dict[str, Any]]) -> Table:
     return table
 
 
-def events_table(events: list[dict[str, Any]], *, with_object: bool, header: bool = True) -> Table:
-    """Events (objects of kind Event) as a table, oldest first."""
-    table = Table(box=None, header_style="bold", pad_edge=False, show_header=header, padding=(0, 2, 0, 0))
-    for column in ("  AGE", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE"):
-        table.add_column(column)
+def events_table(events: list[dict[str, Any]], *, with_object: bool, header: bool = True) -> Columns:
+    """Events (objects of kind Event) as a table, oldest first; messages cut to one line."""
+    columns = ("AGE", "TYPE", "REASON", *(["OBJECT"] if with_object else []), "MESSAGE")
+    table = Columns(*columns, header=header, indent="  ")
     for event in events:
         spec = event.get("spec", {})
         kind_style = "yellow" if spec.get("type") == "Warning" else ""
         row: list[str | Text] = [
-            "  " + age(spec.get("time")),
+            age(spec.get("time")),
             Text(str(spec.get("type", "")), style=kind_style),
             str(spec.get("reason")),
         ]

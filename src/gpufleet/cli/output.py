@@ -1,29 +1,138 @@
-"""How the control commands print objects: tables from the kinds' printer columns, YAML, JSON."""
+"""How the control commands print objects: tables from the kinds' printer columns, YAML, JSON.
+
+Tables print as kubectl prints them. On a terminal: a table whose rows stay one line each, cut to the
+terminal's width. Anywhere else (a pipe, a file): plain columns three spaces apart, the last one not
+padded, no colour and nothing wrapped, for `grep`, `awk` and `cut`. In both, a message is cut at
+`MESSAGE_WIDTH` characters (`describe` and `-o yaml` show it whole).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:  # client imports this module to hand over the server's time
     from gpufleet.cli.client import ResourceType
 
 FORMATS = ("table", "wide", "yaml", "json")
-PIPE_WIDTH = 240
-"""Columns of output that goes to a file or a pipe, where no terminal says how wide it is."""
+MESSAGE_WIDTH = 80
+"""Characters of a message that a table shows; a longer one is cut, ending in `...`."""
+GAP = "   "
+"""Between two columns of a plain table (kubectl's three spaces)."""
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console that wraps at the terminal's width, and not at 80 columns when piped."""
+    """A console that wraps at the terminal's width, and neither wraps nor cuts lines when piped."""
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width, emoji=False)
+    return Console(stderr=stderr, highlight=False, emoji=False, soft_wrap=not stream.isatty())
+
+
+def one_line(text: str, width: int | None = MESSAGE_WIDTH) -> str:
+    """`text` on one line (line breaks become spaces), cut to `width` characters with `...`."""
+    flat = " ".join(text.split())
+    if width is None or len(flat) <= width:
+        return flat
+    return flat[: max(width - 3, 1)].rstrip() + "..."
+
+
+Cell = str | Text
+"""A table cell: plain text (never read as markup: a message may hold brackets), or styled Text."""
+
+
+class Columns:
+    """A table printed as kubectl prints one (see the module docstring).
+
+    `right` names the columns aligned right (numbers); `cut` the columns whose text is cut at
+    `MESSAGE_WIDTH` (messages); `indent` goes before every line.
+    """
+
+    def __init__(
+        self,
+        *headers: str,
+        header: bool = True,
+        title: str | None = None,
+        indent: str = "",
+        right: Collection[str] = (),
+        cut: Collection[str] = ("MESSAGE",),
+        styles: dict[str, str] | None = None,
+    ) -> None:
+        self.headers = list(headers)
+        self.header = header
+        self.title = title
+        self.indent = indent
+        self.right = frozenset(right)
+        self.cut = frozenset(cut)
+        self.styles = styles or {}
+        self.rows: list[list[Text]] = []
+
+    def add_row(self, *cells: Cell) -> None:
+        if len(cells) != len(self.headers):
+            raise ValueError(f"a row of {len(cells)} cells for {len(self.headers)} columns")
+        row = []
+        for heading, cell in zip(self.headers, cells, strict=True):
+            text = cell.copy() if isinstance(cell, Text) else Text(cell)
+            if heading in self.cut and len(text.plain) > MESSAGE_WIDTH:
+                text = Text(one_line(text.plain), style=text.style)
+            elif "\n" in text.plain:
+                text = Text(one_line(text.plain, None), style=text.style)
+            row.append(text)
+        self.rows.append(row)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        terminal = console.is_terminal
+        if self.title:
+            yield Text(self.title, style="bold" if terminal else "")
+        for line in self._lines(styled=terminal):
+            if terminal:  # one line per row: what passes the terminal's width ends in an ellipsis
+                line.no_wrap, line.overflow = True, "ellipsis"
+                yield line
+            else:  # as it is, however long: the console neither wraps nor cuts it
+                yield Segment(line.plain)
+                yield Segment.line()
+
+    def _lines(self, *, styled: bool) -> list[Text]:
+        rows = (
+            [[Text(heading, style="bold" if styled else "") for heading in self.headers]]
+            if self.header
+            else []
+        )
+        for row in self.rows:
+            rows.append([text if styled else Text(text.plain) for text in row])
+        for index, heading in enumerate(self.headers):
+            if styled and heading in self.styles:
+                for row in rows[1 if self.header else 0 :]:
+                    row[index].stylize(self.styles[heading])
+        widths = [max((cell_len(row[i].plain) for row in rows), default=0) for i in range(len(self.headers))]
+        lines = []
+        for row in rows:
+            line = Text(self.indent)
+            for index, (text, width) in enumerate(zip(row, widths, strict=True)):
+                pad = " " * (width - cell_len(text.plain))
+                if index:
+                    line.append(GAP)
+                if self.headers[index] in self.right:
+                    line.append(pad)
+                    line.append_text(text)
+                else:
+                    line.append_text(text)
+                    if index < len(widths) - 1:
+                        line.append(pad)
+            line.rstrip()
+            lines.append(line)
+        return lines
 
 
 def lookup(obj: Any, json_path: str) -> Any:
@@ -73,10 +182,14 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
 
 
 def cell(value: Any, column_type: str) -> str:
+    """A printer column's value as text: `-` for none, an age for a date, the length of a list
+    for an integer column (`.status.unhealthyGpus`: how many)."""
     if value is None or value == "":
         return "-"
     if column_type == "date":
         return age(str(value))
+    if column_type == "integer" and isinstance(value, list):
+        return str(len(value))
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, (dict, list)):
@@ -84,26 +197,34 @@ def cell(value: Any, column_type: str) -> str:
     return str(value)
 
 
-def objects_table(rtype: ResourceType, items: list[dict[str, Any]], *, namespaces: bool, wide: bool) -> Table:
-    """A table of objects: NAME (and NAMESPACE), then the kind's printer columns."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    if namespaces and rtype.namespaced:
-        table.add_column("NAMESPACE")
-    table.add_column("NAME", style="cyan", no_wrap=True)
+def objects_table(
+    rtype: ResourceType, items: list[dict[str, Any]], *, namespaces: bool, wide: bool
+) -> Columns:
+    """A table of objects: NAME (and NAMESPACE), then the kind's printer columns (and, wide, the
+    pending reason's message, cut to `MESSAGE_WIDTH`)."""
+    with_namespace = namespaces and rtype.namespaced
     columns = [c for c in rtype.columns if wide or c[3] == 0]
-    for name, _, _, _ in columns:
-        table.add_column(name.upper())
-    if wide:
-        table.add_column("MESSAGE", overflow="fold")
+    headers = [*(["NAMESPACE"] if with_namespace else []), "NAME", *(c[0].upper() for c in columns)]
+    right = {c[0].upper() for c in columns if c[2] in ("integer", "number")}
+    table = Columns(*headers, *(["MESSAGE"] if wide else []), right=right, styles={"NAME": "cyan"})
     for obj in items:
         meta = obj.get("metadata", {})
-        row = [meta.get("namespace", "-")] if namespaces and rtype.namespaced else []
+        row: list[Cell] = [meta.get("namespace", "-")] if with_namespace else []
         row.append(meta.get("name", "?"))
-        row.extend(_styled(cell(lookup(obj, path), kind)) for _, path, kind, _ in columns)
+        row.extend(_styled(_value(rtype, obj, path, kind)) for _, path, kind, _ in columns)
         if wide:
             row.append(cell(lookup(obj, ".status.pendingReason.message"), "string"))
         table.add_row(*row)
     return table
+
+
+def _value(rtype: ResourceType, obj: dict[str, Any], path: str, column_type: str) -> str:
+    """A printer column's cell; a cordoned node's phase reads `Ready,SchedulingDisabled`, as kubectl
+    shows a cordoned node's status."""
+    text = cell(lookup(obj, path), column_type)
+    if rtype.kind == "Node" and path == ".status.phase" and lookup(obj, ".spec.unschedulable") is True:
+        return f"{text},SchedulingDisabled"
+    return text
 
 
 _PHASE_STYLE = {
@@ -118,9 +239,8 @@ _PHASE_STYLE = {
 }
 
 
-def _styled(text: str) -> str:
-    style = _PHASE_STYLE.get(text)
-    return f"[{style}]{text}[/]" if style else text
+def _styled(text: str) -> Text:
+    return Text(text, style=_PHASE_STYLE.get(text.split(",")[0], ""))
 
 
 def print_objects(items: list[dict[str, Any]], fmt: str, *, single: bool) -> None:

@@ -7,11 +7,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from gpufleet.cli.client import AuthError, Client
-from gpufleet.cli.output import console, lookup
+from gpufleet.cli.output import Columns, console, lookup
 
 BAR_WIDTH = 20
 
@@ -60,10 +59,18 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
-def pools_table(pools: list[dict[str, Any]]) -> Table:
-    table = Table(title="GPU pools", title_justify="left", header_style="bold", box=None, pad_edge=False)
-    for column in ("POOL", "MODEL", "CAPACITY", "NODES", "GPUS", "ALLOCATED", "UTILISATION"):
-        table.add_column(column, justify="right" if column in ("NODES", "GPUS", "ALLOCATED") else "left")
+def pools_table(pools: list[dict[str, Any]]) -> Columns:
+    table = Columns(
+        "POOL",
+        "MODEL",
+        "CAPACITY",
+        "NODES",
+        "GPUS",
+        "ALLOCATED",
+        "UTILISATION",
+        title="GPU pools",
+        right=("NODES", "GPUS", "ALLOCATED"),
+    )
     total_gpus = total_used = 0.0
     for pool in pools:
         spec, status = pool.get("spec", {}), pool.get("status", {})
@@ -83,7 +90,7 @@ def pools_table(pools: list[dict[str, Any]]) -> Table:
         )
     if len(pools) > 1:
         table.add_row(
-            "[bold]total[/]",
+            Text("total", style="bold"),
             "",
             "",
             "",
@@ -116,7 +123,7 @@ def usage_by_queue(workloads: list[dict[str, Any]]) -> dict[str, dict[str, float
 
 def queues_table(
     queues: list[dict[str, Any]], work: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None
-) -> Table:
+) -> Columns:
     """Per queue: its nominal quota, what it uses (of its nominal quota) and its workloads by phase.
 
     Use is the queue's status when a controller keeps it there, else the sum of admitted workloads.
@@ -126,12 +133,18 @@ def queues_table(
     for obj in work:
         queue = str(lookup(obj, ".spec.queue") or "default")
         phases.setdefault(queue, Counter())[str(lookup(obj, ".status.phase") or "Pending")] += 1
-    table = Table(title="Queues", title_justify="left", header_style="bold", box=None, pad_edge=False)
-    for column in ("QUEUE", "PARENT", "NOMINAL", "IN USE", "OF NOMINAL", "PENDING", "RUNNING", "DONE"):
-        table.add_column(
-            column,
-            justify="right" if column in ("NOMINAL", "IN USE", "PENDING", "RUNNING", "DONE") else "left",
-        )
+    table = Columns(
+        "QUEUE",
+        "PARENT",
+        "NOMINAL",
+        "IN USE",
+        "OF NOMINAL",
+        "PENDING",
+        "RUNNING",
+        "DONE",
+        title="Queues",
+        right=("NOMINAL", "IN USE", "PENDING", "RUNNING", "DONE"),
+    )
     for item in queues:
         name = item["metadata"]["name"]
         quotas = item.get("spec", {}).get("quotas", {})
