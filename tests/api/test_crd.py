@@ -99,7 +99,12 @@ def test_free_form_only_where_the_model_is_free_form() -> None:
         "description": worker["template"]["description"],
     }
     assert worker["cpu"][INT_OR_STRING] is True
-    assert worker["gpus"] == {"minimum": 0, "type": "integer", "description": "Whole GPUs per pod."}
+    assert worker["gpus"] == {
+        "minimum": 0,
+        "maximum": 72,
+        "type": "integer",
+        "description": "Whole GPUs per pod.",
+    }
     assert FREE_FORM not in spec and FREE_FORM not in spec["properties"]["worker"]
     assert worker["mig"]["pattern"].startswith("^")
     quota = schema_of("Queue")["properties"]["spec"]["properties"]["quotas"]["additionalProperties"]

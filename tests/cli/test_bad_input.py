@@ -216,3 +216,41 @@ def test_an_unknown_queue_names_the_closest_and_a_few_not_thousands(
     assert "did you mean 'research-0117'?" in line
     assert "302 leaf queues" in line and "gpufleet get queues" in line
     assert len(line) < 400, line
+
+
+# ------------------------------------------------------------------------------ counts and models
+
+
+def _job(tmp_path: Path, spec: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: j, namespace: team-a}\n"
+        f"spec: {{queue: team-a, {spec}}}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("gpus", "said"),
+    [("true", "True"), ('"4"', "'4'"), ("2.0", "2.0"), ("99999999999999999999", "99999999999999999999")],
+)
+def test_a_gpu_count_that_is_not_a_whole_number_of_gpus_is_refused(
+    gpus: str, said: str, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    path = _job(tmp_path, f"replicas: 1, worker: {{gpus: {gpus}}}")
+    line = one_line_error(cli("apply", "-f", str(path)), f"{path}:4:", "field spec.worker.gpus", said)
+    assert "must be an integer" in line or "must be <= 72" in line
+
+
+def test_a_trillion_replicas_are_refused(tmp_path: Path, cli: Callable[..., Result]) -> None:
+    path = _job(tmp_path, "replicas: 1000000000000, worker: {gpus: 99999999999999999999}")
+    one_line_error(cli("apply", "-f", str(path)), "field spec.replicas", "must be <= 100000")
+
+
+def test_an_unknown_gpu_model_on_a_job_is_refused_with_the_closest_models(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    path = _job(tmp_path, "replicas: 1, worker: {gpus: 1, gpuModel: H100-80B}")
+    one_line_error(cli("apply", "-f", str(path)), "field spec.worker.gpuModel", "did you mean H100-80GB")
+    path = _job(tmp_path, "replicas: 1, worker: {gpus: 1, gpuModel: [H100-80GB, A10O]}")
+    one_line_error(cli("apply", "-f", str(path)), "field spec.worker.gpuModel[1]", "'A10O'", "did you mean")

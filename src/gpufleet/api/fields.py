@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, ValidationInfo, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, Strict, ValidationInfo, WithJsonSchema
 
 from gpufleet.api.errors import QuantityError
 from gpufleet.api.quantity import parse_quantity
@@ -33,6 +33,15 @@ DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = MappingProxyType(
 # Validation context key holding the priority-class table to check against. Absent: the defaults.
 # None: skip the check (objects read back from a store were checked when they were written).
 PRIORITY_CLASSES_CONTEXT = "priority_classes"
+
+MAX_GPUS_PER_NODE = 72
+"""The most GPUs one node has (a rack-scale NVL72 system seen as one node), so the most one pod asks for."""
+MAX_REPLICAS = 100_000
+"""The most pods one TrainingJob or InferenceService may ask for: far beyond any fleet, far below what
+would overflow the scheduler's arithmetic."""
+
+Count = Annotated[int, Strict()]
+"""A number of things (GPUs, replicas): an integer as written, never `true`, `"4"` or `2.0` taken for one."""
 
 
 def checked_on_write(info: ValidationInfo) -> bool:

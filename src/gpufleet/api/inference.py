@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import PriorityClassName, checked_on_write
+from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
 from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -17,8 +17,10 @@ ServicePhase = Literal["Pending", "Running", "Failed"]
 
 
 class ReplicaRange(ApiModel):
-    min: int = Field(default=1, ge=0, description="The fewest replicas, whatever the load.")
-    max: int = Field(ge=1, description="The most replicas.")
+    min: Count = Field(
+        default=1, ge=0, le=MAX_REPLICAS, description="The fewest replicas, whatever the load."
+    )
+    max: Count = Field(ge=1, le=MAX_REPLICAS, description="The most replicas.")
 
     @model_validator(mode="after")
     def _min_at_most_max(self) -> ReplicaRange:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error, yaml_name
-from gpufleet.api.fields import MigProfileName, Quantity
+from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
+from gpufleet.api.gpu_models import is_known_model, unknown_model_message
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
@@ -46,8 +47,8 @@ class PodRequest(ApiModel):
     gpuModel is one model or a list of acceptable models.
     """
 
-    gpus: int | None = Field(default=None, ge=0, description="Whole GPUs per pod.")
-    gpu_milli: int | None = Field(
+    gpus: Count | None = Field(default=None, ge=0, le=MAX_GPUS_PER_NODE, description="Whole GPUs per pod.")
+    gpu_milli: Count | None = Field(
         default=None,
         ge=1,
         le=MILLI_PER_GPU - 1,
@@ -86,6 +87,17 @@ class PodRequest(ApiModel):
         if len(given) > 1:
             names = " and ".join(yaml_name(name) for name in given)
             raise field_error(yaml_name(given[1]), f"set only one of gpus, gpuMilli and mig (got {names})")
+        return self
+
+    @model_validator(mode="after")
+    def _known_gpu_models(self, info: ValidationInfo) -> PodRequest:
+        # As a pool's gpuModel: a model no pool can have would leave the pod pending for ever.
+        if checked_on_write(info) and self.gpu_model is not None:
+            single = isinstance(self.gpu_model, str)
+            for index, model in enumerate(self.gpu_models):
+                if model and not is_known_model(model):
+                    where = "gpuModel" if single else f"gpuModel[{index}]"
+                    raise field_error(where, unknown_model_message(model))
         return self
 
     def device_resources(self) -> dict[str, int]:

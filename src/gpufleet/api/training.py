@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import PriorityClassName, checked_on_write
+from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
 from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
@@ -55,10 +55,11 @@ class TrainingJobSpec(ApiModel):
     user: str | None = Field(
         default=None, description="Who submitted it: fair share between users of a queue."
     )
-    replicas: int = Field(ge=1, description="Workers the job runs with.")
-    min_replicas: int | None = Field(
+    replicas: Count = Field(ge=1, le=MAX_REPLICAS, description="Workers the job runs with.")
+    min_replicas: Count | None = Field(
         default=None,
         ge=1,
+        le=MAX_REPLICAS,
         description="The fewest workers it runs with; below replicas makes the job elastic: it may start "
         "with fewer and be shrunk down to it rather than evicted.",
     )
