@@ -54,7 +54,7 @@ def _job(
 
 def _every_scope(
     snapshot: Any, preemptor: Workload, assignment: Any, fits: Any, now: float, pool: Sequence[Any]
-) -> tuple[int, preemption.Key] | None:
+) -> preemption.SetRank | None:
     """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
     search = _Search(snapshot, preemptor, assignment, fits, now)
     best = None
@@ -63,7 +63,7 @@ def _every_scope(
         found = search.scope(scope)
         if found is None:
             continue
-        key = (0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        key = preemption.SetRank(0 if search.keeps_nominal(found.victims) else 1, found.cost())
         assert bound <= key, (scope.node, bound, key)
         if best is None or key < best:
             best = key
@@ -101,7 +101,11 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
         )
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
         search = _Search(snapshot, preemptor, assignment, fits, now)
-        key = None if found is None else (0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        key = (
+            None
+            if found is None
+            else preemption.SetRank(0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        )
         assert key == expected
         checked.append(key)
         return found

@@ -20,7 +20,7 @@ from gpufleet.scheduler.cycle import Scheduler, apply_decisions
 from gpufleet.scheduler.preemption.feasibility import _capacity_feasible, _quota_feasible
 from gpufleet.scheduler.preemption.node_index import _node_heap, _NodeIndex
 from gpufleet.scheduler.preemption.pool import _Pool
-from gpufleet.scheduler.preemption.scopes import _scope_level
+from gpufleet.scheduler.preemption.scopes import POSITION, SCOPE, TIGHT, _scope_level, bound_of
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -81,12 +81,14 @@ def _check_index(snapshot: Any, preemptor: Workload, pool: _Pool) -> None:
         return  # no node-by-node search yet in this cycle, or only the first (which bounds every node)
     if _scope_level(preemptor) not in ("host", "nvlink"):
         return
-    fresh = {entry[9]: entry for entry in _node_heap(shared)}
-    assert {node: entry[:10] for node, entry in index.entries.items()} == {
-        node: entry[:10] for node, entry in fresh.items()
-    }
+    fresh = {entry[POSITION]: entry for entry in _node_heap(shared)}
+    # Everything but the scope, which is the parts there in whatever order (compared below).
+    assert {
+        node: (bound_of(entry), entry[TIGHT], entry[POSITION]) for node, entry in index.entries.items()
+    } == {node: (bound_of(entry), entry[TIGHT], entry[POSITION]) for node, entry in fresh.items()}
     for node, entry in fresh.items():
-        parts = entry[10] if isinstance(entry[10], list) else [entry[10]]
+        scope = entry[SCOPE]
+        parts = scope if isinstance(scope, list) else [scope]
         assert {id(p) for p in index.where[node]} == {id(p) for p in parts}
     assert index.order == sorted(index.entries.values())
     assert {id(part) for part in shared} == set(index.members)

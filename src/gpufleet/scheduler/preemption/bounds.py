@@ -8,16 +8,41 @@ every scope, and a tight one, dearer, only for a scope that comes first by the q
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from gpufleet.scheduler.preemption.options import _Options
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, Key, _order
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetCost, SetRank, _order
 from gpufleet.scheduler.preemption.pool import _Part
 from gpufleet.scheduler.preemption.scopes import _Scope
 
 
-def _quick_bound(scoped: Sequence[Candidate]) -> tuple[int, Key]:
+class _Taking(NamedTuple):
+    """One way of taking a candidate (an evict, or one of a shrink's steps), as the tight bound reads
+    it."""
+
+    flags: tuple[int, int, int]
+    """The first three parts of a `SetRank` for this way alone: (pushes its queue below nominal,
+    evicts, own queue), each 0/1; indexed by part, as the bound goes through them in turn."""
+    lost_gpu_seconds: float
+    gains: dict[int, int]
+    """Whole GPUs freed per node."""
+    newest: float
+    priority: int
+
+
+class _TakingHere(NamedTuple):
+    """A `_Taking` on one node: the GPUs it frees there."""
+
+    flags: tuple[int, int, int]
+    lost_gpu_seconds: float
+    gpus: int
+    newest: float
+    priority: int
+
+
+def _quick_bound(scoped: Sequence[Candidate]) -> SetRank:
     """A lower bound of any set of `scoped`: each part of `victim_order` at its least over the
     candidates (a shrink may take one pod only: no lost work), any set possibly at nominal."""
     evicts, own, lost, priority, newest, first = _order(scoped[0])
@@ -31,7 +56,7 @@ def _quick_bound(scoped: Sequence[Candidate]) -> tuple[int, Key]:
         priority = min(priority, order[3])
         newest = min(newest, order[4])
         first = min(first, order[5])
-    return 0, (evicts, own, lost, priority, newest, 1, (first,))
+    return SetRank(0, SetCost(evicts, own, lost, priority, newest, 1, (first,)))
 
 
 class _Bounds:
@@ -45,10 +70,10 @@ class _Bounds:
         self.shape = options.shape
         self.code = options.code
         self._room_anywhere: bool | None = None
-        self._infos: dict[int, list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]] = {}
-        """`_info` per candidate (by id: the pool's candidates live as long as the search)."""
+        self._takings: dict[int, list[_Taking]] = {}
+        """`_takings_of` per candidate (by id: the pool's candidates live as long as the search)."""
 
-    def scope_bound(self, scope: _Scope) -> tuple[int, Key]:
+    def scope_bound(self, scope: _Scope) -> SetRank:
         """A lower bound of the cost of any set the scope's exact search can give: for a node scope of a
         whole-GPU preemptor, `_node_bound` (its sets must free enough GPUs on that node), else
         `lower_bound` (each part of the cost at its least over the scope's candidates)."""
@@ -62,7 +87,7 @@ class _Bounds:
                     return found
         return self.lower_bound(scope.candidates)
 
-    def _node_bound(self, scoped: Sequence[Candidate], node: int, deficit: int) -> tuple[int, Key] | None:
+    def _node_bound(self, scoped: Sequence[Candidate], node: int, deficit: int) -> SetRank | None:
         """The cost bound of the sets that free `deficit` whole GPUs on `node`, part by part: each part
         at its least over the options left by the parts before it (a set that keeps every other queue at
         nominal uses only options that each keep their queue there; a shrink-only set only shrinks; ...),
@@ -71,20 +96,19 @@ class _Bounds:
         already has room (capacity is then no constraint)."""
         if deficit <= 0:
             return None
-        # Per workload, its options freeing GPUs here: ((keeps nominal 0/1, evicts 0/1, own queue 0/1),
-        # lost work, GPUs freed here, -admitted at, priority).
-        groups: dict[int, list[tuple[tuple[int, int, int], float, int, float, int]]] = {}
-        infos = self._infos
+        # Per workload, its ways of taking that free GPUs here.
+        groups: dict[int, list[_TakingHere]] = {}
+        known = self._takings
         for candidate in scoped:
-            info = infos.get(id(candidate))
-            if info is None:
-                info = infos[id(candidate)] = self._info(candidate)
-            for flags, lost, gains, newest, priority in info:
+            takings = known.get(id(candidate))
+            if takings is None:
+                takings = known[id(candidate)] = self._takings_of(candidate)
+            for flags, lost, gains, newest, priority in takings:
                 gain = gains.get(node, 0)
                 if gain > 0:
                     key = id(candidate.admitted)
                     options = groups.get(key)
-                    item = (flags, lost, gain, newest, priority)
+                    item = _TakingHere(flags, lost, gain, newest, priority)
                     if options is None:
                         groups[key] = [item]
                     else:
@@ -96,8 +120,8 @@ class _Bounds:
             for options in pool:
                 most = 0
                 for o in options:
-                    if o[0][part] <= value and o[2] > most:
-                        most = o[2]
+                    if o.flags[part] <= value and o.gpus > most:
+                        most = o.gpus
                 total += most
                 if total >= deficit:
                     return True
@@ -109,7 +133,7 @@ class _Bounds:
         for part in (0, 1, 2):
             if enough(part, 0):
                 bound.append(0)
-                pool = [kept for options in pool if (kept := [o for o in options if o[0][part] == 0])]
+                pool = [kept for options in pool if (kept := [o for o in options if o.flags[part] == 0])]
             else:
                 bound.append(1)
         # Least lost work over sets of the remaining options that free the deficit: best[g] = least lost
@@ -119,7 +143,7 @@ class _Bounds:
         for options in pool:
             nxt = list(best)
             for option in options:
-                gain, lost = option[2], option[1]
+                gain, lost = option.gpus, option.lost_gpu_seconds
                 for g in range(deficit + 1):
                     have = best[g]
                     if have != inf:
@@ -129,13 +153,13 @@ class _Bounds:
             best = nxt
         lost = best[deficit]
         lost -= 1e-9 * abs(lost)  # sums in another order may round differently: stay below
-        priority = min(o[4] for options in pool for o in options)
-        newest = min(o[3] for options in pool for o in options)
+        priority = min(o.priority for options in pool for o in options)
+        newest = min(o.newest for options in pool for o in options)
         # A set may also take workloads that free nothing here (for quota): names over the whole scope.
         first = min(c.name for c in scoped)
-        return bound[0], (bound[1], bound[2], lost, priority, newest, 1, (first,))
+        return SetRank(bound[0], SetCost(bound[1], bound[2], lost, priority, newest, 1, (first,)))
 
-    def lower_bound(self, scoped: Sequence[Candidate]) -> tuple[int, Key]:
+    def lower_bound(self, scoped: Sequence[Candidate]) -> SetRank:
         """No set from these candidates costs less: each part of `VictimSet.cost` at its least (the
         newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
         on everything but names are searched only while their names could still win."""
@@ -163,7 +187,7 @@ class _Bounds:
                 newest = order[4]
             if order[5] < first:
                 first = order[5]
-        return below, (evicts, own, lost, priority, newest, 1, (first,))
+        return SetRank(below, SetCost(evicts, own, lost, priority, newest, 1, (first,)))
 
     @property
     def _capacity_bound(self) -> bool:
@@ -179,11 +203,8 @@ class _Bounds:
             room = self._room_anywhere = bool(free.size) and int(np.max(free)) >= size * needed
         return not room
 
-    def _info(
-        self, candidate: Candidate
-    ) -> list[tuple[tuple[int, int, int], float, dict[int, int], float, int]]:
-        """Per way of taking `candidate` (an evict; a shrink's steps): ((keeps its queue at nominal alone
-        0/1, evicts 0/1, own queue 0/1), lost work, whole GPUs freed per node, -admitted at, priority)."""
+    def _takings_of(self, candidate: Candidate) -> list[_Taking]:
+        """The ways of taking `candidate`: an evict, or a shrink's steps."""
         steps = self.options.shrink_steps(candidate) if candidate.kind == "shrink" else [candidate]
         out = []
         for step in steps:
@@ -191,9 +212,9 @@ class _Bounds:
                 gains = dict(zip(step.rows, step.held, strict=True))
             else:
                 gains = self.options.option(step).gpus
-            order = _order(step)
-            keeps = 0 if step.cause == WITHIN_QUEUE or self._keeps(step) else 1
-            out.append(((keeps, order[0], order[1]), order[2], gains, order[4], order[3]))
+            evicts, own, lost, priority, newest, _ = _order(step)
+            below = 0 if step.cause == WITHIN_QUEUE or self._keeps(step) else 1
+            out.append(_Taking((below, evicts, own), lost, gains, newest, priority))
         return out
 
     def _keeps(self, candidate: Candidate) -> bool:

@@ -12,16 +12,17 @@ import bisect
 from collections.abc import Iterable
 
 from gpufleet.scheduler.cache import Snapshot
-from gpufleet.scheduler.preemption.pool import _Least, _lesser, _Part, _Pool
-from gpufleet.scheduler.preemption.scopes import _Entry, _entry
+from gpufleet.scheduler.preemption.order import LeastOrder
+from gpufleet.scheduler.preemption.pool import _lesser, _Part, _Pool
+from gpufleet.scheduler.preemption.scopes import ScopeEntry, node_entry
 
 
-def _node_heap(parts: Iterable[_Part]) -> list[_Entry]:
+def _node_heap(parts: Iterable[_Part]) -> list[ScopeEntry]:
     """`_scopes` node by node, as heap entries, from the parts: each node's quick bound combined over the
     queues with candidates there (a least: the same as over the node's candidates together); the scope
     is built, and tested for the GPUs it can free (`_short`), only if it comes first in the search (most
     never do; a scope skipped then is one `_scopes` would have left out)."""
-    least: dict[int, _Least] = {}
+    least: dict[int, LeastOrder] = {}
     where: dict[int, _Part | list[_Part]] = {}
     for part in parts:
         for node, found in part.least().items():
@@ -36,7 +37,7 @@ def _node_heap(parts: Iterable[_Part]) -> list[_Entry]:
                     other.append(part)
                 else:
                     where[node] = [other, part]
-    return [_entry(node, found, where[node]) for node, found in least.items()]
+    return [node_entry(node, found, where[node]) for node, found in least.items()]
 
 
 class _NodeIndex:
@@ -49,9 +50,9 @@ class _NodeIndex:
         self.members: dict[int, tuple[_Part, int]] = {}
         """By id: the parts counted, with their stamps when counted."""
         self.where: dict[int, list[_Part]] = {}
-        self.least: dict[int, _Least] = {}
-        self.entries: dict[int, _Entry] = {}
-        self.order: list[_Entry] = []
+        self.least: dict[int, LeastOrder] = {}
+        self.entries: dict[int, ScopeEntry] = {}
+        self.order: list[ScopeEntry] = []
         """`entries` sorted: the node scopes in the order the search takes them."""
         self.searches = 0
 
@@ -89,7 +90,7 @@ class _NodeIndex:
                 del self.where[node]
                 self.least.pop(node, None)
                 continue
-            entry = entries[node] = _entry(node, self._least_of(node, where), where)
+            entry = entries[node] = node_entry(node, self._least_of(node, where), where)
             bisect.insort(order, entry)
 
     def _build(self, shared: list[_Part]) -> None:
@@ -105,21 +106,21 @@ class _NodeIndex:
         self.where = where
         self.least = {}
         self.entries = {
-            node: _entry(node, self._least_of(node, parts), parts) for node, parts in where.items()
+            node: node_entry(node, self._least_of(node, parts), parts) for node, parts in where.items()
         }
         self.order = sorted(self.entries.values())
 
-    def _least_of(self, node: int, parts: list[_Part]) -> _Least:
+    def _least_of(self, node: int, parts: list[_Part]) -> LeastOrder:
         least = parts[0].least()[node]
         for part in parts[1:]:
             least = _lesser(least, part.least()[node])
         self.least[node] = least
         return least
 
-    def overlay(self, own: list[_Part]) -> list[_Entry]:
+    def overlay(self, own: list[_Part]) -> list[ScopeEntry]:
         """The entries of the nodes where this preemptor's own parts (built for it) have candidates: the
         index's parts there and its own, bounded together."""
-        least: dict[int, _Least] = {}
+        least: dict[int, LeastOrder] = {}
         where: dict[int, list[_Part]] = {}
         for part in own:
             for node, found in part.least().items():
@@ -130,10 +131,10 @@ class _NodeIndex:
                 else:
                     where[node].append(part)
                 least[node] = found if have is None else _lesser(have, found)
-        return [_entry(node, found, where[node]) for node, found in least.items()]
+        return [node_entry(node, found, where[node]) for node, found in least.items()]
 
 
-def _node_entries(snapshot: Snapshot, pool: _Pool) -> tuple[list[_Entry], list[_Entry]]:
+def _node_entries(snapshot: Snapshot, pool: _Pool) -> tuple[list[ScopeEntry], list[ScopeEntry]]:
     """The node scopes of the pool as (entries in order, a heap of more entries): the first search of a
     cycle bounds every node into the heap; later ones keep the kept parts' nodes in a `_NodeIndex` and
     put only the nodes of their own parts in the heap (those nodes are then left out of the order)."""

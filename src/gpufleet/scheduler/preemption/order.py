@@ -8,7 +8,7 @@ decision 9).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gpufleet.scheduler.cache import Admitted
 
@@ -18,8 +18,52 @@ BORROW = "BorrowWithinCohort"
 
 
 Kind = Literal["shrink", "evict"]
-Key = tuple[int, int, float, int, float, int, tuple[str, ...]]
-"""`VictimSet.cost`."""
+
+LOWEST_PRIORITY = -(1 << 62)
+"""Below every priority: the top priority of an empty set, and the least a bound can say."""
+
+
+VictimOrder = tuple[int, int, float, int, float, str]
+"""`victim_order` of a candidate, its parts in the order they count: (evicts: 0 for a shrink, 1 for an
+evict; own queue: 1 when taken from the preemptor's own queue, 0 from another queue that borrows; lost
+GPU-seconds; priority; minus the admission time, so that the later admitted comes first; name).
+
+A plain tuple, read by unpacking, and not a NamedTuple: every kept candidate holds one, and so does
+each queue's least order per node, by the hundred thousand; the garbage collector stops tracking a
+plain tuple of numbers and strings but never a NamedTuple, and so many tracked ones lengthened every
+full collection (the admission benchmark's p99 preemption latency tripled)."""
+
+
+LeastOrder = tuple[int, int, float, int, float, tuple[str]]
+"""Some candidates' `victim_order`, part by part at its least, the name as a 1-tuple: the names of a
+set of one victim, ready for the bound it gives (`scopes.ScopeEntry`) without a new tuple per node
+scope and search."""
+
+
+class SetCost(NamedTuple):
+    """`VictimSet.cost`: `VictimOrder`'s parts for a whole set, in the same order."""
+
+    evicts: int
+    """1 when any victim is evicted whole, 0 for shrinks only."""
+    own_queue: int
+    """1 when any victim is of the preemptor's own queue."""
+    lost_gpu_seconds: float
+    """In all."""
+    top_priority: int
+    newest: float
+    """Minus the oldest victim's admission time."""
+    victims: int
+    names: tuple[str, ...]
+    """Sorted."""
+
+
+class SetRank(NamedTuple):
+    """How a set ranks among the sets of every scope (decision 8 before `VictimSet.cost`); a scope's
+    bound is the least rank any of its sets can have."""
+
+    below_nominal: int
+    """0 when the set leaves every other queue at or above its nominal quota, else 1."""
+    cost: SetCost
 
 
 @dataclass(slots=True)
@@ -41,7 +85,7 @@ class Candidate:
     """The nodes it frees capacity on (its pods', or for a shrink the removed pods'), each once."""
     held: tuple[int, ...] = ()
     """An evict's whole GPUs on each of `rows` (empty for a shrink)."""
-    order: tuple[int, int, float, int, float, str] | None = None
+    order: VictimOrder | None = None
     """`victim_order` of it as timed (set with its lost work, so sorting does not compute it again)."""
 
     @property
@@ -53,7 +97,7 @@ class Candidate:
         return self.admitted.workload.priority
 
 
-def victim_order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+def victim_order(candidate: Candidate) -> VictimOrder:
     """The one order in which candidates are given up, first = cheapest to lose.
 
     1. shrinking an elastic workload toward its minimum comes before evicting anything whole;
@@ -80,7 +124,7 @@ class VictimSet:
     preemptor: str
     victims: tuple[Candidate, ...]
 
-    def cost(self) -> Key:
+    def cost(self) -> SetCost:
         """How much the set costs, cheapest first: `victim_order`'s rules for a set of victims.
 
         1. shrinks only (rule 1: elastic workloads are shrunk toward their minimum before anything is
@@ -94,11 +138,11 @@ class VictimSet:
         """
         victims = self.victims
         oldest = min((_admitted_at(c) for c in victims), default=0.0)
-        return (
+        return SetCost(
             1 if any(c.kind == "evict" for c in victims) else 0,
             1 if any(c.cause == WITHIN_QUEUE for c in victims) else 0,
             sum(c.lost_gpu_seconds for c in victims),
-            max((c.priority for c in victims), default=-(1 << 62)),
+            max((c.priority for c in victims), default=LOWEST_PRIORITY),
             -oldest,
             len(victims),
             tuple(sorted(c.name for c in victims)),
@@ -110,6 +154,6 @@ def _admitted_at(candidate: Candidate) -> float:
     return admitted_at if admitted_at is not None else 0.0
 
 
-def _order(candidate: Candidate) -> tuple[int, int, float, int, float, str]:
+def _order(candidate: Candidate) -> VictimOrder:
     order = candidate.order
     return order if order is not None else victim_order(candidate)

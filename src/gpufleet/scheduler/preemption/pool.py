@@ -9,11 +9,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, _order
-
-_Least = tuple[int, int, float, int, float, tuple[str]]
-"""Some candidates' `victim_order`, part by part at its least (a shrink counted with no lost work; the
-name as a 1-tuple): what `_quick_bound` makes of them, flat."""
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, LeastOrder, VictimOrder, _order
 
 
 class _Part:
@@ -49,7 +45,7 @@ class _Part:
         """Per node: the whole GPUs the evict candidates hold there."""
         self._ordered: list[Candidate] | None = None
         self._first: Candidate | None = None
-        self._least: dict[int, _Least] | None = None
+        self._least: dict[int, LeastOrder] | None = None
         self._milli: dict[str, int] = {}
         self._evicts: bool | None = None
         self._flavors: set[frozenset[str]] | None = None
@@ -103,15 +99,16 @@ class _Part:
             found = self._evicts = all(c.kind == "evict" and c.cause != WITHIN_QUEUE for c in self.kept)
         return found
 
-    def least(self) -> dict[int, _Least]:
-        """Per node: `_Least` of this queue's candidates there."""
+    def least(self) -> dict[int, LeastOrder]:
+        """Per node: the least `victim_order` of this queue's candidates there, part by part (a shrink
+        counted with no lost work)."""
         found = self._least
         if found is None:
             found = self._least = {node: _least(group) for node, group in self.groups.items()}
         return found
 
 
-def _least(scoped: Sequence[Candidate]) -> _Least:
+def _least(scoped: Sequence[Candidate]) -> LeastOrder:
     """`_quick_bound`'s parts of `scoped`, flat."""
     evicts, own, lost, priority, newest, first = _order(scoped[0])
     if scoped[0].kind == "shrink":
@@ -134,8 +131,8 @@ def _least(scoped: Sequence[Candidate]) -> _Least:
     return evicts, own, lost, priority, newest, (first,)
 
 
-def _lesser(a: _Least, b: _Least) -> _Least:
-    """Part by part the lesser of two `_Least`: that of their candidates together."""
+def _lesser(a: LeastOrder, b: LeastOrder) -> LeastOrder:
+    """Part by part the lesser of two least orders: that of their candidates together."""
     return (
         a[0] if a[0] <= b[0] else b[0],
         a[1] if a[1] <= b[1] else b[1],
@@ -185,7 +182,7 @@ class _Pool(Sequence[Candidate]):
         heads: list[Candidate | None] = [part.first for part in parts]
         taken = [0] * len(parts)
         for _ in range(_SCANS):
-            least: tuple[int, int, float, int, float, str] | None = None
+            least: VictimOrder | None = None
             where = -1
             for j, head in enumerate(heads):
                 if head is not None:

@@ -6,7 +6,6 @@ to 10).
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Mapping, Sequence
 
 from gpufleet.scheduler.cache import Snapshot
@@ -16,19 +15,23 @@ from gpufleet.scheduler.preemption.feasibility import _Capacity, _capacity_feasi
 from gpufleet.scheduler.preemption.greedy import Fits, _apply, _apply_if_held, _greedy
 from gpufleet.scheduler.preemption.node_index import _node_entries
 from gpufleet.scheduler.preemption.options import _Option, _Options
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, Key, VictimSet, _order
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetRank, VictimSet, _order
 from gpufleet.scheduler.preemption.policy import candidates
 from gpufleet.scheduler.preemption.pool import _Pool
 from gpufleet.scheduler.preemption.scopes import (
-    _Entry,
-    _flat,
-    _nested,
+    LEAST_BELOW_NOMINAL,
+    POSITION,
+    SCOPE,
+    TIGHT,
+    ScopeEntry,
     _node_scope,
     _one_pod_whole_gpus,
     _Scope,
     _scope_level,
     _scopes,
     _short,
+    bound_of,
+    scope_entry,
 )
 from gpufleet.scheduler.workload import Workload
 
@@ -64,32 +67,32 @@ def select_victims(
         return None
     search = _Search(snapshot, preemptor, assignment, fits, now)
     best: VictimSet | None = None
-    best_key: tuple[int, Key] | None = None
+    best_key: SetRank | None = None
     # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
     # remaining scope can beat the best set found (a branch and bound over scopes). Two bounds: a quick
     # one from the candidates' own `victim_order` for every scope, and `_Bounds.scope_bound` (tighter,
     # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
-    # Equal bounds keep the scopes' order (the index; for node scopes, the node). A node scope from the
-    # pool's parts is built only when it comes first (most never do).
+    # Equal bounds keep the scopes' order (their position; for node scopes, the node). A node scope
+    # from the pool's parts is built only when it comes first (most never do).
     # The scopes in bound order are those of `ordered` (left as they are: a later search may use them
     # again) merged with those of `heap`; a node with an entry in `heap` is passed over in `ordered`.
-    ordered: list[_Entry] = []
-    heap: list[_Entry]
+    ordered: list[ScopeEntry] = []
+    heap: list[ScopeEntry]
     passed: set[int] = set()
     needed: int | None = None
     if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
         ordered, heap = _node_entries(snapshot, pool)
-        passed = {entry[9] for entry in heap} if ordered else set()
+        passed = {entry[POSITION] for entry in heap} if ordered else set()
         needed = _one_pod_whole_gpus(preemptor)
     else:
         heap = [
-            _flat(_quick_bound(scope.candidates), 0, i, scope)
+            scope_entry(_quick_bound(scope.candidates), tight=0, position=i, scope=scope)
             for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
         ]
     heapq.heapify(heap)
     searched = at = 0
     while searched < max_scopes:
-        while at < len(ordered) and ordered[at][9] in passed:
+        while at < len(ordered) and ordered[at][POSITION] in passed:
             at += 1
         if at < len(ordered) and (not heap or ordered[at] < heap[0]):
             entry, listed = ordered[at], True
@@ -97,36 +100,37 @@ def select_victims(
             entry, listed = heap[0], False
         else:
             break
-        bound = _nested(entry)
+        bound = bound_of(entry)
         if best_key is not None and bound >= best_key:
             break
         if listed:
             at += 1
         else:
             heapq.heappop(heap)
-        i, lazy = entry[9], entry[10]
+        i, lazy = entry[POSITION], entry[SCOPE]
         if isinstance(lazy, _Scope):
             scope = lazy
         elif needed is not None and _short(snapshot, i, lazy, needed):
             continue
-        elif not entry[0] and not entry[8] and search.bounds.below_nominal(i, lazy):
+        elif not bound.below_nominal and not entry[TIGHT] and search.bounds.below_nominal(i, lazy):
             # Its tight bound starts with 1: until a scope at nominal is ruled out, it waits with a bound
             # that low, but no lower than its tight one (and not yet tight). Scopes are searched in the
             # order of their tight bounds whatever lower bounds they wait with, so this changes nothing
             # but the tight bounds computed (most nodes of a tree that borrows little are such).
-            heapq.heappush(heap, (1, 0, 0, -math.inf, -(1 << 62), -math.inf, 0, (), 0, i, lazy))
+            heapq.heappush(heap, scope_entry(LEAST_BELOW_NOMINAL, tight=0, position=i, scope=lazy))
             continue
         else:
             scope = _node_scope(i, lazy)
-        if not entry[8]:
+        if not entry[TIGHT]:
             # The tight bound is at least the quick one part by part: never below it.
-            heapq.heappush(heap, _flat(max(bound, search.bounds.scope_bound(scope)), 1, i, scope))
+            tight = max(bound, search.bounds.scope_bound(scope))
+            heapq.heappush(heap, scope_entry(tight, tight=1, position=i, scope=scope))
             continue
         searched += 1
         found = search.scope(scope)
         if found is None:
             continue
-        key = (0 if search.keeps_nominal(found.victims) else 1, found.cost())
+        key = SetRank(0 if search.keeps_nominal(found.victims) else 1, found.cost())
         if best_key is None or key < best_key:
             best, best_key = found, key
     return best
@@ -234,7 +238,7 @@ class _Search:
         version = usage.version
         capacity = _Capacity.of(self.options, scope, units)
         queue, wanted = self.preemptor.queue, self.assignment.usage
-        leaves: list[tuple[tuple[int, Key], list[Candidate]]] = []
+        leaves: list[tuple[SetRank, list[Candidate]]] = []
         chosen: list[_Option] = []
         steps = 0
 
@@ -248,7 +252,9 @@ class _Search:
                 allowed = self._allowed(chosen)
                 if allowed is not None:
                     victims = [option.candidate for option in chosen]
-                    leaves.append(((allowed, VictimSet(self.preemptor.name, tuple(victims)).cost()), victims))
+                    leaves.append(
+                        (SetRank(allowed, VictimSet(self.preemptor.name, tuple(victims)).cost()), victims)
+                    )
                 return True
             if i == len(units) or not capacity.reachable(i):
                 return True
@@ -326,5 +332,5 @@ class _Search:
         )
 
 
-def _leaf_key(leaf: tuple[tuple[int, Key], list[Candidate]]) -> tuple[int, Key]:
+def _leaf_key(leaf: tuple[SetRank, list[Candidate]]) -> SetRank:
     return leaf[0]
