@@ -11,16 +11,22 @@ What differs is the `Carrier`, the port each world implements: the embedded worl
 creates Pods already bound and writes the Workload's status; the Kubernetes world's binds Pods that
 exist through the Binding subresource. Both assume the decision in the cache first and forget it when
 the write fails (Kueue's assume-then-write), so the next cycle sees the assumption at once.
+
+The metrics of cycles, admissions, preemptions and pending workloads are recorded here, once for both
+worlds (`gpufleet.observability.metrics`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpufleet.observability import metrics
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt
+from gpufleet.scheduler.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +68,53 @@ def run_cycles(
         if not cache.pending:
             last = None
             break
+        started = time.perf_counter()
         result = scheduler.cycle(cache, now=now, limit=limit)
         limit = limit * 2 if limit is not None else None
         cycles += 1
         last = result
         for preempt in result.preempted:
+            _count_preemption(cache, preempt)
             carrier.preempt(preempt, now)
         for admit in result.admitted:
+            waited = cache.pending.get(admit.workload)
             carrier.admit(admit, now)
+            _count_admission(cache, admit, waited, now)
         cache.nominated = [name for name in result.nominated if name in cache.pending]
+        metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
+        metrics.CYCLES.inc()
         if not result.changed:
             break
+    record_pending(cache, last, now)
     return Outcome(cycles, last)
+
+
+def _count_preemption(cache: ClusterCache, preempt: Preempt) -> None:
+    victim = cache.admitted.get(preempt.victim)
+    queue = victim.queue if victim is not None else ""
+    metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
+
+
+def _count_admission(cache: ClusterCache, admit: Admit, workload: Workload | None, now: float) -> None:
+    queue = workload.queue if workload is not None else ""
+    for flavor in admit.assignment.usage or {"none": 0}:
+        metrics.ADMISSIONS.labels(queue, flavor).inc()
+    if workload is not None:
+        metrics.ADMISSION_WAIT.labels(queue).observe(max(0.0, now - workload.submitted_at))
+
+
+def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) -> None:
+    """Sets the pending gauges from the last cycle's reasons: per queue and reason, how many wait and
+    how long the longest-waiting one has (since submission, on the world's clock)."""
+    counts: dict[tuple[str, str], float] = {}
+    oldest: dict[tuple[str, str], float] = {}
+    if last is not None:
+        for name, pending in last.pending.items():
+            workload = cache.pending.get(name)
+            if workload is None:
+                continue
+            key = (workload.queue, pending.reason.type)
+            counts[key] = counts.get(key, 0) + 1
+            oldest[key] = max(oldest.get(key, 0.0), now - workload.submitted_at)
+    metrics.set_series(metrics.PENDING_WORKLOADS, counts)
+    metrics.set_series(metrics.PENDING_OLDEST, oldest)

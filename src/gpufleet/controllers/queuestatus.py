@@ -16,6 +16,9 @@ their own way (the store, a status PATCH); what it says is decided here, so `gpu
 - `queue_reason`: why a workload's queue cannot take it (`QueueNotFound`, `QueueInvalid`,
   `QueueNotLeaf`), which both worlds put before whatever the core said.
 
+`reports` also sets the queue gauges of `gpufleet.observability.metrics` (nominal, used and borrowed
+GPUs per queue and flavor), so both worlds export what their Queue statuses say.
+
 Cost: one pass over pending and admitted workloads (each charged along its queue's path, a few levels),
 so a Kubernetes scheduler can ask every pass.
 """
@@ -27,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.meta import ConditionStatus
+from gpufleet.observability import metrics
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Reason
 from gpufleet.scheduler.quota import QuotaTree
@@ -119,7 +123,33 @@ def reports(
     for name, amounts in used.items():
         # Summed in milli-GPUs (exact), shown in GPUs; a flavor whose use went back to 0 is dropped.
         out[name].usage = {flavor: round(m / 1000, 3) for flavor, m in sorted(amounts.items()) if m}
+    record_quota(tree=cache.tree, reports=out)
     return out
+
+
+def record_quota(*, tree: QuotaTree, reports: Mapping[str, QueueReport]) -> None:
+    """Sets the quota gauges: per queue of the tree and flavor it lists (or uses), its nominal quota
+    (its subtree's, as quota is charged), the GPUs it uses and those beyond the nominal (borrowed)."""
+    nominal: dict[tuple[str, str], float] = {}
+    used: dict[tuple[str, str], float] = {}
+    borrowed: dict[tuple[str, str], float] = {}
+    for name, report in reports.items():
+        node = tree.nodes.get(name)
+        if node is None:
+            continue
+        flavors = dict.fromkeys([*node.quotas, *report.usage])
+        for flavor in flavors:
+            key = (name, flavor)
+            gpus = report.usage.get(flavor, 0.0)
+            used[key] = gpus
+            if node.unlimited:
+                continue
+            quota = tree.nominal(name, flavor) / 1000
+            nominal[key] = quota
+            borrowed[key] = max(0.0, round(gpus - quota, 3))
+    metrics.set_series(metrics.QUOTA_NOMINAL, nominal)
+    metrics.set_series(metrics.QUOTA_USED, used)
+    metrics.set_series(metrics.QUOTA_BORROWED, borrowed)
 
 
 def queue_reason(tree: QuotaTree, invalid: Mapping[str, str], queue: str) -> Reason | None:

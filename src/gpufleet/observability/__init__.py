@@ -1,0 +1,1 @@
+"""Control-plane metrics and log setup, the same in every world (see docs/observability.md)."""

@@ -1,0 +1,168 @@
+"""The control plane's Prometheus metrics, defined once so both worlds export the same names.
+
+Every metric lives in prometheus_client's default registry: `gpufleet up` serves it on its API's
+`/metrics`, `gpufleet kube scheduler` and `gpufleet kube operator` on their `--metrics-bind-address`.
+The code paths both worlds share record them (`controllers.decisions.run_cycles` the cycles,
+admissions and preemptions; `controllers.queuestatus` the queue gauges; `controllers.jobstate`'s
+callers the per-job series), so no world records one twice.
+
+Labels are bounded: `queue`, `flavor`, `reason`, `pool`, `model`, `namespace`, and for the per-job
+series of TrainingJobs `job` (one series per job that exists; `forget_job` drops them when the job
+goes). No pod, node or workload names. Names follow Prometheus' conventions: base units (seconds,
+GPUs), `_total` for counters, `_timestamp_seconds` for points in time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Scheduling takes from under a millisecond to seconds on large fleets; binds are API round trips.
+CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BIND_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+
+PENDING_WORKLOADS = Gauge(
+    "gpufleet_pending_workloads",
+    "Workloads waiting in a leaf queue, by the reason the scheduler gave in its last cycle.",
+    ["queue", "reason"],
+)
+PENDING_OLDEST = Gauge(
+    "gpufleet_pending_oldest_seconds",
+    "How long the queue's longest-waiting workload with this reason has waited since submission.",
+    ["queue", "reason"],
+)
+ADMISSION_WAIT = Histogram(
+    "gpufleet_admission_wait_seconds",
+    "Time from a workload's submission to its admission.",
+    ["queue"],
+    buckets=WAIT_BUCKETS,
+)
+ADMISSIONS = Counter(
+    "gpufleet_admissions_total", "Workloads admitted, by queue and quota flavor.", ["queue", "flavor"]
+)
+PREEMPTIONS = Counter(
+    "gpufleet_preemptions_total",
+    "Workloads evicted or shrunk by the scheduler for another one, by the victim's queue and the cause.",
+    ["queue", "reason"],
+)
+EVICTIONS = Counter(
+    "gpufleet_evictions_total",
+    "Workers of workloads ended by something other than the scheduler (node lost, spot interruption, "
+    "failed GPU, drain), by reason.",
+    ["reason"],
+)
+CYCLE_SECONDS = Histogram(
+    "gpufleet_scheduling_cycle_duration_seconds",
+    "Wall time of one scheduling cycle of the core, its decisions carried out included.",
+    buckets=CYCLE_BUCKETS,
+)
+CYCLES = Counter("gpufleet_scheduling_cycles_total", "Scheduling cycles run.")
+BIND_SECONDS = Histogram(
+    "gpufleet_bind_duration_seconds",
+    "Wall time to carry out one admission: binding its pods (Kubernetes) or creating them (embedded).",
+    buckets=BIND_BUCKETS,
+)
+QUOTA_NOMINAL = Gauge(
+    "gpufleet_queue_nominal_gpus", "A queue's nominal quota of a flavor, in GPUs.", ["queue", "flavor"]
+)
+QUOTA_USED = Gauge(
+    "gpufleet_queue_used_gpus",
+    "GPUs of a flavor held by a queue's admitted workloads, its child queues' included.",
+    ["queue", "flavor"],
+)
+QUOTA_BORROWED = Gauge(
+    "gpufleet_queue_borrowed_gpus",
+    "GPUs of a flavor a queue uses beyond its nominal quota (borrowed from its cohort).",
+    ["queue", "flavor"],
+)
+JOB_RESTARTS = Gauge(
+    "gpufleet_trainingjob_restarts", "Attempts of a TrainingJob ended by a disruption.", ["namespace", "job"]
+)
+JOB_LOST = Gauge(
+    "gpufleet_trainingjob_lost_gpu_seconds",
+    "GPU-seconds of a TrainingJob's work lost to restarts since its checkpoints.",
+    ["namespace", "job"],
+)
+JOB_CHECKPOINT_TIME = Gauge(
+    "gpufleet_trainingjob_last_checkpoint_timestamp_seconds",
+    "Unix time of a running TrainingJob's newest complete checkpoint (its admission when it has none).",
+    ["namespace", "job"],
+)
+JOB_CHECKPOINT_INTERVAL = Gauge(
+    "gpufleet_trainingjob_checkpoint_interval_seconds",
+    "A running TrainingJob's spec.checkpoint.intervalSeconds.",
+    ["namespace", "job"],
+)
+
+_JOB_GAUGES = (JOB_RESTARTS, JOB_LOST, JOB_CHECKPOINT_TIME, JOB_CHECKPOINT_INTERVAL)
+
+
+Labels = TypeVar("Labels", bound=tuple[str, ...])
+
+
+def set_series(gauge: Gauge, values: Mapping[Labels, float]) -> None:
+    """Sets `gauge` to exactly `values` (label values -> value): series not in it are removed, so a
+    queue or reason that is gone leaves no stale series behind."""
+    for labels in set(_label_values(gauge)) - values.keys():
+        gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+
+
+def _label_values(gauge: Gauge) -> Iterable[tuple[str, ...]]:
+    # A sample's labels come in the order the gauge declares them.
+    for metric in gauge.collect():
+        for sample in metric.samples:
+            yield tuple(sample.labels.values())
+
+
+def record_job(
+    namespace: str,
+    job: str,
+    *,
+    restarts: int,
+    lost_gpu_seconds: float | None,
+    checkpoint_time: float | None,
+    checkpoint_interval: float | None,
+) -> None:
+    """A TrainingJob's series. The checkpoint pair exists only while the job runs with checkpoints
+    configured (`checkpoint_time` None otherwise), so a finished or pending job raises no alert."""
+    JOB_RESTARTS.labels(namespace, job).set(restarts)
+    JOB_LOST.labels(namespace, job).set(lost_gpu_seconds or 0.0)
+    if checkpoint_time is None or not checkpoint_interval:
+        _remove(JOB_CHECKPOINT_TIME, namespace, job)
+        _remove(JOB_CHECKPOINT_INTERVAL, namespace, job)
+    else:
+        JOB_CHECKPOINT_TIME.labels(namespace, job).set(checkpoint_time)
+        JOB_CHECKPOINT_INTERVAL.labels(namespace, job).set(checkpoint_interval)
+
+
+def forget_job(namespace: str, job: str) -> None:
+    """Drops a deleted TrainingJob's series."""
+    for gauge in _JOB_GAUGES:
+        _remove(gauge, namespace, job)
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
+
+
+def exported_names() -> frozenset[str]:
+    """The names of the series this module defines, as Prometheus sees them (histograms' `_bucket`,
+    `_sum`, `_count` and counters' `_total`)."""
+    names: set[str] = set()
+    for value in list(globals().values()):
+        if isinstance(value, (Counter, Gauge, Histogram)):
+            for metric in value.describe():
+                if isinstance(value, Histogram):
+                    names.update(metric.name + s for s in ("_bucket", "_sum", "_count"))
+                elif isinstance(value, Counter):
+                    names.add(metric.name + "_total")
+                else:
+                    names.add(metric.name)
+    return frozenset(names)

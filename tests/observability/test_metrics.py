@@ -1,0 +1,160 @@
+"""The control plane's metrics, recorded by the code paths both worlds share."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from gpufleet.controllers import queuestatus
+from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.fleet.node import NodeSpec, SharingMode
+from gpufleet.fleet.request import PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.observability import metrics
+from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.cycle import Scheduler
+from gpufleet.scheduler.explain import Admit, Preempt
+from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
+from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
+from gpufleet.scheduler.workload import PodSet, Workload
+
+H100 = "H100-80GB"
+
+
+def _value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _total(name: str, **labels: str) -> float:
+    """The sum of every series of `name` whose labels include `labels`."""
+    total = 0.0
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def _cache(queue: str) -> ClusterCache:
+    fleet = FleetState()
+    fleet.add_node(NodeSpec("n0", H100, 8, 64_000, 512_000, sharing=SharingMode.EXCLUSIVE))
+    tree = QuotaTree(
+        [
+            QuotaNode(f"{queue}-root"),
+            QuotaNode(queue, f"{queue}-root", {H100: FlavorLimits(4000, borrowing_limit=8000)}),
+            QuotaNode(f"{queue}-lender", f"{queue}-root", {H100: FlavorLimits(4000)}),
+        ]
+    )
+    settings = {name: QueueSettings(name) for name in tree.nodes}
+    return ClusterCache(fleet=fleet, tree=tree, settings=settings, history=UsageHistory(3600))
+
+
+def _workload(name: str, queue: str, *, gpus: int, at: float, priority: int = 0) -> Workload:
+    pod_sets = (PodSet("main", 1, PodRequest(gpus=gpus)),)
+    return Workload(name, pod_sets, queue=queue, priority=priority, submitted_at=at)
+
+
+def _carrier(cache: ClusterCache) -> Carrier:
+    def admit(decision: Admit, now: float) -> None:
+        workload = cache.pending[decision.workload]
+        cache.admit(workload, decision.assignment, decision.allocations, now=now)
+
+    def preempt(decision: Preempt, now: float) -> None:
+        cache.evict(decision.victim, now=now)
+
+    return Carrier(preempt=preempt, admit=admit)
+
+
+def _run(cache: ClusterCache, now: float) -> None:
+    run_cycles(scheduler=Scheduler(), cache=cache, carrier=_carrier(cache), now=now, max_cycles=10)
+
+
+def test_cycles_admissions_waits_and_pending_reasons_are_recorded_per_queue() -> None:
+    queue = "metrics-a"
+    cache = _cache(queue)
+    cycles = _value("gpufleet_scheduling_cycles_total")
+    observed = _value("gpufleet_scheduling_cycle_duration_seconds_count")
+    cache.submit(_workload("first", queue, gpus=6, at=0.0))
+    cache.submit(_workload("second", queue, gpus=6, at=40.0))
+    _run(cache, now=100.0)
+
+    assert _value("gpufleet_admissions_total", queue=queue, flavor=H100) == 1
+    assert _value("gpufleet_admission_wait_seconds_count", queue=queue) == 1
+    assert _value("gpufleet_admission_wait_seconds_sum", queue=queue) == 100.0
+    assert _value("gpufleet_scheduling_cycles_total") > cycles
+    assert _value("gpufleet_scheduling_cycle_duration_seconds_count") > observed
+    # The second waits: one series for its queue, with the core's reason and its age.
+    assert _total("gpufleet_pending_workloads", queue=queue) == 1
+    (reason,) = {
+        s.labels["reason"]
+        for m in REGISTRY.collect()
+        for s in m.samples
+        if s.name == "gpufleet_pending_workloads" and s.labels["queue"] == queue
+    }
+    assert reason
+    assert _value("gpufleet_pending_oldest_seconds", queue=queue, reason=reason) == 60.0
+
+    # Once nothing waits, the queue's pending series are gone, not left at their last value.
+    cache.pending.clear()
+    _run(cache, now=200.0)
+    assert _total("gpufleet_pending_workloads", queue=queue) == 0
+    assert REGISTRY.get_sample_value("gpufleet_pending_workloads", {"queue": queue, "reason": reason}) is None
+
+
+def test_a_preemption_is_counted_against_the_victims_queue() -> None:
+    queue = "metrics-b"
+    cache = _cache(queue)
+    cache.submit(_workload("low", queue, gpus=8, at=0.0))
+    _run(cache, now=10.0)
+    assert "low" in cache.admitted
+    before = _total("gpufleet_preemptions_total", queue=queue)
+    cache.submit(_workload("high", queue, gpus=8, at=20.0, priority=100))
+    _run(cache, now=30.0)
+    assert "high" in cache.admitted
+    assert _total("gpufleet_preemptions_total", queue=queue) == before + 1
+
+
+def test_queue_gauges_say_nominal_used_and_borrowed_gpus() -> None:
+    queue = "metrics-c"
+    cache = _cache(queue)
+    cache.admit(_workload("w", queue, gpus=6, at=0.0), Assignment(H100, (1,), {H100: 6000}), [], now=0.0)
+    queuestatus.reports(cache, cache.tree.nodes, invalid={})
+    assert _value("gpufleet_queue_nominal_gpus", queue=queue, flavor=H100) == 4
+    assert _value("gpufleet_queue_used_gpus", queue=queue, flavor=H100) == 6
+    assert _value("gpufleet_queue_borrowed_gpus", queue=queue, flavor=H100) == 2
+    # The parent counts its child's use against its own (subtree) nominal.
+    assert _value("gpufleet_queue_used_gpus", queue=f"{queue}-root", flavor=H100) == 6
+
+
+def test_a_trainingjobs_series_go_when_it_goes() -> None:
+    metrics.record_job(
+        "ns", "job", restarts=2, lost_gpu_seconds=30.5, checkpoint_time=1000.0, checkpoint_interval=600.0
+    )
+    assert _value("gpufleet_trainingjob_restarts", namespace="ns", job="job") == 2
+    assert _value("gpufleet_trainingjob_lost_gpu_seconds", namespace="ns", job="job") == 30.5
+    assert _value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds", namespace="ns", job="job") == 1000
+    assert _value("gpufleet_trainingjob_checkpoint_interval_seconds", namespace="ns", job="job") == 600
+    # Not running (or no checkpoints configured): no checkpoint series to alert on.
+    metrics.record_job(
+        "ns", "job", restarts=2, lost_gpu_seconds=None, checkpoint_time=None, checkpoint_interval=None
+    )
+    assert (
+        REGISTRY.get_sample_value(
+            "gpufleet_trainingjob_last_checkpoint_timestamp_seconds", {"namespace": "ns", "job": "job"}
+        )
+        is None
+    )
+    metrics.forget_job("ns", "job")
+    assert (
+        REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", {"namespace": "ns", "job": "job"}) is None
+    )
+    metrics.forget_job("ns", "job")  # twice is harmless
+
+
+def test_every_series_name_follows_prometheus_conventions() -> None:
+    names = metrics.exported_names()
+    assert "gpufleet_admissions_total" in names
+    assert "gpufleet_scheduling_cycle_duration_seconds_bucket" in names
+    for name in names:
+        assert name.startswith("gpufleet_"), name
+        assert name == name.lower(), name
