@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .conftest import Plane, Result, start_plane, stop_plane, wait_for
@@ -193,6 +194,23 @@ def test_a_gpu_the_node_does_not_have_names_the_nodes_gpus(cli: Callable[..., Re
     line = one_line_error(cli("fault", "gpu-failure", node, "--gpu", "99"), "--gpu", f"node/{node}", "0..7")
     assert "71" not in line
     one_line_error(cli("fault", "gpu-failure", "no-such-node", "--gpu", "1"), "no-such-node", "not found")
+
+
+def test_the_fault_api_says_the_same_to_any_client(fleet_plane: Plane, cli: Callable[..., Result]) -> None:
+    node = _a_node(cli)
+    token = (fleet_plane.state / "admin-token").read_text().strip()
+
+    def post(body: dict[str, object]) -> httpx.Response:
+        return httpx.post(
+            f"{fleet_plane.url}/v1/faults", json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    too_high = post({"type": "GpuFailure", "node": node, "gpu": 99})
+    assert too_high.status_code == 422
+    assert too_high.json()["error"]["field"] == "gpu"
+    assert f"node {node} has GPUs 0..7, got 99" in too_high.json()["error"]["message"]
+    whole = post({"type": "NodeLoss", "node": node, "gpu": 3})
+    assert whole.status_code == 422 and whole.json()["error"]["field"] == "gpu"
 
 
 # ------------------------------------------------------------------------------ unknown queue

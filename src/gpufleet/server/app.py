@@ -78,7 +78,11 @@ class FaultRequest(pydantic.BaseModel):
         "node is gone; SpotInterruption: a spot node gets its notice and is taken back."
     )
     node: str = pydantic.Field(max_length=253, description="The node (see `gpufleet get nodes`).")
-    gpu: int | None = pydantic.Field(default=None, ge=0, le=71, description="For GpuFailure and GpuRepair.")
+    gpu: int | None = pydantic.Field(
+        default=None,
+        ge=0,
+        description="For GpuFailure and GpuRepair: the GPU's index, below the node's GPU count.",
+    )
 
 
 class FaultAccepted(pydantic.BaseModel):
@@ -310,10 +314,13 @@ def create_app(
             raise NotFoundError("this server runs no digital twin to inject faults into")
         if request.type in ("GpuFailure", "GpuRepair") and request.gpu is None:
             raise ValidationError(f"{request.type} needs the GPU's index", field="gpu")
+        if request.type not in ("GpuFailure", "GpuRepair") and request.gpu is not None:
+            raise ValidationError(f"{request.type} is about the whole node: give no gpu", field="gpu")
         node = store.get("Node", request.node) if kind_info("Node") else None
         gpus = getattr(getattr(node, "spec", None), "gpus", None)
         if request.gpu is not None and isinstance(gpus, int) and request.gpu >= gpus:
-            raise ValidationError(f"node {request.node} has GPUs 0..{gpus - 1}", field="gpu")
+            have = f"GPUs 0..{gpus - 1}" if gpus else "no GPUs"
+            raise ValidationError(f"node {request.node} has {have}, got {request.gpu}", field="gpu")
         faults(request)
         return JSONResponse({"accepted": request.model_dump()}, status_code=202)
 
