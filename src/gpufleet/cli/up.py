@@ -35,6 +35,7 @@ from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
+from gpufleet.server.metrics import add_metrics_route
 from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
 from gpufleet.server.statelock import StateLock
@@ -149,6 +150,7 @@ def _serve(
         app = create_app(
             store, tokens, faults=None if twin is None else _fault_sink(twin), now=clock.datetime
         )
+        add_metrics_route(app, tokens)
         server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed
         if objects:
