@@ -13,7 +13,14 @@ from typing import NamedTuple
 import numpy as np
 
 from gpufleet.scheduler.preemption.options import _Options
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetCost, SetRank, _order
+from gpufleet.scheduler.preemption.order import (
+    WITHIN_QUEUE,
+    Candidate,
+    SetRank,
+    _order,
+    least_order,
+    least_rank,
+)
 from gpufleet.scheduler.preemption.pool import _Part
 from gpufleet.scheduler.preemption.scopes import _Scope
 
@@ -43,20 +50,9 @@ class _TakingHere(NamedTuple):
 
 
 def _quick_bound(scoped: Sequence[Candidate]) -> SetRank:
-    """A lower bound of any set of `scoped`: each part of `victim_order` at its least over the
+    """A lower bound of any set of `scoped`, cheap: each part of `victim_order` at its least over the
     candidates (a shrink may take one pod only: no lost work), any set possibly at nominal."""
-    evicts, own, lost, priority, newest, first = _order(scoped[0])
-    if scoped[0].kind == "shrink":
-        lost = 0.0
-    for candidate in scoped[1:]:
-        order = _order(candidate)
-        evicts = min(evicts, order[0])
-        own = min(own, order[1])
-        lost = min(lost, 0.0 if candidate.kind == "shrink" else order[2])
-        priority = min(priority, order[3])
-        newest = min(newest, order[4])
-        first = min(first, order[5])
-    return SetRank(0, SetCost(evicts, own, lost, priority, newest, 1, (first,)))
+    return least_rank(least_order(scoped))
 
 
 class _Bounds:
@@ -157,37 +153,19 @@ class _Bounds:
         newest = min(o.newest for options in pool for o in options)
         # A set may also take workloads that free nothing here (for quota): names over the whole scope.
         first = min(c.name for c in scoped)
-        return SetRank(bound[0], SetCost(bound[1], bound[2], lost, priority, newest, 1, (first,)))
+        return least_rank((bound[1], bound[2], lost, priority, newest, (first,)), bound[0])
 
     def lower_bound(self, scoped: Sequence[Candidate]) -> SetRank:
         """No set from these candidates costs less: each part of `VictimSet.cost` at its least (the
         newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
         on everything but names are searched only while their names could still win."""
-        evicts, own, lost, priority, newest, first = _order(scoped[0])
         # A set keeps every other queue at nominal only if each of its victims alone does.
-        below = 1
-        for candidate in scoped:
-            if below and (candidate.cause == WITHIN_QUEUE or self._keeps_alone(candidate)):
-                below = 0
-            # victim_order's parts are the candidate's share of each part of the cost.
-            order = _order(candidate)
-            if order[0] < evicts:
-                evicts = order[0]
-            if order[1] < own:
-                own = order[1]
-            spent = order[2]
-            if candidate.kind == "shrink":
-                # The cheapest shrink of a workload takes its first pod only.
-                spent = self.options.shrink_steps(candidate)[0].lost_gpu_seconds
-            if spent < lost:
-                lost = spent
-            if order[3] < priority:
-                priority = order[3]
-            if order[4] < newest:
-                newest = order[4]
-            if order[5] < first:
-                first = order[5]
-        return SetRank(below, SetCost(evicts, own, lost, priority, newest, 1, (first,)))
+        keeps = any(c.cause == WITHIN_QUEUE or self._keeps_alone(c) for c in scoped)
+        return least_rank(least_order(scoped, self._first_pod_lost), 0 if keeps else 1)
+
+    def _first_pod_lost(self, shrink: Candidate) -> float:
+        """The lost work of the cheapest shrink of a workload: its first pod only."""
+        return self.options.shrink_steps(shrink)[0].lost_gpu_seconds
 
     @property
     def _capacity_bound(self) -> bool:

@@ -7,6 +7,7 @@ decision 9).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -157,3 +158,40 @@ def _admitted_at(candidate: Candidate) -> float:
 def _order(candidate: Candidate) -> VictimOrder:
     order = candidate.order
     return order if order is not None else victim_order(candidate)
+
+
+def least_order(
+    scoped: Sequence[Candidate], shrink_lost: Callable[[Candidate], float] | None = None
+) -> LeastOrder:
+    """Each part of `victim_order` at its least over `scoped` (not empty): since `victim_order`'s
+    parts are a victim's share of each part of `VictimSet.cost`, no set of these candidates costs less
+    in any part (`least_rank`). A shrink, which may give up less than all its pods, counts the lost work
+    `shrink_lost` says (by default none)."""
+    first = scoped[0]
+    evicts, own, lost, priority, newest, name = _order(first)
+    if first.kind == "shrink":
+        lost = 0.0 if shrink_lost is None else shrink_lost(first)
+    for candidate in scoped[1:]:
+        its_evicts, its_own, its_lost, its_priority, its_newest, its_name = _order(candidate)
+        if its_evicts < evicts:
+            evicts = its_evicts
+        if its_own < own:
+            own = its_own
+        if candidate.kind == "shrink":
+            its_lost = 0.0 if shrink_lost is None else shrink_lost(candidate)
+        if its_lost < lost:
+            lost = its_lost
+        if its_priority < priority:
+            priority = its_priority
+        if its_newest < newest:
+            newest = its_newest
+        if its_name < name:
+            name = its_name
+    return evicts, own, lost, priority, newest, (name,)
+
+
+def least_rank(least: LeastOrder, below_nominal: int = 0) -> SetRank:
+    """The rank no set of the candidates of `least` goes below: a set of one victim with each part of
+    its order at its least (its one name the first of them, which no sorted names precede)."""
+    evicts, own, lost, priority, newest, names = least
+    return SetRank(below_nominal, SetCost(evicts, own, lost, priority, newest, 1, names))

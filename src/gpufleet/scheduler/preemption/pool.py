@@ -9,7 +9,14 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, LeastOrder, VictimOrder, _order
+from gpufleet.scheduler.preemption.order import (
+    WITHIN_QUEUE,
+    Candidate,
+    LeastOrder,
+    VictimOrder,
+    _order,
+    least_order,
+)
 
 
 class _Part:
@@ -104,31 +111,8 @@ class _Part:
         counted with no lost work)."""
         found = self._least
         if found is None:
-            found = self._least = {node: _least(group) for node, group in self.groups.items()}
+            found = self._least = {node: least_order(group) for node, group in self.groups.items()}
         return found
-
-
-def _least(scoped: Sequence[Candidate]) -> LeastOrder:
-    """`_quick_bound`'s parts of `scoped`, flat."""
-    evicts, own, lost, priority, newest, first = _order(scoped[0])
-    if scoped[0].kind == "shrink":
-        lost = 0.0
-    for candidate in scoped[1:]:
-        order = _order(candidate)
-        if order[0] < evicts:
-            evicts = order[0]
-        if order[1] < own:
-            own = order[1]
-        spent = 0.0 if candidate.kind == "shrink" else order[2]
-        if spent < lost:
-            lost = spent
-        if order[3] < priority:
-            priority = order[3]
-        if order[4] < newest:
-            newest = order[4]
-        if order[5] < first:
-            first = order[5]
-    return evicts, own, lost, priority, newest, (first,)
 
 
 def _lesser(a: LeastOrder, b: LeastOrder) -> LeastOrder:
