@@ -28,6 +28,7 @@ from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_b
 from gpufleet.agent.runtime import Agent
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.agent_config import RESYNC_SECONDS, NodeSharingConfig, SharingConfigWatcher
+from gpufleet.observability.logs import setup_logging
 
 log = logging.getLogger("gpufleet.agent")
 Reporter = Callable[..., None]
@@ -112,15 +113,16 @@ def run(
         "does not exist yet: from 1 s, doubling up to this)",
     ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+    log_format: str = typer.Option(
+        "text", "--log-format", help="text (for a terminal) or json (one object a line)"
+    ),
 ) -> None:
     """Runs discovery, the device plugin, health checks and the exporter until SIGTERM or SIGINT."""
     if ctx.invoked_subcommand is not None:
         return
     if not node_name:
         raise typer.BadParameter("--node-name (or NODE_NAME) is required", param_hint="--node-name")
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
+    setup_logging(log_format, level=log_level.upper())
     pinned = _pinned(mig_strategy)
     cfg = with_flags(load_config(config, env=os.environ), pinned)
     backend = open_backend(profile)

@@ -32,6 +32,7 @@ from gpufleet.cli.output import console
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
+from gpufleet.observability.logs import setup_logging
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
@@ -85,9 +86,12 @@ def up(
     placement_class: Annotated[
         list[str] | None, typer.Option("--placement-class", help=PLACEMENT_CLASS_HELP)
     ] = None,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text (for a terminal) or json (one object a line).")
+    ] = "text",
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_format, level=logging.WARNING)
     out = console()
     # Everything that can be refused is checked before the state directory is created or changed.
     config = scheduler_config(placement, placement_class)
