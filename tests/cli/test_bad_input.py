@@ -272,3 +272,58 @@ def test_an_unknown_gpu_model_on_a_job_is_refused_with_the_closest_models(
     one_line_error(cli("apply", "-f", str(path)), "field spec.worker.gpuModel", "did you mean H100-80GB")
     path = _job(tmp_path, "replicas: 1, worker: {gpus: 1, gpuModel: [H100-80GB, A10O]}")
     one_line_error(cli("apply", "-f", str(path)), "field spec.worker.gpuModel[1]", "'A10O'", "did you mean")
+
+
+# ------------------------------------------------------------------------------ kubeconfig
+
+
+def _kubeconfig(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (NOT_UTF8, "not UTF-8"),
+        (None, "No such file"),
+        (b"apiVersion: v1\nclusters: [\n", "not valid YAML"),
+        (b"- a\n- b\n", "not a kubeconfig"),
+        (b"apiVersion: v1\nkind: Config\n", "current-context"),
+    ],
+)
+def test_a_kubeconfig_that_is_missing_or_not_one_is_named(
+    content: bytes | None, said: str, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_bytes(content)
+    # The scheduler and the operator open their connection the same way (cli.kube._transport).
+    one_line_error(cli("kube", "install-crds", "--kubeconfig", str(path)), str(path), "--kubeconfig", said)
+
+
+def test_no_kubeconfig_at_all_says_how_to_give_one(
+    tmp_path: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    one_line_error(cli("kube", "install-crds"), "--kubeconfig", "KUBECONFIG")
+    path = _kubeconfig(tmp_path, "http://127.0.0.1:1")
+    one_line_error(cli("kube", "install-crds", "--kubeconfig", str(path), "--context", "nope"), "--context")
+
+
+def test_install_crds_against_a_dead_server_says_it_did_not_answer(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    path = _kubeconfig(tmp_path, f"http://127.0.0.1:{port}")
+    one_line_error(cli("kube", "install-crds", "--kubeconfig", str(path)), "did not answer", f"port={port}")

@@ -10,7 +10,7 @@ import threading
 
 import typer
 
-from gpufleet.api.errors import ValidationError
+from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
 from gpufleet.kube.crds import install_crds
@@ -24,9 +24,7 @@ from gpufleet.kube.metrics import (
     PrometheusSource,
 )
 from gpufleet.kube.scheduler import KubeScheduler
-from gpufleet.kube.transport import Transport
-from gpufleet.observability.endpoint import serve_metrics
-from gpufleet.observability.logs import setup_logging
+from gpufleet.kube.transport import ApiError, Transport
 
 kube_app = typer.Typer(
     rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
@@ -36,13 +34,60 @@ KUBECONFIG = typer.Option(
     None, "--kubeconfig", help="Kubeconfig file (default: in-cluster, then KUBECONFIG)."
 )
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
-LOG_FORMAT = typer.Option("text", "--log-format", help="text (for a terminal) or json (one object a line).")
+
+
+class ClusterError(GpuFleetError):
+    """The Kubernetes API server could not be reached, or refused what a command asked."""
 
 
 def _transport(kubeconfig: str | None, context: str | None) -> Transport:
+    """The connection the kubeconfig describes; a kubeconfig that is missing, unreadable or not one
+    is an error naming it (and --kubeconfig), not the client library's traceback."""
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+
+    from gpufleet.api.documents import read_text, yaml_problem
     from gpufleet.kube.client import KubeTransport
 
-    return KubeTransport.from_environment(kubeconfig=kubeconfig, context=context)
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if kubeconfig is not None:
+        try:
+            read_text(kubeconfig)  # missing, unreadable or not UTF-8: said with the file's name
+        except ValidationError as exc:
+            raise ValidationError(exc.detail, obj=kubeconfig, field="--kubeconfig") from None
+    try:
+        return KubeTransport.from_environment(kubeconfig=kubeconfig, context=context)
+    except ConfigException as exc:
+        problem = str(exc).removeprefix("Invalid kube-config file. ")
+        if "No configuration found" in problem:
+            problem = (
+                "no kubeconfig found and not running in a cluster: give --kubeconfig FILE or set KUBECONFIG"
+            )
+        if context is not None and f"name {context} in" in problem:
+            raise ValidationError(
+                f"no context {context!r} in the kubeconfig", obj=where, field="--context"
+            ) from None
+        raise ValidationError(problem, obj=where, field="--kubeconfig") from None
+    except yaml.YAMLError as exc:
+        raise ValidationError(
+            f"not valid YAML: {yaml_problem(exc)}", obj=where, field="--kubeconfig"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"not UTF-8 text: {exc.reason}", obj=where, field="--kubeconfig") from None
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        # The client's loader indexes the document as it expects it to be: a list, a string or a
+        # mapping of the wrong shape fails inside it.
+        raise ValidationError(
+            f"not a kubeconfig (a mapping with clusters, users and contexts): {exc}",
+            obj=where,
+            field="--kubeconfig",
+        ) from None
+
+
+def _cluster_error(exc: ApiError, doing: str) -> ClusterError:
+    if exc.status == 0:
+        return ClusterError(f"cannot {doing}: the Kubernetes API server did not answer ({exc.message})")
+    return ClusterError(f"cannot {doing}: the Kubernetes API server answered {exc}")
 
 
 def parse_levels(values: list[str]) -> tuple[TopologyLevel, ...]:
@@ -75,15 +120,12 @@ def scheduler(
         True, help="Run only while holding the Lease (two replicas: one active)."
     ),
     grace_seconds: int = typer.Option(30, help="Grace period given to preempted pods."),
-    metrics_bind_address: str = typer.Option(
-        ":9402", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
-    ),
-    log_format: str = LOG_FORMAT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
-    setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
-    serve_metrics(metrics_bind_address)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
     placement_config = scheduler_config(placement, placement_class)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
@@ -137,16 +179,14 @@ def operator(
     sample_seconds: float = typer.Option(15.0, help="Seconds between two load samples of a service."),
     nodes: bool = typer.Option(True, help="GPUPools on Nodes, spot drain and GPU health."),
     node_selector: str = typer.Option("", help="Only Nodes with these labels (k=v,...) are looked after."),
-    metrics_bind_address: str = typer.Option(
-        ":9403", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
-    ),
-    log_format: str = LOG_FORMAT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
     from gpufleet.kube.operator import Operator
 
-    setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
     source = metric_source(
         metrics,
         prometheus_url=prometheus_url,
@@ -155,7 +195,6 @@ def operator(
         port=metrics_port,
         path=metrics_path,
     )
-    serve_metrics(metrics_bind_address)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     api = _transport(kubeconfig, context)
     op = Operator(
@@ -194,7 +233,14 @@ def metric_source(
 @kube_app.command("install-crds")
 def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) -> None:
     """Creates or updates gpufleet's CustomResourceDefinitions and waits until they are served."""
-    for crd in install_crds(_transport(kubeconfig, context)):
+    api = _transport(kubeconfig, context)
+    try:
+        names = install_crds(api)
+    except ApiError as exc:
+        raise _cluster_error(exc, "install the CRDs") from None
+    except TimeoutError as exc:
+        raise ClusterError(str(exc)) from None
+    for crd in names:
         typer.echo(f"customresourcedefinition/{crd} established")
 
 
