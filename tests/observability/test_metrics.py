@@ -130,23 +130,30 @@ def test_a_trainingjobs_series_go_when_it_goes() -> None:
     metrics.record_job(
         "ns", "job", restarts=2, lost_gpu_seconds=30.5, checkpoint_time=1000.0, checkpoint_interval=600.0
     )
-    assert _value("gpufleet_trainingjob_restarts", namespace="ns", job="job") == 2
-    assert _value("gpufleet_trainingjob_lost_gpu_seconds", namespace="ns", job="job") == 30.5
-    assert _value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds", namespace="ns", job="job") == 1000
-    assert _value("gpufleet_trainingjob_checkpoint_interval_seconds", namespace="ns", job="job") == 600
+    assert _value("gpufleet_trainingjob_restarts", namespace="ns", trainingjob="job") == 2
+    assert _value("gpufleet_trainingjob_lost_gpu_seconds", namespace="ns", trainingjob="job") == 30.5
+    assert (
+        _value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds", namespace="ns", trainingjob="job")
+        == 1000
+    )
+    assert (
+        _value("gpufleet_trainingjob_checkpoint_interval_seconds", namespace="ns", trainingjob="job") == 600
+    )
     # Not running (or no checkpoints configured): no checkpoint series to alert on.
     metrics.record_job(
         "ns", "job", restarts=2, lost_gpu_seconds=None, checkpoint_time=None, checkpoint_interval=None
     )
     assert (
         REGISTRY.get_sample_value(
-            "gpufleet_trainingjob_last_checkpoint_timestamp_seconds", {"namespace": "ns", "job": "job"}
+            "gpufleet_trainingjob_last_checkpoint_timestamp_seconds",
+            {"namespace": "ns", "trainingjob": "job"},
         )
         is None
     )
     metrics.forget_job("ns", "job")
     assert (
-        REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", {"namespace": "ns", "job": "job"}) is None
+        REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", {"namespace": "ns", "trainingjob": "job"})
+        is None
     )
     metrics.forget_job("ns", "job")  # twice is harmless
 

@@ -92,6 +92,14 @@ class ServiceMonitor:
 
 
 @dataclass
+class PrometheusRule:
+    """The chart's PrometheusRule of gpufleet's alerts, generated from deploy/prometheus/gpufleet-rules.yaml.
+    Only the chart renders it (the rules are not in the package); without Helm, give Prometheus that file."""
+
+    enabled: bool = False
+
+
+@dataclass
 class Values:
     """The chart's values; field names are the YAML keys."""
 
@@ -102,6 +110,7 @@ class Values:
     operator: Operator = field(default_factory=Operator)
     agent: Agent = field(default_factory=Agent)
     serviceMonitor: ServiceMonitor = field(default_factory=ServiceMonitor)
+    prometheusRule: PrometheusRule = field(default_factory=PrometheusRule)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -514,6 +523,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         operator=Operator(**merged["operator"]),
         agent=Agent(**merged["agent"]),
         serviceMonitor=ServiceMonitor(**merged["serviceMonitor"]),
+        prometheusRule=PrometheusRule(**merged["prometheusRule"]),
     )
 
 

@@ -7,8 +7,8 @@ admissions and preemptions; `controllers.queuestatus` the queue gauges; `control
 callers the per-job series), so no world records one twice.
 
 Labels are bounded: `queue`, `flavor`, `reason`, `pool`, `model`, `namespace`, and for the per-job
-series of TrainingJobs `job` (one series per job that exists; `forget_job` drops them when the job
-goes). No pod, node or workload names. Names follow Prometheus' conventions: base units (seconds,
+series of TrainingJobs `trainingjob` (one series per job that exists; `forget_job` drops them when the
+job goes; not `job`, which Prometheus gives every scraped series). No pod, node or workload names. Names follow Prometheus' conventions: base units (seconds,
 GPUs), `_total` for counters, `_timestamp_seconds` for points in time.
 """
 
@@ -80,22 +80,22 @@ QUOTA_BORROWED = Gauge(
     ["queue", "flavor"],
 )
 JOB_RESTARTS = Gauge(
-    "gpufleet_trainingjob_restarts", "Attempts of a TrainingJob ended by a disruption.", ["namespace", "job"]
+    "gpufleet_trainingjob_restarts", "Attempts of a TrainingJob ended by a disruption.", ["namespace", "trainingjob"]
 )
 JOB_LOST = Gauge(
     "gpufleet_trainingjob_lost_gpu_seconds",
     "GPU-seconds of a TrainingJob's work lost to restarts since its checkpoints.",
-    ["namespace", "job"],
+    ["namespace", "trainingjob"],
 )
 JOB_CHECKPOINT_TIME = Gauge(
     "gpufleet_trainingjob_last_checkpoint_timestamp_seconds",
     "Unix time of a running TrainingJob's newest complete checkpoint (its admission when it has none).",
-    ["namespace", "job"],
+    ["namespace", "trainingjob"],
 )
 JOB_CHECKPOINT_INTERVAL = Gauge(
     "gpufleet_trainingjob_checkpoint_interval_seconds",
     "A running TrainingJob's spec.checkpoint.intervalSeconds.",
-    ["namespace", "job"],
+    ["namespace", "trainingjob"],
 )
 
 _JOB_GAUGES = (JOB_RESTARTS, JOB_LOST, JOB_CHECKPOINT_TIME, JOB_CHECKPOINT_INTERVAL)
