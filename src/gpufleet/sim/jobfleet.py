@@ -1,0 +1,116 @@
+"""The fleet and the queues a job-level simulation runs on.
+
+`--gpus N` is a fleet of N GPUs in 8-GPU H100 nodes, 32 nodes a rack (one GPUPool, its racks filled
+evenly by the pool controller). `--fleet FILE` is a YAML file of GPUPools (any other kind in it is
+refused). Without `--queues FILE` each virtual cluster of the trace becomes a leaf queue under one
+root, its nominal quota of every GPU model of the fleet proportional to its share of the trace's GPU
+demand (GPU-seconds), rounded by largest remainder so that the quotas add up to the fleet; borrowing
+is unlimited, so idle quota is lent, and reclaimed by preemption when its owner needs it back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from gpufleet.api.documents import load_objects
+from gpufleet.api.errors import DataError
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
+from gpufleet.api.queue import FlavorQuota, Queue, QueueSpec
+
+GPUS_PER_NODE = 8
+NODES_PER_RACK = 32
+GPU_MODEL = "H100-80GB"
+PRICE_PER_GPU_HOUR = 3.0
+ROOT_QUEUE = "trace"
+
+
+def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR) -> list[GPUPool]:
+    """N GPUs as 8-GPU H100 nodes, 32 nodes a rack, in one on-demand pool."""
+    if gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE:
+        raise DataError(f"must be a positive multiple of {GPUS_PER_NODE}, got {gpus}", path="--gpus")
+    nodes = gpus // GPUS_PER_NODE
+    return [
+        GPUPool(
+            metadata=ObjectMeta(name="h100"),
+            spec=GPUPoolSpec(
+                gpu_model=GPU_MODEL,
+                gpus_per_node=GPUS_PER_NODE,
+                node_resources=NodeResources(cpu="192", memory="2Ti"),
+                capacity_type="on-demand",
+                price_per_gpu_hour=price,
+                nodes=nodes,
+                topology=PoolTopology(block="b1", racks=math.ceil(nodes / NODES_PER_RACK)),
+            ),
+        )
+    ]
+
+
+def load_pools(path: str | Path) -> list[GPUPool]:
+    """The GPUPools of a YAML file; another kind in it is a DataError."""
+    pools: list[GPUPool] = []
+    for obj in load_objects(Path(path)):
+        if not isinstance(obj, GPUPool):
+            raise DataError(f"{obj.kind} {obj.name}: a fleet file holds GPUPools only", path=str(path))
+        pools.append(obj)
+    if not pools:
+        raise DataError("no GPUPool in the fleet file", path=str(path))
+    return pools
+
+
+def load_queues(path: str | Path) -> list[Queue]:
+    """The Queues of a YAML file; another kind in it is a DataError."""
+    queues: list[Queue] = []
+    for obj in load_objects(Path(path)):
+        if not isinstance(obj, Queue):
+            raise DataError(f"{obj.kind} {obj.name}: a queues file holds Queues only", path=str(path))
+        queues.append(obj)
+    if not queues:
+        raise DataError("no Queue in the queues file", path=str(path))
+    return queues
+
+
+def queue_name(cluster: str) -> str:
+    """The queue of a virtual cluster (a name that is a valid DNS label whatever the cluster id)."""
+    return f"vc-{cluster.lower()}"
+
+
+def fleet_gpus(pools: Sequence[GPUPool]) -> dict[str, int]:
+    """GPUs the pools start with, per GPU model."""
+    out: dict[str, int] = {}
+    for pool in pools:
+        out[pool.spec.gpu_model] = out.get(pool.spec.gpu_model, 0) + pool.spec.nodes * pool.spec.gpus_per_node
+    return out
+
+
+def proportional(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """`total` split in proportion to `weights` by largest remainder (the parts add up to `total`)."""
+    whole = sum(weights.values())
+    if whole <= 0:
+        raise ValueError("weights must add up to a positive number")
+    exact = {k: total * w / whole for k, w in weights.items()}
+    parts = {k: math.floor(v) for k, v in exact.items()}
+    left = total - sum(parts.values())
+    for key in sorted(exact, key=lambda k: (parts[k] - exact[k], k))[:left]:
+        parts[key] += 1
+    return parts
+
+
+def trace_queues(demand: Mapping[str, float], pools: Sequence[GPUPool]) -> list[Queue]:
+    """One leaf queue per virtual cluster under a root, nominal quota proportional to its GPU demand."""
+    per_model = fleet_gpus(pools)
+    shares = {model: proportional(gpus, demand) for model, gpus in per_model.items()}
+    queues = [Queue(metadata=ObjectMeta(name=ROOT_QUEUE), spec=QueueSpec())]
+    for cluster in sorted(demand):
+        quotas = {model: FlavorQuota(nominal=share[cluster]) for model, share in shares.items()}
+        queues.append(
+            Queue(
+                metadata=ObjectMeta(
+                    name=queue_name(cluster), labels={"gpufleet.io/virtual-cluster": cluster}
+                ),
+                spec=QueueSpec(parent=ROOT_QUEUE, quotas=quotas),
+            )
+        )
+    return queues

@@ -1,0 +1,191 @@
+"""Job-level traces: the Philly trace as the Pollux artifact published it, and the fleet it runs on.
+
+A trace file is a CSV with the columns `timestamp,duration,num_gpus,cluster` (`gpu_time` and any
+other column are ignored):
+
+- `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC), rows in any order;
+- `duration`: seconds the job computes with all its GPUs (> 0);
+- `num_gpus`: whole GPUs it asks for (>= 1);
+- `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue.
+
+Every row that cannot be read fails with a DataError naming the file, the line and the column.
+Jobs come back sorted by submission (then by line), with `submit` in seconds from the first one.
+
+`--trace philly` is looked for as `philly-derived-pollux/philly.csv` in the data directories that
+`gpufleet bench fgd` reads (`--data-dir`, else `$GPUFLEET_DATA`, else `../shared/data` beside the
+repository, then the user's cache).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpufleet.api.errors import DataError
+from gpufleet.sim.datasets import data_dirs
+
+PHILLY_FILE = Path("philly-derived-pollux") / "philly.csv"
+COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+TRACE_NAMES = {"philly": PHILLY_FILE}
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: where it came from, when it arrives, what it asks for and for how long."""
+
+    line: int
+    """Its line in the trace file (also its identity: `j<line>`)."""
+    submit: float
+    """Seconds after the trace's first submission."""
+    duration: float
+    gpus: int
+    cluster: str
+
+    @property
+    def name(self) -> str:
+        return f"j{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    path: Path
+    start: float
+    """The first submission, seconds since the Unix epoch."""
+    jobs: tuple[TraceJob, ...]
+
+    @property
+    def clusters(self) -> list[str]:
+        return sorted({j.cluster for j in self.jobs})
+
+    def busy_start(self) -> float:
+        """Seconds from the first submission to the start (UTC midnight) of the trace's first busy day:
+        the first day with at least a quarter of the median submissions of the days that have any.
+        (Philly's first 20 days hold a few dozen jobs; its steady load starts on 2017-09-24.)"""
+        first_midnight = self.start - self.start % DAY
+        counts: dict[int, int] = {}
+        for job in self.jobs:
+            day = int((self.start + job.submit - first_midnight) // DAY)
+            counts[day] = counts.get(day, 0) + 1
+        busy = sorted(counts.values())[len(counts) // 2] / 4
+        day = min(d for d, n in counts.items() if n >= busy)
+        return max(0.0, first_midnight + day * DAY - self.start)
+
+    def window(self, start: float, days: float | None) -> Trace:
+        """The jobs submitted from `start` seconds after the first submission, for `days` days (to the
+        end for None); their `submit` stays relative to the trace's first submission."""
+        end = math.inf if days is None else start + days * DAY
+        return Trace(self.path, self.start, tuple(j for j in self.jobs if start <= j.submit < end))
+
+    def gpu_demand(self) -> dict[str, float]:
+        """GPU-seconds asked for, per cluster."""
+        out: dict[str, float] = {}
+        for job in self.jobs:
+            out[job.cluster] = out.get(job.cluster, 0.0) + job.gpus * job.duration
+        return out
+
+
+def resolve(trace: str, data: str | Path | None = None) -> Path:
+    """A trace by name (`philly`) or by the path of a CSV."""
+    if trace not in TRACE_NAMES or Path(trace).is_file():
+        if not Path(trace).is_file():
+            known = ", ".join(sorted(TRACE_NAMES))
+            raise DataError(f"no such trace file (known trace names: {known})", path=trace)
+        return Path(trace)
+    dirs = data_dirs(data)
+    for folder in dirs:
+        candidate = folder / TRACE_NAMES[trace]
+        if candidate.is_file():
+            return candidate
+    looked = ", ".join(str(d / TRACE_NAMES[trace]) for d in dirs)
+    raise DataError(
+        f"trace file not found (looked in {looked}); set --data-dir or $GPUFLEET_DATA",
+        path=f"trace {trace!r}",
+    )
+
+
+def load(path: str | Path) -> Trace:
+    """Reads a job trace (see the module docstring); a bad row is a DataError with file:line and column."""
+    path = Path(path)
+    where = str(path)
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"cannot read the file: {exc.strerror}", path=where) from exc
+    raw: list[tuple[int, float, float, int, str]] = []
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise DataError("the file is empty; a header row is expected", path=where, line=1) from None
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise DataError(f"unreadable header: {exc}", path=where, line=1) from exc
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise DataError(f"missing column(s) {', '.join(missing)}", path=where, line=1, field=missing[0])
+        at = {c: header.index(c) for c in COLUMNS}
+        width = max(at.values()) + 1
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                break
+            except (csv.Error, UnicodeDecodeError) as exc:
+                raise DataError(f"unreadable row: {exc}", path=where, line=reader.line_num) from exc
+            line = reader.line_num
+            if not values or all(not v.strip() for v in values):
+                continue
+            if len(values) < width:
+                raise DataError(
+                    f"{len(values)} values, {len(header)} columns expected", path=where, line=line
+                )
+            raw.append(_row(values, at, where, line))
+    if not raw:
+        raise DataError("the trace has no jobs", path=where)
+    start = min(r[1] for r in raw)
+    raw.sort(key=lambda r: (r[1], r[0]))
+    jobs = tuple(
+        TraceJob(line, submit - start, duration, gpus, cluster)
+        for line, submit, duration, gpus, cluster in raw
+    )
+    return Trace(path, start, jobs)
+
+
+def _row(
+    values: Sequence[str], at: dict[str, int], where: str, line: int
+) -> tuple[int, float, float, int, str]:
+    text = values[at["timestamp"]].strip()
+    try:
+        submit = datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise DataError(
+            f"not a time of the form YYYY-MM-DD HH:MM:SS: {text!r}", path=where, line=line, field="timestamp"
+        ) from None
+    text = values[at["duration"]].strip()
+    try:
+        duration = float(text)
+    except ValueError:
+        raise DataError(f"not a number: {text!r}", path=where, line=line, field="duration") from None
+    if not math.isfinite(duration) or duration <= 0:
+        raise DataError(
+            f"must be a positive number of seconds, got {text!r}", path=where, line=line, field="duration"
+        )
+    text = values[at["num_gpus"]].strip()
+    try:
+        gpus = int(text)
+    except ValueError:
+        raise DataError(
+            f"must be a whole number of GPUs, got {text!r}", path=where, line=line, field="num_gpus"
+        ) from None
+    if gpus < 1:
+        raise DataError(f"must be at least 1, got {text!r}", path=where, line=line, field="num_gpus")
+    cluster = values[at["cluster"]].strip()
+    if not cluster:
+        raise DataError("empty virtual cluster", path=where, line=line, field="cluster")
+    return line, submit, duration, gpus, cluster

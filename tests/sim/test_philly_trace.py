@@ -1,0 +1,92 @@
+"""The job trace reader (Philly's columns, clear errors for bad rows) and the `--gpus N` fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api.errors import DataError
+from gpufleet.sim import jobfleet, philly
+
+HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+
+
+def write(tmp_path: Path, rows: str) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + rows, encoding="utf-8")
+    return path
+
+
+def test_jobs_sorted_by_submission_relative_to_the_first(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "2017-10-09 07:01:55,66.0,1,66.0,aa\n2017-10-09 06:13:03,2951.0,2,5902.0,bb\n",
+    )
+    trace = philly.load(path)
+    assert [(j.line, j.submit, j.duration, j.gpus, j.cluster) for j in trace.jobs] == [
+        (3, 0.0, 2951.0, 2, "bb"),
+        (2, 2932.0, 66.0, 1, "aa"),
+    ]
+    assert trace.clusters == ["aa", "bb"]
+    assert trace.gpu_demand() == {"aa": 66.0, "bb": 5902.0}
+    assert [j.name for j in trace.window(100.0, None).jobs] == ["j2"]
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "says"),
+    [
+        ("2017-10-09,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
+        ("2017-10-09 07:01:55,soon,1,66,aa", "duration", "not a number"),
+        ("2017-10-09 07:01:55,-5,1,66,aa", "duration", "positive"),
+        ("2017-10-09 07:01:55,66,1.5,66,aa", "num_gpus", "whole number"),
+        ("2017-10-09 07:01:55,66,0,66,aa", "num_gpus", "at least 1"),
+        ("2017-10-09 07:01:55,66,1,66,", "cluster", "empty"),
+    ],
+)
+def test_bad_row_names_file_line_and_column(tmp_path: Path, row: str, field: str, says: str) -> None:
+    path = write(tmp_path, "2017-10-09 07:01:55,66.0,1,66.0,aa\n" + row + "\n")
+    with pytest.raises(DataError) as caught:
+        philly.load(path)
+    assert f"{path}:3" in str(caught.value)
+    assert field in str(caught.value)
+    assert says in str(caught.value)
+
+
+def test_missing_column_and_unknown_trace(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,duration,cluster\n", encoding="utf-8")
+    with pytest.raises(DataError, match="num_gpus"):
+        philly.load(path)
+    with pytest.raises(DataError, match="known trace names: philly"):
+        philly.resolve("alibaba")
+
+
+def test_philly_found_in_the_data_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "philly-derived-pollux"
+    folder.mkdir()
+    (folder / "philly.csv").write_text(HEADER, encoding="utf-8")
+    assert philly.resolve("philly", data=tmp_path) == folder / "philly.csv"
+    with pytest.raises(DataError, match="not found"):
+        philly.resolve("philly", data=tmp_path / "nowhere")
+
+
+def test_busy_start_skips_a_sparse_beginning(tmp_path: Path) -> None:
+    rows = "2017-09-04 10:00:00,60,1,60,aa\n" + "".join(
+        f"2017-09-{day:02d} 0{h}:00:00,60,1,60,aa\n" for day in (10, 11, 12) for h in range(8)
+    )
+    trace = philly.load(write(tmp_path, rows))
+    # The first busy day is 2017-09-10, 00:00 UTC: 5 days 14 hours after the first submission.
+    assert trace.busy_start() == 5 * 86400 + 14 * 3600
+
+
+def test_fleet_of_gpus_and_proportional_queues() -> None:
+    pools = jobfleet.fleet_of_gpus(2048)
+    assert pools[0].spec.nodes == 256 and pools[0].spec.gpus_per_node == 8
+    assert pools[0].spec.topology.racks == 8
+    with pytest.raises(DataError, match="multiple of 8"):
+        jobfleet.fleet_of_gpus(100)
+    queues = jobfleet.trace_queues({"a": 3.0, "b": 1.0, "c": 0.0}, pools)
+    nominal = {q.name: q.spec.quotas["H100-80GB"].nominal for q in queues if q.spec.parent}
+    assert nominal == {"vc-a": 1536, "vc-b": 512, "vc-c": 0}
+    assert jobfleet.proportional(10, {"x": 1, "y": 1, "z": 1}) == {"x": 4, "y": 3, "z": 3}
