@@ -9,7 +9,8 @@ the same checkpoint, give up at the same count and say the same in status, condi
   up past `restartPolicy.maxRestarts` (docs/scheduling.md decision 24);
 - `job_status`: the job's next status from what its world observed (its current attempt's workers,
   the disruptions that ended earlier attempts, whether the job gave up, why it waits);
-- `job_events`: the Events a change of status is announced with.
+- `job_events`: the Events a change of status is announced with;
+- `record_metrics`: the job's Prometheus series, from that status (`forget_metrics` when it is gone).
 
 Each world translates what it reads (the embedded store's Workload and Pods; the API's pods) into an
 `Observed` and renders the status back (the store's object; a merge patch).
@@ -27,6 +28,7 @@ from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.status import CheckpointRef
 from gpufleet.api.training import TrainingJobStatus
 from gpufleet.controllers.notice import Notice
+from gpufleet.observability import metrics
 
 FINISHED = ("Succeeded", "Failed")
 QUEUED = PendingReason(type="Queued", message="waiting for the scheduler")
@@ -278,3 +280,29 @@ def job_events(
     if new.phase != old.phase:
         out.append(Notice(new.phase, f"{old.phase} -> {new.phase}"))
     return out
+
+
+def record_metrics(
+    namespace: str, name: str, status: TrainingJobStatus, *, checkpoint_interval: float | None
+) -> None:
+    """Sets the job's series from the status its world computed: restarts, lost GPU-seconds and, while
+    it runs with checkpoints configured, when it last checkpointed (its newest checkpoint, or its
+    workers' start when it has taken none since) beside its interval."""
+    checkpoint_at = None
+    if status.phase == "Running" and checkpoint_interval:
+        taken = status.last_checkpoint.time if status.last_checkpoint is not None else None
+        times = [t.timestamp() for t in (taken, status.start_time) if t is not None]
+        checkpoint_at = max(times, default=None)
+    metrics.record_job(
+        namespace,
+        name,
+        restarts=status.restarts,
+        lost_gpu_seconds=status.lost_gpu_seconds,
+        checkpoint_time=checkpoint_at,
+        checkpoint_interval=checkpoint_interval,
+    )
+
+
+def forget_metrics(namespace: str, name: str) -> None:
+    """The job is gone: so are its series."""
+    metrics.forget_job(namespace, name)

@@ -72,6 +72,7 @@ class TrainingJobController(Reconciler):
             job = self.store.get(TrainingJob, name, namespace)
         except NotFoundError:
             self._collect(namespace, name)
+            jobstate.forget_metrics(namespace, name)
             return None
         checkpoint = self._latest_checkpoint(job)
         workload = self._ensure_workload(job, checkpoint)
@@ -81,6 +82,8 @@ class TrainingJobController(Reconciler):
             if p.spec.attempt == workload.status.attempts
         ]
         status = self._status(job, workload, pods, checkpoint, now)
+        interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
+        jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
         if status.phase in ("Succeeded", "Failed") and workload.spec.active:
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
+from gpufleet.controllers import jobstate
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.fleet import FleetOperator
 from gpufleet.kube.inference import InferenceServiceOperator
@@ -251,6 +252,7 @@ class Operator:
         job = self.jobs.get(key)
         if job is None:
             self._collect(namespace, name, pods, self.services)
+            jobstate.forget_metrics(namespace, name)
             return None
         checkpoints = [c for c in self.checkpoints.items() if c["metadata"].get("namespace") == namespace]
         return self.training.reconcile(job, pods, checkpoints, service=self.services.get(key), now=now)

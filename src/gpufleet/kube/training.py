@@ -299,6 +299,7 @@ class TrainingJobOperator:
         job = from_json(info, raw)
         assert isinstance(job, TrainingJob)
         if raw["metadata"].get("deletionTimestamp"):
+            jobstate.forget_metrics(raw["metadata"]["namespace"], job.name)
             return None
         if job.spec.worker.template is None or not (job.spec.worker.template.get("spec") or {}).get(
             "containers"
@@ -407,6 +408,10 @@ class TrainingJobOperator:
         """The shared status decision as a merge patch, and the Events that announce it."""
         # API timestamps have a resolution of seconds.
         status = jobstate.job_status(base or previous, observed, now=to_datetime(math.floor(now)))
+        meta, checkpoint = raw["metadata"], (raw.get("spec") or {}).get("checkpoint") or {}
+        jobstate.record_metrics(
+            meta["namespace"], meta["name"], status, checkpoint_interval=checkpoint.get("intervalSeconds")
+        )
         update = status_patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
         if update and self._status(raw, update):
             for event in jobstate.job_events(previous, status, why=why):

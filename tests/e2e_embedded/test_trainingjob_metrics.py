@@ -1,0 +1,41 @@
+"""The embedded TrainingJob controller exports the same per-job series as the operator
+(`jobstate.record_metrics`), and drops them with the job."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from gpufleet.api.training import TrainingJob
+
+from .conftest import World
+
+OBJECTS = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: metrics-pool}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: metered, namespace: team-m}
+spec:
+  replicas: 1
+  worker: {gpus: 4}
+  checkpoint: {intervalSeconds: 300}
+  durationSeconds: 7200
+"""
+JOB = {"namespace": "team-m", "trainingjob": "metered"}
+
+
+def test_a_running_jobs_series_are_exported_and_dropped_with_it(world: World) -> None:
+    world.apply(OBJECTS)
+    world.runtime.run_for(120)
+    job = world.get("TrainingJob", "metered", "team-m")
+    assert job.status.phase == "Running"
+    assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", JOB) == 0
+    assert REGISTRY.get_sample_value("gpufleet_trainingjob_checkpoint_interval_seconds", JOB) == 300
+    at = REGISTRY.get_sample_value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds", JOB)
+    assert at is not None and at <= world.now
+    world.store.delete(TrainingJob, "metered", "team-m")
+    world.runtime.run_for(10)
+    assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", JOB) is None
