@@ -28,8 +28,11 @@ JOB = {"namespace": "team-m", "trainingjob": "metered"}
 
 
 def test_a_running_jobs_series_are_exported_and_dropped_with_it(world: World) -> None:
+    binds = REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count") or 0.0
     world.apply(OBJECTS)
     world.runtime.run_for(120)
+    # Its one worker pod was created bound, and timed.
+    assert REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count") == binds + 1
     job = world.get("TrainingJob", "metered", "team-m")
     assert job.status.phase == "Running"
     assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", JOB) == 0

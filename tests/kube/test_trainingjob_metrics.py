@@ -27,10 +27,13 @@ def test_a_running_jobs_series_follow_its_status_and_go_with_it(
     api: FakeApiServer, world: tuple[Operator, KubeScheduler, Clock]
 ) -> None:
     op, sched, _ = world
+    binds = REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count") or 0.0
     make_job(api)
     sync(op)
     run(sched)
     sync(op)
+    # The scheduler's two Binding writes are timed.
+    assert REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count") == binds + 2
     for name in pods(api):
         set_phase(api, name, "Running")
     sync(op)

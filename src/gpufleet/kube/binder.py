@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -24,6 +25,7 @@ from gpufleet.fleet.state import Allocation
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import ApiError, Json
+from gpufleet.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +139,9 @@ class Binder:
         pod, key, node = job.pod, job.key, job.node
         result, error = BindResult.RETRY, ""
         try:
+            started = time.perf_counter()
             bound = self.actions.bind(pod, node, job.alloc, annotations=job.annotations)
+            metrics.BIND_SECONDS.observe(time.perf_counter() - started)
             result = BindResult.BOUND if bound else BindResult.REFUSED
         except ApiError as exc:
             error = str(exc)

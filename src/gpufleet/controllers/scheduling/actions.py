@@ -19,6 +19,7 @@ elastic victim) deletes only the pods it takes and is not an eviction.
 from __future__ import annotations
 
 import logging
+import time
 
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
@@ -31,6 +32,7 @@ from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone,
 from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.fleet.state import Allocation
+from gpufleet.observability import metrics
 from gpufleet.scheduler.explain import Admit, Preempt
 from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 
@@ -59,7 +61,9 @@ class Actions:
         created: list[Pod] = []
         try:
             for alloc in admit.allocations:
+                started = time.perf_counter()
                 created.append(state.store.create(self._pod_for(obj, alloc, attempt)))
+                metrics.BIND_SECONDS.observe(time.perf_counter() - started)  # a pod created bound
             status = obj.status.model_copy(deep=True)
             status.phase = "Admitted"
             status.attempts = attempt
