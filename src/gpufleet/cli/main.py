@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     import typer
 
-AREAS = ("bench", "scenario", "agent", "manifests", "control", "kube", "gpu_models", "data")
+AREAS = ("bench", "simulate", "scenario", "agent", "manifests", "control", "kube", "gpu_models", "data")
 """The modules of `gpufleet.cli` that register commands, in the order help lists them."""
 
 

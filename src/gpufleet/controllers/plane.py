@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpufleet.controllers.health import HealthController
 from gpufleet.controllers.inference import AutoscalerConfig, InferenceServiceController
 from gpufleet.controllers.manager import Controller, ControllerManager
-from gpufleet.controllers.pools import PoolController
+from gpufleet.controllers.pools import STATUS_PERIOD, PoolController
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.controllers.training import TrainingJobController
 from gpufleet.scheduler.config import SchedulerConfig
@@ -20,13 +20,19 @@ from gpufleet.store.protocol import Store
 
 
 def build_manager(
-    store: Store, *, config: SchedulerConfig | None = None, autoscaler: AutoscalerConfig | None = None
+    store: Store,
+    *,
+    config: SchedulerConfig | None = None,
+    autoscaler: AutoscalerConfig | None = None,
+    pool_status_seconds: float = STATUS_PERIOD,
 ) -> ControllerManager:
+    """`pool_status_seconds`: how often an unchanged pool's status (idle GPU-hours) is brought up to
+    date; the job simulator, whose pools change with every pod, looks less often."""
     controllers: list[Controller] = [
         SchedulingController(store, config=config),
         HealthController(store),
         TrainingJobController(store),
-        PoolController(store),
+        PoolController(store, status_period=pool_status_seconds),
         InferenceServiceController(store, config=autoscaler),
     ]
     return ControllerManager(store, controllers)

@@ -68,8 +68,10 @@ class PoolController(Reconciler):
     kinds: tuple[str, ...] = ("GPUPool", "Node", "Pod", "Workload")
     primary = "GPUPool"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, status_period: float = STATUS_PERIOD) -> None:
         super().__init__(store)
+        self.status_period = status_period
+        """Seconds between two looks at a pool that nothing changed (its idle GPU-hours accrue)."""
         self.node_pool: dict[str, str] = {}
         """node -> pool, so that a pod event finds its pool without a read."""
 
@@ -118,7 +120,7 @@ class PoolController(Reconciler):
             removed, idle_since, wake = self._autoscale(pool, counted, busy, plan, now)
         nodes = [n for n in nodes if n.name not in removed]
         self._write_status(pool, nodes, pods, idle_since, now)
-        return min(STATUS_PERIOD, wake) if wake is not None else STATUS_PERIOD
+        return min(self.status_period, wake) if wake is not None else self.status_period
 
     # ------------------------------------------------------------------ static
     def _converge(self, pool: GPUPool, nodes: list[Node], busy: set[str], now: float) -> set[str]:

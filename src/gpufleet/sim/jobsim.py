@@ -1,0 +1,413 @@
+"""Job-level simulation: a trace's jobs through the embedded control plane on a virtual clock.
+
+The world is the one `gpufleet up` runs (a SQLite store, the twin, every controller built by
+`controllers.plane.build_manager`, one `Runtime`), on a `VirtualClock` and a throw-away store. Two
+more participants of the runtime do the simulation's part and nothing else:
+
+- the `Feeder` submits each trace job as a TrainingJob at its submission time (a gang of workers of
+  `gpus/replicas` GPUs; `durationSeconds` is the trace's duration, so the twin completes it after
+  that much work) and wakes the runtime at the next submission;
+- the `Recorder` reads the store's event log (TrainingJob and Pod events, as any watcher would) and
+  keeps the measurements: GPUs allocated and running over time, per queue, queue lengths, each job's
+  submission, first start, completion, restarts and lost GPU-seconds. A job that has succeeded is
+  deleted (with its checkpoints) once recorded, so that the store holds only live work.
+
+Nothing here decides anything: admission, placement, preemption, restarts and checkpoints are the
+controllers', the scheduling core's and the twin's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.errors import GoneError, NotFoundError
+from gpufleet.api.labels import JOB_LABEL
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.pool import GPUPool
+from gpufleet.api.queue import Queue
+from gpufleet.api.requests import PodRequest
+from gpufleet.api.runtime import Pod
+from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
+from gpufleet.controllers.plane import build_manager
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.sim.jobfleet import GPUS_PER_NODE, queue_name
+from gpufleet.sim.philly import Trace, TraceJob
+from gpufleet.store.protocol import ObjectRef
+from gpufleet.store.sqlite import SqliteStore
+from gpufleet.twin.clock import VirtualClock
+from gpufleet.twin.config import FaultRates, TwinConfig
+from gpufleet.twin.driver import Runtime
+from gpufleet.twin.twin import Twin
+
+DRAIN_LIMIT = 10 * 365 * 86400.0
+"""Virtual time a drained run may take at most (a job that can never run would otherwise hold it)."""
+QUIET_SECONDS = 3600.0
+"""How often the twin publishes service metrics (the trace has no services) and an unchanged pool's
+status is brought up to date; `gpufleet up` does both every minute, which would be most of the work."""
+MAX_RESTARTS = 1_000_000
+"""A trace job is never given up on: preemptions and failures restart it from its checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    checkpoint_interval: float | None = None
+    """Seconds of work between checkpoints (None: jobs never checkpoint, a restart starts over)."""
+    gpu_mtbf_seconds: float | None = None
+    """The fleet's mean time between GPU failures (None: no failures)."""
+    gpu_repair_seconds: float = 3600.0
+    seed: int = 0
+    bucket_seconds: float = 3600.0
+    """Width of the time series' buckets."""
+    drain: bool = True
+    """Run until every submitted job has finished (else stop at the window's end)."""
+    scheduler: SchedulerConfig | None = None
+
+
+def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
+    """(workers, GPUs per worker) of a job of `gpus` GPUs: one worker up to a node's GPUs, else the
+    fewest equal workers of at most a node each (12 GPUs: 2 x 6; 32: 4 x 8)."""
+    if gpus <= per_node:
+        return 1, gpus
+    size = max(d for d in range(1, per_node + 1) if gpus % d == 0)
+    return gpus // size, size
+
+
+def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NODE) -> TrainingJob:
+    replicas, size = shape(job.gpus, per_node)
+    queue = queue_name(job.cluster)
+    return TrainingJob(
+        metadata=ObjectMeta(name=job.name, namespace=queue),
+        spec=TrainingJobSpec(
+            queue=queue,
+            priority_class="research",
+            replicas=replicas,
+            worker=PodRequest(gpus=size),
+            checkpoint=(
+                CheckpointPolicy(interval_seconds=options.checkpoint_interval)
+                if options.checkpoint_interval
+                else None
+            ),
+            restart_policy=RestartPolicy(max_restarts=MAX_RESTARTS, backoff_seconds=0.0),
+            duration_seconds=job.duration,
+        ),
+    )
+
+
+class Series:
+    """Step functions of time integrated into fixed buckets: `set(key, t, value)` closes the previous
+    value's interval; `means()` is each key's time-average per bucket."""
+
+    def __init__(self, start: float, width: float) -> None:
+        self.start = start
+        self.width = width
+        self.sums: dict[str, np.ndarray] = {}
+        self.value: dict[str, float] = {}
+        self.since: dict[str, float] = {}
+
+    def _add(self, key: str, t0: float, t1: float, value: float) -> None:
+        if value == 0 or t1 <= t0:
+            return
+        sums = self._bucket(key, t1)
+        b1 = int((t1 - self.start) // self.width)
+        b0 = int((t0 - self.start) // self.width)
+        if b0 == b1:
+            sums[b0] += value * (t1 - t0)
+            return
+        sums[b0] += value * (self.start + (b0 + 1) * self.width - t0)
+        sums[b0 + 1 : b1] += value * self.width
+        sums[b1] += value * (t1 - (self.start + b1 * self.width))
+
+    def _bucket(self, key: str, t: float) -> np.ndarray:
+        b = int((t - self.start) // self.width)
+        sums = self.sums.get(key)
+        if sums is None or len(sums) <= b:
+            grown = np.zeros(max(b + 1, 2 * (0 if sums is None else len(sums))))
+            if sums is not None:
+                grown[: len(sums)] = sums
+            self.sums[key] = sums = grown
+        return sums
+
+    def point(self, key: str, t: float, amount: float) -> None:
+        """Adds `amount` (an integral: GPU-seconds) to the bucket of `t`."""
+        self._bucket(key, t)[int((t - self.start) // self.width)] += amount
+
+    def set(self, key: str, t: float, value: float) -> None:
+        old = self.value.get(key, 0.0)
+        self._add(key, self.since.get(key, t), t, old)
+        self.value[key] = value
+        self.since[key] = t
+
+    def add(self, key: str, t: float, delta: float) -> None:
+        self.set(key, t, self.value.get(key, 0.0) + delta)
+
+    def close(self, t: float) -> None:
+        for key in list(self.value):
+            self.set(key, t, self.value[key])
+
+    def means(self, key: str, buckets: int) -> np.ndarray:
+        sums = self.sums.get(key, np.zeros(0))
+        out = np.zeros(buckets)
+        n = min(buckets, len(sums))
+        out[:n] = sums[:n]
+        return out / self.width
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: TraceJob
+    queue: str
+    submit: float
+    start: float | None = None
+    end: float | None = None
+    restarts: int = 0
+    lost_gpu_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    trace: Trace
+    pools: list[GPUPool]
+    queues: list[Queue]
+    options: SimOptions
+    begin: float
+    """Virtual time of the window's start (seconds since the epoch)."""
+    end: float
+    """Virtual time the simulation stopped at."""
+    wall_seconds: float
+    jobs: dict[str, JobRecord]
+    series: Series
+    buckets: int
+    unplaceable: list[TraceJob]
+    """Jobs larger than the fleet: never submitted."""
+    faults: dict[str, int] = field(default_factory=dict)
+    cycles: int = 0
+
+    @property
+    def capacity(self) -> int:
+        return sum(p.spec.nodes * p.spec.gpus_per_node for p in self.pools)
+
+
+class Feeder:
+    """Submits trace jobs at their submission times; a participant of the runtime."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        jobs: Sequence[TraceJob],
+        origin: float,
+        options: SimOptions,
+        on_submit: Callable[[TraceJob, float], None],
+        per_node: int = GPUS_PER_NODE,
+    ) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.origin = origin
+        self.options = options
+        self.on_submit = on_submit
+        self.per_node = per_node
+        self.next = 0
+
+    def step(self, now: float) -> float | None:
+        due: list[TraceJob] = []
+        while self.next < len(self.jobs) and self.origin + self.jobs[self.next].submit <= now:
+            due.append(self.jobs[self.next])
+            self.next += 1
+        if due:
+            self.store.apply_many([training_job(j, self.options, self.per_node) for j in due])
+            for job in due:
+                self.on_submit(job, now)
+        if self.next < len(self.jobs):
+            return self.origin + self.jobs[self.next].submit
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.jobs)
+
+
+class Recorder:
+    """Reads TrainingJob and Pod events and keeps the measurements; a participant of the runtime."""
+
+    KINDS = ("TrainingJob", "Pod")
+
+    def __init__(self, store: SqliteStore, series: Series) -> None:
+        self.store = store
+        self.series = series
+        self.cursor = store.resource_version
+        self.jobs: dict[str, JobRecord] = {}
+        self.pods: dict[tuple[str, str], tuple[float, bool, str]] = {}
+        """Allocated pods: (GPUs, running, queue)."""
+        self.pending: dict[str, int] = {}
+        self.finished = 0
+
+    def submitted(self, job: TraceJob, now: float) -> None:
+        queue = queue_name(job.cluster)
+        self.jobs[job.name] = JobRecord(job, queue, now)
+        self.pending[queue] = self.pending.get(queue, 0) + 1
+        self.series.add("pending", now, 1)
+        self.series.add(f"pending:{queue}", now, 1)
+
+    def step(self, now: float) -> float | None:
+        done: list[JobRecord] = []
+        while True:
+            try:
+                events = self.store.events_since(self.cursor, kinds=self.KINDS, limit=5000)
+            except GoneError as exc:
+                raise RuntimeError("the simulation's recorder fell behind the store's event log") from exc
+            for event in events:
+                obj = event.object
+                if isinstance(obj, Pod):
+                    self._pod(obj, event.type == "DELETED", now)
+                elif isinstance(obj, TrainingJob) and event.type != "DELETED":
+                    record = self._job(obj, now)
+                    if record is not None:
+                        done.append(record)
+            if events:
+                self.cursor = str(events[-1].resource_version)
+            if len(events) < 5000:
+                break
+        if done:
+            self._collect(done)
+        return None
+
+    def _pod(self, pod: Pod, deleted: bool, now: float) -> None:
+        key = (pod.namespace or "", pod.name)
+        old = self.pods.pop(key, None)
+        if old is not None:
+            gpus, running, queue = old
+            self.series.add("allocated", now, -gpus)
+            self.series.add(f"allocated:{queue}", now, -gpus)
+            if running:
+                self.series.add("running", now, -gpus)
+        if deleted or pod.terminated:
+            return
+        gpus = len(pod.spec.gpus) or pod.spec.gpu_milli / 1000
+        running = pod.status.phase == "Running"
+        queue = pod.namespace or ""
+        self.pods[key] = (gpus, running, queue)
+        self.series.add("allocated", now, gpus)
+        self.series.add(f"allocated:{queue}", now, gpus)
+        if running:
+            self.series.add("running", now, gpus)
+            record = self.jobs.get(pod.metadata.labels.get(JOB_LABEL, ""))
+            if record is not None and record.start is None:
+                record.start = now
+                self.pending[record.queue] -= 1
+                self.series.add("pending", now, -1)
+                self.series.add(f"pending:{record.queue}", now, -1)
+
+    def _job(self, job: TrainingJob, now: float) -> JobRecord | None:
+        record = self.jobs.get(job.name)
+        if record is None or record.end is not None:
+            return None
+        status = job.status
+        if status.restarts > record.restarts or status.lost_gpu_seconds > record.lost_gpu_seconds:
+            self.series.point("lost", now, status.lost_gpu_seconds - record.lost_gpu_seconds)
+        record.restarts = status.restarts
+        record.lost_gpu_seconds = status.lost_gpu_seconds
+        if status.phase not in ("Succeeded", "Failed"):
+            return None
+        record.end = now
+        self.finished += 1
+        return record
+
+    def _collect(self, done: list[JobRecord]) -> None:
+        refs = [ObjectRef("TrainingJob", r.job.name, r.queue) for r in done]
+        for record in done:
+            for ckpt in self.store.list(Checkpoint, namespace=record.queue).items:
+                if ckpt.spec.job == record.job.name:
+                    refs.append(ObjectRef("Checkpoint", ckpt.name, record.queue))
+        with contextlib.suppress(NotFoundError):
+            self.store.delete_many(refs)
+
+
+def simulate(
+    trace: Trace,
+    pools: Sequence[GPUPool],
+    queues: Sequence[Queue],
+    *,
+    begin: float = 0.0,
+    days: float | None = None,
+    options: SimOptions | None = None,
+    state_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SimResult:
+    """Runs the jobs of `trace` submitted in [begin, begin + days) (seconds after its first
+    submission) on the fleet of `pools` with `queues`; returns what was measured."""
+    options = options or SimOptions()
+    window = trace.window(begin, days)
+    capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
+    per_node = max(p.spec.gpus_per_node for p in pools)
+    jobs = [j for j in window.jobs if j.gpus <= capacity]
+    unplaceable = [j for j in window.jobs if j.gpus > capacity]
+    origin = trace.start
+    start = origin + begin
+    clock = VirtualClock(start)
+    faults = FaultRates(
+        gpu_failures_per_gpu_hour=(
+            3600.0 / (options.gpu_mtbf_seconds * capacity) if options.gpu_mtbf_seconds else 0.0
+        ),
+        gpu_repair_seconds=options.gpu_repair_seconds,
+        seed=options.seed,
+    )
+    with contextlib.ExitStack() as stack:
+        folder = state_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="gpufleet-sim-"))
+        store = SqliteStore.open(folder, synchronous="OFF", clock=clock.datetime, event_retention=200_000)
+        stack.callback(store.close)
+        store.apply_many([*pools, *queues])
+        twin = Twin(
+            store,
+            clock=clock,
+            config=TwinConfig(faults=faults, metrics_interval_seconds=QUIET_SECONDS),
+        )
+        manager = build_manager(store, config=options.scheduler, pool_status_seconds=QUIET_SECONDS)
+        series = Series(start, options.bucket_seconds)
+        recorder = Recorder(store, series)
+        feeder = Feeder(store, jobs, origin, options, recorder.submitted, per_node)
+        runtime = Runtime(store, clock=clock, participants=[feeder, twin, manager, recorder])
+        wall = time.perf_counter()
+        end = start + (days * 86400.0 if days is not None else 0.0)
+        last_report = wall
+
+        def unfinished() -> bool:
+            nonlocal last_report
+            if progress is not None and time.perf_counter() - last_report > 10:
+                last_report = time.perf_counter()
+                progress(
+                    f"day {(clock.now() - start) / 86400:.2f}: {recorder.finished}/{len(jobs)} jobs "
+                    f"finished, {time.perf_counter() - wall:.0f} s"
+                )
+            if not options.drain:
+                return clock.now() < end
+            return not feeder.done or recorder.finished < len(jobs)
+
+        runtime.run_while(unfinished, limit=DRAIN_LIMIT if options.drain else end - start)
+        now = clock.now()
+        series.close(now)
+        wall_seconds = time.perf_counter() - wall
+        scheduling = manager.controllers[0]
+        cycles = int(getattr(getattr(scheduling, "stats", None), "cycles", 0))
+        return SimResult(
+            trace=window,
+            pools=list(pools),
+            queues=list(queues),
+            options=options,
+            begin=start,
+            end=now,
+            wall_seconds=wall_seconds,
+            jobs=recorder.jobs,
+            series=series,
+            buckets=max(1, math.ceil((now - start) / options.bucket_seconds)),
+            unplaceable=unplaceable,
+            faults=dict(twin.faults),
+            cycles=cycles,
+        )
