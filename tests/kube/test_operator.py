@@ -206,3 +206,38 @@ def test_a_job_without_containers_fails_with_the_field_named(api: FakeApiServer,
     assert job_status(api)["phase"] == "Failed"
     assert "spec.worker.template" in job_status(api)["conditions"][-1]["message"]
     assert pods(api) == {}
+
+
+def test_a_job_written_with_kubectl_whose_template_asks_for_other_gpus_fails_naming_the_field(
+    api: FakeApiServer, world
+) -> None:
+    op, _, _ = world
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "llm", "namespace": "team-a"},
+        "spec": {
+            "queue": "team-a",
+            "replicas": 2,
+            "worker": {
+                "gpus": 1,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "t", "image": "t:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+                        ]
+                    }
+                },
+            },
+        },
+    }
+    api.request(
+        "POST", f"/apis/{JOBS.replace('/trainingjobs', '')}/namespaces/team-a/trainingjobs", body=body
+    )
+    sync(op)
+    status = job_status(api)
+    assert status["phase"] == "Failed" and not pods(api)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidTemplate"
+    assert "worker.template.spec.containers[0].resources.limits.nvidia.com/gpu" in failed["message"]
+    assert "remove nvidia.com/gpu from the template" in failed["message"]

@@ -181,8 +181,8 @@ class InferenceServiceOperator:
         if raw["metadata"].get("deletionTimestamp"):
             return None
         template = service.spec.replica.template
-        if not ((template or {}).get("spec") or {}).get("containers"):
-            message = "spec.replica.template.spec.containers is empty"
+        message = training.template_problem(service.spec.replica, "replica", started=bool(pods))
+        if message is not None:
             status = dict(raw.get("status") or {})
             conditions = with_condition(status, "Ready", "False", "InvalidTemplate", message, now)
             patch_status(self.api, self.services, raw, {"phase": "Failed", "conditions": conditions})

@@ -39,11 +39,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic_core import PydanticCustomError
+
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import PendingReason
-from gpufleet.api.requests import PodRequest
+from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import convert, jobstate
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
@@ -277,6 +279,26 @@ def owned_service(raw: Json, kind: str, label: str, spec: Json) -> Json:
     }
 
 
+def template_problem(request: PodRequest, field: str, *, started: bool) -> str | None:
+    """What makes a request's pod template unusable, said with the field to change; None if nothing.
+
+    Objects written with kubectl reach the operator without the embedded API's checks, so the same
+    rule is applied here: no containers, or GPUs asked for in the template other than what the request
+    itself asks for (`api.requests.check_template_gpus`). The GPU rule is only applied before the
+    first pod is made, so a workload created before the rule existed keeps running."""
+    template = request.template or {}
+    if not (template.get("spec") or {}).get("containers"):
+        return f"spec.{field}.template.spec.containers is empty"
+    if started:
+        return None
+    try:
+        check_template_gpus(request, field)
+    except PydanticCustomError as exc:
+        where = str((exc.context or {}).get("field", field))
+        return f"spec.{where}: {exc.message()}"
+    return None
+
+
 class TrainingJobOperator:
     """Reconciles one TrainingJob from its raw object, its pods and its Checkpoints.
 
@@ -301,10 +323,8 @@ class TrainingJobOperator:
         if raw["metadata"].get("deletionTimestamp"):
             jobstate.forget_metrics(raw["metadata"]["namespace"], job.name)
             return None
-        if job.spec.worker.template is None or not (job.spec.worker.template.get("spec") or {}).get(
-            "containers"
-        ):
-            message = "spec.worker.template.spec.containers is empty"
+        message = template_problem(job.spec.worker, "worker", started=bool(pods))
+        if message is not None:
             status = dict(raw.get("status") or {})
             failed = with_condition(status, "Failed", "True", "InvalidTemplate", message, now)
             self._status(raw, {"phase": "Failed", "conditions": failed})
