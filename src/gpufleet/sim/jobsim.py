@@ -190,6 +190,9 @@ class SimResult:
     """Jobs larger than the fleet: never submitted."""
     faults: dict[str, int] = field(default_factory=dict)
     cycles: int = 0
+    peak_allocated: float = 0.0
+    double_booked: list[str] = field(default_factory=list)
+    """GPUs found held by two live pods at once (an invariant: always empty)."""
 
     @property
     def capacity(self) -> int:
@@ -248,6 +251,10 @@ class Recorder:
         """Allocated pods: (GPUs, running, queue)."""
         self.pending: dict[str, int] = {}
         self.finished = 0
+        self.held: dict[tuple[str, int], tuple[str, str]] = {}
+        """(node, GPU index) -> the pod holding it (whole-GPU pods), to catch a GPU given twice."""
+        self.double_booked: list[str] = []
+        self.peak_allocated = 0.0
 
     def submitted(self, job: TraceJob, now: float) -> None:
         queue = queue_name(job.cluster)
@@ -283,6 +290,9 @@ class Recorder:
         key = (pod.namespace or "", pod.name)
         old = self.pods.pop(key, None)
         if old is not None:
+            for index in pod.spec.gpus if pod.spec.gpu_milli in (0, 1000) else ():
+                if self.held.get((pod.spec.node_name, index)) == key:
+                    del self.held[(pod.spec.node_name, index)]
             gpus, running, queue = old
             self.series.add("allocated", now, -gpus)
             self.series.add(f"allocated:{queue}", now, -gpus)
@@ -290,11 +300,16 @@ class Recorder:
                 self.series.add("running", now, -gpus)
         if deleted or pod.terminated:
             return
-        gpus = len(pod.spec.gpus) or pod.spec.gpu_milli / 1000
+        gpus = len(pod.spec.gpus) * (pod.spec.gpu_milli or 1000) / 1000
         running = pod.status.phase == "Running"
         queue = pod.namespace or ""
         self.pods[key] = (gpus, running, queue)
+        for index in pod.spec.gpus if pod.spec.gpu_milli in (0, 1000) else ():
+            holder = self.held.setdefault((pod.spec.node_name, index), key)
+            if holder != key:
+                self.double_booked.append(f"GPU {index} of {pod.spec.node_name}: {holder} and {key}")
         self.series.add("allocated", now, gpus)
+        self.peak_allocated = max(self.peak_allocated, self.series.value["allocated"])
         self.series.add(f"allocated:{queue}", now, gpus)
         if running:
             self.series.add("running", now, gpus)
@@ -410,4 +425,6 @@ def simulate(
             unplaceable=unplaceable,
             faults=dict(twin.faults),
             cycles=cycles,
+            peak_allocated=recorder.peak_allocated,
+            double_booked=recorder.double_booked,
         )

@@ -1,0 +1,105 @@
+"""`gpufleet simulate` at a smoke size: a few hundred synthetic jobs through the real control plane.
+
+Invariants: every job finishes exactly once, no GPU is held by two pods at once and no more GPUs are
+held than the fleet has, goodput never exceeds utilisation, and no job completes faster than its work.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.sim import jobfleet, jobreport, jobsim, philly
+
+CLUSTERS = ("aa11", "bb22", "cc33")
+
+
+def synthetic_trace(path: Path, jobs: int, seed: int = 1) -> Path:
+    rng = np.random.default_rng(seed)
+    start = datetime(2017, 10, 1, tzinfo=UTC).timestamp()
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    submit = start
+    for _ in range(jobs):
+        submit += float(rng.exponential(40.0))
+        gpus = int(rng.choice([1, 1, 1, 2, 4, 8, 16]))
+        duration = float(rng.integers(60, 3600))
+        stamp = datetime.fromtimestamp(submit, UTC).strftime(philly.TIME_FORMAT)
+        rows.append(f"{stamp},{duration},{gpus},{gpus * duration},{CLUSTERS[int(rng.integers(3))]}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def run(tmp_path: Path, jobs: int, gpus: int, options: jobsim.SimOptions) -> jobsim.SimResult:
+    trace = philly.load(synthetic_trace(tmp_path / "trace.csv", jobs))
+    pools = jobfleet.fleet_of_gpus(gpus)
+    queues = jobfleet.trace_queues(trace.gpu_demand(), pools)
+    return jobsim.simulate(trace, pools, queues, options=options)
+
+
+def check_invariants(result: jobsim.SimResult) -> None:
+    records = list(result.jobs.values())
+    assert len(records) == len(result.trace.jobs)
+    assert all(r.end is not None and r.start is not None for r in records)
+    assert not result.double_booked
+    assert result.peak_allocated <= result.capacity
+    for r in records:
+        assert r.end is not None and r.start is not None
+        assert r.end - r.submit >= r.job.duration - 1e-6
+        assert r.start >= r.submit
+    util, good = jobreport.utilisation_series(result)
+    assert (util <= 1 + 1e-9).all()
+    assert (good <= util + 1e-9).all()
+    summary = jobreport.summarise(result)
+    assert summary.finished == len(records)
+    assert 0 < summary.goodput <= summary.utilisation <= 1
+    assert summary.jct_p50 <= summary.jct_p99
+
+
+def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
+    result = run(tmp_path, 200, 64, jobsim.SimOptions())
+    check_invariants(result)
+    # The load exceeds the fleet at times: some jobs wait, and the queues are all used.
+    summary = jobreport.summarise(result)
+    assert summary.wait_p99 > 0
+    # Restarts here are reclaims of borrowed quota (preemption, gpufleet's default): without
+    # checkpoints every one throws away all the work of its attempt, and goodput says so.
+    if summary.restarts:
+        assert summary.goodput < summary.utilisation
+    assert {r[0] for r in jobreport.queue_shares(result) if r[1] > 0} == {f"vc-{c}" for c in CLUSTERS}
+
+
+def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:
+    options = jobsim.SimOptions(checkpoint_interval=600.0, gpu_mtbf_seconds=600.0, seed=3)
+    result = run(tmp_path, 150, 64, options)
+    check_invariants(result)
+    summary = jobreport.summarise(result)
+    assert result.faults.get("GpuFailure", 0) > 0
+    assert summary.restarts > 0
+    assert summary.lost_gpu_hours > 0
+    assert summary.goodput < summary.utilisation
+    # A restarted job resumes from its checkpoint: it never loses more than an interval per restart.
+    for r in result.jobs.values():
+        if r.restarts:
+            gpus = r.job.gpus
+            assert r.lost_gpu_seconds <= r.restarts * gpus * 600.0 + 1e-6
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_cli_writes_the_report(tmp_path: Path) -> None:
+    from gpufleet.cli.main import app
+
+    trace = synthetic_trace(tmp_path / "trace.csv", 60)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(trace), "--gpus", "64", "--start-day", "0", "--report", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "60 jobs (60 finished) on 64 GPUs" in result.output
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "JCT mean / p50 / p99" in text and "vc-aa11" in text
+    for name in ("utilisation.png", "queue.png", "jct_cdf.png", "shares.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
