@@ -180,9 +180,34 @@ CASES: dict[str, tuple[dict[str, str], list[tuple[str, list[dict[str, str]]]]]] 
 ABSENT_SCHEDULER = ({'up{job="gpufleet-agent",instance="n1"}': "1x10"}, "6m")
 
 
-def _rules() -> dict[str, dict[str, Any]]:
+def _all_rules() -> list[dict[str, Any]]:
     loaded = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    return {rule["alert"]: rule for group in loaded["groups"] for rule in group["rules"]}
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
+
+
+def _rules() -> dict[str, dict[str, Any]]:
+    """The alerting rules by name."""
+    return {rule["alert"]: rule for rule in _all_rules() if "alert" in rule}
+
+
+# Recording rules: (input series, [(eval time, expression, [(labels, value)])]).
+RECORDED: dict[str, tuple[dict[str, str], list[tuple[str, str, list[tuple[str, float]]]]]] = {
+    "pool_model:gpufleet_idle_gpu_hours:1h": (
+        {
+            # 8 idle GPUs for the first half hour, then 4 (6 at the turn): 6 idle GPU-hours in the hour
+            # (the 61 samples of an hour's window, ends included).
+            'gpufleet_gpus{pool="p",model="H100-80GB",state="idle"}': "8x29 6 4x30",
+            'gpufleet_gpus{pool="p",model="H100-80GB",state="allocated"}': "0x29 2 4x30",
+        },
+        [
+            (
+                "60m",
+                "round(pool_model:gpufleet_idle_gpu_hours:1h, 0.001)",  # the mean is summed in floats
+                [('{model="H100-80GB",pool="p"}', 6.0)],
+            ),
+        ],
+    ),
+}
 
 
 def _expected(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
@@ -228,6 +253,22 @@ def _tests() -> dict[str, Any]:
             ],
         }
     )
+    for name, (series, exprs) in RECORDED.items():
+        tests.append(
+            {
+                "name": name,
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": at,
+                        "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+                    }
+                    for at, expr, samples in exprs
+                ],
+            }
+        )
     return {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": tests}
 
 
@@ -238,6 +279,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_rule_has_a_case_that_fires_and_one_that_does_not() -> None:
     assert set(CASES) == set(_rules())
+    assert set(RECORDED) == {rule["record"] for rule in _all_rules() if "record" in rule}
     for name, (_series, checks) in CASES.items():
         assert any(alerts for _at, alerts in checks), name
         assert any(not alerts for _at, alerts in checks), name
@@ -289,10 +331,13 @@ def test_series_names_are_read_from_expressions() -> None:
 
 
 def test_every_series_the_rules_read_is_exported() -> None:
-    exported = {counter.name for counter in DEFAULT_COUNTERS} | metrics.exported_names() | FOREIGN
-    for name, rule in _rules().items():
+    recorded = {rule["record"] for rule in _all_rules() if "record" in rule}
+    exported = {counter.name for counter in DEFAULT_COUNTERS} | metrics.exported_names() | FOREIGN | recorded
+    for rule in _all_rules():
         unknown = series_names(rule["expr"]) - exported
-        assert not unknown, f"{name} reads {sorted(unknown)}, which nothing exports"
+        assert not unknown, (
+            f"{rule.get('alert') or rule['record']} reads {sorted(unknown)}, which nothing exports"
+        )
 
 
 def _load(path: Path) -> Any:

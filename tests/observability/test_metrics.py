@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from gpufleet.controllers import queuestatus
+from gpufleet.controllers import fleetmetrics, queuestatus
 from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest
@@ -165,3 +165,36 @@ def test_every_series_name_follows_prometheus_conventions() -> None:
     for name in names:
         assert name.startswith("gpufleet_"), name
         assert name == name.lower(), name
+
+
+def test_gpus_per_pool_and_model_by_state_and_fragmentation() -> None:
+    fleet = FleetState()
+    pool = {"gpufleet.io/pool": "metrics-pool"}
+    fleet.add_node(NodeSpec("d0", H100, 4, 64_000, 512_000, labels=pool))
+    fleet.add_node(NodeSpec("d1", H100, 4, 64_000, 512_000, labels=pool, unhealthy_gpus=(3,)))
+    mig = {"gpufleet.io/pool": "metrics-mig"}
+    layouts = {0: ("3g.20gb", "3g.20gb"), 1: ("7g.40gb",)}
+    fleet.add_node(
+        NodeSpec(
+            "m0", "A100-40GB", 2, 64_000, 512_000, labels=mig, sharing=SharingMode.MIG, mig_layouts=layouts
+        )
+    )
+    fleet.allocate("whole", 0, PodRequest(gpus=2), [0, 1])
+    fleet.allocate("share", 1, PodRequest(gpu_milli=500), [0])
+    fleet.allocate("instance", 2, PodRequest(mig="3g.20gb"), mig_gpu=0)
+    fleetmetrics.record(fleet)
+
+    def gpus(pool: str, model: str, state: str) -> float | None:
+        return REGISTRY.get_sample_value("gpufleet_gpus", {"pool": pool, "model": model, "state": state})
+
+    assert gpus("metrics-pool", H100, "allocated") == 3
+    assert gpus("metrics-pool", H100, "idle") == 4
+    assert gpus("metrics-pool", H100, "unhealthy") == 1
+    assert _value("gpufleet_fragmented_gpus", pool="metrics-pool", model=H100) == 1  # the shared one
+    assert gpus("metrics-mig", "A100-40GB", "allocated") == 1
+    assert gpus("metrics-mig", "A100-40GB", "idle") == 1
+    assert _value("gpufleet_fragmented_gpus", pool="metrics-mig", model="A100-40GB") == 1
+    # A pool whose nodes are gone leaves no series behind.
+    fleet.remove_node("m0")
+    fleetmetrics.record(fleet)
+    assert gpus("metrics-mig", "A100-40GB", "idle") is None

@@ -17,7 +17,8 @@ their own way (the store, a status PATCH); what it says is decided here, so `gpu
   `QueueNotLeaf`), which both worlds put before whatever the core said.
 
 `reports` also sets the queue gauges of `gpufleet.observability.metrics` (nominal, used and borrowed
-GPUs per queue and flavor), so both worlds export what their Queue statuses say.
+GPUs per queue and flavor) and the fleet's GPU gauges (`fleetmetrics`), so both worlds export what
+their Queue statuses say, once per scheduling pass.
 
 Cost: one pass over pending and admitted workloads (each charged along its queue's path, a few levels),
 so a Kubernetes scheduler can ask every pass.
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.meta import ConditionStatus
+from gpufleet.controllers import fleetmetrics
 from gpufleet.observability import metrics
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Reason
@@ -124,6 +126,7 @@ def reports(
         # Summed in milli-GPUs (exact), shown in GPUs; a flavor whose use went back to 0 is dropped.
         out[name].usage = {flavor: round(m / 1000, 3) for flavor, m in sorted(amounts.items()) if m}
     record_quota(tree=cache.tree, reports=out)
+    fleetmetrics.record(cache.fleet)
     return out
 
 

@@ -3,13 +3,15 @@
 Every metric lives in prometheus_client's default registry: `gpufleet up` serves it on its API's
 `/metrics`, `gpufleet kube scheduler` and `gpufleet kube operator` on their `--metrics-bind-address`.
 The code paths both worlds share record them (`controllers.decisions.run_cycles` the cycles,
-admissions and preemptions; `controllers.queuestatus` the queue gauges; `controllers.jobstate`'s
-callers the per-job series), so no world records one twice.
+admissions and preemptions; `controllers.queuestatus` the queue gauges and, through
+`controllers.fleetmetrics`, the GPU gauges; `controllers.jobstate.record_metrics` the per-job
+series; each world's bind write the bind latency), so no world records one twice.
 
-Labels are bounded: `queue`, `flavor`, `reason`, `pool`, `model`, `namespace`, and for the per-job
-series of TrainingJobs `trainingjob` (one series per job that exists; `forget_job` drops them when the
-job goes; not `job`, which Prometheus gives every scraped series). No pod, node or workload names. Names follow Prometheus' conventions: base units (seconds,
-GPUs), `_total` for counters, `_timestamp_seconds` for points in time.
+Labels are bounded: `queue`, `flavor`, `reason`, `pool`, `model`, `state`, `namespace`, and for the
+per-job series of TrainingJobs `trainingjob` (one series per job that exists; `forget_job` drops them
+when the job goes; not `job`, which Prometheus gives every scraped series). No pod, node or workload
+names. Names follow Prometheus' conventions: base units (seconds, GPUs), `_total` for counters,
+`_timestamp_seconds` for points in time. docs/observability.md lists them.
 """
 
 from __future__ import annotations
@@ -49,12 +51,6 @@ PREEMPTIONS = Counter(
     "Workloads evicted or shrunk by the scheduler for another one, by the victim's queue and the cause.",
     ["queue", "reason"],
 )
-EVICTIONS = Counter(
-    "gpufleet_evictions_total",
-    "Workers of workloads ended by something other than the scheduler (node lost, spot interruption, "
-    "failed GPU, drain), by reason.",
-    ["reason"],
-)
 CYCLE_SECONDS = Histogram(
     "gpufleet_scheduling_cycle_duration_seconds",
     "Wall time of one scheduling cycle of the core, its decisions carried out included.",
@@ -79,8 +75,21 @@ QUOTA_BORROWED = Gauge(
     "GPUs of a flavor a queue uses beyond its nominal quota (borrowed from its cohort).",
     ["queue", "flavor"],
 )
+GPUS = Gauge(
+    "gpufleet_gpus",
+    "GPUs of a pool's nodes by state: allocated (some pod holds it), idle (healthy, held by none) or "
+    "unhealthy.",
+    ["pool", "model", "state"],
+)
+FRAGMENTED_GPUS = Gauge(
+    "gpufleet_fragmented_gpus",
+    "Allocated GPUs with room left only a small request can use (a free share or MIG instance).",
+    ["pool", "model"],
+)
 JOB_RESTARTS = Gauge(
-    "gpufleet_trainingjob_restarts", "Attempts of a TrainingJob ended by a disruption.", ["namespace", "trainingjob"]
+    "gpufleet_trainingjob_restarts",
+    "Attempts of a TrainingJob ended by a disruption.",
+    ["namespace", "trainingjob"],
 )
 JOB_LOST = Gauge(
     "gpufleet_trainingjob_lost_gpu_seconds",
