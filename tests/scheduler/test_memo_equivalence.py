@@ -39,8 +39,8 @@ from gpufleet.scheduler import preemption
 from gpufleet.scheduler.cache import ClusterCache, Snapshot
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.flavors import Assignment
-from gpufleet.scheduler.preemption.bounds import _Bounds
-from gpufleet.scheduler.preemption.pool import _Part
+from gpufleet.scheduler.preemption.bounds import Bounds
+from gpufleet.scheduler.preemption.pool import PoolPart
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, TopologyRequest, Workload
@@ -224,14 +224,14 @@ def _from_scratch(fresh: set[int], searches: dict[int, int], original: Candidate
     return search_from_scratch
 
 
-Waits = Callable[[_Bounds, int, "_Part | list[_Part]"], bool]
+Waits = Callable[[Bounds, int, "PoolPart | list[PoolPart]"], bool]
 
 
 def _never_waiting(fresh: set[int], original: Waits) -> Waits:
-    """`_Bounds.below_nominal` that, for the caches in `fresh`, is never sure (always allowed: a node
+    """`Bounds.below_nominal` that, for the caches in `fresh`, is never sure (always allowed: a node
     scope then has its tight bound computed instead of waiting with a bound that starts with 1)."""
 
-    def below_nominal(bounds: _Bounds, node: int, parts: _Part | list[_Part]) -> bool:
+    def below_nominal(bounds: Bounds, node: int, parts: PoolPart | list[PoolPart]) -> bool:
         return id(bounds.snapshot.cache) not in fresh and original(bounds, node, parts)
 
     return below_nominal
@@ -253,8 +253,8 @@ def _run_in_lockstep(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, i
     fresh = {id(worlds["per_search"].cache)}
     searches: dict[int, int] = {}
     monkeypatch.setattr(cycle_module, "candidates", _from_scratch(fresh, searches, preemption.candidates))
-    waits = _never_waiting(fresh, _Bounds.below_nominal)
-    monkeypatch.setattr(_Bounds, "below_nominal", waits)
+    waits = _never_waiting(fresh, Bounds.below_nominal)
+    monkeypatch.setattr(Bounds, "below_nominal", waits)
     preempted = 0
     for step in range(worlds["kept"].cycles):
         decided = {mode: world.cycle() for mode, world in worlds.items()}

@@ -16,10 +16,10 @@ from gpufleet.scheduler import cycle as cycle_module
 from gpufleet.scheduler import preemption
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import Scheduler, apply_decisions
-from gpufleet.scheduler.preemption.bounds import _quick_bound
-from gpufleet.scheduler.preemption.feasibility import _capacity_feasible, _quota_feasible
-from gpufleet.scheduler.preemption.scopes import _scopes
-from gpufleet.scheduler.preemption.search import _Search
+from gpufleet.scheduler.preemption.bounds import quick_bound
+from gpufleet.scheduler.preemption.feasibility import capacity_feasible, quota_feasible
+from gpufleet.scheduler.preemption.scopes import scopes_of
+from gpufleet.scheduler.preemption.search import Search
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -56,10 +56,10 @@ def _every_scope(
     snapshot: Any, preemptor: Workload, assignment: Any, fits: Any, now: float, pool: Sequence[Any]
 ) -> preemption.SetRank | None:
     """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
-    search = _Search(snapshot, preemptor, assignment, fits, now)
+    search = Search(snapshot, preemptor, assignment, fits, now)
     best = None
-    for scope in _scopes(snapshot, preemptor, pool):
-        bound = max(_quick_bound(scope.candidates), search.bounds.scope_bound(scope))
+    for scope in scopes_of(snapshot, preemptor, pool):
+        bound = max(quick_bound(scope.candidates), search.bounds.scope_bound(scope))
         found = search.scope(scope)
         if found is None:
             continue
@@ -95,12 +95,12 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
         expected = (
             _every_scope(snapshot, preemptor, assignment, fits, now, pool)
             if pool
-            and _quota_feasible(snapshot, preemptor, assignment, pool)
-            and _capacity_feasible(snapshot, preemptor, assignment, pool)
+            and quota_feasible(snapshot, preemptor, assignment, pool)
+            and capacity_feasible(snapshot, preemptor, assignment, pool)
             else None
         )
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
-        search = _Search(snapshot, preemptor, assignment, fits, now)
+        search = Search(snapshot, preemptor, assignment, fits, now)
         key = (
             None
             if found is None

@@ -8,7 +8,7 @@ from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
-from gpufleet.scheduler.preemption.search import _EXACT_WORKLOADS
+from gpufleet.scheduler.preemption.search import EXACT_WORKLOADS
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -67,7 +67,7 @@ def test_an_elastic_victim_loses_its_highest_pods_only_as_many_as_needed() -> No
 
 def test_a_scope_beyond_the_exact_bound_still_finds_a_set() -> None:
     # More one-GPU jobs on the node than the exact search takes: the greedy minimal set answers.
-    jobs = _EXACT_WORKLOADS + 4
+    jobs = EXACT_WORKLOADS + 4
     cache = _cache(1, jobs, {"q": jobs})
     for i in range(jobs):
         cache.submit(_job(f"j{i:02d}", "q", 1))
@@ -82,7 +82,7 @@ def test_a_scope_beyond_the_exact_bound_still_finds_a_set() -> None:
 
 def test_beyond_the_exact_bound_an_elastic_victim_still_gives_up_only_the_pods_needed() -> None:
     # 15 workloads in the fleet-wide scope of a two-pod preemptor: the greedy search, then the trim.
-    rigid = _EXACT_WORKLOADS + 2
+    rigid = EXACT_WORKLOADS + 2
     cache = _cache(rigid + 4, 8, {"q": 8 * (rigid + 4)})
     cache.submit(_job("el", "q", 8, pods=4, min_count=1))
     for i in range(rigid):
@@ -98,7 +98,7 @@ def test_beyond_the_exact_bound_an_elastic_victim_still_gives_up_only_the_pods_n
 def test_beyond_the_exact_bound_reclaim_keeps_the_lender_at_nominal() -> None:
     # c (nominal 14) holds 20: evicting c-big (7 GPUs, least lost work) would leave it at 13; two of
     # its one-GPU jobs leave it at 18.
-    smalls = _EXACT_WORKLOADS + 1
+    smalls = EXACT_WORKLOADS + 1
     cache = _cache(1, 20, {"a": 4, "b": 2, "c": 14})
     cache.submit(_job("c-big", "c", 7))
     for i in range(smalls):

@@ -17,10 +17,10 @@ from gpufleet.scheduler import cycle as cycle_module
 from gpufleet.scheduler import preemption
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import Scheduler, apply_decisions
-from gpufleet.scheduler.preemption.feasibility import _capacity_feasible, _quota_feasible
-from gpufleet.scheduler.preemption.node_index import _node_heap, _NodeIndex
-from gpufleet.scheduler.preemption.pool import _Pool
-from gpufleet.scheduler.preemption.scopes import POSITION, SCOPE, TIGHT, _scope_level, bound_of
+from gpufleet.scheduler.preemption.feasibility import capacity_feasible, quota_feasible
+from gpufleet.scheduler.preemption.node_index import NodeIndex, node_heap
+from gpufleet.scheduler.preemption.pool import CandidatePool
+from gpufleet.scheduler.preemption.scopes import POSITION, SCOPE, TIGHT, bound_of, scope_level
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -72,16 +72,16 @@ def _victims(found: preemption.VictimSet | None) -> list[tuple[str, str, tuple[s
     return None if found is None else [(c.name, c.kind, c.pods) for c in found.victims]
 
 
-def _check_index(snapshot: Any, preemptor: Workload, pool: _Pool) -> None:
+def _check_index(snapshot: Any, preemptor: Workload, pool: CandidatePool) -> None:
     """After a node-by-node search (not the cycle's first), the cycle's node index is that of the pool's
     kept parts as if built afresh: the same nodes, bounds and parts per node, in bound order."""
-    index = snapshot.memo.get(_NodeIndex)
+    index = snapshot.memo.get(NodeIndex)
     shared = [part for part in pool.parts if part.shared]
-    if not isinstance(index, _NodeIndex) or not index.members:
+    if not isinstance(index, NodeIndex) or not index.members:
         return  # no node-by-node search yet in this cycle, or only the first (which bounds every node)
-    if _scope_level(preemptor) not in ("host", "nvlink"):
+    if scope_level(preemptor) not in ("host", "nvlink"):
         return
-    fresh = {entry[POSITION]: entry for entry in _node_heap(shared)}
+    fresh = {entry[POSITION]: entry for entry in node_heap(shared)}
     # Everything but the scope, which is the parts there in whatever order (compared below).
     assert {
         node: (bound_of(entry), entry[TIGHT], entry[POSITION]) for node, entry in index.entries.items()
@@ -114,7 +114,7 @@ def test_the_kept_pool_decides_as_the_sorted_list(seed: int, monkeypatch: pytest
         pool = preemption.candidates(snapshot, preemptor, assignment, now=now)
         plain = sorted(pool, key=preemption.victim_order)
         assert list(pool) == plain
-        assert isinstance(pool, _Pool)
+        assert isinstance(pool, CandidatePool)
         assert list(pool.in_order()) == plain
 
         def counted(calls: list[int]) -> Any:
@@ -132,8 +132,8 @@ def test_the_kept_pool_decides_as_the_sorted_list(seed: int, monkeypatch: pytest
         assert len(from_pool) == len(from_list)
         if (
             pool
-            and _quota_feasible(snapshot, preemptor, assignment, pool)
-            and _capacity_feasible(snapshot, preemptor, assignment, pool)
+            and quota_feasible(snapshot, preemptor, assignment, pool)
+            and capacity_feasible(snapshot, preemptor, assignment, pool)
         ):
             _check_index(snapshot, preemptor, pool)  # the search reached the scopes
         compared.append(found is not None)

@@ -1,5 +1,5 @@
-"""Bounds and feasibility: no set of a scope costs less than its bound (`VictimSet.cost` part by part
-at its least), so scopes are searched cheapest first and the search stops at the best set found.
+"""Bounds: no set of a scope ranks below its bound (`SetRank`: decision 8, then `VictimSet.cost`, part
+by part at its least), so scopes are searched cheapest first and the search stops at the best set found.
 
 Two bounds (docs/scheduling.md decision 10): a quick one from the candidates' own `victim_order` for
 every scope, and a tight one, dearer, only for a scope that comes first by the quick one.
@@ -12,22 +12,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpufleet.scheduler.preemption.options import _Options
+from gpufleet.scheduler.preemption.options import Options
 from gpufleet.scheduler.preemption.order import (
     WITHIN_QUEUE,
     Candidate,
     SetRank,
-    _order,
     least_order,
     least_rank,
+    order_of,
 )
-from gpufleet.scheduler.preemption.pool import _Part
-from gpufleet.scheduler.preemption.scopes import _Scope
+from gpufleet.scheduler.preemption.pool import PoolPart
+from gpufleet.scheduler.preemption.scopes import Scope
 
 
-class _Taking(NamedTuple):
-    """One way of taking a candidate (an evict, or one of a shrink's steps), as the tight bound reads
-    it."""
+class _OptionCost(NamedTuple):
+    """One option of a candidate (its evict, or one of its shrink's steps) as the tight bound reads it:
+    what it costs alone and the GPUs it frees."""
 
     flags: tuple[int, int, int]
     """The first three parts of a `SetRank` for this way alone: (pushes its queue below nominal,
@@ -39,8 +39,8 @@ class _Taking(NamedTuple):
     priority: int
 
 
-class _TakingHere(NamedTuple):
-    """A `_Taking` on one node: the GPUs it frees there."""
+class _OptionHere(NamedTuple):
+    """A `_OptionCost` on one node: the GPUs it frees there."""
 
     flags: tuple[int, int, int]
     lost_gpu_seconds: float
@@ -49,27 +49,27 @@ class _TakingHere(NamedTuple):
     priority: int
 
 
-def _quick_bound(scoped: Sequence[Candidate]) -> SetRank:
+def quick_bound(scoped: Sequence[Candidate]) -> SetRank:
     """A lower bound of any set of `scoped`, cheap: each part of `victim_order` at its least over the
     candidates (a shrink may take one pod only: no lost work), any set possibly at nominal."""
     return least_rank(least_order(scoped))
 
 
-class _Bounds:
+class Bounds:
     """Lower bounds of the sets a scope can give, for one preemptor in one snapshot state: the search
     takes scopes cheapest first by them and stops once no remaining scope can beat its best set."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: Options) -> None:
         self.options = options
         self.snapshot = options.snapshot
         self.flavors = options.flavors
         self.shape = options.shape
         self.code = options.code
         self._room_anywhere: bool | None = None
-        self._takings: dict[int, list[_Taking]] = {}
-        """`_takings_of` per candidate (by id: the pool's candidates live as long as the search)."""
+        self._costs: dict[int, list[_OptionCost]] = {}
+        """`_option_costs` per candidate (by id: the pool's candidates live as long as the search)."""
 
-    def scope_bound(self, scope: _Scope) -> SetRank:
+    def scope_bound(self, scope: Scope) -> SetRank:
         """A lower bound of the cost of any set the scope's exact search can give: for a node scope of a
         whole-GPU preemptor, `_node_bound` (its sets must free enough GPUs on that node), else
         `lower_bound` (each part of the cost at its least over the scope's candidates)."""
@@ -92,19 +92,19 @@ class _Bounds:
         already has room (capacity is then no constraint)."""
         if deficit <= 0:
             return None
-        # Per workload, its ways of taking that free GPUs here.
-        groups: dict[int, list[_TakingHere]] = {}
-        known = self._takings
+        # Per workload, its options that free GPUs here.
+        groups: dict[int, list[_OptionHere]] = {}
+        known = self._costs
         for candidate in scoped:
-            takings = known.get(id(candidate))
-            if takings is None:
-                takings = known[id(candidate)] = self._takings_of(candidate)
-            for flags, lost, gains, newest, priority in takings:
+            costs = known.get(id(candidate))
+            if costs is None:
+                costs = known[id(candidate)] = self._option_costs(candidate)
+            for flags, lost, gains, newest, priority in costs:
                 gain = gains.get(node, 0)
                 if gain > 0:
                     key = id(candidate.admitted)
                     options = groups.get(key)
-                    item = _TakingHere(flags, lost, gain, newest, priority)
+                    item = _OptionHere(flags, lost, gain, newest, priority)
                     if options is None:
                         groups[key] = [item]
                     else:
@@ -160,7 +160,7 @@ class _Bounds:
         newest admission bounds "newer"; the first name bounds the sorted names), so scopes that tie
         on everything but names are searched only while their names could still win."""
         # A set keeps every other queue at nominal only if each of its victims alone does.
-        keeps = any(c.cause == WITHIN_QUEUE or self._keeps_alone(c) for c in scoped)
+        keeps = any(c.cause == WITHIN_QUEUE or self._least_keeps_nominal(c) for c in scoped)
         return least_rank(least_order(scoped, self._first_pod_lost), 0 if keeps else 1)
 
     def _first_pod_lost(self, shrink: Candidate) -> float:
@@ -181,8 +181,8 @@ class _Bounds:
             room = self._room_anywhere = bool(free.size) and int(np.max(free)) >= size * needed
         return not room
 
-    def _takings_of(self, candidate: Candidate) -> list[_Taking]:
-        """The ways of taking `candidate`: an evict, or a shrink's steps."""
+    def _option_costs(self, candidate: Candidate) -> list[_OptionCost]:
+        """The options of `candidate`: its evict, or its shrink's steps."""
         steps = self.options.shrink_steps(candidate) if candidate.kind == "shrink" else [candidate]
         out = []
         for step in steps:
@@ -190,12 +190,12 @@ class _Bounds:
                 gains = dict(zip(step.rows, step.held, strict=True))
             else:
                 gains = self.options.option(step).gpus
-            evicts, own, lost, priority, newest, _ = _order(step)
-            below = 0 if step.cause == WITHIN_QUEUE or self._keeps(step) else 1
-            out.append(_Taking((below, evicts, own), lost, gains, newest, priority))
+            evicts, own, lost, priority, newest, _ = order_of(step)
+            below = 0 if step.cause == WITHIN_QUEUE or self._keeps_nominal_alone(step) else 1
+            out.append(_OptionCost((below, evicts, own), lost, gains, newest, priority))
         return out
 
-    def _keeps(self, candidate: Candidate) -> bool:
+    def _keeps_nominal_alone(self, candidate: Candidate) -> bool:
         """Whether taking `candidate` (as it is: a shrink step or an evict) alone leaves its queue at or
         above its nominal quota."""
         if candidate.kind == "shrink":
@@ -205,7 +205,7 @@ class _Bounds:
         room = self.options.room_of(candidate.admitted.queue)
         return all(amounts.get(flavor, 0) <= above for flavor, above in room.items())
 
-    def below_nominal(self, node: int, parts: _Part | list[_Part]) -> bool:
+    def below_nominal(self, node: int, parts: PoolPart | list[PoolPart]) -> bool:
         """Whether no candidate of these parts (kept lists of other queues) on `node` keeps its queue at
         nominal when taken alone: then every set of them pushes a queue below nominal, and the node's
         scope has a tight bound that starts with 1 (`_node_bound`, `lower_bound`). False when unsure (a
@@ -222,7 +222,7 @@ class _Bounds:
                 return False
         return True
 
-    def _keeps_alone(self, candidate: Candidate) -> bool:
+    def _least_keeps_nominal(self, candidate: Candidate) -> bool:
         """Whether taking the least of `candidate` (its first pod, for a shrink) leaves its queue at or
         above its nominal quota."""
         if candidate.kind == "shrink":

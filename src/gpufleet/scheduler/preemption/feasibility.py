@@ -12,14 +12,14 @@ import numpy as np
 from gpufleet.fleet.request import GpuKind
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment, split_flavor
-from gpufleet.scheduler.preemption.options import _Option, _Options
+from gpufleet.scheduler.preemption.options import Option, Options
 from gpufleet.scheduler.preemption.order import Candidate
-from gpufleet.scheduler.preemption.pool import _Pool
-from gpufleet.scheduler.preemption.scopes import _Scope
+from gpufleet.scheduler.preemption.pool import CandidatePool
+from gpufleet.scheduler.preemption.scopes import Scope
 from gpufleet.scheduler.workload import Workload
 
 
-class _Capacity:
+class Capacity:
     """A necessary condition for placement during the exact search: enough free slots of the preemptor's
     pod size on the scope's nodes of its GPU model (whole GPUs per node, free plus freed)."""
 
@@ -42,7 +42,7 @@ class _Capacity:
         """Per unit index, the most GPUs in scope the units from there on can free (by eviction)."""
 
     @classmethod
-    def of(cls, options: _Options, scope: _Scope, units: list[list[_Option]]) -> _Capacity:
+    def of(cls, options: Options, scope: Scope, units: list[list[Option]]) -> Capacity:
         shape = options.shape
         if shape is None or options.code is None:
             return _Unbounded()
@@ -77,7 +77,7 @@ class _Capacity:
     def reachable(self, i: int) -> bool:
         return self.gpus + self.suffix[i] >= self.needed * self.size
 
-    def take(self, option: _Option, sign: int) -> None:
+    def take(self, option: Option, sign: int) -> None:
         free, freed, size = self.free, self.freed, self.size
         for node, gpus in option.gpus.items():
             base = free.get(node)
@@ -90,7 +90,7 @@ class _Capacity:
             self.gpus += sign * gpus
 
 
-class _Unbounded(_Capacity):
+class _Unbounded(Capacity):
     """No capacity bound (shared or MIG pods): quota alone stops a branch."""
 
     def __init__(self) -> None:
@@ -99,11 +99,11 @@ class _Unbounded(_Capacity):
     def reachable(self, i: int) -> bool:
         return True
 
-    def take(self, option: _Option, sign: int) -> None:
+    def take(self, option: Option, sign: int) -> None:
         return None
 
 
-def _quota_feasible(
+def quota_feasible(
     snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
 ) -> bool:
     """Whether evicting candidates in order ever makes quota fit (cheap: quota arithmetic only)."""
@@ -111,7 +111,7 @@ def _quota_feasible(
     version = usage.version
     done: list[Admitted] = []
     ok = usage.fits(preemptor.queue, assignment.usage) is None
-    for candidate in pool.in_order() if isinstance(pool, _Pool) else pool:
+    for candidate in pool.in_order() if isinstance(pool, CandidatePool) else pool:
         if ok:
             break
         if candidate.kind != "evict":
@@ -126,7 +126,7 @@ def _quota_feasible(
     return ok
 
 
-def _capacity_feasible(
+def capacity_feasible(
     snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
 ) -> bool:
     """For whole-GPU workloads: free GPUs of the model plus the candidates' cover the need."""
@@ -143,7 +143,7 @@ def _capacity_feasible(
     rows = slice(0, fleet.n_rows)
     free = int(np.sum(fleet.whole_free[rows][fleet.model[rows] == code]))
     model = assignment.model
-    if isinstance(pool, _Pool):
+    if isinstance(pool, CandidatePool):
         milli = sum(part.milli(model) for part in pool.parts)
     else:
         milli = sum(c.admitted.assignment.usage.get(model, 0) for c in pool if c.kind == "evict")

@@ -8,12 +8,12 @@ from collections.abc import Callable, Sequence
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, VictimSet
-from gpufleet.scheduler.preemption.policy import _borrows
+from gpufleet.scheduler.preemption.policy import borrows_any
 
 Fits = Callable[[], bool]
 
 
-def _apply(snapshot: Snapshot, candidate: Candidate) -> None:
+def apply_candidate(snapshot: Snapshot, candidate: Candidate) -> None:
     if candidate.kind == "shrink":
         snapshot.shrink(candidate.name, list(candidate.pods), candidate.counts)
     else:
@@ -25,10 +25,10 @@ def _still_applicable(snapshot: Snapshot, candidate: Candidate, flavors: set[str
         return False
     if candidate.kind == "evict" and candidate.name not in snapshot.cache.admitted:
         return False
-    return candidate.cause == WITHIN_QUEUE or _borrows(snapshot, candidate.admitted.queue, flavors)
+    return candidate.cause == WITHIN_QUEUE or borrows_any(snapshot, candidate.admitted.queue, flavors)
 
 
-def _greedy(
+def greedy_set(
     snapshot: Snapshot,
     ordered: Sequence[Candidate],
     fits: Fits,
@@ -49,7 +49,7 @@ def _greedy(
         if candidate.kind == "evict" and any(c.name == candidate.name for c in taken):
             # Evicting a workload already shrunk here: undo nothing, evict what is left of it.
             pass
-        _apply(snapshot, candidate)
+        apply_candidate(snapshot, candidate)
         if candidate.kind == "evict":
             removed.add(candidate.name)
         taken.append(candidate)
@@ -71,7 +71,7 @@ def _minimal(snapshot: Snapshot, taken: list[Candidate], fits: Fits) -> list[Can
         start = snapshot.mark()
         for c in trial:
             if c.kind == "evict" or c.name in snapshot.cache.admitted:
-                _apply_if_held(snapshot, c)
+                apply_if_held(snapshot, c)
         ok = fits()
         snapshot.rollback(start)
         if ok:
@@ -79,7 +79,7 @@ def _minimal(snapshot: Snapshot, taken: list[Candidate], fits: Fits) -> list[Can
     return needed
 
 
-def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
+def apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
     admitted = snapshot.cache.admitted.get(candidate.name)
     if admitted is None:
         return
@@ -93,4 +93,4 @@ def _apply_if_held(snapshot: Snapshot, candidate: Candidate) -> None:
 def apply_victims(snapshot: Snapshot, victims: VictimSet) -> None:
     """Applies a chosen set to the snapshot (its capacity is then the preemptor's for the cycle)."""
     for candidate in victims.victims:
-        _apply_if_held(snapshot, candidate)  # its queue's candidate lists no longer hold (see `holds`)
+        apply_if_held(snapshot, candidate)  # its queue's candidate lists no longer hold (see `holds`)

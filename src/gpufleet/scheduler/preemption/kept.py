@@ -9,32 +9,67 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
 from gpufleet.scheduler.preemption.order import Candidate, victim_order
-from gpufleet.scheduler.preemption.pool import _Part
+from gpufleet.scheduler.preemption.pool import PoolPart
+from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.workload import Workload
 
 
+class ListKey(NamedTuple):
+    """A kept list's key in `ClusterCache.candidate_lists`."""
+
+    queue: str
+    cause: str
+
+
+class _Token(NamedTuple):
+    """What a kept list holds for, besides its members: changed only between cycles."""
+
+    epoch: int
+    """The queue's epoch (`ClusterCache.queue_epochs`)."""
+    generation: int
+    """The fleet's nodes (`FleetState.generation`)."""
+    settings: QueueSettings
+
+
+class _Check(NamedTuple):
+    """When a kept list was last found to hold."""
+
+    serial: int
+    """The snapshot's (`Snapshot.serial`: one per cycle)."""
+    charges: int
+    """The queue's charge count (`ClusterCache.charges`)."""
+
+
+_NEVER = _Check(-1, -1)
+
+
+_Member = tuple[str, Admitted, Workload, Assignment]
+"""A member as a kept list saw it: name, and its `Admitted`, `Workload` and `Assignment` objects."""
+
+
 @dataclass(slots=True)
-class _QueueCandidates:
+class KeptList:
     """One queue's candidates for one cause, as last computed, and what they were computed from."""
 
-    token: tuple[object, ...]
-    members: tuple[tuple[str, Admitted, Workload, Assignment], ...]
+    token: _Token
+    members: tuple[_Member, ...]
     candidates: list[Candidate]
     """Every preemptible member not admitted in the cycle that computed them, minimum runtime or not."""
     removed: tuple[int | None, ...]
     """Per candidate, the milli-GPU it gives up (None: all of its workload's)."""
     now: float
     """The time the candidates' lost work is computed for (NaN: not yet)."""
-    checked: tuple[int, int] = (-1, -1)
-    """(snapshot serial, the queue's charge count) of the last check that found the members unchanged."""
-    part: _Part | None = None
+    checked: _Check = _NEVER
+    """The last check that found the members unchanged."""
+    part: PoolPart | None = None
     """The candidates in victim order and grouped per node, as timed at `now` (built on first use)."""
 
-    def holds(self, snapshot: Snapshot, queue: str, token: tuple[object, ...]) -> bool:
+    def holds(self, snapshot: Snapshot, queue: str, token: _Token) -> bool:
         """Whether the queue still has exactly these members, unchanged (the same objects).
 
         Inside a cycle every change of members charges or refunds the queue (`ClusterCache.charges`),
@@ -43,7 +78,7 @@ class _QueueCandidates:
         cache = snapshot.cache
         if token != self.token:
             return False
-        checked = (snapshot.serial, cache.charges.get(queue, 0))
+        checked = _Check(snapshot.serial, cache.charges.get(queue, 0))
         if checked == self.checked:
             return True
         if len(cache.by_queue.get(queue, ())) != len(self.members):
@@ -57,12 +92,12 @@ class _QueueCandidates:
         return True
 
 
-def _queue_candidates(
+def kept_candidates(
     snapshot: Snapshot, queue: str, cause: str, *, now: float
-) -> tuple[list[Candidate], _Part | None]:
+) -> tuple[list[Candidate], PoolPart | None]:
     """A queue's workloads that any preemptor may take from (preemptible, past the minimum runtime,
     not admitted in this cycle) as `cause` candidates, and, when that is the whole kept list, its
-    `_Part` (sorted and grouped per node once for every preemptor that takes the list whole).
+    `PoolPart` (sorted and grouped per node once for every preemptor that takes the list whole).
 
     Kept on the cache across cycles (every preemptor of a tree looks at the same borrowing queues, cycle
     after cycle): reused while the queue's members are the same objects (an admission, eviction, shrink
@@ -70,17 +105,16 @@ def _queue_candidates(
     depends on the time, is computed again when the time moved (and the part built again).
     """
     cache = snapshot.cache
-    key = (queue, cause)
+    key = ListKey(queue, cause)
     settings = cache.settings[queue]
     found = cache.candidate_lists.get(key)
     # Found unchanged in this cycle at this charge count: it holds (settings, the fleet's nodes and the
     # queue's epoch change only between cycles), so not even the token is built.
     if not (
-        isinstance(found, _QueueCandidates)
-        and found.checked == (snapshot.serial, cache.charges.get(queue, 0))
+        isinstance(found, KeptList) and found.checked == _Check(snapshot.serial, cache.charges.get(queue, 0))
     ):
-        token = (cache.queue_epochs.get(queue, 0), cache.fleet.generation, settings)
-        if not (isinstance(found, _QueueCandidates) and found.holds(snapshot, queue, token)):
+        token = _Token(cache.queue_epochs.get(queue, 0), cache.fleet.generation, settings)
+        if not (isinstance(found, KeptList) and found.holds(snapshot, queue, token)):
             found = _compute(snapshot, queue, cause, token)
             cache.candidate_lists[key] = found
     if found.now != now:
@@ -93,7 +127,7 @@ def _queue_candidates(
     min_runtime = settings.min_runtime_seconds
     if min_runtime <= 0:
         if found.part is None:
-            found.part = _Part(found.candidates, shared=True)
+            found.part = PoolPart(found.candidates, shared=True)
         return found.candidates, found.part
     return [c for c in found.candidates if now - _started(c.admitted, now) >= min_runtime], None
 
@@ -103,10 +137,10 @@ def _started(admitted: Admitted, now: float) -> float:
     return started if started is not None else now
 
 
-def _compute(snapshot: Snapshot, queue: str, cause: str, token: tuple[object, ...]) -> _QueueCandidates:
+def _compute(snapshot: Snapshot, queue: str, cause: str, token: _Token) -> KeptList:
     """The queue's members as they are now and the candidates they give (timed by the caller)."""
     cache = snapshot.cache
-    members = []
+    members: list[_Member] = []
     out: list[Candidate] = []
     removed: list[int | None] = []
     for name in cache.by_queue.get(queue, ()):
@@ -120,20 +154,20 @@ def _compute(snapshot: Snapshot, queue: str, cause: str, token: tuple[object, ..
             pods, counts = shrink
             rows = tuple(dict.fromkeys(admitted.pods[pod].node for pod in pods))
             out.append(Candidate(admitted, "shrink", cause, 0.0, pods, counts, rows))
-            removed.append(admitted.assignment.gpu_milli - _milli_at(admitted, counts))
+            removed.append(admitted.assignment.gpu_milli - milli_at(admitted, counts))
         gpus: dict[int, int] = {}
         for alloc in admitted.pods.values():
             gpus[alloc.node] = gpus.get(alloc.node, 0) + len(alloc.gpus)
         out.append(Candidate(admitted, "evict", cause, 0.0, (), (), tuple(gpus), tuple(gpus.values())))
         removed.append(None)
-    return _QueueCandidates(token, tuple(members), out, tuple(removed), float("nan"))
+    return KeptList(token, tuple(members), out, tuple(removed), float("nan"))
 
 
 def _elastic(workload: Workload) -> bool:
     return any(ps.min_count is not None and ps.min_count < ps.count for ps in workload.pod_sets)
 
 
-def _milli_at(admitted: Admitted, counts: Sequence[int]) -> int:
+def milli_at(admitted: Admitted, counts: Sequence[int]) -> int:
     return sum(usage_of(admitted.workload, admitted.assignment.model, counts).values())
 
 

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.preemption.order import LeastOrder
-from gpufleet.scheduler.preemption.pool import _lesser, _Part, _Pool
+from gpufleet.scheduler.preemption.pool import CandidatePool, PoolPart, least_of_both
 from gpufleet.scheduler.preemption.scopes import ScopeEntry, node_entry
 
 
-def _node_heap(parts: Iterable[_Part]) -> list[ScopeEntry]:
-    """`_scopes` node by node, as heap entries, from the parts: each node's quick bound combined over the
+def node_heap(parts: Iterable[PoolPart]) -> list[ScopeEntry]:
+    """`scopes_of` node by node, as heap entries, from the parts: each node's quick bound combined over the
     queues with candidates there (a least: the same as over the node's candidates together); the scope
-    is built, and tested for the GPUs it can free (`_short`), only if it comes first in the search (most
-    never do; a scope skipped then is one `_scopes` would have left out)."""
+    is built, and tested for the GPUs it can free (`falls_short`), only if it comes first in the search (most
+    never do; a scope skipped then is one `scopes_of` would have left out)."""
     least: dict[int, LeastOrder] = {}
-    where: dict[int, _Part | list[_Part]] = {}
+    where: dict[int, PoolPart | list[PoolPart]] = {}
     for part in parts:
         for node, found in part.least().items():
             have = least.get(node)
@@ -31,7 +32,7 @@ def _node_heap(parts: Iterable[_Part]) -> list[ScopeEntry]:
                 least[node] = found
                 where[node] = part
             else:
-                least[node] = _lesser(have, found)
+                least[node] = least_of_both(have, found)
                 other = where[node]
                 if isinstance(other, list):
                     other.append(part)
@@ -40,30 +41,37 @@ def _node_heap(parts: Iterable[_Part]) -> list[ScopeEntry]:
     return [node_entry(node, found, where[node]) for node, found in least.items()]
 
 
-class _NodeIndex:
-    """The node scopes of the kept parts (`_Part.shared`) of the latest search in a cycle, in the order
+class _Counted(NamedTuple):
+    """A part as the index counted it."""
+
+    part: PoolPart
+    stamp: int
+    """The part's stamp then: another once its candidates are re-timed (their least orders changed)."""
+
+
+class NodeIndex:
+    """The node scopes of the kept parts (`PoolPart.shared`) of the latest search in a cycle, in the order
     of their quick bounds: the next preemptor's pool mostly holds the same parts (the borrowing queues
     of the tree, less the few charged since), so its search updates the nodes of the parts that changed
     instead of bounding and ordering every node again. Per cycle (`Snapshot.memo`)."""
 
     def __init__(self) -> None:
-        self.members: dict[int, tuple[_Part, int]] = {}
-        """By id: the parts counted, with their stamps when counted."""
-        self.where: dict[int, list[_Part]] = {}
+        self.members: dict[int, _Counted] = {}
+        """The parts counted, by id."""
+        self.where: dict[int, list[PoolPart]] = {}
         self.least: dict[int, LeastOrder] = {}
         self.entries: dict[int, ScopeEntry] = {}
         self.order: list[ScopeEntry] = []
         """`entries` sorted: the node scopes in the order the search takes them."""
-        self.searches = 0
 
-    def update(self, shared: list[_Part]) -> None:
+    def update(self, shared: list[PoolPart]) -> None:
         """Makes the index that of `shared`: part by part when few changed, else all again."""
         now = {id(part): part for part in shared}
         members = self.members
         gone = [
             part for key, (part, stamp) in members.items() if now.get(key) is not part or part.stamp != stamp
         ]
-        new = [part for key, part in now.items() if key not in members or members[key][1] != part.stamp]
+        new = [part for key, part in now.items() if key not in members or members[key].stamp != part.stamp]
         if 2 * (len(gone) + len(new)) > len(shared) + len(members):
             self._build(shared)
             return
@@ -74,7 +82,7 @@ class _NodeIndex:
                 self.where[node].remove(part)
                 touched.add(node)
         for part in new:
-            members[id(part)] = (part, part.stamp)
+            members[id(part)] = _Counted(part, part.stamp)
             for node in part.groups:
                 self.where.setdefault(node, []).append(part)
                 touched.add(node)
@@ -93,9 +101,9 @@ class _NodeIndex:
             entry = entries[node] = node_entry(node, self._least_of(node, where), where)
             bisect.insort(order, entry)
 
-    def _build(self, shared: list[_Part]) -> None:
-        self.members = {id(part): (part, part.stamp) for part in shared}
-        where: dict[int, list[_Part]] = {}
+    def _build(self, shared: list[PoolPart]) -> None:
+        self.members = {id(part): _Counted(part, part.stamp) for part in shared}
+        where: dict[int, list[PoolPart]] = {}
         for part in shared:
             for node in part.groups:
                 found = where.get(node)
@@ -110,18 +118,18 @@ class _NodeIndex:
         }
         self.order = sorted(self.entries.values())
 
-    def _least_of(self, node: int, parts: list[_Part]) -> LeastOrder:
+    def _least_of(self, node: int, parts: list[PoolPart]) -> LeastOrder:
         least = parts[0].least()[node]
         for part in parts[1:]:
-            least = _lesser(least, part.least()[node])
+            least = least_of_both(least, part.least()[node])
         self.least[node] = least
         return least
 
-    def overlay(self, own: list[_Part]) -> list[ScopeEntry]:
+    def overlay(self, own: list[PoolPart]) -> list[ScopeEntry]:
         """The entries of the nodes where this preemptor's own parts (built for it) have candidates: the
         index's parts there and its own, bounded together."""
         least: dict[int, LeastOrder] = {}
-        where: dict[int, list[_Part]] = {}
+        where: dict[int, list[PoolPart]] = {}
         for part in own:
             for node, found in part.least().items():
                 have = least.get(node)
@@ -130,18 +138,18 @@ class _NodeIndex:
                     where[node] = [*self.where.get(node, ()), part]
                 else:
                     where[node].append(part)
-                least[node] = found if have is None else _lesser(have, found)
+                least[node] = found if have is None else least_of_both(have, found)
         return [node_entry(node, found, where[node]) for node, found in least.items()]
 
 
-def _node_entries(snapshot: Snapshot, pool: _Pool) -> tuple[list[ScopeEntry], list[ScopeEntry]]:
+def node_entries(snapshot: Snapshot, pool: CandidatePool) -> tuple[list[ScopeEntry], list[ScopeEntry]]:
     """The node scopes of the pool as (entries in order, a heap of more entries): the first search of a
-    cycle bounds every node into the heap; later ones keep the kept parts' nodes in a `_NodeIndex` and
+    cycle bounds every node into the heap; later ones keep the kept parts' nodes in a `NodeIndex` and
     put only the nodes of their own parts in the heap (those nodes are then left out of the order)."""
-    index = snapshot.memo.get(_NodeIndex)
-    if not isinstance(index, _NodeIndex):
-        snapshot.memo[_NodeIndex] = _NodeIndex()
-        return [], _node_heap(pool.parts)
+    index = snapshot.memo.get(NodeIndex)
+    if not isinstance(index, NodeIndex):
+        snapshot.memo[NodeIndex] = NodeIndex()
+        return [], node_heap(pool.parts)
     shared = [part for part in pool.parts if part.shared]
     index.update(shared)
     own = [part for part in pool.parts if not part.shared]

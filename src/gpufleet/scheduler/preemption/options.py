@@ -1,6 +1,6 @@
-"""The ways of taking each candidate, for one preemptor in one snapshot state: a shrink by 1, 2, ...
-of its pods or an evict, each with the quota and the whole GPUs per node it frees; shared by the bounds
-and the search of that preemptor.
+"""Options: the ways of taking each candidate, for one preemptor in one snapshot state (a shrink by 1,
+2, ... of its pods, or an evict), each with the quota and the whole GPUs per node it frees; shared by
+the bounds and the search of that preemptor.
 """
 
 from __future__ import annotations
@@ -10,25 +10,25 @@ from dataclasses import dataclass
 from gpufleet.fleet.request import GpuKind
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, split_flavor, usage_of
-from gpufleet.scheduler.preemption.kept import _milli_at
+from gpufleet.scheduler.preemption.kept import milli_at
 from gpufleet.scheduler.preemption.order import Candidate, victim_order
 from gpufleet.scheduler.workload import Workload
 
 
 @dataclass(slots=True)
-class _Option:
-    """One way to take from a workload in a search: a candidate, the quota it frees and the whole GPUs
-    it frees per node."""
+class Option:
+    """One way to take from a workload in a search: a candidate (an evict, or a shrink by some of its
+    pods), the quota it frees and the whole GPUs it frees per node."""
 
     candidate: Candidate
     amounts: dict[str, int]
     gpus: dict[int, int]
 
 
-class _Options:
-    """Per candidate of one preemptor's search, its ways of being taken (kept for the search: a shrink's
-    steps are the same objects each time asked), and per other queue how far it is above its nominal
-    quota in each of the preemptor's flavors."""
+class Options:
+    """Per candidate of one preemptor's search, its options (a shrink's steps kept for the search: the
+    same objects each time asked), and per other queue how far it is above its nominal quota in each
+    of the preemptor's flavors."""
 
     def __init__(self, snapshot: Snapshot, preemptor: Workload, assignment: Assignment, now: float) -> None:
         self.snapshot = snapshot
@@ -37,13 +37,17 @@ class _Options:
         self.now = now
         self.flavors = set(assignment.usage)
         self.shape = _slots_shape(preemptor, assignment)
+        """(whole GPUs per slot, slots needed); None for shared or MIG pods."""
         self.code = (
             None if assignment.model is None else snapshot.fleet.model_id(split_flavor(assignment.model)[0])
         )
+        """The fleet's code of the preemptor's GPU model (None: it has none)."""
         self._shrinks: dict[str, list[Candidate]] = {}
         self._room: dict[str, dict[str, int]] = {}
 
     def room_of(self, queue: str) -> dict[str, int]:
+        """How far `queue` is above its nominal quota in each of the preemptor's flavors, as the usage
+        was when first asked in this search."""
         room = self._room.get(queue)
         if room is None:
             cache = self.snapshot.cache
@@ -77,7 +81,7 @@ class _Options:
             if taken == len(order):
                 steps.append(full)
                 break
-            removed = admitted.assignment.gpu_milli - _milli_at(admitted, counts)
+            removed = admitted.assignment.gpu_milli - milli_at(admitted, counts)
             rows = tuple(dict.fromkeys(admitted.pods[pod].node for pod in pods))
             step = Candidate(
                 admitted,
@@ -93,7 +97,7 @@ class _Options:
         self._shrinks[full.name] = steps
         return steps
 
-    def option(self, candidate: Candidate) -> _Option:
+    def option(self, candidate: Candidate) -> Option:
         admitted = candidate.admitted
         gpus: dict[int, int] = {}
         if candidate.kind == "evict":
@@ -105,7 +109,7 @@ class _Options:
             pods = [admitted.pods[pod] for pod in candidate.pods]
         for alloc in pods:
             gpus[alloc.node] = gpus.get(alloc.node, 0) + len(alloc.gpus)
-        return _Option(candidate, amounts, gpus)
+        return Option(candidate, amounts, gpus)
 
 
 def _slots_shape(preemptor: Workload, assignment: Assignment) -> tuple[int, int] | None:

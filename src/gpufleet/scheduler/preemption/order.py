@@ -155,7 +155,7 @@ def _admitted_at(candidate: Candidate) -> float:
     return admitted_at if admitted_at is not None else 0.0
 
 
-def _order(candidate: Candidate) -> VictimOrder:
+def order_of(candidate: Candidate) -> VictimOrder:
     order = candidate.order
     return order if order is not None else victim_order(candidate)
 
@@ -168,11 +168,11 @@ def least_order(
     in any part (`least_rank`). A shrink, which may give up less than all its pods, counts the lost work
     `shrink_lost` says (by default none)."""
     first = scoped[0]
-    evicts, own, lost, priority, newest, name = _order(first)
+    evicts, own, lost, priority, newest, name = order_of(first)
     if first.kind == "shrink":
         lost = 0.0 if shrink_lost is None else shrink_lost(first)
     for candidate in scoped[1:]:
-        its_evicts, its_own, its_lost, its_priority, its_newest, its_name = _order(candidate)
+        its_evicts, its_own, its_lost, its_priority, its_newest, its_name = order_of(candidate)
         if its_evicts < evicts:
             evicts = its_evicts
         if its_own < own:

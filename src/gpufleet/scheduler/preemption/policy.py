@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment
-from gpufleet.scheduler.preemption.kept import _queue_candidates
+from gpufleet.scheduler.preemption.kept import kept_candidates
 from gpufleet.scheduler.preemption.order import BORROW, RECLAIM, WITHIN_QUEUE, Candidate
-from gpufleet.scheduler.preemption.pool import _Part, _Pool
+from gpufleet.scheduler.preemption.pool import CandidatePool, PoolPart
 from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.workload import Workload
 
@@ -49,14 +50,15 @@ def candidates(
     snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
 ) -> Sequence[Candidate]:
     """Every workload the preemptor may take capacity from, as shrink and/or evict candidates, in
-    `victim_order` (a `_Pool`: the queues' kept lists, merged only as far as the search reads them)."""
+    `victim_order` (a `CandidatePool`: the queues' kept lists, merged only as far as the search reads
+    them)."""
     cache = snapshot.cache
     tree = cache.tree
     own_settings = cache.settings[preemptor.queue]
     root = tree.root_of(preemptor.queue)
     borrowing = _is_borrowing(snapshot, preemptor, assignment)
     flavors = set(assignment.usage)
-    parts: list[_Part] = []
+    parts: list[PoolPart] = []
     queues = []
     if own_settings.preemption.within_queue != "Never":
         queues.append(preemptor.queue)
@@ -65,8 +67,8 @@ def candidates(
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     held = cache.admitted.get(preemptor.name)
     charges = cache.charges
-    # Per cycle, the queues whose kept part every preemptor of this tree and flavors takes whole, as
-    # (charge count, part, its stamp) when found so: at the same count and stamp, taken again at once.
+    # Per cycle, the queues whose kept part every preemptor of this tree and flavors takes whole, when
+    # found so: at the same charge count and stamp, taken again at once.
     whole = _whole_parts(snapshot, root, flavors, now)
     for queue in queues:
         kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
@@ -74,18 +76,22 @@ def candidates(
         every = kind == RECLAIM and reclaim_any
         if every and (held is None or held.queue != queue):
             known = whole.get(queue)
-            if known is not None and known[0] == charges.get(queue, 0) and known[1].stamp == known[2]:
-                if known[1].kept:
-                    parts.append(known[1])
+            if (
+                known is not None
+                and known.charges == charges.get(queue, 0)
+                and known.part.stamp == known.stamp
+            ):
+                if known.part.kept:
+                    parts.append(known.part)
                 continue
-        kept, part = _queue_candidates(snapshot, queue, kind, now=now)
+        kept, part = kept_candidates(snapshot, queue, kind, now=now)
         if (
             part is not None
             and every
             and (held is None or held.queue != queue)
             and (not flavors or part.meets(flavors))
         ):
-            whole[queue] = (charges.get(queue, 0), part, part.stamp)
+            whole[queue] = _WholePart(charges.get(queue, 0), part, part.stamp)
             if part.kept:
                 parts.append(part)  # the whole kept list: its order and per-node groups are kept too
             continue
@@ -101,15 +107,32 @@ def candidates(
             ):
                 out.append(candidate)
         if out:
-            parts.append(_Part(out))
-    return _Pool(parts)
+            parts.append(PoolPart(out))
+    return CandidatePool(parts)
 
 
-def _whole_parts(
-    snapshot: Snapshot, root: str, flavors: set[str], now: float
-) -> dict[str, tuple[int, _Part, int]]:
-    """`candidates`' per-cycle memo of the queues' parts taken whole (see there)."""
-    key = ("whole", root, frozenset(flavors), now)
+class _WholePart(NamedTuple):
+    """A queue's kept part found taken whole, as it was then."""
+
+    charges: int
+    """The queue's charge count (`ClusterCache.charges`)."""
+    part: PoolPart
+    stamp: int
+    """The part's stamp (`PoolPart.stamp`): another once its candidates are re-timed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _WholeKey:
+    """`Snapshot.memo` key of `_whole_parts`."""
+
+    root: str
+    flavors: frozenset[str]
+    now: float
+
+
+def _whole_parts(snapshot: Snapshot, root: str, flavors: set[str], now: float) -> dict[str, _WholePart]:
+    """`candidates`' per-cycle memo of the queues' parts taken whole (see there), per queue."""
+    key = _WholeKey(root, frozenset(flavors), now)
     found = snapshot.memo.get(key)
     if not isinstance(found, dict):
         found = snapshot.memo[key] = {}
@@ -118,12 +141,27 @@ def _whole_parts(
 
 @dataclass(slots=True)
 class _Borrowers:
-    """`_borrowing_queues`' memo for one tree and set of flavors: the answer at a usage version, and per
-    queue looked at, (its charge count, whether it borrowed then)."""
+    """`_borrowing_queues`' memo for one tree and set of flavors: the answer at a usage version, and
+    each queue looked at as it was then."""
 
     version: int
     queues: list[str]
-    seen: dict[str, tuple[int, bool]]
+    seen: dict[str, _Seen]
+
+
+_Seen = tuple[int, bool]
+"""A queue as `_borrowing_queues` last looked at it: its charge count (`ClusterCache.charges`) and
+whether it borrowed then. A plain tuple, not a NamedTuple: one is made for every queue of the tree
+once a cycle, and only plain tuples are reused when freed (see `scopes.ScopeEntry`)."""
+_UNSEEN: _Seen = (-1, False)
+
+
+@dataclass(frozen=True, slots=True)
+class _BorrowersKey:
+    """`Snapshot.memo` key of `_borrowing_queues`."""
+
+    root: str
+    flavors: frozenset[str]
 
 
 def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[str]:
@@ -135,7 +173,7 @@ def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[
     undone), so at the same charge count its answer stands; a queue with children is looked at again."""
     cache = snapshot.cache
     usage = cache.usage
-    key = ("borrowing", root, frozenset(flavors))
+    key = _BorrowersKey(root, frozenset(flavors))
     found = snapshot.memo.get(key)
     if isinstance(found, _Borrowers) and found.version == usage.version:
         return list(found.queues)
@@ -143,17 +181,17 @@ def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[
     children, charges = tree.children, cache.charges
     # Updated in place: an entry of a queue without members now is passed over, and looked at again
     # when it has members (a charge, so another count).
-    seen: dict[str, tuple[int, bool]] = found.seen if isinstance(found, _Borrowers) else {}
+    seen: dict[str, _Seen] = found.seen if isinstance(found, _Borrowers) else {}
     queues = []
     for name, members in cache.by_queue.items():
         if not members:
             continue
         count = charges.get(name, 0)
-        last = seen.get(name)
-        if last is not None and last[0] == count and not children.get(name):
-            borrows = last[1]
+        charges_then, borrowed_then = seen.get(name, _UNSEEN)
+        if charges_then == count and not children.get(name):
+            borrows = borrowed_then
         else:
-            borrows = tree.root_of(name) == root and _borrows(snapshot, name, flavors)
+            borrows = tree.root_of(name) == root and borrows_any(snapshot, name, flavors)
             seen[name] = (count, borrows)
         if borrows:
             queues.append(name)
@@ -182,6 +220,7 @@ def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: As
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
 
 
-def _borrows(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:
+def borrows_any(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:
+    """Whether `queue` borrows any of `flavors` (uses more than its nominal quota of it)."""
     usage = snapshot.cache.usage
     return any(usage.borrowed(queue, flavor) > 0 for flavor in flavors)

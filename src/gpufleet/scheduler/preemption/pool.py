@@ -14,12 +14,12 @@ from gpufleet.scheduler.preemption.order import (
     Candidate,
     LeastOrder,
     VictimOrder,
-    _order,
     least_order,
+    order_of,
 )
 
 
-class _Part:
+class PoolPart:
     """One queue's candidates as preemptors take them whole: in victim order, and grouped per node for
     the node-by-node search. Kept with the queue's candidate list: the groups for as long as the list
     holds, the order and the per-node least orders until the list is re-timed (`retimed`)."""
@@ -45,7 +45,7 @@ class _Part:
         built for one preemptor."""
         self.stamp = 0
         """Counts re-timings: a node index that saw this part at another stamp saw other least orders."""
-        groups, held = _by_node(kept)
+        groups, held = by_node(kept)
         self.groups = groups
         """Per node the candidates touch: those candidates (in the kept list's order)."""
         self.held = held
@@ -68,7 +68,7 @@ class _Part:
     def ordered(self) -> list[Candidate]:
         found = self._ordered
         if found is None:
-            found = self._ordered = sorted(self.kept, key=_order)
+            found = self._ordered = sorted(self.kept, key=order_of)
         return found
 
     @property
@@ -79,7 +79,7 @@ class _Part:
             return self._ordered[0]
         found = self._first
         if found is None:
-            found = self._first = min(self.kept, key=_order)
+            found = self._first = min(self.kept, key=order_of)
         return found
 
     def meets(self, flavors: set[str]) -> bool:
@@ -115,7 +115,7 @@ class _Part:
         return found
 
 
-def _lesser(a: LeastOrder, b: LeastOrder) -> LeastOrder:
+def least_of_both(a: LeastOrder, b: LeastOrder) -> LeastOrder:
     """Part by part the lesser of two least orders: that of their candidates together."""
     return (
         a[0] if a[0] <= b[0] else b[0],
@@ -128,15 +128,15 @@ def _lesser(a: LeastOrder, b: LeastOrder) -> LeastOrder:
 
 
 _SCANS = 4
-"""Candidates `_Pool.in_order` finds by a scan of the parts' heads before it merges by a heap."""
+"""Candidates `CandidatePool.in_order` finds by a scan of the parts' heads before it merges by a heap."""
 
 
-class _Pool(Sequence[Candidate]):
+class CandidatePool(Sequence[Candidate]):
     """A preemptor's candidates in `victim_order`: the parts (one per queue, each in that order) merged
-    only when read whole; `_quota_feasible` reads a prefix and the node-by-node search the parts'
+    only when read whole; `quota_feasible` reads a prefix and the node-by-node search the parts'
     groups, so most searches never sort the whole pool."""
 
-    def __init__(self, parts: list[_Part]) -> None:
+    def __init__(self, parts: list[PoolPart]) -> None:
         self.parts = parts
         self._size = sum(len(part.kept) for part in parts)
         self._items: list[Candidate] | None = None
@@ -146,7 +146,7 @@ class _Pool(Sequence[Candidate]):
         if found is None:
             # The order's last part is the name: no two candidates tie, so the merge is the one order.
             found = self._items = sorted(
-                itertools.chain.from_iterable(p.ordered for p in self.parts), key=_order
+                itertools.chain.from_iterable(p.ordered for p in self.parts), key=order_of
             )
         return found
 
@@ -159,7 +159,7 @@ class _Pool(Sequence[Candidate]):
         return self._merged()
 
     def _merged(self) -> Iterator[Candidate]:
-        """The parts merged: the first few by scanning the parts' heads (`_quota_feasible` mostly stops
+        """The parts merged: the first few by scanning the parts' heads (`quota_feasible` mostly stops
         after the first evict, and a heap over hundreds of parts costs more to set up than a scan; a
         part is sorted only once its first is taken), the rest by a heap."""
         parts = self.parts
@@ -170,7 +170,7 @@ class _Pool(Sequence[Candidate]):
             where = -1
             for j, head in enumerate(heads):
                 if head is not None:
-                    key = _order(head)
+                    key = order_of(head)
                     if least is None or key < least:
                         least, where = key, j
             if least is None:
@@ -181,7 +181,7 @@ class _Pool(Sequence[Candidate]):
             taken[where] += 1
             ordered = parts[where].ordered
             heads[where] = ordered[taken[where]] if taken[where] < len(ordered) else None
-        yield from heapq.merge(*(part.ordered[taken[j] :] for j, part in enumerate(parts)), key=_order)
+        yield from heapq.merge(*(part.ordered[taken[j] :] for j, part in enumerate(parts)), key=order_of)
 
     def __len__(self) -> int:
         return self._size
@@ -197,7 +197,7 @@ class _Pool(Sequence[Candidate]):
         return self.items()[index]
 
 
-def _by_node(candidates: Iterable[Candidate]) -> tuple[dict[int, list[Candidate]], dict[int, int]]:
+def by_node(candidates: Iterable[Candidate]) -> tuple[dict[int, list[Candidate]], dict[int, int]]:
     """Per node the candidates touch: those candidates (in the given order), and the whole GPUs they
     hold there (a shrink holds nothing for the bound: its `held` is empty, so zip stops at once)."""
     groups: dict[int, list[Candidate]] = {}

@@ -20,15 +20,15 @@ from gpufleet.scheduler.preemption.order import (
     LeastOrder,
     SetCost,
     SetRank,
-    _order,
+    order_of,
 )
-from gpufleet.scheduler.preemption.pool import _by_node, _Part
+from gpufleet.scheduler.preemption.pool import PoolPart, by_node
 from gpufleet.scheduler.workload import Workload
 
 IntArray = npt.NDArray[np.int64]
 
 
-class _Scope(NamedTuple):
+class Scope(NamedTuple):
     """Where a preemptor is tried: one node, one domain of a topology level, or the whole fleet (a
     tuple: thousands are made per search, one per node)."""
 
@@ -53,20 +53,20 @@ class _Scope(NamedTuple):
         return self.level_no is None or int(fleet.domain[self.level_no][row]) == self.domain
 
 
-def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[_Scope]:
+def scopes_of(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) -> list[Scope]:
     """The candidate lists to try: one per domain of the required level (or per node for one pod), each
     in the pool's order."""
     fleet = snapshot.fleet
-    level = _scope_level(preemptor)
+    level = scope_level(preemptor)
     if level is None:
-        return [_Scope(list(pool))]
+        return [Scope(list(pool))]
     level_no = fleet.level_number(level) if level not in ("host", "nvlink") else None
     by_domain: dict[int, list[Candidate]] = {}
     # Per node (host and nvlink levels): whole GPUs the evict candidates hold there (a shrink frees a
     # subset of its workload's evict), for the bound below.
     held: dict[int, int] = {}
     if level_no is None:
-        by_domain, held = _by_node(pool)
+        by_domain, held = by_node(pool)
     else:
         domain_of = fleet.domain[level_no]
         for candidate in pool:
@@ -76,21 +76,21 @@ def _scopes(snapshot: Snapshot, preemptor: Workload, pool: Sequence[Candidate]) 
                 by_domain.setdefault(domain, []).append(candidate)
     if not by_domain and level_no is None and level in ("host", "nvlink"):
         return []
-    needed = _one_pod_whole_gpus(preemptor)
+    needed = one_pod_whole_gpus(preemptor)
     if level_no is None:
         # A node whose free GPUs and its candidates' GPUs together fall short cannot be freed enough:
         # skipping it spares a search that must fail. Shared pods count a whole GPU each, so the bound
         # only ever keeps too many nodes, never too few.
         whole_free = fleet.whole_free
         return [
-            _Scope(scoped, node=node)
+            Scope(scoped, node=node)
             for node, scoped in sorted(by_domain.items())
             if needed is None or int(whole_free[node]) + held.get(node, 0) >= needed
         ]
-    return [_Scope(by_domain[d], level_no=level_no, domain=d) for d in sorted(by_domain)]
+    return [Scope(by_domain[d], level_no=level_no, domain=d) for d in sorted(by_domain)]
 
 
-def _scope_level(preemptor: Workload) -> str | None:
+def scope_level(preemptor: Workload) -> str | None:
     """The level whose domains are the scopes (a one-pod workload: its host), or None: the whole fleet."""
     level = preemptor.topology.required
     if level is None and preemptor.min_pod_count == 1 and len(preemptor.pod_sets) == 1:
@@ -98,22 +98,22 @@ def _scope_level(preemptor: Workload) -> str | None:
     return level
 
 
-def _short(snapshot: Snapshot, node: int, parts: _Part | list[_Part], needed: int) -> bool:
-    """`_scopes`' test of a node scope, for one from the pool's parts: whether its free GPUs and its
+def falls_short(snapshot: Snapshot, node: int, parts: PoolPart | list[PoolPart], needed: int) -> bool:
+    """`scopes_of`' test of a node scope, for one from the pool's parts: whether its free GPUs and its
     candidates' GPUs together fall short of `needed` (the scope is then skipped)."""
-    held = parts.held.get(node, 0) if isinstance(parts, _Part) else sum(p.held.get(node, 0) for p in parts)
+    held = parts.held.get(node, 0) if isinstance(parts, PoolPart) else sum(p.held.get(node, 0) for p in parts)
     return int(snapshot.fleet.whole_free[node]) + held < needed
 
 
-def _node_scope(node: int, parts: _Part | list[_Part]) -> _Scope:
+def node_scope(node: int, parts: PoolPart | list[PoolPart]) -> Scope:
     """A node scope from the parts with candidates there: those candidates in victim order."""
-    if isinstance(parts, _Part):
-        return _Scope(sorted(parts.groups[node], key=_order), node=node)
+    if isinstance(parts, PoolPart):
+        return Scope(sorted(parts.groups[node], key=order_of), node=node)
     found = [c for part in parts for c in part.groups[node]]
-    return _Scope(sorted(found, key=_order), node=node)
+    return Scope(sorted(found, key=order_of), node=node)
 
 
-def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
+def one_pod_whole_gpus(preemptor: Workload) -> int | None:
     """The GPUs of a one-pod whole-GPU preemptor (None for any other shape)."""
     if len(preemptor.pod_sets) != 1 or preemptor.min_pod_count != 1:
         return None
@@ -122,7 +122,7 @@ def _one_pod_whole_gpus(preemptor: Workload) -> int | None:
 
 
 ScopeEntry = tuple[
-    int, int, int, float, int, float, int, tuple[str, ...], int, int, "_Scope | _Part | list[_Part]"
+    int, int, int, float, int, float, int, tuple[str, ...], int, int, "Scope | PoolPart | list[PoolPart]"
 ]
 """A scope in the search's heap, in the order the search takes them: its bound (`bound_of`: a
 `SetRank`, its parts side by side, since heaps and sorted lists compare entries by the thousand and a
@@ -135,7 +135,7 @@ collector run about a fifth more often in the search (the admission benchmark's 
 took a tenth longer, their p99 half as long again)."""
 
 TIGHT: Final = 8
-"""1 once the bound is the scope's tight one (`_Bounds.scope_bound`), else 0."""
+"""1 once the bound is the scope's tight one (`Bounds.scope_bound`), else 0."""
 POSITION: Final = 9
 """The scope's place among the scopes (a node scope: the node): equal bounds keep that order."""
 SCOPE: Final = 10
@@ -144,13 +144,13 @@ position being unique."""
 
 
 def scope_entry(
-    bound: SetRank, *, tight: int, position: int, scope: _Scope | _Part | list[_Part]
+    bound: SetRank, *, tight: int, position: int, scope: Scope | PoolPart | list[PoolPart]
 ) -> ScopeEntry:
     below_nominal, (evicts, own, lost, priority, newest, victims, names) = bound
     return (below_nominal, evicts, own, lost, priority, newest, victims, names, tight, position, scope)
 
 
-def node_entry(node: int, least: LeastOrder, parts: _Part | list[_Part]) -> ScopeEntry:
+def node_entry(node: int, least: LeastOrder, parts: PoolPart | list[PoolPart]) -> ScopeEntry:
     """A node scope's entry from its quick bound: its candidates' least victim order, as a set of one
     victim that keeps every other queue at nominal."""
     evicts, own, lost, priority, newest, names = least

@@ -10,36 +10,36 @@ from collections.abc import Mapping, Sequence
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
-from gpufleet.scheduler.preemption.bounds import _Bounds, _quick_bound
-from gpufleet.scheduler.preemption.feasibility import _Capacity, _capacity_feasible, _quota_feasible
-from gpufleet.scheduler.preemption.greedy import Fits, _apply, _apply_if_held, _greedy
-from gpufleet.scheduler.preemption.node_index import _node_entries
-from gpufleet.scheduler.preemption.options import _Option, _Options
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetRank, VictimSet, _order
+from gpufleet.scheduler.preemption.bounds import Bounds, quick_bound
+from gpufleet.scheduler.preemption.feasibility import Capacity, capacity_feasible, quota_feasible
+from gpufleet.scheduler.preemption.greedy import Fits, apply_candidate, apply_if_held, greedy_set
+from gpufleet.scheduler.preemption.node_index import node_entries
+from gpufleet.scheduler.preemption.options import Option, Options
+from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetRank, VictimSet, order_of
 from gpufleet.scheduler.preemption.policy import candidates
-from gpufleet.scheduler.preemption.pool import _Pool
+from gpufleet.scheduler.preemption.pool import CandidatePool
 from gpufleet.scheduler.preemption.scopes import (
     LEAST_BELOW_NOMINAL,
     POSITION,
     SCOPE,
     TIGHT,
+    Scope,
     ScopeEntry,
-    _node_scope,
-    _one_pod_whole_gpus,
-    _Scope,
-    _scope_level,
-    _scopes,
-    _short,
     bound_of,
+    falls_short,
+    node_scope,
+    one_pod_whole_gpus,
     scope_entry,
+    scope_level,
+    scopes_of,
 )
 from gpufleet.scheduler.workload import Workload
 
-_EXACT_WORKLOADS = 12
+EXACT_WORKLOADS = 12
 """A scope with more workloads than this is searched greedily (Kueue's minimal set), not exactly."""
-_EXACT_STEPS = 2_000
+EXACT_STEPS = 2_000
 """Sets the exact search may look at in one scope before it gives up for the greedy search."""
-_EXACT_TRIES = 16
+EXACT_TRIES = 16
 """Placements the exact search may try in one scope (its sets pass quota and a capacity bound first)."""
 
 
@@ -61,16 +61,16 @@ def select_victims(
     those, `VictimSet.cost` decides."""
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
-    if not pool or not _quota_feasible(snapshot, preemptor, assignment, pool):
+    if not pool or not quota_feasible(snapshot, preemptor, assignment, pool):
         return None
-    if not _capacity_feasible(snapshot, preemptor, assignment, pool):
+    if not capacity_feasible(snapshot, preemptor, assignment, pool):
         return None
-    search = _Search(snapshot, preemptor, assignment, fits, now)
+    search = Search(snapshot, preemptor, assignment, fits, now)
     best: VictimSet | None = None
     best_key: SetRank | None = None
     # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
     # remaining scope can beat the best set found (a branch and bound over scopes). Two bounds: a quick
-    # one from the candidates' own `victim_order` for every scope, and `_Bounds.scope_bound` (tighter,
+    # one from the candidates' own `victim_order` for every scope, and `Bounds.scope_bound` (tighter,
     # dearer) computed only for a scope that comes first by the quick one; the heap then orders it anew.
     # Equal bounds keep the scopes' order (their position; for node scopes, the node). A node scope
     # from the pool's parts is built only when it comes first (most never do).
@@ -80,14 +80,14 @@ def select_victims(
     heap: list[ScopeEntry]
     passed: set[int] = set()
     needed: int | None = None
-    if isinstance(pool, _Pool) and _scope_level(preemptor) in ("host", "nvlink"):
-        ordered, heap = _node_entries(snapshot, pool)
+    if isinstance(pool, CandidatePool) and scope_level(preemptor) in ("host", "nvlink"):
+        ordered, heap = node_entries(snapshot, pool)
         passed = {entry[POSITION] for entry in heap} if ordered else set()
-        needed = _one_pod_whole_gpus(preemptor)
+        needed = one_pod_whole_gpus(preemptor)
     else:
         heap = [
-            scope_entry(_quick_bound(scope.candidates), tight=0, position=i, scope=scope)
-            for i, scope in enumerate(_scopes(snapshot, preemptor, pool))
+            scope_entry(quick_bound(scope.candidates), tight=0, position=i, scope=scope)
+            for i, scope in enumerate(scopes_of(snapshot, preemptor, pool))
         ]
     heapq.heapify(heap)
     searched = at = 0
@@ -107,20 +107,20 @@ def select_victims(
             at += 1
         else:
             heapq.heappop(heap)
-        i, lazy = entry[POSITION], entry[SCOPE]
-        if isinstance(lazy, _Scope):
-            scope = lazy
-        elif needed is not None and _short(snapshot, i, lazy, needed):
+        i, scope_or_parts = entry[POSITION], entry[SCOPE]
+        if isinstance(scope_or_parts, Scope):
+            scope = scope_or_parts
+        elif needed is not None and falls_short(snapshot, i, scope_or_parts, needed):
             continue
-        elif not bound.below_nominal and not entry[TIGHT] and search.bounds.below_nominal(i, lazy):
+        elif not bound.below_nominal and not entry[TIGHT] and search.bounds.below_nominal(i, scope_or_parts):
             # Its tight bound starts with 1: until a scope at nominal is ruled out, it waits with a bound
             # that low, but no lower than its tight one (and not yet tight). Scopes are searched in the
             # order of their tight bounds whatever lower bounds they wait with, so this changes nothing
             # but the tight bounds computed (most nodes of a tree that borrows little are such).
-            heapq.heappush(heap, scope_entry(LEAST_BELOW_NOMINAL, tight=0, position=i, scope=lazy))
+            heapq.heappush(heap, scope_entry(LEAST_BELOW_NOMINAL, tight=0, position=i, scope=scope_or_parts))
             continue
         else:
-            scope = _node_scope(i, lazy)
+            scope = node_scope(i, scope_or_parts)
         if not entry[TIGHT]:
             # The tight bound is at least the quick one part by part: never below it.
             tight = max(bound, search.bounds.scope_bound(scope))
@@ -136,35 +136,37 @@ def select_victims(
     return best
 
 
-class _Search:
+class Search:
     """The victim search for one preemptor in one snapshot state (see `select_victims`)."""
 
     def __init__(
         self, snapshot: Snapshot, preemptor: Workload, assignment: Assignment, fits: Fits, now: float
     ) -> None:
-        self.options = _Options(snapshot, preemptor, assignment, now)
-        self.bounds = _Bounds(self.options)
+        self.options = Options(snapshot, preemptor, assignment, now)
+        self.bounds = Bounds(self.options)
         self.snapshot = snapshot
         self.preemptor = preemptor
         self.assignment = assignment
         self.fits = fits
         self.flavors = self.options.flavors
 
-    def scope(self, scope: _Scope) -> VictimSet | None:
+    def scope(self, scope: Scope) -> VictimSet | None:
         """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
         units = self._units(scope.candidates)
-        if len(units) <= _EXACT_WORKLOADS:
+        if len(units) <= EXACT_WORKLOADS:
             found = self._exact(scope, units)
             if found is not None:
                 return VictimSet(self.preemptor.name, tuple(found))
         snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
-        greedy = _greedy(snapshot, scope.candidates, fits, flavors)
+        greedy = greedy_set(snapshot, scope.candidates, fits, flavors)
         if greedy is not None and not self.keeps_nominal(greedy):
             # Decision 8: a set that keeps every other queue at nominal first, if the scope has one.
-            greedy = _greedy(snapshot, scope.candidates, fits, flavors, self._stays) or greedy
+            greedy = (
+                greedy_set(snapshot, scope.candidates, fits, flavors, self._leaves_queue_at_nominal) or greedy
+            )
         return None if greedy is None else VictimSet(self.preemptor.name, tuple(self._trim(greedy)))
 
-    def _stays(self, candidate: Candidate) -> bool:
+    def _leaves_queue_at_nominal(self, candidate: Candidate) -> bool:
         """Whether giving up `candidate` now leaves its queue at or above its nominal quota."""
         if candidate.cause == WITHIN_QUEUE:
             return True
@@ -210,23 +212,23 @@ class _Search:
         snapshot = self.snapshot
         mark = snapshot.mark()
         for candidate in victims:
-            _apply_if_held(snapshot, candidate)
+            apply_if_held(snapshot, candidate)
         ok = self.fits()
         snapshot.rollback(mark)
         return ok
 
-    def _units(self, scoped: Sequence[Candidate]) -> list[list[_Option]]:
+    def _units(self, scoped: Sequence[Candidate]) -> list[list[Option]]:
         """Per workload of the scope, its options: shrink by one pod, two, ... (elastic), evict whole."""
-        by_name: dict[str, list[_Option]] = {}
+        by_name: dict[str, list[Option]] = {}
         for candidate in scoped:
             options = by_name.setdefault(candidate.name, [])
             if candidate.kind == "shrink":
                 options[:0] = [self.options.option(c) for c in self.options.shrink_steps(candidate)]
             else:
                 options.append(self.options.option(candidate))
-        return sorted(by_name.values(), key=lambda options: _order(options[0].candidate))
+        return sorted(by_name.values(), key=lambda options: order_of(options[0].candidate))
 
-    def _exact(self, scope: _Scope, units: list[list[_Option]]) -> list[Candidate] | None:
+    def _exact(self, scope: Scope, units: list[list[Option]]) -> list[Candidate] | None:
         """The cheapest of the scope's minimal sets that pass quota and the capacity bound and then fit,
         or None when there is none, or the scope is too large to search (the caller goes greedy).
 
@@ -236,17 +238,17 @@ class _Search:
         snapshot = self.snapshot
         usage = snapshot.cache.usage
         version = usage.version
-        capacity = _Capacity.of(self.options, scope, units)
+        capacity = Capacity.of(self.options, scope, units)
         queue, wanted = self.preemptor.queue, self.assignment.usage
         leaves: list[tuple[SetRank, list[Candidate]]] = []
-        chosen: list[_Option] = []
+        chosen: list[Option] = []
         steps = 0
 
         def visit(i: int) -> bool:
             """False when the step budget ran out."""
             nonlocal steps
             steps += 1
-            if steps > _EXACT_STEPS:
+            if steps > EXACT_STEPS:
                 return False
             if chosen and capacity.enough() and usage.fits(queue, wanted) is None:
                 allowed = self._allowed(chosen)
@@ -278,17 +280,17 @@ class _Search:
         if not complete:
             return None
         leaves.sort(key=_leaf_key)
-        for _, victims in leaves[:_EXACT_TRIES]:
+        for _, victims in leaves[:EXACT_TRIES]:
             mark = snapshot.mark()
             for candidate in victims:
-                _apply(snapshot, candidate)
+                apply_candidate(snapshot, candidate)
             ok = self.fits()
             snapshot.rollback(mark)
             if ok:
                 return victims
         return None
 
-    def _allowed(self, chosen: Sequence[_Option]) -> int | None:
+    def _allowed(self, chosen: Sequence[Option]) -> int | None:
         """With `chosen` refunded from the usage table: 0 when no other queue ends below its nominal
         quota, 1 when one does only by its last workload taken (it borrowed until then: a gang cannot be
         split), None when the set takes more from a queue than that."""
