@@ -60,7 +60,7 @@ def check_invariants(result: jobsim.SimResult) -> None:
 
 
 def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
-    result = run(tmp_path, 200, 64, jobsim.SimOptions())
+    result = run(tmp_path, 120, 64, jobsim.SimOptions())
     check_invariants(result)
     # The load exceeds the fleet at times: some jobs wait, and the queues are all used.
     summary = jobreport.summarise(result)
@@ -74,7 +74,7 @@ def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
 
 def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:
     options = jobsim.SimOptions(checkpoint_interval=600.0, gpu_mtbf_seconds=600.0, seed=3)
-    result = run(tmp_path, 150, 64, options)
+    result = run(tmp_path, 80, 64, options)
     check_invariants(result)
     summary = jobreport.summarise(result)
     assert result.faults.get("GpuFailure", 0) > 0

@@ -128,7 +128,8 @@ def simulate(
         s = summary
         out.print(
             f"{s.jobs} jobs ({s.finished} finished) on {result.capacity} GPUs, "
-            f"{s.span_hours:.1f} h virtual in {s.wall_seconds:.1f} s wall"
+            f"{(result.end - result.begin) / 3600:.1f} h virtual in {s.wall_seconds:.1f} s wall "
+            f"(fleet figures over the {s.span_hours:.1f} h submission window)"
         )
         out.print(
             f"JCT mean {s.jct_mean / 3600:.2f} h, p50 {s.jct_p50 / 3600:.2f} h, p99 {s.jct_p99 / 3600:.2f} h"

@@ -11,6 +11,7 @@ Definitions (docs/simulation.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +68,19 @@ def price_per_gpu_hour(result: SimResult) -> float:
     return sum(p.spec.price_per_gpu_hour * p.spec.nodes * p.spec.gpus_per_node for p in result.pools) / gpus
 
 
+def window_buckets(result: SimResult) -> int:
+    """Buckets of the submission window (the fleet-wide figures are taken over it, not over the
+    drain after it, when the last long jobs run on an otherwise empty fleet)."""
+    return max(1, math.ceil((result.window_end - result.begin) / result.series.width))
+
+
 def summarise(result: SimResult) -> Summary:
     j, w = jcts(result), waits(result)
-    span = result.end - result.begin
-    allocated_gs = float(result.series.means("allocated", result.buckets).sum() * result.series.width)
-    running_gs = float(result.series.means("running", result.buckets).sum() * result.series.width)
-    lost_gs = sum(r.lost_gpu_seconds for r in result.jobs.values())
+    n = window_buckets(result)
+    span = n * result.series.width
+    allocated_gs = float(result.series.means("allocated", n).sum() * result.series.width)
+    running_gs = float(result.series.means("running", n).sum() * result.series.width)
+    lost_gs = float(result.series.means("lost", n).sum() * result.series.width)
     fleet_gs = result.capacity * span
     idle = max(0.0, fleet_gs - allocated_gs) / 3600
     return Summary(
@@ -102,7 +110,8 @@ def queue_shares(result: SimResult) -> list[tuple[str, float, float, int, float]
     for queue in result.queues:
         if queue.spec.quotas:
             nominal[queue.name] = float(sum(q.nominal for q in queue.spec.quotas.values()))
-    held = {q: float(result.series.means(f"allocated:{q}", result.buckets).sum()) for q in nominal}
+    n = window_buckets(result)
+    held = {q: float(result.series.means(f"allocated:{q}", n).sum()) for q in nominal}
     total_held = sum(held.values()) or 1.0
     total_nominal = sum(nominal.values()) or 1.0
     rows = []
@@ -133,8 +142,9 @@ def markdown(result: SimResult, title: str, command: str) -> str:
         f"Command: `{command}`",
         "",
         f"{s.jobs} jobs submitted ({s.finished} finished, {s.unplaceable} larger than the fleet left out) "
-        f"on {result.capacity} GPUs over {s.span_hours:.1f} h of virtual time, in {s.wall_seconds:.1f} s "
-        "of wall time.",
+        f"on {result.capacity} GPUs; the last finished {(result.end - result.begin) / 3600:.1f} h of virtual "
+        f"time after the window began; {s.wall_seconds:.1f} s of wall time. Utilisation, goodput and idle "
+        f"GPU-hours are over the submission window ({s.span_hours:.1f} h); JCT and delays over every job.",
         "",
         "| measure | value |",
         "|---|---|",
@@ -184,7 +194,13 @@ def write_report(result: SimResult, folder: str | Path, *, title: str, command: 
     ax.set_xlabel("hours")
     ax.set_ylabel("% of the fleet")
     ax.set_ylim(0, 105)
-    ax.legend(loc="lower right")
+    ax.axvline(
+        (result.window_end - result.begin) / 3600,
+        color="grey",
+        linestyle=":",
+        label="last submission window end",
+    )
+    ax.legend(loc="upper right")
     written.append(_save(fig, out / "utilisation.png"))
 
     fig, ax = plt.subplots(figsize=(8, 3.5))

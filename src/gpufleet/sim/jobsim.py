@@ -181,7 +181,9 @@ class SimResult:
     begin: float
     """Virtual time of the window's start (seconds since the epoch)."""
     end: float
-    """Virtual time the simulation stopped at."""
+    """Virtual time the simulation stopped at (the last job's completion when drained)."""
+    window_end: float
+    """End of the submission window (`end` when the whole trace was submitted)."""
     wall_seconds: float
     jobs: dict[str, JobRecord]
     series: Series
@@ -418,6 +420,7 @@ def simulate(
             options=options,
             begin=start,
             end=now,
+            window_end=min(now, end) if days is not None else now,
             wall_seconds=wall_seconds,
             jobs=recorder.jobs,
             series=series,
