@@ -15,6 +15,7 @@ from typing import Any
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.transport import Json
+from gpufleet.observability.logs import FORMATS
 from gpufleet.scheduler.policy_choice import placement_choice
 
 APP = "gpufleet"
@@ -45,6 +46,8 @@ class Scheduler:
         ]
     )
     evictionGraceSeconds: int = 30
+    metricsPort: int = 9402
+    """Where the scheduler serves the control plane's /metrics (`--metrics-bind-address`)."""
     resources: dict[str, Any] = field(
         default_factory=lambda: {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
     )
@@ -83,6 +86,8 @@ class Operator:
     """InferenceService load: prometheus, pods (each replica's metrics endpoint) or serviceload."""
     prometheusUrl: str = ""
     sampleSeconds: int = 15
+    metricsPort: int = 9403
+    """Where the operator serves its own /metrics (`--metrics-bind-address`)."""
 
 
 @dataclass
@@ -105,6 +110,8 @@ class Values:
 
     namespace: str = "gpufleet-system"
     installCRDs: bool = True
+    logFormat: str = "text"
+    """`--log-format` of the scheduler, the operator and the agent: text or json."""
     image: Image = field(default_factory=Image)
     scheduler: Scheduler = field(default_factory=Scheduler)
     operator: Operator = field(default_factory=Operator)
@@ -317,6 +324,7 @@ def _scheduler(v: Values) -> list[Json]:
         f"--grace-seconds={s.evictionGraceSeconds}",
     ]
     args += [f"--topology-level={level}" for level in s.topologyLevels]
+    args += [f"--metrics-bind-address=:{s.metricsPort}", f"--log-format={v.logFormat}"]
     deployment = _meta("apps/v1", "Deployment", name, ns, "scheduler")
     selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "scheduler"}
     deployment["spec"] = {
@@ -354,6 +362,7 @@ def _scheduler(v: Values) -> list[Json]:
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
                         ],
+                        "ports": [{"name": "sched-metrics", "containerPort": s.metricsPort}],
                         "resources": s.resources,
                         "securityContext": _locked_down(),
                     },
@@ -373,10 +382,13 @@ def _scheduler(v: Values) -> list[Json]:
                             f"--metrics={v.operator.metrics}",
                             f"--prometheus-url={v.operator.prometheusUrl}",
                             f"--sample-seconds={v.operator.sampleSeconds}",
+                            f"--metrics-bind-address=:{v.operator.metricsPort}",
+                            f"--log-format={v.logFormat}",
                         ],
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
                         ],
+                        "ports": [{"name": "oper-metrics", "containerPort": v.operator.metricsPort}],
                         "resources": s.resources,
                         "securityContext": _locked_down(),
                     },
@@ -393,7 +405,37 @@ def _scheduler(v: Values) -> list[Json]:
         _role("Role", f"{name}-sharing-config", ns, "scheduler", SHARING_CONFIG_RULES),
         _binding("RoleBinding", f"{name}-sharing-config", ns, "scheduler", name, ns),
         deployment,
+        *_control_plane_metrics(v),
     ]
+
+
+def _control_plane_metrics(v: Values) -> list[Json]:
+    """A Service per process of the scheduler's pods, so each is its own scrape job
+    (gpufleet-scheduler-metrics, gpufleet-operator-metrics), and their ServiceMonitor."""
+    ns = v.namespace
+    selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "scheduler"}
+    objects: list[Json] = []
+    for process, port, target in (
+        ("scheduler", v.scheduler.metricsPort, "sched-metrics"),
+        ("operator", v.operator.metricsPort, "oper-metrics"),
+    ):
+        service = _meta("v1", "Service", f"gpufleet-{process}-metrics", ns, "scheduler")
+        service["spec"] = {
+            "selector": selector,
+            "clusterIP": "None",
+            "ports": [{"name": "metrics", "port": port, "targetPort": target}],
+        }
+        objects.append(service)
+    if v.serviceMonitor.enabled:
+        monitor = _meta(
+            "monitoring.coreos.com/v1", "ServiceMonitor", "gpufleet-control-plane", ns, "scheduler"
+        )
+        monitor["spec"] = {
+            "selector": {"matchLabels": _labels("scheduler")},
+            "endpoints": [{"port": "metrics", "interval": v.serviceMonitor.interval}],
+        }
+        objects.append(monitor)
+    return objects
 
 
 def _agent(v: Values) -> list[Json]:
@@ -422,6 +464,7 @@ def _agent(v: Values) -> list[Json]:
                 "args": [
                     "agent",
                     f"--metrics-port={a.metricsPort}",
+                    f"--log-format={v.logFormat}",
                     "--label-node",
                     *mig_args,
                     *sharing_args,
@@ -507,6 +550,10 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
             obj=source,
             field="agent.migStrategy",
         )
+    if merged["logFormat"] not in FORMATS:
+        raise ValidationError(
+            f"expected {' or '.join(FORMATS)}, got {merged['logFormat']!r}", obj=source, field="logFormat"
+        )
     scheduler = merged["scheduler"]
     placement_choice(  # the scheduler would refuse these at start, in a crash loop
         scheduler["placement"] or None,
@@ -518,6 +565,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
     return Values(
         namespace=merged["namespace"],
         installCRDs=merged["installCRDs"],
+        logFormat=merged["logFormat"],
         image=Image(**merged["image"]),
         scheduler=Scheduler(**merged["scheduler"]),
         operator=Operator(**merged["operator"]),
