@@ -14,6 +14,7 @@ Fits = Callable[[], bool]
 
 
 def apply_candidate(snapshot: Snapshot, candidate: Candidate) -> None:
+    """Takes `candidate` on the snapshot: shrinks its workload, or evicts it."""
     if candidate.kind == "shrink":
         snapshot.shrink(candidate.name, list(candidate.pods), candidate.counts)
     else:

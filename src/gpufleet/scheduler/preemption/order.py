@@ -156,6 +156,7 @@ def _admitted_at(candidate: Candidate) -> float:
 
 
 def order_of(candidate: Candidate) -> VictimOrder:
+    """`victim_order` of `candidate` as last timed (`Candidate.order`), else computed now."""
     order = candidate.order
     return order if order is not None else victim_order(candidate)
 

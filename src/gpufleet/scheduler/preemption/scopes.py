@@ -146,18 +146,20 @@ position being unique."""
 def scope_entry(
     bound: SetRank, *, tight: int, position: int, scope: Scope | PoolPart | list[PoolPart]
 ) -> ScopeEntry:
+    """The entry of a scope with this bound."""
     below_nominal, (evicts, own, lost, priority, newest, victims, names) = bound
     return (below_nominal, evicts, own, lost, priority, newest, victims, names, tight, position, scope)
 
 
 def node_entry(node: int, least: LeastOrder, parts: PoolPart | list[PoolPart]) -> ScopeEntry:
-    """A node scope's entry from its quick bound: its candidates' least victim order, as a set of one
-    victim that keeps every other queue at nominal."""
+    """A node scope's entry from its quick bound: its candidates' least victim order as a set of one
+    victim that keeps every other queue at nominal (`least_rank`, flat)."""
     evicts, own, lost, priority, newest, names = least
     return (0, evicts, own, lost, priority, newest, 1, names, 0, node, parts)
 
 
 def bound_of(entry: ScopeEntry) -> SetRank:
+    """The bound an entry orders by."""
     below_nominal, evicts, own, lost, priority, newest, victims, names = entry[:TIGHT]
     return SetRank(below_nominal, SetCost(evicts, own, lost, priority, newest, victims, names))
 
