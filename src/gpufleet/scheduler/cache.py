@@ -81,7 +81,7 @@ class ClusterCache:
         self.epochs: dict[str, int] = {}
         self.queue_epochs: dict[str, int] = {}
         # Per queue and cause, its preemption candidates as last computed (a memo across cycles that
-        # checks itself against the members it was computed from; see preemption.py).
+        # checks itself against the members it was computed from; see preemption/kept.py).
         self.candidate_lists: dict[tuple[str, str], object] = {}
         # Per queue: bumped by every charge or refund (never undone), so a memo of its members that saw
         # the same count saw the same members.
