@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from prometheus_client import REGISTRY
 
 from gpufleet.controllers import fleetmetrics, queuestatus
@@ -101,7 +104,8 @@ def test_cycles_admissions_waits_and_pending_reasons_are_recorded_per_queue() ->
     assert REGISTRY.get_sample_value("gpufleet_pending_workloads", {"queue": queue, "reason": reason}) is None
 
 
-def test_a_preemption_is_counted_against_the_victims_queue() -> None:
+def test_a_preemption_is_counted_against_the_victims_queue(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet.controllers.decisions")
     queue = "metrics-b"
     cache = _cache(queue)
     cache.submit(_workload("low", queue, gpus=8, at=0.0))
@@ -112,6 +116,10 @@ def test_a_preemption_is_counted_against_the_victims_queue() -> None:
     _run(cache, now=30.0)
     assert "high" in cache.admitted
     assert _total("gpufleet_preemptions_total", queue=queue) == before + 1
+    # And logged with the victim, its queue and the cycle as fields.
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("preempting for high")]
+    assert (record.workload, record.queue) == ("low", queue)  # type: ignore[attr-defined]
+    assert isinstance(record.cycle, int)  # type: ignore[attr-defined]
 
 
 def test_queue_gauges_say_nominal_used_and_borrowed_gpus() -> None:

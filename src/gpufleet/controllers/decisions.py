@@ -18,6 +18,8 @@ worlds (`gpufleet.observability.metrics`).
 
 from __future__ import annotations
 
+import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,10 @@ from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt
 from gpufleet.scheduler.workload import Workload
+
+log = logging.getLogger(__name__)
+_cycle_numbers = itertools.count(1)
+"""Numbers the process's cycles, for the `cycle` field of log lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,38 +75,62 @@ def run_cycles(
             last = None
             break
         started = time.perf_counter()
+        number = next(_cycle_numbers)
         result = scheduler.cycle(cache, now=now, limit=limit)
         limit = limit * 2 if limit is not None else None
         cycles += 1
         last = result
         for preempt in result.preempted:
-            _count_preemption(cache, preempt)
+            _count_preemption(cache, preempt, number)
             carrier.preempt(preempt, now)
         for admit in result.admitted:
             waited = cache.pending.get(admit.workload)
             carrier.admit(admit, now)
-            _count_admission(cache, admit, waited, now)
+            _count_admission(cache, admit, waited, now, number)
         cache.nominated = [name for name in result.nominated if name in cache.pending]
         metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
         metrics.CYCLES.inc()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "cycle: %d admitted, %d preempted, %d pending",
+                len(result.admitted),
+                len(result.preempted),
+                len(result.pending),
+                extra={"cycle": number},
+            )
         if not result.changed:
             break
     record_pending(cache, last, now)
     return Outcome(cycles, last)
 
 
-def _count_preemption(cache: ClusterCache, preempt: Preempt) -> None:
+def _count_preemption(cache: ClusterCache, preempt: Preempt, cycle: int) -> None:
     victim = cache.admitted.get(preempt.victim)
     queue = victim.queue if victim is not None else ""
     metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
+    log.info(
+        "preempting for %s (%s): %s",
+        preempt.preemptor,
+        preempt.cause,
+        preempt.message,
+        extra={"workload": preempt.victim, "queue": queue, "cycle": cycle},
+    )
 
 
-def _count_admission(cache: ClusterCache, admit: Admit, workload: Workload | None, now: float) -> None:
+def _count_admission(
+    cache: ClusterCache, admit: Admit, workload: Workload | None, now: float, cycle: int
+) -> None:
     queue = workload.queue if workload is not None else ""
     for flavor in admit.assignment.usage or {"none": 0}:
         metrics.ADMISSIONS.labels(queue, flavor).inc()
     if workload is not None:
         metrics.ADMISSION_WAIT.labels(queue).observe(max(0.0, now - workload.submitted_at))
+    if log.isEnabledFor(logging.DEBUG):
+        nodes = sorted(set(admit.nodes))
+        context: dict[str, object] = {"workload": admit.workload, "queue": queue, "cycle": cycle}
+        if len(nodes) == 1:
+            context["node"] = nodes[0]
+        log.debug("admitted on %s", ", ".join(nodes), extra=context)
 
 
 def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) -> None:
