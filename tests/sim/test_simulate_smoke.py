@@ -36,7 +36,10 @@ def synthetic_trace(path: Path, jobs: int, seed: int = 1) -> Path:
 def run(tmp_path: Path, jobs: int, gpus: int, options: jobsim.SimOptions) -> jobsim.SimResult:
     trace = philly.load(synthetic_trace(tmp_path / "trace.csv", jobs))
     pools = jobfleet.fleet_of_gpus(gpus)
-    queues = jobfleet.trace_queues(trace.gpu_demand(), pools)
+    if options.policy == "fifo":
+        queues = jobfleet.fifo_queues(pools)
+    else:
+        queues = jobfleet.trace_queues(trace.gpu_demand(), pools)
     return jobsim.simulate(trace, pools, queues, options=options)
 
 
@@ -86,6 +89,17 @@ def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:
         if r.restarts:
             gpus = r.job.gpus
             assert r.lost_gpu_seconds <= r.restarts * gpus * 600.0 + 1e-6
+
+
+def test_fifo_baseline_starts_jobs_in_submission_order_and_never_preempts(tmp_path: Path) -> None:
+    result = run(tmp_path, 80, 64, jobsim.SimOptions(policy="fifo"))
+    check_invariants(result)
+    records = sorted(result.jobs.values(), key=lambda r: (r.submit, r.job.line))
+    starts = [r.start for r in records]
+    assert starts == sorted(starts)  # type: ignore[type-var]
+    assert jobreport.summarise(result).restarts == 0
+    assert {r.queue for r in records} == {"fifo"}
+    assert jobreport.summarise(result).wait_p99 > 0
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -75,6 +75,14 @@ def simulate(
         str | None,
         typer.Option("--checkpoint-interval", help="Every job checkpoints this often (e.g. 30m)."),
     ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help="gpufleet (a queue per virtual cluster, gpufleet's defaults) or fifo (one queue, "
+            "strict FIFO, no preemption).",
+        ),
+    ] = "gpufleet",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fault draws.")] = 0,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write report.md and PNG plots to this directory.")
@@ -95,7 +103,14 @@ def simulate(
         raise ValidationError(f"must be a positive number of days, got {days}", obj="--days")
     if start_day is not None and (not math.isfinite(start_day) or start_day < 0):
         raise ValidationError(f"must be zero or more days, got {start_day}", obj="--start-day")
+    if policy not in jobfleet.POLICIES:
+        raise ValidationError(
+            f"unknown policy {policy!r}; known: {', '.join(jobfleet.POLICIES)}", obj="--policy"
+        )
+    if policy == "fifo" and queues is not None:
+        raise ValidationError("the fifo baseline has its own queue; leave out --queues", obj="--policy")
     options = jobsim.SimOptions(
+        policy=policy,
         checkpoint_interval=(
             parse_duration(checkpoint_interval, "--checkpoint-interval") if checkpoint_interval else None
         ),
@@ -107,7 +122,9 @@ def simulate(
     pools = jobfleet.load_pools(fleet) if fleet is not None else jobfleet.fleet_of_gpus(gpus or 2048)
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
-    if queues is not None:
+    if policy == "fifo":
+        queue_objs = jobfleet.fifo_queues(pools)
+    elif queues is not None:
         queue_objs = jobfleet.load_queues(queues)
         names = {q.name for q in queue_objs}
         missing = sorted({jobfleet.queue_name(c) for c in window.clusters} - names)

@@ -18,13 +18,15 @@ from gpufleet.api.documents import load_objects
 from gpufleet.api.errors import DataError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
-from gpufleet.api.queue import FlavorQuota, Queue, QueueSpec
+from gpufleet.api.queue import FlavorQuota, Queue, QueuePreemption, QueueSpec
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 32
 GPU_MODEL = "H100-80GB"
 PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
+FIFO_QUEUE = "fifo"
+POLICIES = ("gpufleet", "fifo")
 
 
 def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR) -> list[GPUPool]:
@@ -72,9 +74,10 @@ def load_queues(path: str | Path) -> list[Queue]:
     return queues
 
 
-def queue_name(cluster: str) -> str:
-    """The queue of a virtual cluster (a name that is a valid DNS label whatever the cluster id)."""
-    return f"vc-{cluster.lower()}"
+def queue_name(cluster: str, policy: str = "gpufleet") -> str:
+    """The queue a virtual cluster's jobs go to: `vc-<cluster>` (a valid DNS label whatever the
+    cluster id), or the one FIFO queue of the `fifo` baseline."""
+    return FIFO_QUEUE if policy == "fifo" else f"vc-{cluster.lower()}"
 
 
 def fleet_gpus(pools: Sequence[GPUPool]) -> dict[str, int]:
@@ -114,3 +117,12 @@ def trace_queues(demand: Mapping[str, float], pools: Sequence[GPUPool]) -> list[
             )
         )
     return queues
+
+
+def fifo_queues(pools: Sequence[GPUPool]) -> list[Queue]:
+    """The FIFO baseline: one queue that owns the whole fleet, tries only its head (StrictFIFO) and
+    never preempts; every job of the trace goes to it."""
+    quotas = {model: FlavorQuota(nominal=gpus) for model, gpus in fleet_gpus(pools).items()}
+    never = QueuePreemption(within_queue="Never", reclaim_within_cohort="Never", borrow_within_cohort="Never")
+    spec = QueueSpec(quotas=quotas, preemption=never, queueing_strategy="StrictFIFO")
+    return [Queue(metadata=ObjectMeta(name=FIFO_QUEUE), spec=spec)]

@@ -70,6 +70,9 @@ class SimOptions:
     drain: bool = True
     """Run until every submitted job has finished (else stop at the window's end)."""
     scheduler: SchedulerConfig | None = None
+    policy: str = "gpufleet"
+    """`gpufleet` (a queue per virtual cluster, gpufleet's defaults) or `fifo` (one StrictFIFO queue
+    that never preempts); the queues themselves are built by the caller (`sim.jobfleet`)."""
 
 
 def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
@@ -83,7 +86,7 @@ def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
 
 def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NODE) -> TrainingJob:
     replicas, size = shape(job.gpus, per_node)
-    queue = queue_name(job.cluster)
+    queue = queue_name(job.cluster, options.policy)
     return TrainingJob(
         metadata=ObjectMeta(name=job.name, namespace=queue),
         spec=TrainingJobSpec(
@@ -244,8 +247,9 @@ class Recorder:
 
     KINDS = ("TrainingJob", "Pod")
 
-    def __init__(self, store: SqliteStore, series: Series) -> None:
+    def __init__(self, store: SqliteStore, series: Series, policy: str = "gpufleet") -> None:
         self.store = store
+        self.policy = policy
         self.series = series
         self.cursor = store.resource_version
         self.jobs: dict[str, JobRecord] = {}
@@ -259,7 +263,7 @@ class Recorder:
         self.peak_allocated = 0.0
 
     def submitted(self, job: TraceJob, now: float) -> None:
-        queue = queue_name(job.cluster)
+        queue = queue_name(job.cluster, self.policy)
         self.jobs[job.name] = JobRecord(job, queue, now)
         self.pending[queue] = self.pending.get(queue, 0) + 1
         self.series.add("pending", now, 1)
@@ -388,7 +392,7 @@ def simulate(
         )
         manager = build_manager(store, config=options.scheduler, pool_status_seconds=QUIET_SECONDS)
         series = Series(start, options.bucket_seconds)
-        recorder = Recorder(store, series)
+        recorder = Recorder(store, series, options.policy)
         feeder = Feeder(store, jobs, origin, options, recorder.submitted, per_node)
         runtime = Runtime(store, clock=clock, participants=[feeder, twin, manager, recorder])
         wall = time.perf_counter()
