@@ -6,8 +6,10 @@ token); `up` runs the server and the runtime. Errors print as one line and exit 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,8 +19,8 @@ from rich.console import Console
 from gpufleet.api.documents import decode_text, load_objects
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.resource import Resource
-from gpufleet.cli.client import Client
-from gpufleet.cli.output import FORMATS, console, lookup, objects_table, print_objects
+from gpufleet.cli.client import Client, ResourceType
+from gpufleet.cli.output import console, lookup, objects_table, output_format, print_objects
 
 Server = Annotated[
     str | None, typer.Option("--server", help="API URL [env GPUFLEET_SERVER; default http://127.0.0.1:8765].")
@@ -112,37 +114,120 @@ def _ref(obj: dict[str, Any]) -> str:
 # -------------------------------------------------------------------------------------------- get
 
 
+ALL_KINDS = ("TrainingJob", "InferenceService", "Workload", "Pod")
+"""What `get all` lists, like kubectl's `all` category: the work users run, where the server has it."""
+
+
 def get(
-    kind: Annotated[str, typer.Argument(help="Kind, plural or short name: trainingjobs, tj, queues, gq...")],
-    name: Annotated[str | None, typer.Argument(help="One object's name.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table, wide, yaml or json.")] = "table",
+    kind: Annotated[
+        str,
+        typer.Argument(
+            metavar="KIND[,KIND...]",
+            help="Kind, plural or short name (trainingjobs, tj, queues, gq...); several with commas "
+            "(tj,isvc), or all: jobs, services, workloads and pods.",
+        ),
+    ],
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="One object's name.")] = None,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            help="table, wide, yaml, json, name, or jsonpath=TEMPLATE ({.items[*].metadata.name}).",
+        ),
+    ] = "table",
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
-    selector: Annotated[str | None, typer.Option("--selector", "-l", help="Label selector.")] = None,
+    selector: Annotated[
+        str | None, typer.Option("--selector", "-l", metavar="SELECTOR", help="Label selector.")
+    ] = None,
+    sort_by: Annotated[
+        str | None,
+        typer.Option(
+            "--sort-by",
+            metavar="JSONPATH",
+            help="Sort the list by this field (.metadata.creationTimestamp, .status.restarts).",
+        ),
+    ] = None,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
-    """Lists objects of a kind, or shows one."""
-    if output not in FORMATS:
-        raise ValidationError(f"must be one of {', '.join(FORMATS)}, got {output!r}", field="--output")
+    """Lists objects of a kind (or of several), or shows one."""
+    from gpufleet.cli.jsonpath import compile_path, first
+
+    fmt, argument = output_format(output)
+    sort_path = compile_path(sort_by, option="--sort-by") if sort_by else None
     if name and all_namespaces:
         raise ValidationError(
             "name one namespace (-n) to get an object by name, not -A", field="--all-namespaces"
         )
     client = connect(server, token, state)
-    rtype = client.resource_type(kind)
-    ns = namespace_of(namespace, all_namespaces) if rtype.namespaced else None
-    items = [client.read(rtype, name, ns)] if name else client.list_objects(rtype, ns, selector)
-    if output in ("yaml", "json"):
-        print_objects(items, output, single=name is not None)
+    rtypes = kinds_named(client, kind)
+    if name and len(rtypes) > 1:
+        raise ValidationError("name one kind to get an object by name", field="KIND")
+    found: list[tuple[ResourceType, str | None, list[dict[str, Any]]]] = []
+    for rtype in rtypes:
+        ns = namespace_of(namespace, all_namespaces) if rtype.namespaced else None
+        items = [client.read(rtype, name, ns)] if name else client.list_objects(rtype, ns, selector)
+        if sort_path is not None:
+            items = sort_objects(items, lambda obj: first(sort_path, obj))
+        found.append((rtype, ns, items))
+    if fmt not in ("table", "wide"):
+        print_objects(
+            [obj for _, _, items in found for obj in items], fmt, single=bool(name), argument=argument
+        )
         return
-    if not items:
-        where = f" in namespace {ns}" if rtype.namespaced and ns else ""
-        console(stderr=True).print(f"No {rtype.plural} found{where}.")
-        return
-    table = objects_table(rtype, items, namespaces=rtype.namespaced and ns is None, wide=output == "wide")
-    console().print(table)
+    out = console()
+    for index, (rtype, ns, items) in enumerate(found):
+        if not items:
+            if len(found) == 1:
+                where = f" in namespace {ns}" if rtype.namespaced and ns else ""
+                console(stderr=True).print(f"No {rtype.plural} found{where}.")
+            continue
+        if index and any(f[2] for f in found[:index]):
+            out.print()
+        table = objects_table(
+            rtype,
+            items,
+            namespaces=rtype.namespaced and ns is None,
+            wide=fmt == "wide",
+            qualified=len(found) > 1,
+        )
+        out.print(table)
+    if len(found) > 1 and not any(items for _, _, items in found):
+        ns = namespace_of(namespace, all_namespaces)
+        console(stderr=True).print("No resources found" + (f" in namespace {ns}." if ns else "."))
+
+
+def kinds_named(client: Client, names: str) -> list[ResourceType]:
+    """The kinds of `tj`, `tj,isvc` or `all`, in the order named, each once."""
+    wanted: list[ResourceType] = []
+    for part in names.split(","):
+        part = part.strip()
+        if not part:
+            raise ValidationError(f"an empty kind in {names!r}", field="KIND")
+        if part.lower() == "all":
+            chosen = [client.resource_type(k) for k in ALL_KINDS if client.has_kind(k)]
+        else:
+            chosen = [client.resource_type(part)]
+        wanted.extend(rtype for rtype in chosen if rtype not in wanted)
+    return wanted
+
+
+def sort_objects(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+    """Items ordered by a field: numbers by value, then everything else as text; those without it last."""
+
+    def order(obj: dict[str, Any]) -> tuple[int, float, str]:
+        value = key(obj)
+        if value is None:
+            return (2, 0.0, "")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (0, float(value), "")
+        return (1, 0.0, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+    return sorted(items, key=order)
 
 
 # ----------------------------------------------------------------------------------------- delete

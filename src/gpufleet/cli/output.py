@@ -21,10 +21,14 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from gpufleet.api.errors import ValidationError
+from gpufleet.api.resource import GROUP
+
 if TYPE_CHECKING:  # client imports this module to hand over the server's time
     from gpufleet.cli.client import ResourceType
 
-FORMATS = ("table", "wide", "yaml", "json")
+FORMATS = ("table", "wide", "yaml", "json", "name", "jsonpath=TEMPLATE")
+"""What `-o` takes on the commands that print objects (`jsonpath=` followed by a template)."""
 MESSAGE_WIDTH = 80
 """Characters of a message that a table shows; a longer one is cut, ending in `...`."""
 GAP = "   "
@@ -198,10 +202,11 @@ def cell(value: Any, column_type: str) -> str:
 
 
 def objects_table(
-    rtype: ResourceType, items: list[dict[str, Any]], *, namespaces: bool, wide: bool
+    rtype: ResourceType, items: list[dict[str, Any]], *, namespaces: bool, wide: bool, qualified: bool = False
 ) -> Columns:
     """A table of objects: NAME (and NAMESPACE), then the kind's printer columns (and, wide, the
-    pending reason's message, cut to `MESSAGE_WIDTH`)."""
+    pending reason's message, cut to `MESSAGE_WIDTH`). `qualified` names each object with its kind,
+    `trainingjob.gpufleet.io/NAME`, as kubectl does when it lists several kinds."""
     with_namespace = namespaces and rtype.namespaced
     columns = [c for c in rtype.columns if wide or c[3] == 0]
     headers = [*(["NAMESPACE"] if with_namespace else []), "NAME", *(c[0].upper() for c in columns)]
@@ -210,7 +215,7 @@ def objects_table(
     for obj in items:
         meta = obj.get("metadata", {})
         row: list[Cell] = [meta.get("namespace", "-")] if with_namespace else []
-        row.append(meta.get("name", "?"))
+        row.append(object_name({"kind": rtype.kind, **obj}) if qualified else meta.get("name", "?"))
         row.extend(_styled(_value(rtype, obj, path, kind)) for _, path, kind, _ in columns)
         if wide:
             row.append(cell(lookup(obj, ".status.pendingReason.message"), "string"))
@@ -243,10 +248,41 @@ def _styled(text: str) -> Text:
     return Text(text, style=_PHASE_STYLE.get(text.split(",")[0], ""))
 
 
-def print_objects(items: list[dict[str, Any]], fmt: str, *, single: bool) -> None:
-    """Objects as YAML documents or as JSON (the object, or a List), written plainly for programs."""
-    if fmt == "json":
+def output_format(output: str, *, allowed: Collection[str] = FORMATS) -> tuple[str, str]:
+    """`-o`'s value as (format, argument): `("jsonpath", "{.a}")` for `jsonpath={.a}`, else (`output`, "").
+
+    The template of a jsonpath is checked here, before anything is asked of the server.
+    """
+    fmt, _, argument = output.partition("=")
+    names = [f.partition("=")[0] for f in allowed]
+    if fmt not in names or (fmt == "jsonpath") != bool(argument):
+        raise ValidationError(f"must be one of {', '.join(allowed)}, got {output!r}", field="--output")
+    if fmt == "jsonpath":
+        from gpufleet.cli.jsonpath import compile_template
+
+        compile_template(argument)
+    return fmt, argument
+
+
+def object_name(obj: dict[str, Any]) -> str:
+    """`trainingjob.gpufleet.io/llm-pretrain`: what `-o name` prints, as kubectl prints a resource."""
+    return f"{str(obj.get('kind', '?')).lower()}.{GROUP}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+def print_objects(items: list[dict[str, Any]], fmt: str, *, single: bool, argument: str = "") -> None:
+    """Objects as YAML documents, JSON (the object, or a List), names or a JSONPath template, written
+    plainly for programs."""
+    if fmt == "name":
+        sys.stdout.write("".join(object_name(obj) + "\n" for obj in items))
+        return
+    if fmt == "jsonpath":
+        from gpufleet.cli.jsonpath import render
+
         data: Any = items[0] if single and items else {"apiVersion": "v1", "kind": "List", "items": items}
+        sys.stdout.write(render(argument, data))
+        return
+    if fmt == "json":
+        data = items[0] if single and items else {"apiVersion": "v1", "kind": "List", "items": items}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         sys.stdout.write(

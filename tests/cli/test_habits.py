@@ -1,0 +1,120 @@
+"""kubectl's and Slurm's habits in the CLI, against one `gpufleet up` with its digital twin: output
+formats (`-o name`, `-o jsonpath=`), `--sort-by`, several kinds at once, `explain`, `wait`, `--version`,
+exit codes, job history and cost.
+
+The tests share one control plane, a minute of fleet time a second, holding `habits.yaml`'s jobs:
+`quick` is done within seconds, `long` runs for the whole module, `waiter` cannot start beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.client import Client
+
+from .conftest import Plane, Result, start_plane, stop_plane, wait_for
+
+HERE = Path(__file__).parent
+FLEET = str(HERE / "fleet.yaml")
+JOBS = str(HERE / "habits.yaml")
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    started = start_plane(tmp_path_factory.mktemp("habits") / "state", "--fleet", FLEET, "--time-scale", "60")
+    client = Client(started.url, (started.state / "admin-token").read_text().strip())
+    try:
+        from gpufleet.api.documents import load_objects
+
+        client.apply([obj.to_dict() for obj in load_objects(Path(JOBS))])
+        tj = client.resource_type("tj")
+
+        def settled() -> bool:
+            phases = {
+                obj["metadata"]["name"]: (obj.get("status") or {}).get("phase")
+                for obj in client.list_objects(tj, None)
+            }
+            return phases == {"quick": "Succeeded", "long": "Running", "waiter": "Pending"}
+
+        wait_for(settled, timeout=60, what="quick to finish, long to run and waiter to wait")
+        yield started
+    finally:
+        client.close()
+        stop_plane(started)
+
+
+@pytest.fixture
+def state(plane: Plane) -> Path:
+    assert plane.process.poll() is None, f"the control plane died:\n{plane.log.read_text()}"
+    return plane.state
+
+
+def test_output_name_and_jsonpath(cli: Callable[..., Result]) -> None:
+    names = cli("get", "tj", "-A", "-o", "name", "--sort-by", ".metadata.name")
+    assert names.code == 0, names.err
+    assert names.out.splitlines() == [
+        "trainingjob.gpufleet.io/long",
+        "trainingjob.gpufleet.io/quick",
+        "trainingjob.gpufleet.io/waiter",
+    ]
+    template = '{range .items[*]}{.metadata.name}{"\\t"}{.status.phase}{"\\n"}{end}'
+    rows = cli("get", "tj", "-n", "team-a", "-o", f"jsonpath={template}", "--sort-by", ".metadata.name")
+    assert rows.code == 0, rows.err
+    assert rows.out == "long\tRunning\nquick\tSucceeded\n"
+    one = cli(
+        "get", "tj", "long", "-n", "team-a", "-o", "jsonpath={.spec.worker.gpus} {.metadata.labels.size}"
+    )
+    assert one.out == "8 big"
+    every = cli("get", "tj", "-A", "-o", "jsonpath={.items[*].spec.replicas}", "--sort-by", ".spec.replicas")
+    assert every.out == "1 1 2"
+    admitted = cli(
+        "get",
+        "tj",
+        "long",
+        "-n",
+        "team-a",
+        "-o",
+        'jsonpath={.status.conditions[?(@.type=="Admitted")].status}',
+    )
+    assert admitted.code == 0 and admitted.out == "True", admitted
+
+
+def test_bad_output_formats_are_usage_errors(cli: Callable[..., Result]) -> None:
+    for bad in ("bogus", "jsonpath=", "jsonpath={range .items[*]}{.a}", "jsonpath={.items["):
+        result = cli("get", "tj", "-A", "-o", bad)
+        assert result.code == 2 and ("--output" in result.err or "jsonpath" in result.err), (bad, result)
+        assert result.out == ""
+
+
+def test_sort_by_numbers_and_missing_fields(cli: Callable[..., Result]) -> None:
+    by_replicas = cli("get", "tj", "-A", "--sort-by", "{.spec.replicas}", "-o", "name")
+    assert by_replicas.out.splitlines()[-1] == "trainingjob.gpufleet.io/waiter"
+    # only `long` has a checkpoint interval: it comes first, the jobs without one after it
+    by_checkpoint = cli("get", "tj", "-A", "--sort-by", ".spec.checkpoint.intervalSeconds", "-o", "name")
+    assert by_checkpoint.out.splitlines()[0] == "trainingjob.gpufleet.io/long"
+    assert len(by_checkpoint.out.splitlines()) == 3
+    table = cli("get", "tj", "-A", "--sort-by", ".metadata.name")
+    lines = table.out.splitlines()
+    assert [line.split()[1] for line in lines[1:]] == ["long", "quick", "waiter"]
+
+
+def test_several_kinds_and_all(cli: Callable[..., Result]) -> None:
+    both = cli("get", "tj,gp", "-A")
+    assert both.code == 0, both.err
+    assert "trainingjob.gpufleet.io/long" in both.out and "gpupool.gpufleet.io/h100" in both.out
+    everything = cli("get", "all", "-n", "team-a")
+    assert everything.code == 0, everything.err
+    assert "trainingjob.gpufleet.io/long" in everything.out
+    assert "pod.gpufleet.io/job-long-worker-0" in everything.out
+    assert "waiter" not in everything.out  # team-b's
+    names = cli("get", "tj,tj,trainingjobs", "-A", "-o", "name")
+    assert len(names.out.splitlines()) == 3  # one kind named three ways lists once
+    listed = cli("get", "tj,isvc", "-A", "-o", "json").json()
+    assert listed["kind"] == "List" and len(listed["items"]) == 3
+    refused = cli("get", "tj,isvc", "long", "-n", "team-a")
+    assert refused.code == 2 and "one kind" in refused.err
+    unknown = cli("get", "tj,nosuchkind", "-A")
+    assert unknown.code == 2 and "nosuchkind" in unknown.err
