@@ -1,5 +1,5 @@
-"""The embedded TrainingJob controller exports the same per-job series as the operator
-(`jobstate.record_metrics`), and drops them with the job."""
+"""The embedded world exports the control plane's series from its own controllers: a TrainingJob's
+(`jobstate.record_metrics`, as the operator does), dropped with the job, and its pool's price and GPUs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ OBJECTS = """
 apiVersion: gpufleet.io/v1alpha1
 kind: GPUPool
 metadata: {name: metrics-pool}
-spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, pricePerGPUHour: 2.5}
 ---
 apiVersion: gpufleet.io/v1alpha1
 kind: TrainingJob
@@ -39,6 +39,14 @@ def test_a_running_jobs_series_are_exported_and_dropped_with_it(world: World) ->
     assert REGISTRY.get_sample_value("gpufleet_trainingjob_checkpoint_interval_seconds", JOB) == 300
     at = REGISTRY.get_sample_value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds", JOB)
     assert at is not None and at <= world.now
+    # The pool's price, and its GPUs by state and by queue, from the same process.
+    pool = {"pool": "metrics-pool"}
+    assert REGISTRY.get_sample_value("gpufleet_pool_gpu_hour_price", pool) == 2.5
+    assert (
+        REGISTRY.get_sample_value("gpufleet_gpus", {**pool, "model": "H100-80GB", "state": "allocated"}) == 4
+    )
+    assert REGISTRY.get_sample_value("gpufleet_gpus", {**pool, "model": "H100-80GB", "state": "idle"}) == 4
+    assert REGISTRY.get_sample_value("gpufleet_queue_pool_gpus", {**pool, "queue": job.spec.queue}) == 4
     world.store.delete(TrainingJob, "metered", "team-m")
     world.runtime.run_for(10)
     assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", JOB) is None

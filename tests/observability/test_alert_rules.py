@@ -191,20 +191,48 @@ def _rules() -> dict[str, dict[str, Any]]:
 
 
 # Recording rules: (input series, [(eval time, expression, [(labels, value)])]).
+IDLE_HOUR = {
+    # 8 idle GPUs for the first half hour, then 4 (6 at the turn): 6 idle GPU-hours in the hour (the 61
+    # samples of an hour's window, ends included). Two scheduler replicas export the same series.
+    'gpufleet_gpus{pool="p",model="H100-80GB",state="idle",instance="a"}': "8x29 6 4x30",
+    'gpufleet_gpus{pool="p",model="H100-80GB",state="idle",instance="b"}': "8x29 6 4x30",
+    'gpufleet_gpus{pool="p",model="H100-80GB",state="allocated",instance="a"}': "0x29 2 4x30",
+    'gpufleet_pool_gpu_hour_price{pool="p",instance="c"}': "3x60",
+    # Queue a holds 2 GPUs of pool p all hour, and half a GPU of pool q (price 1); b holds 4 of p.
+    'gpufleet_queue_pool_gpus{queue="a",pool="p",instance="a"}': "2x60",
+    'gpufleet_queue_pool_gpus{queue="a",pool="p",instance="b"}': "2x60",
+    'gpufleet_queue_pool_gpus{queue="a",pool="q",instance="a"}': "0.5x60",
+    'gpufleet_queue_pool_gpus{queue="b",pool="p",instance="a"}': "4x60",
+    'gpufleet_pool_gpu_hour_price{pool="q",instance="c"}': "1x60",
+}
+
+# Recording rules: (input series, [(eval time, expression, [(labels, value)])]).
 RECORDED: dict[str, tuple[dict[str, str], list[tuple[str, str, list[tuple[str, float]]]]]] = {
     "pool_model:gpufleet_idle_gpu_hours:1h": (
-        {
-            # 8 idle GPUs for the first half hour, then 4 (6 at the turn): 6 idle GPU-hours in the hour
-            # (the 61 samples of an hour's window, ends included).
-            'gpufleet_gpus{pool="p",model="H100-80GB",state="idle"}': "8x29 6 4x30",
-            'gpufleet_gpus{pool="p",model="H100-80GB",state="allocated"}': "0x29 2 4x30",
-        },
+        IDLE_HOUR,
         [
             (
                 "60m",
                 "round(pool_model:gpufleet_idle_gpu_hours:1h, 0.001)",  # the mean is summed in floats
                 [('{model="H100-80GB",pool="p"}', 6.0)],
             ),
+        ],
+    ),
+    "pool:gpufleet_idle_gpu_cost:1h": (
+        IDLE_HOUR,
+        [("60m", "round(pool:gpufleet_idle_gpu_cost:1h, 0.001)", [('{pool="p"}', 18.0)])],
+    ),
+    "queue:gpufleet_gpu_cost:1h": (
+        IDLE_HOUR,
+        [
+            (
+                "60m",
+                "queue:gpufleet_gpu_cost:1h",
+                [
+                    ('queue:gpufleet_gpu_cost:1h{queue="a"}', 6.5),
+                    ('queue:gpufleet_gpu_cost:1h{queue="b"}', 12.0),
+                ],
+            )
         ],
     ),
 }

@@ -13,7 +13,7 @@ from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.observability import metrics
-from gpufleet.scheduler.cache import ClusterCache
+from gpufleet.scheduler.cache import Admitted, ClusterCache
 from gpufleet.scheduler.cycle import Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt
 from gpufleet.scheduler.flavors import Assignment
@@ -175,6 +175,13 @@ def test_every_series_name_follows_prometheus_conventions() -> None:
         assert name == name.lower(), name
 
 
+def _with(fleet: FleetState) -> ClusterCache:
+    tree = QuotaTree([QuotaNode("q")])
+    return ClusterCache(
+        fleet=fleet, tree=tree, settings={"q": QueueSettings("q")}, history=UsageHistory(3600)
+    )
+
+
 def test_gpus_per_pool_and_model_by_state_and_fragmentation() -> None:
     fleet = FleetState()
     pool = {"gpufleet.io/pool": "metrics-pool"}
@@ -187,10 +194,15 @@ def test_gpus_per_pool_and_model_by_state_and_fragmentation() -> None:
             "m0", "A100-40GB", 2, 64_000, 512_000, labels=mig, sharing=SharingMode.MIG, mig_layouts=layouts
         )
     )
-    fleet.allocate("whole", 0, PodRequest(gpus=2), [0, 1])
-    fleet.allocate("share", 1, PodRequest(gpu_milli=500), [0])
-    fleet.allocate("instance", 2, PodRequest(mig="3g.20gb"), mig_gpu=0)
-    fleetmetrics.record(fleet)
+    whole = fleet.allocate("whole", 0, PodRequest(gpus=2), [0, 1])
+    share = fleet.allocate("share", 1, PodRequest(gpu_milli=500), [0])
+    instance = fleet.allocate("instance", 2, PodRequest(mig="3g.20gb"), mig_gpu=0)
+    cache = _with(fleet)
+    # What the world would have admitted: two workloads of queue q, their pods on two pools.
+    for name, pods in (("wa", [whole, share]), ("wb", [instance])):
+        workload = _workload(name, "q", gpus=1, at=0.0)
+        cache.admitted[name] = Admitted(workload, Assignment(H100, (1,), {}), {a.pod: a for a in pods})
+    fleetmetrics.record(cache)
 
     def gpus(pool: str, model: str, state: str) -> float | None:
         return REGISTRY.get_sample_value("gpufleet_gpus", {"pool": pool, "model": model, "state": state})
@@ -202,7 +214,14 @@ def test_gpus_per_pool_and_model_by_state_and_fragmentation() -> None:
     assert gpus("metrics-mig", "A100-40GB", "allocated") == 1
     assert gpus("metrics-mig", "A100-40GB", "idle") == 1
     assert _value("gpufleet_fragmented_gpus", pool="metrics-mig", model="A100-40GB") == 1
+    # Per queue and pool: 2 whole GPUs and half of one; 3 of the 7 slices of an A100.
+    assert _value("gpufleet_queue_pool_gpus", queue="q", pool="metrics-pool") == 2.5
+    assert _value("gpufleet_queue_pool_gpus", queue="q", pool="metrics-mig") == round(3 / 7, 3)
+    cache.admitted.clear()
     # A pool whose nodes are gone leaves no series behind.
     fleet.remove_node("m0")
-    fleetmetrics.record(fleet)
+    fleetmetrics.record(_with(fleet))
     assert gpus("metrics-mig", "A100-40GB", "idle") is None
+    assert (
+        REGISTRY.get_sample_value("gpufleet_queue_pool_gpus", {"queue": "q", "pool": "metrics-mig"}) is None
+    )

@@ -7,7 +7,9 @@ Both worlds' scheduling passes end in `queuestatus.reports`, which calls `record
 - `idle`: healthy GPUs no pod holds;
 - `unhealthy`: GPUs marked unhealthy (they hold nothing new);
 - fragmented: allocated GPUs with room left that only a small request can use (a share of a GPU, or
-  a free MIG instance beside a held one).
+  a free MIG instance beside a held one);
+- `gpufleet_queue_pool_gpus{queue,pool}`: what each leaf queue's admitted workloads hold on each
+  pool's nodes, a share as its milli-GPUs and a MIG instance as its compute slices out of 7.
 
 A node's pool is its `gpufleet.io/pool` label (both worlds' pool controllers write it; "" for a node
 of no pool). Cost: vectorised over the GPU arrays, plus a pass over MIG nodes' instances; the
@@ -20,8 +22,12 @@ import numpy as np
 
 from gpufleet.api.labels import POOL_LABEL
 from gpufleet.fleet.node import SharingMode
-from gpufleet.fleet.state import FleetState
+from gpufleet.fleet.state import Allocation, FleetState
 from gpufleet.observability import metrics
+from gpufleet.scheduler.cache import ClusterCache
+
+MIG_SLICES = 7
+"""Compute slices of a MIG-capable GPU (A100, H100, H200): a `3g.40gb` instance is 3/7 of one."""
 
 _groups_memo: dict[int, tuple[int, int, np.ndarray, list[tuple[str, str]]]] = {}
 
@@ -79,8 +85,30 @@ def counts(fleet: FleetState) -> dict[tuple[str, str], dict[str, int]]:
     return out
 
 
-def record(fleet: FleetState) -> None:
+def gpus_of(alloc: Allocation) -> float:
+    """How much of a GPU (or how many GPUs) one pod's allocation holds."""
+    if alloc.mig is not None:
+        slices = alloc.mig.profile.split("g.", 1)[0]
+        return int(slices) / MIG_SLICES if slices.isdigit() else 1.0
+    return alloc.gpu_milli_total / 1000
+
+
+def queue_pools(cache: ClusterCache) -> dict[tuple[str, str], float]:
+    """Per (leaf queue, pool): the GPUs its admitted workloads hold there."""
+    fleet = cache.fleet
+    out: dict[tuple[str, str], float] = {}
+    for admitted in cache.admitted.values():
+        for alloc in admitted.pods.values():
+            if alloc.node >= len(fleet.specs):
+                continue
+            key = (admitted.queue, fleet.specs[alloc.node].labels.get(POOL_LABEL, ""))
+            out[key] = out.get(key, 0.0) + gpus_of(alloc)
+    return {key: round(value, 3) for key, value in out.items() if value}
+
+
+def record(cache: ClusterCache) -> None:
     """Sets the GPU gauges to the fleet's current state."""
+    fleet = cache.fleet
     gpus: dict[tuple[str, str, str], float] = {}
     fragmented: dict[tuple[str, str], float] = {}
     for (pool, model), by_state in counts(fleet).items():
@@ -89,3 +117,4 @@ def record(fleet: FleetState) -> None:
         fragmented[(pool, model)] = by_state["fragmented"]
     metrics.set_series(metrics.GPUS, gpus)
     metrics.set_series(metrics.FRAGMENTED_GPUS, fragmented)
+    metrics.set_series(metrics.QUEUE_POOL_GPUS, queue_pools(cache))

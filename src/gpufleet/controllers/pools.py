@@ -47,6 +47,7 @@ from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
 from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
+from gpufleet.observability import metrics
 from gpufleet.store.protocol import Store, WatchEvent
 
 STATUS_PERIOD = 60.0
@@ -101,7 +102,9 @@ class PoolController(Reconciler):
         if pool is None:
             for node in nodes:
                 self.store.delete(Node, node.name)
+            metrics.forget_pool(name)
             return None
+        metrics.record_pool(name, pool.spec.price_per_gpu_hour)
         for node in nodes:
             self.node_pool[node.name] = name
         pods = [p for p in self.store.list(Pod) if not p.terminated]

@@ -126,7 +126,7 @@ def reports(
         # Summed in milli-GPUs (exact), shown in GPUs; a flavor whose use went back to 0 is dropped.
         out[name].usage = {flavor: round(m / 1000, 3) for flavor, m in sorted(amounts.items()) if m}
     record_quota(tree=cache.tree, reports=out)
-    fleetmetrics.record(cache.fleet)
+    fleetmetrics.record(cache)
     return out
 
 

@@ -53,6 +53,7 @@ from gpufleet.kube.sharing import (
 )
 from gpufleet.kube.status import OPERATOR, patch_status
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+from gpufleet.observability import metrics
 from gpufleet.sharing.mig import find_profile
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,7 @@ class FleetOperator:
         """The pool's status from the nodes that belong to it, and its sharing ConfigMap: False while
         that keeps entries nodes' labels still pick (`sync_sharing` again once they are relabelled)."""
         name = pool["metadata"]["name"]
+        metrics.record_pool(name, float((pool.get("spec") or {}).get("pricePerGPUHour") or 0.0))
         members = [n for n in nodes if (pool_of(n, pools) or {}).get("metadata", {}).get("name") == name]
         update = {
             "nodes": len(members),
@@ -200,6 +202,7 @@ class FleetOperator:
     def forget_pool(self, name: str) -> bool:
         """A deleted pool's sharing ConfigMap goes too (no garbage collector may be running), once no
         node's labels pick from it: False until then."""
+        metrics.forget_pool(name)
         return self.sync_sharing(name, None)
 
     def sync_sharing(self, name: str, pool: Json | None) -> bool:

@@ -86,6 +86,17 @@ FRAGMENTED_GPUS = Gauge(
     "Allocated GPUs with room left only a small request can use (a free share or MIG instance).",
     ["pool", "model"],
 )
+QUEUE_POOL_GPUS = Gauge(
+    "gpufleet_queue_pool_gpus",
+    "GPUs a leaf queue's admitted workloads hold on a pool's nodes (a share or MIG instance counted as "
+    "its fraction of a GPU).",
+    ["queue", "pool"],
+)
+POOL_PRICE = Gauge(
+    "gpufleet_pool_gpu_hour_price",
+    "What one GPU-hour of the pool costs (its spec.pricePerGPUHour).",
+    ["pool"],
+)
 JOB_RESTARTS = Gauge(
     "gpufleet_trainingjob_restarts",
     "Attempts of a TrainingJob ended by a disruption.",
@@ -148,6 +159,16 @@ def record_job(
     else:
         JOB_CHECKPOINT_TIME.labels(namespace, job).set(checkpoint_time)
         JOB_CHECKPOINT_INTERVAL.labels(namespace, job).set(checkpoint_interval)
+
+
+def record_pool(pool: str, price_per_gpu_hour: float) -> None:
+    """A GPUPool's price, which the cost recording rules multiply GPU-hours by."""
+    POOL_PRICE.labels(pool).set(price_per_gpu_hour)
+
+
+def forget_pool(pool: str) -> None:
+    """Drops a deleted GPUPool's price."""
+    _remove(POOL_PRICE, pool)
 
 
 def forget_job(namespace: str, job: str) -> None:
