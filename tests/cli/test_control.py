@@ -133,7 +133,7 @@ def test_the_real_command_prints_errors_on_one_line(api_only: Plane, tmp_path: P
         env=env,
         timeout=60,
     )
-    assert done.returncode == 2
+    assert done.returncode == 1  # kubectl's code for a failed operation; 2 is for usage errors
     assert done.stderr.strip().splitlines() == ["error: TrainingJob team-a/nope: not found"]
     env["GPUFLEET_SERVER"] = "http://127.0.0.1:9"  # nothing listens there
     refused = subprocess.run(
@@ -143,7 +143,7 @@ def test_the_real_command_prints_errors_on_one_line(api_only: Plane, tmp_path: P
         env=env,
         timeout=60,
     )
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
     assert "cannot reach the gpufleet server" in refused.stderr and "gpufleet up" in refused.stderr
 
 

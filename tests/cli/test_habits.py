@@ -8,6 +8,9 @@ The tests share one control plane, a minute of fleet time a second, holding `hab
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -118,3 +121,38 @@ def test_several_kinds_and_all(cli: Callable[..., Result]) -> None:
     assert refused.code == 2 and "one kind" in refused.err
     unknown = cli("get", "tj,nosuchkind", "-A")
     assert unknown.code == 2 and "nosuchkind" in unknown.err
+
+
+def run_gpufleet(
+    state: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed command's way in, in a process of its own (exit codes as a shell sees them)."""
+    environment = {**os.environ, "GPUFLEET_STATE": str(state), **(env or {})}
+    environment.pop("GPUFLEET_SERVER", None)
+    command = [sys.executable, "-m", "gpufleet.cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=60)
+
+
+def test_exit_codes_are_kubectls(state: Path) -> None:
+    missing = run_gpufleet(state, "get", "tj", "nope", "-n", "team-a")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert run_gpufleet(state, "describe", "tj", "nope", "-n", "team-a").returncode == 1
+    usage = run_gpufleet(state, "get", "tj", "--no-such-option")
+    assert usage.returncode == 2 and "No such option" in usage.stderr
+    bad_format = run_gpufleet(state, "get", "tj", "-o", "xml")
+    assert bad_format.returncode == 2 and "--output" in bad_format.stderr
+    assert run_gpufleet(state, "get", "nosuchkind").returncode == 2
+    ok = run_gpufleet(state, "get", "tj", "long", "-n", "team-a", "-o", "name")
+    assert ok.returncode == 0 and ok.stdout == "trainingjob.gpufleet.io/long\n"
+
+
+def test_version_and_shell_completion(tmp_path: Path) -> None:
+    from gpufleet import __version__
+
+    version = run_gpufleet(tmp_path, "--version")
+    assert version.returncode == 0 and version.stdout == f"gpufleet {__version__}\n"
+    script = run_gpufleet(tmp_path, "--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    assert script.returncode == 0 and "_gpufleet_completion" in script.stdout
+    env = {"_GPUFLEET_COMPLETE": "complete_bash", "COMP_WORDS": "gpufleet get --sor", "COMP_CWORD": "2"}
+    completed = run_gpufleet(tmp_path, "get", env=env)
+    assert completed.returncode == 0 and completed.stdout.split() == ["--sort-by"]

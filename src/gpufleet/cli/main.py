@@ -34,13 +34,31 @@ def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
         help="GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing.",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        add_completion=False,
     )
+
+    def root(
+        version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ) -> None:
+        """GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing."""
+
+    built.callback()(root)
     import importlib
 
     for area in areas:
         importlib.import_module(f"gpufleet.cli.{area}").register(built)
     return built
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import typer
+
+        from gpufleet import __version__
+
+        sys.stdout.write(f"gpufleet {__version__}\n")
+        raise typer.Exit()
 
 
 def _areas_for(argv: list[str]) -> tuple[str, ...]:
@@ -96,12 +114,12 @@ def _run() -> None:
         # From here a command runs: Ctrl-C is a KeyboardInterrupt again, so its cleanup runs.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="gpufleet")
     except GpuFleetError as exc:
         Console(stderr=True, emoji=False).print(
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
         )
-        sys.exit(2)
+        sys.exit(_exit_code(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -114,6 +132,16 @@ def _run() -> None:
         raise
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _exit_code(exc: Exception) -> int:
+    """kubectl's exit codes: 1 for an operation that failed (not found, a conflict, a refused token, no
+    server), 2 for what was asked wrongly (a bad option, file or field)."""
+    from gpufleet.api.errors import ConflictError, GoneError, NotFoundError
+    from gpufleet.cli.client import ApiError, AuthError, ServerUnreachableError
+
+    failed = (NotFoundError, ConflictError, GoneError, ApiError, AuthError, ServerUnreachableError)
+    return 1 if isinstance(exc, failed) else 2
 
 
 def _click_errors() -> tuple[type[Exception], ...]:
