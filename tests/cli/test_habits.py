@@ -156,3 +156,34 @@ def test_version_and_shell_completion(tmp_path: Path) -> None:
     env = {"_GPUFLEET_COMPLETE": "complete_bash", "COMP_WORDS": "gpufleet get --sor", "COMP_CWORD": "2"}
     completed = run_gpufleet(tmp_path, "get", env=env)
     assert completed.returncode == 0 and completed.stdout.split() == ["--sort-by"]
+
+
+def test_explain_prints_each_fields_type_and_description(cli: Callable[..., Result]) -> None:
+    from gpufleet.api.crd import openapi_schema
+    from gpufleet.api.kinds import BUILTIN_KINDS
+
+    kind = cli("explain", "trainingjobs")
+    assert kind.code == 0, kind.err
+    assert kind.out.startswith("KIND:     TrainingJob\nVERSION:  gpufleet.io/v1alpha1\n")
+    assert "A gang of workers submitted to a queue" in kind.out
+    assert "   spec\t<Object> -required-\n" in kind.out
+    worker = cli("explain", "tj.spec.worker")
+    assert "FIELD:    worker <Object> -required-" in worker.out
+    schema = openapi_schema(next(k for k in BUILTIN_KINDS if k.kind == "TrainingJob"))
+    for name, field in schema["properties"]["spec"]["properties"]["worker"]["properties"].items():
+        assert f"   {name}\t<" in worker.out
+        assert " ".join(field["description"].split()[:4]) in " ".join(worker.out.split()), name
+    gpus = cli("explain", "tj.spec.worker.gpus")
+    assert (
+        "FIELD:    gpus <integer>" in gpus.out
+        and "Whole GPUs per pod" in gpus.out
+        and "At most 72" in gpus.out
+    )
+    quotas = cli("explain", "gq.spec.quotas")
+    assert "<map[string]Object>" in quotas.out and "   nominal\t<number> -required-" in quotas.out
+    tree = cli("explain", "gp.spec.sharing", "--recursive")
+    assert "   timeSlicing\t<Object>\n      replicas\t<integer>\n" in tree.out
+    missing = cli("explain", "tj.spec.wroker")
+    assert missing.code == 2 and "'wroker' does not exist in TrainingJob.spec" in missing.err
+    assert "worker" in missing.err
+    assert cli("explain", "nosuchkind").code == 2

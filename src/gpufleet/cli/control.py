@@ -40,12 +40,13 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import describe, top, up
+    from gpufleet.cli import describe, explain, top, up
 
     up.register(app)
     app.command("apply")(apply)
     app.command("get")(get)
     describe.register(app)
+    explain.register(app)
     app.command("delete")(delete)
     top.register(app)
     app.command("events")(events)
