@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -187,3 +188,43 @@ def test_explain_prints_each_fields_type_and_description(cli: Callable[..., Resu
     assert missing.code == 2 and "'wroker' does not exist in TrainingJob.spec" in missing.err
     assert "worker" in missing.err
     assert cli("explain", "nosuchkind").code == 2
+
+
+def test_wait_for_conditions_fields_and_deletion(state: Path, cli: Callable[..., Result]) -> None:
+    done = cli("wait", "tj", "quick", "-n", "team-a", "--for=condition=Succeeded", "--timeout", "30s")
+    assert done.code == 0 and done.out == "trainingjob.gpufleet.io/quick condition met (Succeeded=True)\n"
+    running = cli("wait", "tj", "long", "-n", "team-a", "--for", "jsonpath={.status.phase}=Running")
+    assert running.code == 0 and "trainingjob.gpufleet.io/long condition met" in running.out
+    every = cli("wait", "tj", "-A", "--all", "--for", "jsonpath=.spec.replicas", "--timeout", "5s")
+    assert every.code == 0 and len(every.out.splitlines()) == 3
+    started = time.monotonic()
+    late = cli("wait", "tj", "waiter", "-n", "team-b", "--for=condition=Admitted", "--timeout", "1s")
+    assert (
+        late.code == 1 and "timed out waiting for the condition on trainingjob.gpufleet.io/waiter" in late.err
+    )
+    assert time.monotonic() - started < 10
+    assert cli("wait", "tj", "-l", "size=big", "-A", "--for=condition=Admitted", "--timeout", "1").code == 1
+    assert cli("wait", "tj", "nope", "-n", "team-a", "--for=condition=Admitted").code == 1  # not found
+    assert cli("wait", "tj", "long", "-n", "team-a", "--for=bogus").code == 2
+    assert cli("wait", "tj", "long", "-n", "team-a", "--for=delete", "--timeout", "soon").code == 2
+
+    doomed = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: doomed, namespace: team-b}\n"
+    )
+    doomed += "spec: {queue: team-b, replicas: 1, worker: {gpus: 8}, durationSeconds: 60}\n"
+    assert cli("apply", "-f", "-", stdin=doomed).code == 0
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "wait", "tj", "doomed", "-n", "team-b", "--for=delete"],
+        env={**os.environ, "GPUFLEET_STATE": str(state)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        assert waiting.poll() is None  # it is still there
+        assert cli("delete", "tj", "doomed", "-n", "team-b").code == 0
+        out, _ = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0 and out == "trainingjob.gpufleet.io/doomed deleted\n"

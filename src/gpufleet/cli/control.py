@@ -40,13 +40,14 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import describe, explain, top, up
+    from gpufleet.cli import describe, explain, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
     app.command("get")(get)
     describe.register(app)
     explain.register(app)
+    wait.register(app)
     app.command("delete")(delete)
     top.register(app)
     app.command("events")(events)
