@@ -33,9 +33,11 @@ def synthetic_trace(path: Path, jobs: int, seed: int = 1) -> Path:
     return path
 
 
-def run(tmp_path: Path, jobs: int, gpus: int, options: jobsim.SimOptions) -> jobsim.SimResult:
+def run(
+    tmp_path: Path, jobs: int, gpus: int, options: jobsim.SimOptions, *, spot: bool = False
+) -> jobsim.SimResult:
     trace = philly.load(synthetic_trace(tmp_path / "trace.csv", jobs))
-    pools = jobfleet.fleet_of_gpus(gpus)
+    pools = jobfleet.fleet_of_gpus(gpus, spot=spot)
     if options.policy == "fifo":
         queues = jobfleet.fifo_queues(pools)
     else:
@@ -89,6 +91,17 @@ def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:
         if r.restarts:
             gpus = r.job.gpus
             assert r.lost_gpu_seconds <= r.restarts * gpus * 600.0 + 1e-6
+
+
+def test_node_losses_and_spot_interruptions_on_a_spot_fleet(tmp_path: Path) -> None:
+    options = jobsim.SimOptions(
+        checkpoint_interval=600.0, node_mtbf_seconds=1800.0, spot_interruptions_per_day=4.0, seed=5
+    )
+    result = run(tmp_path, 60, 64, options, spot=True)
+    check_invariants(result)
+    assert result.faults.get("NodeLoss", 0) > 0
+    assert result.faults.get("SpotInterruption", 0) > 0
+    assert jobreport.summarise(result).restarts > 0
 
 
 def test_fifo_baseline_starts_jobs_in_submission_order_and_never_preempts(tmp_path: Path) -> None:

@@ -27,12 +27,32 @@ def parse_duration(text: str, option: str) -> float:
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-def parse_failures(text: str) -> float:
-    """`mtbf=DURATION`: the fleet's mean time between GPU failures, in seconds."""
+def parse_failures(text: str) -> tuple[float | None, float | None]:
+    """`mtbf=DURATION[,node-mtbf=DURATION]`: the fleet's mean times between GPU failures and between
+    node losses, in seconds."""
+    found: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in ("mtbf", "node-mtbf") or key in found:
+            raise ValidationError(
+                f"expected mtbf=DURATION and/or node-mtbf=DURATION (e.g. mtbf=2h,node-mtbf=3d), got {text!r}",
+                obj="--failures",
+            )
+        found[key] = parse_duration(value, f"--failures {key}")
+    return found.get("mtbf"), found.get("node-mtbf")
+
+
+def parse_spot(text: str) -> float:
+    """`interruptions-per-day=N`: interruptions of each spot node per day."""
     key, sep, value = text.partition("=")
-    if not sep or key.strip() != "mtbf":
-        raise ValidationError(f"expected mtbf=DURATION (e.g. mtbf=2h), got {text!r}", obj="--failures")
-    return parse_duration(value, "--failures mtbf")
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not sep or key.strip() != "interruptions-per-day" or not math.isfinite(rate) or rate < 0:
+        raise ValidationError(f"expected interruptions-per-day=N with N >= 0, got {text!r}", obj="--spot")
+    return rate
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +89,19 @@ def simulate(
         ),
     ] = None,
     failures: Annotated[
-        str | None, typer.Option("--failures", help="mtbf=DURATION: GPU failures at this fleet MTBF.")
+        str | None,
+        typer.Option(
+            "--failures",
+            help="mtbf=DURATION[,node-mtbf=DURATION]: GPU failures and node losses at these fleet MTBFs.",
+        ),
+    ] = None,
+    spot: Annotated[
+        str | None,
+        typer.Option(
+            "--spot",
+            help="interruptions-per-day=N: each spot node is taken back N times a day, with two minutes' "
+            "notice (with --gpus, the fleet becomes spot).",
+        ),
     ] = None,
     checkpoint_interval: Annotated[
         str | None,
@@ -109,17 +141,24 @@ def simulate(
         )
     if policy == "fifo" and queues is not None:
         raise ValidationError("the fifo baseline has its own queue; leave out --queues", obj="--policy")
+    gpu_mtbf, node_mtbf = parse_failures(failures) if failures else (None, None)
     options = jobsim.SimOptions(
         policy=policy,
         checkpoint_interval=(
             parse_duration(checkpoint_interval, "--checkpoint-interval") if checkpoint_interval else None
         ),
-        gpu_mtbf_seconds=parse_failures(failures) if failures else None,
+        gpu_mtbf_seconds=gpu_mtbf,
+        node_mtbf_seconds=node_mtbf,
+        spot_interruptions_per_day=parse_spot(spot) if spot else 0.0,
         seed=seed,
     )
     err = Console(stderr=True, highlight=False, emoji=False)
     loaded = philly.load(philly.resolve(trace, data_dir))
-    pools = jobfleet.load_pools(fleet) if fleet is not None else jobfleet.fleet_of_gpus(gpus or 2048)
+    pools = (
+        jobfleet.load_pools(fleet)
+        if fleet is not None
+        else jobfleet.fleet_of_gpus(gpus or 2048, spot=spot is not None)
+    )
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
     if policy == "fifo":

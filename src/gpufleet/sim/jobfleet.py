@@ -29,8 +29,8 @@ FIFO_QUEUE = "fifo"
 POLICIES = ("gpufleet", "fifo")
 
 
-def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR) -> list[GPUPool]:
-    """N GPUs as 8-GPU H100 nodes, 32 nodes a rack, in one on-demand pool."""
+def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = False) -> list[GPUPool]:
+    """N GPUs as 8-GPU H100 nodes, 32 nodes a rack, in one on-demand (or spot) pool."""
     if gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE:
         raise DataError(f"must be a positive multiple of {GPUS_PER_NODE}, got {gpus}", path="--gpus")
     nodes = gpus // GPUS_PER_NODE
@@ -41,7 +41,7 @@ def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR) -> list[GPUPo
                 gpu_model=GPU_MODEL,
                 gpus_per_node=GPUS_PER_NODE,
                 node_resources=NodeResources(cpu="192", memory="2Ti"),
-                capacity_type="on-demand",
+                capacity_type="spot" if spot else "on-demand",
                 price_per_gpu_hour=price,
                 nodes=nodes,
                 topology=PoolTopology(block="b1", racks=math.ceil(nodes / NODES_PER_RACK)),

@@ -198,7 +198,7 @@ def write_report(result: SimResult, folder: str | Path, *, title: str, command: 
         (result.window_end - result.begin) / 3600,
         color="grey",
         linestyle=":",
-        label="last submission window end",
+        label="end of the submission window",
     )
     ax.legend(loc="upper right")
     written.append(_save(fig, out / "utilisation.png"))

@@ -64,6 +64,10 @@ class SimOptions:
     gpu_mtbf_seconds: float | None = None
     """The fleet's mean time between GPU failures (None: no failures)."""
     gpu_repair_seconds: float = 3600.0
+    node_mtbf_seconds: float | None = None
+    """The fleet's mean time between node losses (None: none); a lost node is replaced at once."""
+    spot_interruptions_per_day: float = 0.0
+    """Interruptions of each spot node per day (with the twin's two-minute notice)."""
     seed: int = 0
     bucket_seconds: float = 3600.0
     """Width of the time series' buckets."""
@@ -367,6 +371,7 @@ def simulate(
     options = options or SimOptions()
     window = trace.window(begin, days)
     capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
+    nodes = sum(p.spec.nodes for p in pools)
     per_node = max(p.spec.gpus_per_node for p in pools)
     jobs = [j for j in window.jobs if j.gpus <= capacity]
     unplaceable = [j for j in window.jobs if j.gpus > capacity]
@@ -378,6 +383,10 @@ def simulate(
             3600.0 / (options.gpu_mtbf_seconds * capacity) if options.gpu_mtbf_seconds else 0.0
         ),
         gpu_repair_seconds=options.gpu_repair_seconds,
+        node_losses_per_node_hour=(
+            3600.0 / (options.node_mtbf_seconds * nodes) if options.node_mtbf_seconds else 0.0
+        ),
+        spot_interruptions_per_node_hour=options.spot_interruptions_per_day / 24.0,
         seed=options.seed,
     )
     with contextlib.ExitStack() as stack:

@@ -1,0 +1,46 @@
+"""`gpufleet simulate`'s option parsing: durations, --failures, --spot, and bad input as one line."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.api.errors import ValidationError
+from gpufleet.cli.simulate import parse_duration, parse_failures, parse_spot
+
+
+def test_durations_failures_and_spot() -> None:
+    assert parse_duration("90", "x") == 90.0
+    assert parse_duration("30m", "x") == 1800.0
+    assert parse_duration("2h", "x") == 7200.0
+    assert parse_duration("1.5d", "x") == 129600.0
+    assert parse_failures("mtbf=2h") == (7200.0, None)
+    assert parse_failures("mtbf=2h,node-mtbf=3d") == (7200.0, 259200.0)
+    assert parse_failures("node-mtbf=1d") == (None, 86400.0)
+    assert parse_spot("interruptions-per-day=2.5") == 2.5
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda: parse_duration("soon", "--checkpoint-interval"), "--checkpoint-interval"),
+        (lambda: parse_duration("0s", "--checkpoint-interval"), "positive duration"),
+        (lambda: parse_failures("mtbf"), "mtbf=DURATION"),
+        (lambda: parse_failures("mtbf=2h,mtbf=3h"), "mtbf=DURATION"),
+        (lambda: parse_failures("mttr=2h"), "mtbf=DURATION"),
+        (lambda: parse_spot("interruptions-per-day=-1"), "N >= 0"),
+        (lambda: parse_spot("rate=1"), "interruptions-per-day=N"),
+    ],
+)
+def test_bad_values_are_validation_errors(call: object, says: str) -> None:
+    assert callable(call)
+    with pytest.raises(ValidationError, match=says):
+        call()
+
+
+def test_unknown_policy_is_refused_before_anything_runs() -> None:
+    from gpufleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["simulate", "--policy", "lottery", "--gpus", "64"])
+    assert isinstance(result.exception, ValidationError)
+    assert "unknown policy 'lottery'" in str(result.exception)
