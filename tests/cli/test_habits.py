@@ -228,3 +228,56 @@ def test_wait_for_conditions_fields_and_deletion(state: Path, cli: Callable[...,
         if waiting.poll() is None:
             waiting.kill()
     assert waiting.returncode == 0 and out == "trainingjob.gpufleet.io/doomed deleted\n"
+
+
+def test_cordon_uncordon_and_drain(cli: Callable[..., Result]) -> None:
+    """Last of the module: draining restarts `long` elsewhere."""
+    keeper = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: keeper, namespace: team-a}\n"
+    )
+    keeper += (
+        "spec: {queue: team-a, replicas: 1, worker: {gpus: 2}, durationSeconds: 360000, preemptible: false}\n"
+    )
+    assert cli("apply", "-f", "-", stdin=keeper).code == 0
+    try:
+
+        def node_of(pod: str) -> str:
+            return cli("get", "po", pod, "-n", "team-a", "-o", "jsonpath={.spec.nodeName}").out
+
+        wait_for(lambda: node_of("job-keeper-worker-0"), timeout=30, what="keeper to be placed")
+        node = node_of("job-keeper-worker-0")
+        assert cli("cordon", node).out == f"node/{node} cordoned\n"
+        assert cli("cordon", node).out == f"node/{node} already cordoned\n"
+        nodes = cli("get", "no", node)
+        assert "Ready,SchedulingDisabled" in nodes.out
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "true"
+        assert cli("uncordon", node).out == f"node/{node} uncordoned\n"
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"
+
+        refused = cli("drain", node)
+        assert refused.code == 1 and "team-a/job-keeper-worker-0" in refused.err and "--force" in refused.err
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"  # nothing done
+        drained = cli("drain", node, "--force")
+        assert drained.code == 0, drained.err
+        assert (
+            f"node/{node} cordoned" in drained.out
+            and "evicting pod team-a/job-keeper-worker-0" in drained.out
+        )
+        assert drained.out.endswith(f"node/{node} drained\n")
+        restarted = cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}")
+        wait_for(
+            lambda: (
+                cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}").out == "1"
+            ),
+            timeout=30,
+            what=f"keeper to restart after the drain (restarts {restarted.out})",
+        )
+        on_node = cli(
+            "get", "po", "-A", "-o", "jsonpath={range .items[*]}{.spec.nodeName}/{.status.phase} {end}"
+        )
+        assert f"{node}/Running" not in on_node.out  # nothing runs on the cordoned node
+        assert cli("drain", "no-such-node").code == 1
+    finally:
+        cli("delete", "tj", "keeper", "-n", "team-a")
+        for name in cli("get", "no", "-o", "name").out.split():
+            cli("uncordon", name.rsplit("/", 1)[1])

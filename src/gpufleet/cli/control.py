@@ -40,7 +40,7 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import describe, explain, top, up, wait
+    from gpufleet.cli import describe, explain, nodes, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
     describe.register(app)
     explain.register(app)
     wait.register(app)
+    nodes.register(app)
     app.command("delete")(delete)
     top.register(app)
     app.command("events")(events)
