@@ -22,7 +22,7 @@ from gpufleet.cli.client import Client
 from .conftest import Plane, Result, start_plane, stop_plane, wait_for
 
 HERE = Path(__file__).parent
-FLEET = str(HERE / "fleet.yaml")
+FLEET = str(HERE / "habits-fleet.yaml")
 JOBS = str(HERE / "habits.yaml")
 
 
@@ -281,3 +281,49 @@ def test_cordon_uncordon_and_drain(cli: Callable[..., Result]) -> None:
         cli("delete", "tj", "keeper", "-n", "team-a")
         for name in cli("get", "no", "-o", "name").out.split():
             cli("uncordon", name.rsplit("/", 1)[1])
+
+
+def test_history_accounts_for_finished_jobs(cli: Callable[..., Result]) -> None:
+    table = cli("history")
+    assert table.code == 0, table.err
+    header, *rows = table.out.splitlines()
+    assert header.split()[:6] == ["NAMESPACE", "NAME", "QUEUE", "STATE", "GPUS", "NODES"]
+    assert "GPU-HOURS" in header and "COST" in header and "QUEUED" in header and "RESTARTS" in header
+    assert [row.split()[1] for row in rows] == ["quick"]  # only finished jobs
+    quick = cli("history", "-o", "json").json()["items"][0]
+    assert quick["state"] == "Succeeded" and quick["gpus"] == 2 and quick["queue"] == "team-a"
+    assert quick["nodes"] and quick["nodes"][0].startswith("h100-") and quick["pool"] == "h100"
+    # the job computes a minute of fleet time; it ends within a few seconds of that
+    assert 60 <= quick["elapsedSeconds"] < 120, quick
+    assert quick["gpuHours"] == pytest.approx(2 * quick["elapsedSeconds"] / 3600)
+    assert quick["cost"] == pytest.approx(2.5 * quick["gpuHours"])
+    assert quick["queuedSeconds"] is not None and quick["queuedSeconds"] >= 0
+
+    everything = cli("history", "--all", "-o", "json").json()["items"]
+    states = {item["name"]: item["state"] for item in everything}
+    assert states == {"quick": "Succeeded", "long": "Running", "waiter": "Pending"}
+    waiter = next(item for item in everything if item["name"] == "waiter")
+    assert waiter["gpuHours"] == 0 and waiter["nodes"] == [] and waiter["queuedSeconds"] is None
+    assert [item["name"] for item in cli("history", "-a", "-q", "team-b", "-o", "json").json()["items"]] == [
+        "waiter"
+    ]
+    assert cli("history", "-n", "team-b").code == 0  # nothing finished there: said on stderr
+    assert cli("history", "-o", "yaml").code == 2
+
+
+def test_cost_per_queue_and_pool(cli: Callable[..., Result]) -> None:
+    jobs = {item["name"]: item for item in cli("history", "--all", "-o", "json").json()["items"]}
+    answer = cli("cost", "-o", "json").json()
+    team_a = answer["queues"]["team-a"]
+    # `long` runs on: its GPU-hours grow between the two reads
+    assert team_a["gpuHours"] >= jobs["quick"]["gpuHours"] + jobs["long"]["gpuHours"]
+    assert team_a["cost"] == pytest.approx(2.5 * team_a["gpuHours"])
+    assert answer["queues"]["team-b"]["gpuHours"] == 0
+    pool = answer["pools"]["h100"]
+    assert pool["gpuHours"] == pytest.approx(team_a["gpuHours"])
+    status = cli("get", "gp", "h100", "-o", "json").json()["status"]
+    assert pool["idleGpuHours"] <= status["idleGpuHours"] and pool["idleGpuHours"] > 0
+    assert pool["idleCost"] == pytest.approx(2.5 * pool["idleGpuHours"])
+    table = cli("cost")
+    assert table.code == 0 and "Per queue" in table.out and "Per pool" in table.out
+    assert "IDLE GPU-H" in table.out and "team-b" in table.out

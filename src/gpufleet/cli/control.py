@@ -40,7 +40,7 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import describe, explain, nodes, top, up, wait
+    from gpufleet.cli import accounting, describe, explain, nodes, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
     explain.register(app)
     wait.register(app)
     nodes.register(app)
+    accounting.register(app)
     app.command("delete")(delete)
     top.register(app)
     app.command("events")(events)

@@ -163,6 +163,11 @@ def set_server_time(value: str | None) -> None:
     _server_now[:] = [parsed]
 
 
+def server_now() -> datetime:
+    """The server's clock as its last answer told it (it may run faster than real time), else ours."""
+    return _server_now[0] if _server_now else datetime.now(UTC)
+
+
 def age(timestamp: str | None, now: datetime | None = None) -> str:
     """`3d4h`, `12m`, `40s`: how long ago, kubectl-style, by the server's clock when it told it."""
     now = now or (_server_now[0] if _server_now else None)
