@@ -33,6 +33,22 @@ def split_flavor(flavor: str) -> tuple[str, str | None]:
     return flavor, None
 
 
+def selects(flavor: str, model: str | None, capacity: str | None) -> bool:
+    """Whether a flavor selects a node of GPU model `model` labelled with capacity type `capacity`
+    (None: unlabelled): its model is the node's, and its capacity type, if any, is the node's label."""
+    flavor_model, flavor_capacity = split_flavor(flavor)
+    return flavor_model == model and flavor_capacity in (None, capacity)
+
+
+def node_flavor(flavors: Sequence[str], model: str | None, capacity: str | None) -> str | None:
+    """The flavor a pod on such a node is charged to (decision 21, in every world): the first of the
+    queue's `flavors`, in its order, that selects the node; None when none does."""
+    for flavor in flavors:
+        if selects(flavor, model, capacity):
+            return flavor
+    return None
+
+
 def model_of(flavor: str | None) -> str | None:
     """The GPU model of a flavor (None stays None)."""
     return None if flavor is None else split_flavor(flavor)[0]

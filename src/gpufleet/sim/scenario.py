@@ -35,8 +35,8 @@ from gpufleet.scheduler.explain import Preempt
 from gpufleet.scheduler.flavors import (
     Assignment,
     candidate_models,
-    model_of,
     pinned,
+    selects,
     usage_of,
 )
 from gpufleet.scheduler.placement.gpus import choose_gpus
@@ -451,11 +451,7 @@ def _admit_running(
         shaped = pinned(workload, model, counts)
         try:
             if running.nodes is not None:
-                if (
-                    model is not None
-                    and any(fleet.specs[fleet.row_of(n)].gpu_model != model_of(model) for n in running.nodes)
-                    and len(models) > 1
-                ):
+                if model is not None and not all(_selected(fleet, model, n) for n in running.nodes):
                     statement.discard()
                     continue
                 allocations = _allocate_on(statement, shaped, running.nodes)
@@ -477,7 +473,21 @@ def _admit_running(
         assignment = Assignment(model, counts, usage_of(workload, model, counts))
         cache.admit(workload, assignment, allocations, now=started)
         return
+    if running.nodes is not None:
+        raise ValidationError(
+            f"no flavor of queue {workload.queue} ({', '.join(str(m) for m in models)}) selects all of "
+            f"{workload.name}'s nodes (GPU model and capacity type)",
+            obj=source,
+            field=f"{where}.nodes",
+        )
     raise ValidationError(f"no room for running workload {workload.name}", obj=source, field=where)
+
+
+def _selected(fleet: FleetState, flavor: str, node: str) -> bool:
+    """Whether `flavor` selects the named node: its GPU model and, for a capacity-typed flavor, the node's
+    capacity type label (decision 21: a running workload is charged to the first such flavor)."""
+    spec = fleet.specs[fleet.row_of(node)]
+    return selects(flavor, spec.gpu_model, spec.labels.get(CAPACITY_TYPE_LABEL))
 
 
 def _allocate_on(statement: Statement, workload: Workload, nodes: Sequence[str]) -> list[Any]:
