@@ -230,6 +230,34 @@ def test_wait_for_conditions_fields_and_deletion(state: Path, cli: Callable[...,
     assert waiting.returncode == 0 and out == "trainingjob.gpufleet.io/doomed deleted\n"
 
 
+def test_top_shows_free_gpus_per_node_and_watches(state: Path, cli: Callable[..., Result]) -> None:
+    shown = cli("top", "--nodes")
+    assert shown.code == 0, shown.err
+    nodes = shown.out[shown.out.index("Nodes\n") :].splitlines()
+    assert nodes[1].split() == ["NODE", "POOL", "MODEL", "STATE", "GPUS", "ALLOCATED", "FREE", "UNHEALTHY"]
+    rows = {line.split()[0]: line.split() for line in nodes[2:]}
+    assert set(rows) == {"h100-0", "h100-1"}
+    long_node = cli("get", "po", "job-long-worker-0", "-n", "team-a", "-o", "jsonpath={.spec.nodeName}").out
+    assert rows[long_node][4:] == ["8", "8", "0", "0"]  # `long` holds all eight
+    assert sum(float(row[6]) for row in rows.values()) == 8
+    assert "Nodes" not in cli("top").out
+
+    sink = state.parent / "top-watch.txt"
+    with sink.open("w") as stdout:
+        watching = subprocess.Popen(
+            [sys.executable, "-m", "gpufleet.cli.main", "top", "--watch", "--interval", "0.5"],
+            env={**os.environ, "GPUFLEET_STATE": str(state)},
+            stdout=stdout,
+            text=True,
+        )
+    try:  # refreshed, not printed once
+        wait_for(lambda: sink.read_text().count("GPU pools") >= 2, timeout=60, what="top to show twice")
+        assert watching.poll() is None
+    finally:
+        watching.terminate()
+        watching.wait(timeout=15)
+
+
 def test_cordon_uncordon_and_drain(cli: Callable[..., Result]) -> None:
     """Last of the module: draining restarts `long` elsewhere."""
     keeper = (

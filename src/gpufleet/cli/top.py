@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Annotated, Any
 
@@ -20,14 +21,40 @@ def register(app: typer.Typer) -> None:
 
 
 def top(
-    server: Annotated[str | None, typer.Option("--server", help="API URL.")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="Bearer token.")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="State directory.")] = None,
+    nodes: Annotated[
+        bool, typer.Option("--nodes", help="Also each node: its GPUs allocated, free and unhealthy (sinfo).")
+    ] = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing it, refreshed.")] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", metavar="SECONDS", help="Between refreshes, with --watch.", min=0.1)
+    ] = 2.0,
+    server: Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")] = None,
+    token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")] = None,
+    state: Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")] = None,
 ) -> None:
-    """GPU utilisation per pool and per queue, with workloads pending and running."""
+    """GPU utilisation per pool and per queue, with workloads pending and running (and per node)."""
     from gpufleet.cli.control import connect
 
     client = connect(server, token, state)
+    out = console()
+    if not watch:
+        out.print(_view(client, nodes=nodes))
+        return
+    if out.is_terminal:  # redrawn in place until Ctrl-C
+        from rich.live import Live
+
+        with Live(_view(client, nodes=nodes), console=out, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(_view(client, nodes=nodes), refresh=True)
+    while True:  # piped: one view after another, a blank line between them
+        out.print(_view(client, nodes=nodes))
+        out.print()
+        out.file.flush()
+        time.sleep(interval)
+
+
+def _view(client: Client, *, nodes: bool) -> Group:
     pools = _list_or_none(client, "GPUPool")
     queues = _list_or_none(client, "Queue") or []
     work = (_list_or_none(client, "TrainingJob") or []) + (_list_or_none(client, "InferenceService") or [])
@@ -36,7 +63,58 @@ def top(
     if pools is not None:
         parts.append(pools_table(pools))
     parts.append(queues_table(queues, work, workloads))
-    console().print(Group(*parts))
+    if nodes and client.has_kind("Node"):
+        listed = _list_or_none(client, "Node")
+        if listed is not None:
+            parts.append(nodes_table(listed, _list_or_none(client, "Pod") or []))
+    return Group(*parts)
+
+
+def pod_gpus(pod: dict[str, Any]) -> float:
+    """The GPUs a pod holds: its GPUs times its share of each, or a MIG instance's slices of seven."""
+    spec = pod.get("spec") or {}
+    profile = str(spec.get("mig") or "")
+    if profile[:1].isdigit() and profile[1:2] == "g":
+        return int(profile[0]) / 7
+    return len(spec.get("gpus") or []) * float(spec.get("gpuMilli") or 1000) / 1000
+
+
+def nodes_table(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Columns:
+    """Per node, as Slurm's sinfo: pool, model, state, GPUs, allocated, free (healthy, unallocated)."""
+    allocated: dict[str, float] = {}
+    for pod in pods:
+        node = lookup(pod, ".spec.nodeName")
+        if node and lookup(pod, ".status.phase") not in ("Succeeded", "Failed"):
+            allocated[str(node)] = allocated.get(str(node), 0.0) + pod_gpus(pod)
+    table = Columns(
+        "NODE",
+        "POOL",
+        "MODEL",
+        "STATE",
+        "GPUS",
+        "ALLOCATED",
+        "FREE",
+        "UNHEALTHY",
+        title="Nodes",
+        right=("GPUS", "ALLOCATED", "FREE", "UNHEALTHY"),
+    )
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name, spec, status = node["metadata"]["name"], node.get("spec") or {}, node.get("status") or {}
+        gpus = int(spec.get("gpus") or 0)
+        unhealthy = len(status.get("unhealthyGpus") or [])
+        used = allocated.get(name, 0.0)
+        state = str(status.get("phase") or "-") + (",Cordoned" if spec.get("unschedulable") else "")
+        table.add_row(
+            name,
+            str(spec.get("pool") or "-"),
+            str(spec.get("gpuModel") or "-"),
+            state,
+            str(gpus),
+            _number(used),
+            _number(max(0.0, gpus - unhealthy - used)),
+            str(unhealthy),
+        )
+    return table
 
 
 def _list_or_none(client: Client, kind: str) -> list[dict[str, Any]] | None:
