@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
@@ -77,9 +78,21 @@ def test_cli_prints_one_crd_per_kind() -> None:
 
 def test_cli_writes_to_a_file(tmp_path) -> None:
     target = tmp_path / "crds.yaml"
-    result = CliRunner().invoke(app, ["manifests", "crds", "-o", str(target)])
+    result = CliRunner().invoke(app, ["manifests", "crds", "--output-file", str(target)])
     assert result.exit_code == 0
     assert len(list(yaml.safe_load_all(target.read_text()))) == 7
+
+
+def test_cli_output_is_a_format() -> None:
+    """`-o` is the output format, as everywhere in the CLI (it once named a file)."""
+    listed = json.loads(CliRunner().invoke(app, ["manifests", "crds", "-o", "json"]).output)
+    assert listed["kind"] == "List" and listed["items"] == custom_resource_definitions()
+    assert (
+        len(list(yaml.safe_load_all(CliRunner().invoke(app, ["manifests", "crds", "-o", "yaml"]).output)))
+        == 7
+    )
+    refused = CliRunner().invoke(app, ["manifests", "crds", "-o", "crds.yaml"])
+    assert refused.exit_code != 0 and "must be yaml or json" in str(refused.exception)
 
 
 @pytest.mark.parametrize("crd", custom_resource_definitions(), ids=lambda crd: crd["spec"]["names"]["kind"])

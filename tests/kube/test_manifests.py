@@ -57,8 +57,9 @@ def test_with_other_values_too() -> None:
 
 def test_the_charts_crds_are_the_generated_ones() -> None:
     shipped = list(yaml.safe_load_all((CHART / "crds" / "gpufleet-crds.yaml").read_text()))
-    assert shipped == custom_resource_definitions(), "regenerate with: gpufleet manifests crds -o " + str(
-        CHART / "crds" / "gpufleet-crds.yaml"
+    target = CHART / "crds" / "gpufleet-crds.yaml"
+    assert shipped == custom_resource_definitions(), (
+        f"regenerate with: gpufleet manifests crds --output-file {target}"
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -18,22 +20,37 @@ manifests_app = typer.Typer(
 )
 
 
-@manifests_app.command("crds")
-def crds(
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-) -> None:
-    """CustomResourceDefinitions of gpufleet's kinds, for `kubectl apply -f`."""
-    text = yaml.safe_dump_all(custom_resource_definitions(), sort_keys=False, explicit_start=True)
-    if output is None:
+FORMAT = typer.Option("yaml", "--output", "-o", metavar="FORMAT", help="yaml or json.")
+TO_FILE = typer.Option(None, "--output-file", metavar="PATH", help="Write to this file instead of stdout.")
+
+
+def _write(objects: list[dict[str, Any]], output: str, to_file: Path | None) -> None:
+    """The objects as YAML documents or a JSON List, on stdout or into a file."""
+    if output == "yaml":
+        text = yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True)
+    elif output == "json":
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n"
+    else:
+        raise ValidationError(f"must be yaml or json, got {output!r}", field="--output")
+    if to_file is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        to_file.write_text(text, encoding="utf-8")
+
+
+@manifests_app.command("crds")
+def crds(output: str = FORMAT, to_file: Path | None = TO_FILE) -> None:
+    """CustomResourceDefinitions of gpufleet's kinds, for `kubectl apply -f`."""
+    _write(custom_resource_definitions(), output, to_file)
 
 
 @manifests_app.command("all")
 def all_manifests(
-    values: Path | None = typer.Option(None, "--values", "-f", help="A values file, as for the Helm chart."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    values: Path | None = typer.Option(
+        None, "--values", "-f", metavar="FILE", help="A values file, as for the Helm chart."
+    ),
+    output: str = FORMAT,
+    to_file: Path | None = TO_FILE,
 ) -> None:
     """Everything gpufleet runs in a cluster (what the Helm chart renders), for `kubectl apply -f`."""
     overrides = None
@@ -44,12 +61,9 @@ def all_manifests(
             raise ValidationError(f"cannot read: {exc.strerror}", obj=str(values)) from None
         except yaml.YAMLError as exc:
             raise ValidationError(f"not valid YAML: {exc}", obj=str(values)) from None
-    objects = render_all(values_from(overrides, source=str(values or "values")))
-    text = yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True)
-    if output is None:
-        typer.echo(text, nl=False)
-    else:
-        output.write_text(text, encoding="utf-8")
+    if output not in ("yaml", "json"):  # before the values are read
+        raise ValidationError(f"must be yaml or json, got {output!r}", field="--output")
+    _write(render_all(values_from(overrides, source=str(values or "values"))), output, to_file)
 
 
 def register(app: typer.Typer) -> None:
