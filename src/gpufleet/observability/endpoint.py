@@ -33,7 +33,12 @@ def parse_bind_address(value: str, *, option: str = "--metrics-bind-address") ->
 
 def serve_metrics(value: str, *, option: str = "--metrics-bind-address") -> tuple[str, int] | None:
     """Starts serving `/metrics` on the address `value` names (daemon threads); the bound address,
-    or None when metrics are off. A port in use is an error naming the option."""
+    or None when metrics are off or cannot be served.
+
+    A malformed address is an error naming the option. An address that cannot be listened on (a
+    port another process holds: a second scheduler on one machine, as benchmarks start them) is
+    logged as a warning and the process runs on without metrics: scheduling matters more than its
+    figures, and a scrape that finds nothing raises the scheduler-down alert."""
     address = parse_bind_address(value, option=option)
     if address is None:
         return None
@@ -41,9 +46,10 @@ def serve_metrics(value: str, *, option: str = "--metrics-bind-address") -> tupl
     try:
         server, _thread = start_http_server(port, addr=host)
     except OSError as exc:
-        raise ValidationError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", field=option
-        ) from None
+        log.warning(
+            "metrics not served: cannot listen on %s:%d (%s; %s)", host, port, exc.strerror or exc, option
+        )
+        return None
     bound = server.server_address
     log.info("metrics on http://%s:%d/metrics", bound[0], bound[1])
     return str(bound[0]), int(bound[1])
