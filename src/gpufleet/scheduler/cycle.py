@@ -484,10 +484,7 @@ class _Cycle:
                 if models:
                     usage = self._usage_at(workload, models[0], self._smallest(workload))
             self._usage_memo[workload.name] = usage
-        return any(
-            cache.usage.usage(workload.queue, flavor) + amount > cache.tree.nominal(workload.queue, flavor)
-            for flavor, amount in usage.items()
-        )
+        return bool(usage) and cache.usage.guarantor(workload.queue, usage) is None
 
     def _record(self, workload: Workload, outcome: Outcome) -> bool:
         """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""

@@ -82,6 +82,11 @@ class QuotaShortfall:
         return text
 
 
+def _nominal(node: QuotaNode, flavor: str) -> int:
+    limits = node.quotas.get(flavor)
+    return 0 if limits is None else limits.nominal
+
+
 def _gpus(milli: int) -> float:
     return milli / 1000
 
@@ -250,6 +255,38 @@ class QuotaUsage:
             if cap <= from_parent:
                 from_parent, binding = cap, name
         return local + max(0, from_parent), binding
+
+    def guarantor(self, queue: str, amounts: Mapping[str, int]) -> str | None:
+        """The queue whose nominal quota holds `amounts` added to the leaf `queue`, or None when they
+        would be borrowed from the root (decision 27).
+
+        Per flavor, the lowest queue on the path that holds its usage with `amounts` added, charged up
+        as `add` would, within its subtree quota: the leaf itself, or an inner queue below the root that
+        sets a nominal quota of its own for the flavor (an organisation's quota is a guarantee to its
+        subtree; an inner queue without one only passes on what its children lend each other). Over
+        several flavors, the highest of those; the leaf when nothing is asked."""
+        tree = self.tree
+        path = tree.paths[queue]
+        top = 0
+        for flavor, amount in amounts.items():
+            if not amount:
+                continue
+            delta = amount
+            level = None
+            for depth, name in enumerate(path):
+                old = self.used[name].get(flavor, 0)
+                new = old + delta
+                if new <= tree.subtree[name].get(flavor, 0) and (
+                    depth == 0 or (depth < len(path) - 1 and _nominal(tree.nodes[name], flavor) > 0)
+                ):
+                    level = depth
+                    break
+                kept = tree.guaranteed[name].get(flavor, 0)
+                delta = max(0, new - kept) - max(0, old - kept)
+            if level is None:
+                return None
+            top = max(top, level)
+        return path[top]
 
     def fits(self, queue: str, amounts: Mapping[str, int]) -> QuotaShortfall | None:
         """None when the leaf queue can take `amounts` now; else the first flavor that does not fit."""

@@ -56,14 +56,20 @@ def candidates(
     tree = cache.tree
     own_settings = cache.settings[preemptor.queue]
     root = tree.root_of(preemptor.queue)
-    borrowing = _is_borrowing(snapshot, preemptor, assignment)
+    guarantor = _guarantor(snapshot, preemptor, assignment)
+    borrowing = guarantor is None
     flavors = set(assignment.usage)
     parts: list[PoolPart] = []
     queues = []
     if own_settings.preemption.within_queue != "Never":
         queues.append(preemptor.queue)
     if _reaches_others(own_settings, borrowing):
-        queues.extend(q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue)
+        others = [q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue]
+        if guarantor is not None and guarantor != preemptor.queue:
+            # Within an inner queue's quota (decision 27): it reclaims what that queue lends outside
+            # its subtree, not what the subtree's own members share of it.
+            others = [q for q in others if guarantor not in tree.paths[q]]
+        queues.extend(others)
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     held = cache.admitted.get(preemptor.name)
     charges = cache.charges
@@ -199,12 +205,14 @@ def _borrowing_queues(snapshot: Snapshot, root: str, flavors: set[str]) -> list[
     return list(queues)
 
 
+def _guarantor(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> str | None:
+    """The queue whose nominal quota holds the preemptor (its own, or an inner queue's: decision 27);
+    None when it would borrow from the root."""
+    return snapshot.cache.usage.guarantor(preemptor.queue, assignment.usage)
+
+
 def _is_borrowing(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
-    cache = snapshot.cache
-    return any(
-        cache.usage.usage(preemptor.queue, flavor) + amount > cache.tree.nominal(preemptor.queue, flavor)
-        for flavor, amount in assignment.usage.items()
-    )
+    return _guarantor(snapshot, preemptor, assignment) is None
 
 
 def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
