@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,16 @@ def test_output_name_and_jsonpath(cli: Callable[..., Result]) -> None:
         'jsonpath={.status.conditions[?(@.type=="Admitted")].status}',
     )
     assert admitted.code == 0 and admitted.out == "True", admitted
+
+
+def test_describe_prints_machine_formats_too(cli: Callable[..., Result]) -> None:
+    text = cli("describe", "tj", "long", "-n", "team-a")
+    assert text.code == 0 and "Conditions:" in text.out
+    as_json = cli("describe", "tj", "long", "-n", "team-a", "-o", "json").json()
+    assert as_json["metadata"]["name"] == "long" and as_json["kind"] == "TrainingJob"
+    assert cli("describe", "tj", "long", "-n", "team-a", "-o", "name").out == "trainingjob.gpufleet.io/long\n"
+    assert cli("describe", "tj", "long", "-n", "team-a", "-o", "jsonpath={.spec.replicas}").out == "1"
+    assert cli("describe", "tj", "long", "-n", "team-a", "-o", "wide").code == 2
 
 
 def test_bad_output_formats_are_usage_errors(cli: Callable[..., Result]) -> None:
@@ -355,3 +366,30 @@ def test_cost_per_queue_and_pool(cli: Callable[..., Result]) -> None:
     table = cli("cost")
     assert table.code == 0 and "Per queue" in table.out and "Per pool" in table.out
     assert "IDLE GPU-H" in table.out and "team-b" in table.out
+
+
+def test_help_names_values_never_python_types() -> None:
+    """Every command's help, the kube group's included: `--port PORT`, `KIND`, not `<int>`, `<str>`."""
+    import typer
+
+    from gpufleet.cli.main import build_app
+
+    root = typer.main.get_command(build_app())
+    seen = []
+
+    def walk(command: Any, parent: Any, name: str) -> None:
+        ctx = type(root.make_context("gpufleet", [], resilient_parsing=True))(
+            command, info_name=name, parent=parent
+        )
+        text = command.get_help(ctx)
+        seen.append(name)
+        for python_type in ("<str>", "<int>", "<float>", "<list[", "<Path>", "<bool>"):
+            assert python_type not in text, f"{ctx.command_path}: {python_type} in\n{text}"
+        # typer's own copy of click in newer releases: its groups are not click's class
+        for child_name, child in getattr(command, "commands", {}).items():
+            walk(child, ctx, child_name)
+
+    walk(root, None, "gpufleet")
+    assert {"get", "wait", "explain", "history", "cost", "drain", "up", "scheduler"} <= set(seen)
+    get_help = root.get_help(root.make_context("gpufleet", [], resilient_parsing=True))
+    assert "--version" in get_help

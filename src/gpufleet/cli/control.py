@@ -23,18 +23,28 @@ from gpufleet.cli.client import Client, ResourceType
 from gpufleet.cli.output import console, lookup, objects_table, output_format, print_objects
 
 Server = Annotated[
-    str | None, typer.Option("--server", help="API URL [env GPUFLEET_SERVER; default http://127.0.0.1:8765].")
+    str | None,
+    typer.Option(
+        "--server", metavar="URL", help="API URL [env GPUFLEET_SERVER; default http://127.0.0.1:8765]."
+    ),
 ]
 Token = Annotated[
-    str | None, typer.Option("--token", help="Bearer token [env GPUFLEET_TOKEN; default: admin].")
+    str | None,
+    typer.Option("--token", metavar="TOKEN", help="Bearer token [env GPUFLEET_TOKEN; default: admin]."),
 ]
 State = Annotated[
-    str | None, typer.Option("--state", help="State directory [env GPUFLEET_STATE; ~/.local/share/gpufleet].")
+    str | None,
+    typer.Option(
+        "--state", metavar="DIR", help="State directory [env GPUFLEET_STATE; ~/.local/share/gpufleet]."
+    ),
 ]
-Namespace = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace [default: default].")]
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", metavar="NS", help="Namespace [default: default].")
+]
 AllNamespaces = Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")]
 Files = Annotated[
-    list[str] | None, typer.Option("--filename", "-f", help="YAML file, directory of them, or - for stdin.")
+    list[str] | None,
+    typer.Option("--filename", "-f", metavar="FILE", help="YAML file, directory of them, or - for stdin."),
 ]
 
 
@@ -238,11 +248,12 @@ def sort_objects(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], An
 
 
 def delete(
-    kind: Annotated[str | None, typer.Argument(help="Kind, plural or short name.")] = None,
-    names: Annotated[list[str] | None, typer.Argument(help="Names of the objects.")] = None,
+    kind: Annotated[str | None, typer.Argument(metavar="KIND", help="Kind, plural or short name.")] = None,
+    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Names of the objects.")] = None,
     filename: Files = None,
     selector: Annotated[
-        str | None, typer.Option("--selector", "-l", help="Every object of KIND with these labels.")
+        str | None,
+        typer.Option("--selector", "-l", metavar="SELECTOR", help="Every object of KIND with these labels."),
     ] = None,
     everything: Annotated[bool, typer.Option("--all", help="Every object of KIND.")] = False,
     namespace: Namespace = None,
@@ -306,10 +317,12 @@ def _print_deleted(out: Console, deleted: list[dict[str, Any]]) -> None:
 
 def events(
     namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", help="Namespace [default: all].")
+        str | None, typer.Option("--namespace", "-n", metavar="NS", help="Namespace [default: all].")
     ] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep printing new events.")] = False,
-    limit: Annotated[int, typer.Option("--limit", help="How many of the latest to show.", min=1)] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", help="How many of the latest to show.", min=1)
+    ] = 50,
     server: Server = None,
     token: Token = None,
     state: State = None,
@@ -354,7 +367,10 @@ def _print_changes(out: Console, changes: list[dict[str, Any]]) -> None:
 
 
 def token_create(
-    queue: Annotated[str, typer.Option("--queue", "-q", help="The queue the token may submit to and read.")],
+    queue: Annotated[
+        str,
+        typer.Option("--queue", "-q", metavar="QUEUE", help="The queue the token may submit to and read."),
+    ],
     server: Server = None,
     token: Token = None,
     state: State = None,
@@ -379,10 +395,13 @@ _FAULTS = {
 
 
 def fault(
-    kind: Annotated[str, typer.Argument(help="gpu-failure, gpu-repair, node-loss or spot-interruption.")],
-    node: Annotated[str, typer.Argument(help="The node (see `gpufleet get nodes`).")],
+    kind: Annotated[
+        str, typer.Argument(metavar="FAULT", help="gpu-failure, gpu-repair, node-loss or spot-interruption.")
+    ],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="The node (see `gpufleet get nodes`).")],
     gpu: Annotated[
-        int | None, typer.Option("--gpu", help="The GPU's index, for gpu-failure and gpu-repair.")
+        int | None,
+        typer.Option("--gpu", metavar="N", help="The GPU's index, for gpu-failure and gpu-repair."),
     ] = None,
     server: Server = None,
     token: Token = None,

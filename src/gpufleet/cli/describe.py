@@ -22,22 +22,36 @@ def register(app: typer.Typer) -> None:
 
 
 def describe(
-    kind: Annotated[str, typer.Argument(help="Kind, plural or short name.")],
-    name: Annotated[str, typer.Argument(help="The object's name.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="Kind, plural or short name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The object's name.")],
     namespace: Annotated[
-        str | None, typer.Option("--namespace", "-n", help="Namespace [default: default].")
+        str | None, typer.Option("--namespace", "-n", metavar="NS", help="Namespace [default: default].")
     ] = None,
-    server: Annotated[str | None, typer.Option("--server", help="API URL.")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="Bearer token.")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="State directory.")] = None,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            help="text, or the object as yaml, json, name or jsonpath=TEMPLATE.",
+        ),
+    ] = "text",
+    server: Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")] = None,
+    token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")] = None,
+    state: Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")] = None,
 ) -> None:
     """Shows one object: spec, status, pending reason with its details, conditions and events."""
     from gpufleet.cli.control import connect, namespace_of
+    from gpufleet.cli.output import output_format, print_objects
 
+    fmt, argument = output_format(output, allowed=("text", "yaml", "json", "name", "jsonpath=TEMPLATE"))
     client = connect(server, token, state)
     rtype = client.resource_type(kind)
     ns = namespace_of(namespace, False) if rtype.namespaced else None
     obj = client.read(rtype, name, ns)
+    if fmt != "text":
+        print_objects([obj], fmt, single=True, argument=argument)
+        return
     related = _events_of(client, obj)
     console().print(render(obj, related))
 

@@ -44,11 +44,33 @@ def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
         """GPU fleet orchestration: queues, quotas, gang and topology-aware placement, GPU sharing."""
 
     built.callback()(root)
+    _values_named_not_typed()
     import importlib
 
     for area in areas:
         importlib.import_module(f"gpufleet.cli.{area}").register(built)
     return built
+
+
+def _values_named_not_typed() -> None:
+    """Help names what a value is (`--port PORT`, `KIND`), never its Python type (`<int>`, `<str>`),
+    which typer shows by default: an option says its metavar, or its name in capitals; an argument's
+    name (or metavar) is all it needs."""
+    from typer import core
+
+    if not hasattr(core.TyperOption, "display_type_rich"):  # a typer that never showed types
+        return
+
+    def option_value(self: Any, ctx: Any) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        if self.metavar is not None:
+            return str(self.metavar)
+        value = str(self.name or "value").upper()
+        return f"{value}..." if self.nargs != 1 else value
+
+    setattr(core.TyperOption, "display_type_rich", option_value)  # noqa: B010 (mypy: a method)
+    setattr(core.TyperArgument, "display_type_rich", lambda self, ctx: None)  # noqa: B010
 
 
 def _print_version(value: bool) -> None:

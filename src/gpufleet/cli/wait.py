@@ -97,7 +97,7 @@ def parse_timeout(text: str) -> float:
 
 def wait(
     kind: Annotated[str, typer.Argument(metavar="KIND", help="Kind, plural or short name.")],
-    names: Annotated[list[str] | None, typer.Argument(metavar="NAME...", help="The objects' names.")] = None,
+    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="The objects' names.")] = None,
     condition: Annotated[
         str,
         typer.Option(
