@@ -29,22 +29,24 @@ from gpufleet.scheduler.cache import ClusterCache
 MIG_SLICES = 7
 """Compute slices of a MIG-capable GPU (A100, H100, H200): a `3g.40gb` instance is 3/7 of one."""
 
-_groups_memo: dict[int, tuple[int, int, np.ndarray, list[tuple[str, str]]]] = {}
+_groups_memo: dict[int, tuple[int, int, np.ndarray, list[tuple[str, str]], list[str]]] = {}
 
 
-def _groups(fleet: FleetState) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """Per row of the fleet, the index of its (pool, model) in the returned list."""
+def _groups(fleet: FleetState) -> tuple[np.ndarray, list[tuple[str, str]], list[str]]:
+    """Per row of the fleet, the index of its (pool, model) in the returned list, and its pool."""
     memo = _groups_memo.get(id(fleet))
     if memo is not None and memo[0] == fleet.generation and memo[1] == fleet.n_rows:
-        return memo[2], memo[3]
+        return memo[2], memo[3], memo[4]
     keys: dict[tuple[str, str], int] = {}
     ids = np.zeros(fleet.n_rows, dtype=np.int64)
+    pools: list[str] = []
     for row, spec in enumerate(fleet.specs[: fleet.n_rows]):
         key = (spec.labels.get(POOL_LABEL, ""), spec.gpu_model)
         ids[row] = keys.setdefault(key, len(keys))
+        pools.append(key[0])
     _groups_memo.clear()  # one fleet per process is the rule; never hold on to an old one
-    _groups_memo[id(fleet)] = (fleet.generation, fleet.n_rows, ids, list(keys))
-    return ids, list(keys)
+    _groups_memo[id(fleet)] = (fleet.generation, fleet.n_rows, ids, list(keys), pools)
+    return ids, list(keys), pools
 
 
 def counts(fleet: FleetState) -> dict[tuple[str, str], dict[str, int]]:
@@ -52,7 +54,7 @@ def counts(fleet: FleetState) -> dict[tuple[str, str], dict[str, int]]:
     n = fleet.n_rows
     if n == 0:
         return {}
-    ids, keys = _groups(fleet)
+    ids, keys, _pools = _groups(fleet)
     width = fleet.gpu_ok.shape[1]
     exists = np.arange(width)[None, :] < fleet.gpu_count[:n, None]
     ok = fleet.gpu_ok[:n] & exists
@@ -95,15 +97,22 @@ def gpus_of(alloc: Allocation) -> float:
 
 def queue_pools(cache: ClusterCache) -> dict[tuple[str, str], float]:
     """Per (leaf queue, pool): the GPUs its admitted workloads hold there."""
-    fleet = cache.fleet
-    out: dict[tuple[str, str], float] = {}
+    _ids, _keys, pools = _groups(cache.fleet)
+    rows = len(pools)
+    milli: dict[tuple[str, str], float] = {}
     for admitted in cache.admitted.values():
+        queue = admitted.workload.queue
         for alloc in admitted.pods.values():
-            if alloc.node >= len(fleet.specs):
+            if alloc.node >= rows:
                 continue
-            key = (admitted.queue, fleet.specs[alloc.node].labels.get(POOL_LABEL, ""))
-            out[key] = out.get(key, 0.0) + gpus_of(alloc)
-    return {key: round(value, 3) for key, value in out.items() if value}
+            key = (queue, pools[alloc.node])
+            held = alloc.milli * len(alloc.gpus) if alloc.mig is None else _mig_milli(alloc)
+            milli[key] = milli.get(key, 0) + held
+    return {key: round(value / 1000, 3) for key, value in milli.items() if value}
+
+
+def _mig_milli(alloc: Allocation) -> float:
+    return gpus_of(alloc) * 1000
 
 
 def record(cache: ClusterCache) -> None:
