@@ -269,57 +269,44 @@ def test_top_shows_free_gpus_per_node_and_watches(state: Path, cli: Callable[...
         watching.wait(timeout=15)
 
 
-def test_cordon_uncordon_and_drain(cli: Callable[..., Result]) -> None:
-    """Last of the module: draining restarts `long` elsewhere."""
-    keeper = (
-        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: keeper, namespace: team-a}\n"
+def test_get_watch_prints_changes(state: Path, cli: Callable[..., Result]) -> None:
+    sinks = {fmt: state.parent / f"watch-{fmt}.txt" for fmt in ("table", "name")}
+    watchers = []
+    for fmt, sink in sinks.items():
+        with sink.open("w") as stdout:
+            watchers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "gpufleet.cli.main", "get", "tj", "-n", "team-b", "-w", "-o", fmt],
+                    env={**os.environ, "GPUFLEET_STATE": str(state), "COLUMNS": "200"},
+                    stdout=stdout,
+                    text=True,
+                )
+            )
+    watched = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: watched, namespace: team-b}\n"
     )
-    keeper += (
-        "spec: {queue: team-a, replicas: 1, worker: {gpus: 2}, durationSeconds: 360000, preemptible: false}\n"
-    )
-    assert cli("apply", "-f", "-", stdin=keeper).code == 0
+    watched += "spec: {queue: team-b, replicas: 1, worker: {gpus: 1}, durationSeconds: 60}\n"
     try:
-
-        def node_of(pod: str) -> str:
-            return cli("get", "po", pod, "-n", "team-a", "-o", "jsonpath={.spec.nodeName}").out
-
-        wait_for(lambda: node_of("job-keeper-worker-0"), timeout=30, what="keeper to be placed")
-        node = node_of("job-keeper-worker-0")
-        assert cli("cordon", node).out == f"node/{node} cordoned\n"
-        assert cli("cordon", node).out == f"node/{node} already cordoned\n"
-        nodes = cli("get", "no", node)
-        assert "Ready,SchedulingDisabled" in nodes.out
-        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "true"
-        assert cli("uncordon", node).out == f"node/{node} uncordoned\n"
-        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"
-
-        refused = cli("drain", node)
-        assert refused.code == 1 and "team-a/job-keeper-worker-0" in refused.err and "--force" in refused.err
-        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"  # nothing done
-        drained = cli("drain", node, "--force")
-        assert drained.code == 0, drained.err
-        assert (
-            f"node/{node} cordoned" in drained.out
-            and "evicting pod team-a/job-keeper-worker-0" in drained.out
-        )
-        assert drained.out.endswith(f"node/{node} drained\n")
-        restarted = cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}")
         wait_for(
-            lambda: (
-                cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}").out == "1"
-            ),
-            timeout=30,
-            what=f"keeper to restart after the drain (restarts {restarted.out})",
+            lambda: all("waiter" in sink.read_text() for sink in sinks.values()), timeout=60, what="lists"
         )
-        on_node = cli(
-            "get", "po", "-A", "-o", "jsonpath={range .items[*]}{.spec.nodeName}/{.status.phase} {end}"
+        assert cli("apply", "-f", "-", stdin=watched).code == 0
+        wait_for(
+            lambda: "trainingjob.gpufleet.io/watched" in sinks["name"].read_text(), timeout=60, what="-o name"
         )
-        assert f"{node}/Running" not in on_node.out  # nothing runs on the cordoned node
-        assert cli("drain", "no-such-node").code == 1
+        wait_for(lambda: "watched" in sinks["table"].read_text(), timeout=60, what="a table row")
+        assert all(w.poll() is None for w in watchers)  # still watching
     finally:
-        cli("delete", "tj", "keeper", "-n", "team-a")
-        for name in cli("get", "no", "-o", "name").out.split():
-            cli("uncordon", name.rsplit("/", 1)[1])
+        cli("delete", "tj", "watched", "-n", "team-b", "--ignore-not-found")
+        for watcher in watchers:
+            watcher.terminate()
+            watcher.wait(timeout=15)
+    lines = sinks["table"].read_text().splitlines()
+    assert lines[0].split()[:2] == ["NAME", "QUEUE"] and lines[1].split()[0] == "waiter"
+    assert any(line.split()[0] == "watched" for line in lines[2:])  # rows of changes, no new header
+    assert sum(line.startswith("NAME") for line in lines) == 1
+    refused = cli("get", "tj,gp", "-w")
+    assert refused.code == 2 and "one kind" in refused.err
 
 
 def test_history_accounts_for_finished_jobs(cli: Callable[..., Result]) -> None:
@@ -393,3 +380,56 @@ def test_help_names_values_never_python_types() -> None:
     assert {"get", "wait", "explain", "history", "cost", "drain", "up", "scheduler"} <= set(seen)
     get_help = root.get_help(root.make_context("gpufleet", [], resilient_parsing=True))
     assert "--version" in get_help
+
+
+def test_cordon_uncordon_and_drain(cli: Callable[..., Result]) -> None:
+    """Last of the module: draining restarts `long` elsewhere."""
+    keeper = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: keeper, namespace: team-a}\n"
+    )
+    keeper += (
+        "spec: {queue: team-a, replicas: 1, worker: {gpus: 2}, durationSeconds: 360000, preemptible: false}\n"
+    )
+    assert cli("apply", "-f", "-", stdin=keeper).code == 0
+    try:
+
+        def node_of(pod: str) -> str:
+            return cli("get", "po", pod, "-n", "team-a", "-o", "jsonpath={.spec.nodeName}").out
+
+        wait_for(lambda: node_of("job-keeper-worker-0"), timeout=30, what="keeper to be placed")
+        node = node_of("job-keeper-worker-0")
+        assert cli("cordon", node).out == f"node/{node} cordoned\n"
+        assert cli("cordon", node).out == f"node/{node} already cordoned\n"
+        nodes = cli("get", "no", node)
+        assert "Ready,SchedulingDisabled" in nodes.out
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "true"
+        assert cli("uncordon", node).out == f"node/{node} uncordoned\n"
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"
+
+        refused = cli("drain", node)
+        assert refused.code == 1 and "team-a/job-keeper-worker-0" in refused.err and "--force" in refused.err
+        assert cli("get", "no", node, "-o", "jsonpath={.spec.unschedulable}").out == "false"  # nothing done
+        drained = cli("drain", node, "--force")
+        assert drained.code == 0, drained.err
+        assert (
+            f"node/{node} cordoned" in drained.out
+            and "evicting pod team-a/job-keeper-worker-0" in drained.out
+        )
+        assert drained.out.endswith(f"node/{node} drained\n")
+        restarted = cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}")
+        wait_for(
+            lambda: (
+                cli("get", "tj", "keeper", "-n", "team-a", "-o", "jsonpath={.status.restarts}").out == "1"
+            ),
+            timeout=30,
+            what=f"keeper to restart after the drain (restarts {restarted.out})",
+        )
+        on_node = cli(
+            "get", "po", "-A", "-o", "jsonpath={range .items[*]}{.spec.nodeName}/{.status.phase} {end}"
+        )
+        assert f"{node}/Running" not in on_node.out  # nothing runs on the cordoned node
+        assert cli("drain", "no-such-node").code == 1
+    finally:
+        cli("delete", "tj", "keeper", "-n", "team-a")
+        for name in cli("get", "no", "-o", "name").out.split():
+            cli("uncordon", name.rsplit("/", 1)[1])

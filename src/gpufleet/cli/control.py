@@ -164,11 +164,14 @@ def get(
             help="Sort the list by this field (.metadata.creationTimestamp, .status.restarts).",
         ),
     ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="After listing, print each change as it happens.")
+    ] = False,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
-    """Lists objects of a kind (or of several), or shows one."""
+    """Lists objects of a kind (or of several), or shows one; -w keeps printing their changes."""
     from gpufleet.cli.jsonpath import compile_path, first
 
     fmt, argument = output_format(output)
@@ -181,10 +184,18 @@ def get(
     rtypes = kinds_named(client, kind)
     if name and len(rtypes) > 1:
         raise ValidationError("name one kind to get an object by name", field="KIND")
+    if watch and len(rtypes) > 1:
+        raise ValidationError("watch one kind at a time", field="--watch")
     found: list[tuple[ResourceType, str | None, list[dict[str, Any]]]] = []
+    cursor = "0"
     for rtype in rtypes:
         ns = namespace_of(namespace, all_namespaces) if rtype.namespaced else None
-        items = [client.read(rtype, name, ns)] if name else client.list_objects(rtype, ns, selector)
+        if name:
+            items = [client.read(rtype, name, ns)]
+            cursor = str(items[0]["metadata"].get("resourceVersion") or "0")
+        else:
+            listed = client.get(rtype.path(ns), labelSelector=selector)
+            items, cursor = listed["items"], str(listed["metadata"]["resourceVersion"])
         if sort_path is not None:
             items = sort_objects(items, lambda obj: first(sort_path, obj))
         found.append((rtype, ns, items))
@@ -192,6 +203,8 @@ def get(
         print_objects(
             [obj for _, _, items in found for obj in items], fmt, single=bool(name), argument=argument
         )
+        if watch:
+            _watch(client, found[0][0], found[0][1], name, selector, cursor, fmt, argument)
         return
     out = console()
     for index, (rtype, ns, items) in enumerate(found):
@@ -213,6 +226,47 @@ def get(
     if len(found) > 1 and not any(items for _, _, items in found):
         ns = namespace_of(namespace, all_namespaces)
         console(stderr=True).print("No resources found" + (f" in namespace {ns}." if ns else "."))
+    if watch:
+        _watch(client, found[0][0], found[0][1], name, selector, cursor, fmt, argument)
+
+
+def _watch(
+    client: Client,
+    rtype: ResourceType,
+    namespace: str | None,
+    name: str | None,
+    selector: str | None,
+    cursor: str,
+    fmt: str,
+    argument: str,
+) -> None:
+    """Prints every change to the objects from `cursor` on, until Ctrl-C: a table row each, or the
+    object in `fmt` (a jsonpath's text ends in a line break)."""
+    out = console()
+    while True:
+        params = {"watch": "true", "resourceVersion": cursor, "timeoutSeconds": "300"}
+        if selector:
+            params["labelSelector"] = selector
+        for line in client.stream(rtype.path(namespace), **params):
+            obj = line.get("object") or {}
+            if line.get("type") == "ERROR":  # too far behind the store's history: list again
+                listed = client.get(rtype.path(namespace), labelSelector=selector)
+                cursor = str(listed["metadata"]["resourceVersion"])
+                break
+            cursor = str(obj.get("metadata", {}).get("resourceVersion") or cursor)
+            if line.get("type") == "BOOKMARK" or (name and obj.get("metadata", {}).get("name") != name):
+                continue
+            if fmt in ("table", "wide"):
+                table = objects_table(
+                    rtype, [obj], namespaces=rtype.namespaced and namespace is None, wide=fmt == "wide"
+                )
+                table.header = False
+                out.print(table)
+            else:
+                print_objects([obj], fmt, single=True, argument=argument)
+                if fmt == "jsonpath":
+                    sys.stdout.write("\n")
+            sys.stdout.flush()
 
 
 def kinds_named(client: Client, names: str) -> list[ResourceType]:
