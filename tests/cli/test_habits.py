@@ -309,6 +309,31 @@ def test_get_watch_prints_changes(state: Path, cli: Callable[..., Result]) -> No
     assert refused.code == 2 and "one kind" in refused.err
 
 
+def test_describe_shows_a_pending_jobs_place_in_its_queue(cli: Callable[..., Result]) -> None:
+    def job(name: str, extra: str = "") -> str:
+        text = "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\n"
+        text += f"metadata: {{name: {name}, namespace: team-b}}\n"
+        return (
+            text + f"spec: {{queue: team-b, replicas: 2, worker: {{gpus: 8}}, durationSeconds: 60{extra}}}\n"
+        )
+
+    def position(name: str) -> str:
+        out = cli("describe", "tj", name, "-n", "team-b").out
+        return next((line for line in out.splitlines() if line.startswith("Queue position:")), "")
+
+    assert position("waiter").startswith("Queue position: 1 of 1 pending in queue team-b")
+    assert cli("apply", "-f", "-", stdin=job("second")).code == 0
+    try:
+        wait_for(lambda: "2 of 2" in position("second"), timeout=30, what="second to wait behind waiter")
+        assert "1 of 2" in position("waiter")
+        assert cli("apply", "-f", "-", stdin=job("urgent", ", priorityClass: production-training")).code == 0
+        wait_for(lambda: "1 of 3" in position("urgent"), timeout=30, what="a higher priority to go first")
+        assert "2 of 3" in position("waiter") and "3 of 3" in position("second")
+        assert position("long") == ""  # team-a's, running: no place in a queue
+    finally:
+        cli("delete", "tj", "second", "urgent", "-n", "team-b", "--ignore-not-found")
+
+
 def test_history_accounts_for_finished_jobs(cli: Callable[..., Result]) -> None:
     table = cli("history")
     assert table.code == 0, table.err

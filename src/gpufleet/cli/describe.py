@@ -53,17 +53,28 @@ def describe(
         print_objects([obj], fmt, single=True, argument=argument)
         return
     related = _events_of(client, obj)
-    console().print(render(obj, related))
+    console().print(render(obj, related, position=queue_position(client, obj)))
 
 
-def render(obj: dict[str, Any], events: list[dict[str, Any]]) -> RenderableType:
-    """The description of an object and its events."""
+def render(
+    obj: dict[str, Any], events: list[dict[str, Any]], *, position: tuple[int, int, str] | None = None
+) -> RenderableType:
+    """The description of an object and its events (and, pending, its place in its queue)."""
     meta = obj.get("metadata", {})
     status = obj.get("status") or {}
     parts: list[RenderableType] = [_fields(obj, meta, status)]
     reason = status.get("pendingReason")
     if reason:
         parts.append(_pending(reason))
+    if position is not None:
+        place, count, queue = position
+        parts.append(
+            Text.assemble(
+                ("Queue position: ", "bold"),
+                f"{place} of {count} pending in queue {queue} "
+                "(by priority, then submission; fair share between users may reorder them)",
+            )
+        )
     spec = obj.get("spec")
     if spec:
         parts.append(Text("Spec:", style="bold"))
@@ -149,6 +160,48 @@ def sort_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(
         events, key=lambda e: (str(e.get("spec", {}).get("time", "")), e["metadata"].get("name", ""))
     )
+
+
+def _is_pending(workload: dict[str, Any]) -> bool:
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    return spec.get("active", True) is not False and status.get("phase", "Pending") == "Pending"
+
+
+def queue_position(client: Client, obj: dict[str, Any]) -> tuple[int, int, str] | None:
+    """Where a pending job's, service's or workload's Workload stands among its queue's pending ones
+    (1 is next), with how many wait there; None when it is not pending or cannot be read."""
+    if not client.has_kind("Workload") or obj.get("kind") not in (
+        "TrainingJob",
+        "InferenceService",
+        "Workload",
+    ):
+        return None
+    meta, spec = obj.get("metadata", {}), obj.get("spec") or {}
+    queue = spec.get("queue")
+    if not queue:
+        return None
+    try:
+        workloads = client.list_objects(client.resource_type("Workload"), None)
+    except AuthError:
+        return None
+    waiting = [w for w in workloads if (w.get("spec") or {}).get("queue") == queue and _is_pending(w)]
+    waiting.sort(
+        key=lambda w: (
+            -int((w.get("spec") or {}).get("priority") or 0),
+            w["metadata"].get("creationTimestamp", ""),
+        )
+    )
+    for place, workload in enumerate(waiting, start=1):
+        wmeta, owner = workload["metadata"], (workload.get("spec") or {}).get("owner") or {}
+        same_namespace = wmeta.get("namespace") == meta.get("namespace")
+        mine = (
+            wmeta.get("name") == meta.get("name")
+            if obj.get("kind") == "Workload"
+            else owner.get("kind") == obj.get("kind") and owner.get("name") == meta.get("name")
+        )
+        if same_namespace and mine:
+            return place, len(waiting), str(queue)
+    return None
 
 
 def _events_of(client: Client, obj: dict[str, Any]) -> list[dict[str, Any]]:
