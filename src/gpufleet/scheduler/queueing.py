@@ -5,8 +5,9 @@ compared level by level from the root as in a tournament (an organisation that b
 first, then inside it the team that borrows less, ...); then submission time; then name.
 
 A queue's share is Kueue's dominant-resource share of what it borrows (above its nominal quota),
-relative to what its parent holds, plus the dominant share of its decayed historical usage (KAI's
-time-decayed usage): the "credit" that light users build up. Both are divided by `fairShareWeight`.
+relative to what its parent can lend it (`QuotaTree.potential`), plus the dominant share of its
+decayed historical usage (KAI's time-decayed usage): the "credit" that light users build up. Both are
+divided by `fairShareWeight`.
 Inside a leaf queue, users are ordered the same way by the GPUs they hold now plus their decayed
 history, so one heavy user cannot starve the others of a shared queue.
 """
@@ -157,7 +158,9 @@ class FairShare:
         node = self.tree.nodes[name]
         if node.parent is None:
             return 0.0
-        pool = self.tree.subtree[node.parent]
+        # What the parent can lend it (decision 28), not the parent's own quota: a parent without one
+        # still passes on what the tree above lends.
+        pool = self.tree.potential[node.parent]
         borrowed = 0.0
         used_lately = 0.0
         hist = self._history_of(name) if self.fair.history_weight else {}

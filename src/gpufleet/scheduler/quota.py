@@ -116,6 +116,11 @@ class QuotaTree:
         self.guaranteed: dict[str, dict[str, int]] = {}
         for root in self.roots():
             self._compute(root)
+        # What each queue could hold were nothing else in use: its guaranteed part plus what its parent
+        # could give it, capped by its borrowing limit (top down; a root's is its subtree).
+        self.potential: dict[str, dict[str, int]] = {}
+        for root in self.roots():
+            self._compute_potential(root)
 
     def _path(self, name: str) -> tuple[str, ...]:
         """From the node up to its root; a cycle in `parent` links is a user error."""
@@ -156,6 +161,25 @@ class QuotaTree:
         self.guaranteed[name] = {
             flavor: self._guaranteed(node.quotas.get(flavor), subtree[flavor]) for flavor in self.flavors
         }
+
+    def _compute_potential(self, name: str) -> None:
+        node = self.nodes[name]
+        subtree = self.subtree[name]
+        if node.parent is None:
+            self.potential[name] = dict(subtree)
+        else:
+            above = self.potential[node.parent]
+            row = {}
+            for flavor in self.flavors:
+                kept = self.guaranteed[name][flavor]
+                from_parent = above[flavor]
+                limits = node.quotas.get(flavor)
+                if limits is not None and limits.borrowing_limit is not None:
+                    from_parent = min(from_parent, subtree[flavor] - kept + limits.borrowing_limit)
+                row[flavor] = kept + max(0, from_parent)
+            self.potential[name] = row
+        for child in self.children[name]:
+            self._compute_potential(child)
 
     @staticmethod
     def _guaranteed(limits: FlavorLimits | None, subtree: int) -> int:
