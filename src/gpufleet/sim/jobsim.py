@@ -249,7 +249,7 @@ class Feeder:
 class Recorder:
     """Reads TrainingJob and Pod events and keeps the measurements; a participant of the runtime."""
 
-    KINDS = ("TrainingJob", "Pod")
+    KINDS = ("TrainingJob", "Pod", "Checkpoint")
 
     def __init__(self, store: SqliteStore, series: Series, policy: str = "gpufleet") -> None:
         self.store = store
@@ -264,6 +264,8 @@ class Recorder:
         self.held: dict[tuple[str, int], tuple[str, str]] = {}
         """(node, GPU index) -> the pod holding it (whole-GPU pods), to catch a GPU given twice."""
         self.double_booked: list[str] = []
+        self.checkpoints: dict[tuple[str, str], dict[str, int]] = {}
+        """(namespace, job) -> its stored Checkpoints' names and steps."""
         self.peak_allocated = 0.0
 
     def submitted(self, job: TraceJob, now: float) -> None:
@@ -275,6 +277,7 @@ class Recorder:
 
     def step(self, now: float) -> float | None:
         done: list[JobRecord] = []
+        superseded: list[ObjectRef] = []
         while True:
             try:
                 events = self.store.events_since(self.cursor, kinds=self.KINDS, limit=5000)
@@ -288,13 +291,34 @@ class Recorder:
                     record = self._job(obj, now)
                     if record is not None:
                         done.append(record)
+                elif isinstance(obj, Checkpoint):
+                    superseded += self._checkpoint(obj, event.type == "DELETED")
             if events:
                 self.cursor = str(events[-1].resource_version)
             if len(events) < 5000:
                 break
         if done:
             self._collect(done)
+        if superseded:
+            with contextlib.suppress(NotFoundError):
+                self.store.delete_many(superseded)
         return None
+
+    def _checkpoint(self, ckpt: Checkpoint, deleted: bool) -> list[ObjectRef]:
+        """Keeps only a job's newest complete Checkpoint (what a restart resumes from): the twin writes
+        one per interval, and a job of weeks would otherwise make every look at its checkpoints long."""
+        namespace = ckpt.namespace or ""
+        known = self.checkpoints.setdefault((namespace, ckpt.spec.job), {})
+        if deleted:
+            known.pop(ckpt.name, None)
+            return []
+        known[ckpt.name] = ckpt.spec.step
+        if ckpt.status.phase != "Complete":
+            return []
+        older = [name for name, step in known.items() if step < ckpt.spec.step]
+        for name in older:
+            del known[name]
+        return [ObjectRef("Checkpoint", name, namespace) for name in older]
 
     def _pod(self, pod: Pod, deleted: bool, now: float) -> None:
         key = (pod.namespace or "", pod.name)
@@ -348,9 +372,8 @@ class Recorder:
     def _collect(self, done: list[JobRecord]) -> None:
         refs = [ObjectRef("TrainingJob", r.job.name, r.queue) for r in done]
         for record in done:
-            for ckpt in self.store.list(Checkpoint, namespace=record.queue).items:
-                if ckpt.spec.job == record.job.name:
-                    refs.append(ObjectRef("Checkpoint", ckpt.name, record.queue))
+            names = self.checkpoints.pop((record.queue, record.job.name), {})
+            refs += [ObjectRef("Checkpoint", name, record.queue) for name in names]
         with contextlib.suppress(NotFoundError):
             self.store.delete_many(refs)
 
