@@ -97,6 +97,19 @@ def test_describe_prints_machine_formats_too(cli: Callable[..., Result]) -> None
     assert cli("describe", "tj", "long", "-n", "team-a", "-o", "wide").code == 2
 
 
+def test_events_print_machine_formats_too(cli: Callable[..., Result]) -> None:
+    listed = cli("events", "-o", "json", "--limit", "5").json()
+    assert listed["kind"] == "List" and 0 < len(listed["items"]) <= 5
+    assert all(item["kind"] == "Event" for item in listed["items"])
+    names = cli("events", "-o", "name", "--limit", "3").out.splitlines()
+    assert len(names) == 3 and all(name.startswith("event.gpufleet.io/") for name in names)
+    reasons = cli(
+        "events", "-n", "team-a", "-o", "jsonpath={.items[*].spec.reason}", "--limit", "200"
+    ).out.split()
+    assert "Succeeded" in reasons  # `quick` finished
+    assert cli("events", "-o", "wide").code == 2
+
+
 def test_bad_output_formats_are_usage_errors(cli: Callable[..., Result]) -> None:
     for bad in ("bogus", "jsonpath=", "jsonpath={range .items[*]}{.a}", "jsonpath={.items["):
         result = cli("get", "tj", "-A", "-o", bad)
@@ -252,6 +265,14 @@ def test_top_shows_free_gpus_per_node_and_watches(state: Path, cli: Callable[...
     assert rows[long_node][4:] == ["8", "8", "0", "0"]  # `long` holds all eight
     assert sum(float(row[6]) for row in rows.values()) == 8
     assert "Nodes" not in cli("top").out
+    figures = cli("top", "--nodes", "-o", "json").json()
+    by_node = {row["name"]: row for row in figures["nodes"]}
+    assert by_node[long_node]["allocatedGpus"] == 8 and by_node[long_node]["freeGpus"] == 0
+    assert figures["pools"][0]["name"] == "h100" and figures["pools"][0]["gpus"] == 16
+    queues = {row["name"]: row for row in figures["queues"]}
+    assert queues["team-a"]["nominal"] == {"H100-80GB": 16} and queues["team-b"]["pending"] == 1
+    assert "nodes" not in cli("top", "-o", "json").json()
+    assert cli("top", "-o", "yaml").code == 2
 
     sink = state.parent / "top-watch.txt"
     with sink.open("w") as stdout:

@@ -377,6 +377,15 @@ def events(
     limit: Annotated[
         int, typer.Option("--limit", metavar="N", help="How many of the latest to show.", min=1)
     ] = 50,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FORMAT",
+            help="table, or the Events as yaml, json, name or jsonpath=TEMPLATE.",
+        ),
+    ] = "table",
     server: Server = None,
     token: Token = None,
     state: State = None,
@@ -384,16 +393,23 @@ def events(
     """What happened lately: admissions, placements, failures, checkpoints, restarts."""
     from gpufleet.cli.describe import events_table, sort_events
 
+    fmt, argument = output_format(output, allowed=("table", "yaml", "json", "name", "jsonpath=TEMPLATE"))
     client = connect(server, token, state)
     out = console()
     if not client.has_kind("Event"):  # a server without the runtime's Event kind: its change log
+        if fmt != "table":
+            raise ValidationError(
+                "this server keeps no Event objects: only the table is shown", field="--output"
+            )
         answer = client.get("/v1/changes", namespace=namespace, limit=limit)
         _print_changes(out, answer["items"])
         return
     rtype = client.resource_type("Event")
     listed = client.get(rtype.path(namespace))
     latest = sort_events(listed["items"])[-limit:]
-    if latest:
+    if fmt != "table":
+        print_objects(latest, fmt, single=False, argument=argument)
+    elif latest:
         out.print(events_table(latest, with_object=True))
     else:
         console(stderr=True).print(
@@ -406,7 +422,13 @@ def events(
         )
         cursor = answer["resourceVersion"]
         new = [change["object"] for change in answer["items"] if change["type"] == "ADDED"]
-        if new:
+        if new and fmt != "table":
+            for event in sort_events(new):
+                print_objects([event], fmt, single=True, argument=argument)
+                if fmt == "jsonpath":
+                    sys.stdout.write("\n")
+            sys.stdout.flush()
+        elif new:
             out.print(events_table(sort_events(new), with_object=True, header=False))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections import Counter
 from typing import Annotated, Any
@@ -10,6 +12,7 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
+from gpufleet.api.errors import ValidationError
 from gpufleet.cli.client import AuthError, Client
 from gpufleet.cli.output import Columns, console, lookup
 
@@ -28,6 +31,7 @@ def top(
     interval: Annotated[
         float, typer.Option("--interval", metavar="SECONDS", help="Between refreshes, with --watch.", min=0.1)
     ] = 2.0,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")] = "table",
     server: Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")] = None,
     token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")] = None,
     state: Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")] = None,
@@ -35,8 +39,17 @@ def top(
     """GPU utilisation per pool and per queue, with workloads pending and running (and per node)."""
     from gpufleet.cli.control import connect
 
+    if output not in ("table", "json"):
+        raise ValidationError(f"must be one of table, json, got {output!r}", field="--output")
     client = connect(server, token, state)
     out = console()
+    if output == "json":
+        while True:  # with --watch, one JSON object a line per refresh
+            sys.stdout.write(json.dumps(_figures(client, nodes=nodes), indent=None if watch else 2) + "\n")
+            sys.stdout.flush()
+            if not watch:
+                return
+            time.sleep(interval)
     if not watch:
         out.print(_view(client, nodes=nodes))
         return
@@ -70,6 +83,33 @@ def _view(client: Client, *, nodes: bool) -> Group:
     return Group(*parts)
 
 
+def _figures(client: Client, *, nodes: bool) -> dict[str, Any]:
+    """What the view shows, as data: pools, queues and (with --nodes) nodes."""
+    pools = _list_or_none(client, "GPUPool")
+    queues = _list_or_none(client, "Queue") or []
+    work = (_list_or_none(client, "TrainingJob") or []) + (_list_or_none(client, "InferenceService") or [])
+    workloads = (_list_or_none(client, "Workload") or []) if client.has_kind("Workload") else []
+    figures: dict[str, Any] = {"queues": queue_rows(queues, work, workloads)}
+    if pools is not None:
+        figures["pools"] = [
+            {
+                "name": pool["metadata"]["name"],
+                "gpuModel": lookup(pool, ".spec.gpuModel"),
+                "capacityType": lookup(pool, ".spec.capacityType") or "on-demand",
+                "nodes": lookup(pool, ".status.nodes") or 0,
+                "readyNodes": lookup(pool, ".status.readyNodes") or 0,
+                "gpus": float(lookup(pool, ".status.gpus") or 0),
+                "allocatedGpus": float(lookup(pool, ".status.allocatedGpuMilli") or 0) / 1000,
+            }
+            for pool in pools
+        ]
+    if nodes and client.has_kind("Node"):
+        listed = _list_or_none(client, "Node")
+        if listed is not None:
+            figures["nodes"] = node_rows(listed, _list_or_none(client, "Pod") or [])
+    return figures
+
+
 def pod_gpus(pod: dict[str, Any]) -> float:
     """The GPUs a pod holds: its GPUs times its share of each, or a MIG instance's slices of seven."""
     spec = pod.get("spec") or {}
@@ -81,11 +121,6 @@ def pod_gpus(pod: dict[str, Any]) -> float:
 
 def nodes_table(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Columns:
     """Per node, as Slurm's sinfo: pool, model, state, GPUs, allocated, free (healthy, unallocated)."""
-    allocated: dict[str, float] = {}
-    for pod in pods:
-        node = lookup(pod, ".spec.nodeName")
-        if node and lookup(pod, ".status.phase") not in ("Succeeded", "Failed"):
-            allocated[str(node)] = allocated.get(str(node), 0.0) + pod_gpus(pod)
     table = Columns(
         "NODE",
         "POOL",
@@ -98,23 +133,47 @@ def nodes_table(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Colu
         title="Nodes",
         right=("GPUS", "ALLOCATED", "FREE", "UNHEALTHY"),
     )
+    for row in node_rows(nodes, pods):
+        table.add_row(
+            row["name"],
+            row["pool"] or "-",
+            row["gpuModel"] or "-",
+            row["state"] + (",Cordoned" if row["cordoned"] else ""),
+            str(row["gpus"]),
+            _number(row["allocatedGpus"]),
+            _number(row["freeGpus"]),
+            str(row["unhealthyGpus"]),
+        )
+    return table
+
+
+def node_rows(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per node, by name: its GPUs, those its unfinished pods hold, the free ones (healthy, not held)."""
+    allocated: dict[str, float] = {}
+    for pod in pods:
+        node = lookup(pod, ".spec.nodeName")
+        if node and lookup(pod, ".status.phase") not in ("Succeeded", "Failed"):
+            allocated[str(node)] = allocated.get(str(node), 0.0) + pod_gpus(pod)
+    rows = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name, spec, status = node["metadata"]["name"], node.get("spec") or {}, node.get("status") or {}
         gpus = int(spec.get("gpus") or 0)
         unhealthy = len(status.get("unhealthyGpus") or [])
         used = allocated.get(name, 0.0)
-        state = str(status.get("phase") or "-") + (",Cordoned" if spec.get("unschedulable") else "")
-        table.add_row(
-            name,
-            str(spec.get("pool") or "-"),
-            str(spec.get("gpuModel") or "-"),
-            state,
-            str(gpus),
-            _number(used),
-            _number(max(0.0, gpus - unhealthy - used)),
-            str(unhealthy),
+        rows.append(
+            {
+                "name": name,
+                "pool": spec.get("pool"),
+                "gpuModel": spec.get("gpuModel"),
+                "state": str(status.get("phase") or "-"),
+                "cordoned": bool(spec.get("unschedulable")),
+                "gpus": gpus,
+                "allocatedGpus": used,
+                "freeGpus": max(0.0, gpus - unhealthy - used),
+                "unhealthyGpus": unhealthy,
+            }
         )
-    return table
+    return rows
 
 
 def _list_or_none(client: Client, kind: str) -> list[dict[str, Any]] | None:
@@ -206,11 +265,6 @@ def queues_table(
 
     Use is the queue's status when a controller keeps it there, else the sum of admitted workloads.
     """
-    admitted = usage_by_queue(workloads or [])
-    phases: dict[str, Counter[str]] = {}
-    for obj in work:
-        queue = str(lookup(obj, ".spec.queue") or "default")
-        phases.setdefault(queue, Counter())[str(lookup(obj, ".status.phase") or "Pending")] += 1
     table = Columns(
         "QUEUE",
         "PARENT",
@@ -223,24 +277,48 @@ def queues_table(
         title="Queues",
         right=("NOMINAL", "IN USE", "PENDING", "RUNNING", "DONE"),
     )
+    for row in queue_rows(queues, work, workloads):
+        nominal, used = sum(row["nominal"].values()), sum(row["inUse"].values())
+        table.add_row(
+            row["name"],
+            row["parent"] or "-",
+            _flavors(row["nominal"]),
+            _flavors(row["inUse"]),
+            bar(used, nominal) if nominal else Text("-"),
+            str(row["pending"]),
+            str(row["running"]),
+            str(row["done"]),
+        )
+    return table
+
+
+def queue_rows(
+    queues: list[dict[str, Any]], work: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per queue: parent, nominal quota and GPUs in use per flavor, its jobs and services by phase."""
+    admitted = usage_by_queue(workloads or [])
+    phases: dict[str, Counter[str]] = {}
+    for obj in work:
+        queue = str(lookup(obj, ".spec.queue") or "default")
+        phases.setdefault(queue, Counter())[str(lookup(obj, ".status.phase") or "Pending")] += 1
+    rows = []
     for item in queues:
         name = item["metadata"]["name"]
         quotas = item.get("spec", {}).get("quotas", {})
         usage = item.get("status", {}).get("usage") or admitted.get(name, {})
-        nominal = sum(float(q.get("nominal", 0)) for q in quotas.values())
-        used = sum(float(v) for v in usage.values())
         counts = phases.get(name, Counter())
-        table.add_row(
-            name,
-            str(item.get("spec", {}).get("parent") or "-"),
-            _flavors({f: float(q.get("nominal", 0)) for f, q in quotas.items()}),
-            _flavors({f: float(v) for f, v in usage.items()}),
-            bar(used, nominal) if nominal else Text("-"),
-            str(counts["Pending"]),
-            str(counts["Running"] + counts["Admitted"]),
-            str(counts["Succeeded"] + counts["Failed"]),
+        rows.append(
+            {
+                "name": name,
+                "parent": item.get("spec", {}).get("parent"),
+                "nominal": {f: float(q.get("nominal", 0)) for f, q in quotas.items()},
+                "inUse": {f: float(v) for f, v in usage.items()},
+                "pending": counts["Pending"],
+                "running": counts["Running"] + counts["Admitted"],
+                "done": counts["Succeeded"] + counts["Failed"],
+            }
         )
-    return table
+    return rows
 
 
 def _flavors(amounts: dict[str, float]) -> str:
