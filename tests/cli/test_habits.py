@@ -110,6 +110,22 @@ def test_events_print_machine_formats_too(cli: Callable[..., Result]) -> None:
     assert cli("events", "-o", "wide").code == 2
 
 
+def test_apply_into_a_namespace(cli: Callable[..., Result]) -> None:
+    text = "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: placed}\n"
+    text += "spec: {queue: team-b, replicas: 2, worker: {gpus: 8}, durationSeconds: 60}\n"
+    try:
+        applied = cli("apply", "-f", "-", "-n", "team-b", stdin=text)
+        assert applied.code == 0 and "trainingjob/team-b/placed created" in applied.out, applied
+        assert cli("get", "tj", "placed", "-n", "team-b", "-o", "name").code == 0
+        assert cli("get", "tj", "placed", "-n", "default").code == 1
+        elsewhere = text.replace("{name: placed}", "{name: placed, namespace: team-a}")
+        refused = cli("apply", "-f", "-", "-n", "team-b", stdin=elsewhere)
+        assert refused.code == 2 and "not the one -n names (team-b)" in refused.err
+        assert cli("get", "tj", "placed", "-n", "team-a").code == 1  # nothing applied
+    finally:
+        cli("delete", "tj", "placed", "-n", "team-b", "--ignore-not-found")
+
+
 def test_bad_output_formats_are_usage_errors(cli: Callable[..., Result]) -> None:
     for bad in ("bogus", "jsonpath=", "jsonpath={range .items[*]}{.a}", "jsonpath={.items["):
         result = cli("get", "tj", "-A", "-o", bad)
@@ -342,7 +358,8 @@ def test_describe_shows_a_pending_jobs_place_in_its_queue(cli: Callable[..., Res
         out = cli("describe", "tj", name, "-n", "team-b").out
         return next((line for line in out.splitlines() if line.startswith("Queue position:")), "")
 
-    assert position("waiter").startswith("Queue position: 1 of 1 pending in queue team-b")
+    # (jobs of earlier tests may take a moment to leave the queue)
+    wait_for(lambda: "1 of 1 pending in queue team-b" in position("waiter"), timeout=30, what="waiter alone")
     assert cli("apply", "-f", "-", stdin=job("second")).code == 0
     try:
         wait_for(lambda: "2 of 2" in position("second"), timeout=30, what="second to wait behind waiter")

@@ -105,15 +105,40 @@ def read_objects(files: list[str]) -> list[Resource]:
 # ------------------------------------------------------------------------------------------ apply
 
 
-def apply(filename: Files = None, server: Server = None, token: Token = None, state: State = None) -> None:
+def apply(
+    filename: Files = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace", "-n", metavar="NS", help="The namespace of the namespaced objects that name none."
+        ),
+    ] = None,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
     """Creates or updates the objects of YAML files, all of them or none."""
     if not filename:
         raise ValidationError("say which file to apply: -f FILE (or -f - for stdin)", field="-f")
     objects = read_objects(filename)
     client = connect(server, token, state)
+    documents = [obj.to_dict() for obj in objects]
+    if namespace:
+        for document in documents:
+            meta = document.setdefault("metadata", {})
+            if not client.resource_type(str(document.get("kind"))).namespaced:
+                continue
+            # the loader gives an object that names no namespace `default`: that one takes -n's
+            if meta.get("namespace") not in (None, "default", namespace):  # kubectl refuses it too
+                raise ValidationError(
+                    f"its namespace {meta['namespace']} is not the one -n names ({namespace})",
+                    obj=f"{document.get('kind')} {meta['namespace']}/{meta.get('name')}",
+                    field="-n",
+                )
+            meta["namespace"] = namespace
     out = console()
     with out.status(f"applying {len(objects)} objects", spinner="dots"):
-        results = client.apply([obj.to_dict() for obj in objects])
+        results = client.apply(documents)
     for item in results:
         obj = item["object"]
         out.print(f"{_ref(obj)} [bold]{item['action']}[/]")
