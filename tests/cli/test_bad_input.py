@@ -193,7 +193,8 @@ def test_a_gpu_the_node_does_not_have_names_the_nodes_gpus(cli: Callable[..., Re
     node = _a_node(cli)
     line = one_line_error(cli("fault", "gpu-failure", node, "--gpu", "99"), "--gpu", f"node/{node}", "0..7")
     assert "71" not in line
-    one_line_error(cli("fault", "gpu-failure", "no-such-node", "--gpu", "1"), "no-such-node", "not found")
+    missing = cli("fault", "gpu-failure", "no-such-node", "--gpu", "1")
+    one_line_error(missing, "no-such-node", "not found", code=1)  # a failed operation, as kubectl's
 
 
 def test_the_fault_api_says_the_same_to_any_client(fleet_plane: Plane, cli: Callable[..., Result]) -> None:
