@@ -58,6 +58,10 @@ def check_invariants(result: jobsim.SimResult) -> None:
     util, good = jobreport.utilisation_series(result)
     assert (util <= 1 + 1e-9).all()
     assert (good <= util + 1e-9).all()
+    # Free GPUs on partly used nodes are free GPUs: never more than the fleet minus what is held.
+    fragmented = result.series.means("fragmented", result.buckets) / result.capacity
+    assert (fragmented <= 1 - util + 1e-9).all()
+    assert (fragmented >= -1e-9).all()
     summary = jobreport.summarise(result)
     assert summary.finished == len(records)
     assert 0 < summary.goodput <= summary.utilisation <= 1
@@ -70,6 +74,7 @@ def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
     # The load exceeds the fleet at times: some jobs wait, and the queues are all used.
     summary = jobreport.summarise(result)
     assert summary.wait_p99 > 0
+    assert 0 < summary.fragmented < 1
     # Restarts here are reclaims of borrowed quota (preemption, gpufleet's default): without
     # checkpoints every one throws away all the work of its attempt, and goodput says so.
     if summary.restarts:
@@ -128,5 +133,5 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
     assert "60 jobs (60 finished) on 64 GPUs" in result.output
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "JCT mean / p50 / p99" in text and "vc-aa11" in text
-    for name in ("utilisation.png", "queue.png", "jct_cdf.png", "shares.png"):
+    for name in ("utilisation.png", "queue.png", "jct_cdf.png", "shares.png", "fragmentation.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"

@@ -39,6 +39,8 @@ class Summary:
     idle_cost: float
     span_hours: float
     wall_seconds: float
+    fragmented: float
+    """Mean free GPUs on partly used nodes, as a fraction of the fleet, over the window."""
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -101,11 +103,13 @@ def summarise(result: SimResult) -> Summary:
         idle_cost=idle * price_per_gpu_hour(result),
         span_hours=span / 3600,
         wall_seconds=result.wall_seconds,
+        fragmented=float(result.series.means("fragmented", n).mean()) / result.capacity,
     )
 
 
-def queue_shares(result: SimResult) -> list[tuple[str, float, float, int, float]]:
-    """Per leaf queue: (name, share of GPU-seconds held, entitlement, jobs, mean JCT)."""
+def queue_shares(result: SimResult) -> list[tuple[str, float, float, int, float, float]]:
+    """Per leaf queue, over the window: (name, share of GPU-seconds held, entitlement, jobs, mean JCT,
+    GPU-hours held)."""
     nominal: dict[str, float] = {}
     for queue in result.queues:
         if queue.spec.quotas:
@@ -125,6 +129,7 @@ def queue_shares(result: SimResult) -> list[tuple[str, float, float, int, float]
                 nominal[name] / total_nominal,
                 count,
                 float(np.mean(done)) if done else float("nan"),
+                held[name] * result.series.width / 3600,
             )
         )
     return rows
@@ -156,21 +161,28 @@ def markdown(result: SimResult, title: str, command: str) -> str:
         f"| restarts (every job) | {s.restarts} |",
         f"| GPU-hours lost to evictions (every job) | {s.lost_gpu_hours:.1f} |",
         f"| idle GPU-hours / their cost | {s.idle_gpu_hours:.1f} / ${s.idle_cost:,.0f} |",
+        f"| free GPUs on partly used nodes (mean) | {s.fragmented:.1%} of the fleet |",
         f"| faults | {', '.join(f'{k} {v}' for k, v in sorted(result.faults.items())) or 'none'} |",
         "",
         "![utilisation and goodput](utilisation.png)",
         "",
         "![queue length](queue.png)",
         "",
+        "![fragmentation](fragmentation.png)",
+        "",
         "![JCT CDF](jct_cdf.png)",
         "",
         "## Queues: share of GPU time against entitlement",
         "",
-        "| queue | jobs | share | entitlement | mean JCT |",
-        "|---|---|---|---|---|",
+        "| queue | jobs | share | entitlement | mean JCT | GPU-hours held | their cost |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, share, entitled, count, mean in queue_shares(result):
-        lines.append(f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {_hours(mean)} |")
+    price = price_per_gpu_hour(result)
+    for name, share, entitled, count, mean, held in queue_shares(result):
+        lines.append(
+            f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {_hours(mean)} | {held:,.1f} | "
+            f"${held * price:,.0f} |"
+        )
     lines += ["", "![shares](shares.png)", ""]
     return "\n".join(lines)
 
@@ -188,6 +200,16 @@ def write_report(result: SimResult, folder: str | Path, *, title: str, command: 
     hours = np.arange(result.buckets) * result.series.width / 3600
 
     util, good = utilisation_series(result)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    frag = result.series.means("fragmented", result.buckets) / result.capacity
+    ax.plot(hours, (1 - util) * 100, label="free GPUs", color="grey", linewidth=0.8)
+    ax.plot(hours, frag * 100, label="free GPUs on partly used nodes")
+    ax.set_xlabel("hours")
+    ax.set_ylabel("% of the fleet")
+    ax.set_ylim(0, 105)
+    ax.legend(loc="upper right")
+    written.append(_save(fig, out / "fragmentation.png"))
+
     fig, ax = plt.subplots(figsize=(8, 3.5))
     ax.plot(hours, util * 100, label="utilisation (GPUs held)")
     ax.plot(hours, good * 100, label="goodput (work kept)")

@@ -35,7 +35,7 @@ from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.runtime import Pod
+from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
 from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
@@ -249,7 +249,7 @@ class Feeder:
 class Recorder:
     """Reads TrainingJob and Pod events and keeps the measurements; a participant of the runtime."""
 
-    KINDS = ("TrainingJob", "Pod", "Checkpoint")
+    KINDS = ("TrainingJob", "Pod", "Checkpoint", "Node")
 
     def __init__(self, store: SqliteStore, series: Series, policy: str = "gpufleet") -> None:
         self.store = store
@@ -265,6 +265,10 @@ class Recorder:
         """(node, GPU index) -> the pod holding it (whole-GPU pods), to catch a GPU given twice."""
         self.double_booked: list[str] = []
         self.checkpoints: dict[tuple[str, str], dict[str, int]] = {}
+        self.node_size: dict[str, int] = {}
+        self.node_used: dict[str, float] = {}
+        self.fragmented = 0.0
+        """Free GPUs on nodes that are partly used (a whole-node job cannot use them)."""
         """(namespace, job) -> its stored Checkpoints' names and steps."""
         self.peak_allocated = 0.0
 
@@ -293,6 +297,8 @@ class Recorder:
                         done.append(record)
                 elif isinstance(obj, Checkpoint):
                     superseded += self._checkpoint(obj, event.type == "DELETED")
+                elif isinstance(obj, Node) and obj.name not in self.node_size:
+                    self.node_size[obj.name] = obj.spec.gpus
             if events:
                 self.cursor = str(events[-1].resource_version)
             if len(events) < 5000:
@@ -328,6 +334,7 @@ class Recorder:
                 if self.held.get((pod.spec.node_name, index)) == key:
                     del self.held[(pod.spec.node_name, index)]
             gpus, running, queue = old
+            self._use(pod.spec.node_name, -gpus, now)
             self.series.add("allocated", now, -gpus)
             self.series.add(f"allocated:{queue}", now, -gpus)
             if running:
@@ -342,6 +349,7 @@ class Recorder:
             holder = self.held.setdefault((pod.spec.node_name, index), key)
             if holder != key:
                 self.double_booked.append(f"GPU {index} of {pod.spec.node_name}: {holder} and {key}")
+        self._use(pod.spec.node_name, gpus, now)
         self.series.add("allocated", now, gpus)
         self.peak_allocated = max(self.peak_allocated, self.series.value["allocated"])
         self.series.add(f"allocated:{queue}", now, gpus)
@@ -353,6 +361,18 @@ class Recorder:
                 self.pending[record.queue] -= 1
                 self.series.add("pending", now, -1)
                 self.series.add(f"pending:{record.queue}", now, -1)
+
+    def _use(self, node: str, gpus: float, now: float) -> None:
+        size = self.node_size.get(node, 0)
+
+        def stranded(used: float) -> float:
+            return size - used if 0 < used < size else 0.0
+
+        before = self.node_used.get(node, 0.0)
+        after = max(0.0, before + gpus)
+        self.node_used[node] = after
+        self.fragmented += stranded(after) - stranded(before)
+        self.series.set("fragmented", now, self.fragmented)
 
     def _job(self, job: TrainingJob, now: float) -> JobRecord | None:
         record = self.jobs.get(job.name)
