@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -44,3 +46,24 @@ def test_unknown_policy_is_refused_before_anything_runs() -> None:
     result = CliRunner().invoke(app, ["simulate", "--policy", "lottery", "--gpus", "64"])
     assert isinstance(result.exception, ValidationError)
     assert "unknown policy 'lottery'" in str(result.exception)
+
+
+def test_a_queues_file_must_have_a_queue_for_every_cluster(tmp_path: Path) -> None:
+    from gpufleet.cli.main import app
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-01 00:00:00,60,1,60,aa\n2017-10-01 00:01:00,60,1,60,bb\n",
+        encoding="utf-8",
+    )
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(
+        "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: vc-aa}\n"
+        "spec: {quotas: {H100-80GB: {nominal: 8}}}\n",
+        encoding="utf-8",
+    )
+    args = ["simulate", "--trace", str(trace), "--gpus", "8", "--start-day", "0", "--queues", str(queues)]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, ValidationError)
+    assert "no queue for the trace's clusters: vc-bb" in str(result.exception)
