@@ -192,7 +192,9 @@ def test_version_and_shell_completion(tmp_path: Path) -> None:
 
     version = run_gpufleet(tmp_path, "--version")
     assert version.returncode == 0 and version.stdout == f"gpufleet {__version__}\n"
-    script = run_gpufleet(tmp_path, "--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # The shell is named rather than detected from the process tree, where CI may find only sh.
+    named = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    script = run_gpufleet(tmp_path, "--show-completion", "bash", env=named)
     assert script.returncode == 0 and "_gpufleet_completion" in script.stdout
     env = {"_GPUFLEET_COMPLETE": "complete_bash", "COMP_WORDS": "gpufleet get --sor", "COMP_CWORD": "2"}
     completed = run_gpufleet(tmp_path, "get", env=env)
