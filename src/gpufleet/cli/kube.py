@@ -25,6 +25,8 @@ from gpufleet.kube.metrics import (
 )
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import ApiError, Transport
+from gpufleet.observability.endpoint import serve_metrics
+from gpufleet.observability.logs import setup_logging
 
 kube_app = typer.Typer(
     rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
@@ -34,6 +36,7 @@ KUBECONFIG = typer.Option(
     None, "--kubeconfig", help="Kubeconfig file (default: in-cluster, then KUBECONFIG)."
 )
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+LOG_FORMAT = typer.Option("text", "--log-format", help="text (for a terminal) or json (one object a line).")
 
 
 class ClusterError(GpuFleetError):
@@ -120,12 +123,15 @@ def scheduler(
         True, help="Run only while holding the Lease (two replicas: one active)."
     ),
     grace_seconds: int = typer.Option(30, help="Grace period given to preempted pods."),
+    metrics_bind_address: str = typer.Option(
+        ":9402", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
+    ),
+    log_format: str = LOG_FORMAT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    serve_metrics(metrics_bind_address)
     placement_config = scheduler_config(placement, placement_class)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
@@ -179,14 +185,16 @@ def operator(
     sample_seconds: float = typer.Option(15.0, help="Seconds between two load samples of a service."),
     nodes: bool = typer.Option(True, help="GPUPools on Nodes, spot drain and GPU health."),
     node_selector: str = typer.Option("", help="Only Nodes with these labels (k=v,...) are looked after."),
+    metrics_bind_address: str = typer.Option(
+        ":9403", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
+    ),
+    log_format: str = LOG_FORMAT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
     from gpufleet.kube.operator import Operator
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     source = metric_source(
         metrics,
         prometheus_url=prometheus_url,
@@ -195,6 +203,7 @@ def operator(
         port=metrics_port,
         path=metrics_path,
     )
+    serve_metrics(metrics_bind_address)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     api = _transport(kubeconfig, context)
     op = Operator(
