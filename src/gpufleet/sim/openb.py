@@ -11,8 +11,6 @@ that is no GPU model at all is a DataError.
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from gpufleet.api.errors import DataError
 from gpufleet.api.gpu_models import is_known_model, unknown_model_message
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI, PodRequest
+from gpufleet.sim.csvrows import csv_rows
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -31,47 +30,6 @@ class TracePod:
 
     name: str
     request: PodRequest
-
-
-def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, row) for every data row, after checking the header has the required columns."""
-    where = str(path)
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read the file: {exc.strerror}", path=where) from exc
-    with handle:
-        reader = csv.reader(handle)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise DataError("the file is empty; a header row is expected", path=where, line=1) from None
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise DataError(f"unreadable header: {exc}", path=where, line=1) from exc
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise DataError(f"missing column(s) {', '.join(missing)}", path=where, line=1, field=missing[0])
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as exc:
-                raise DataError(f"unreadable row: {exc}", path=where, line=reader.line_num) from exc
-            line = reader.line_num
-            if not values or all(not v.strip() for v in values):
-                continue
-            if len(values) < len(header):
-                absent = header[len(values)]
-                if absent in required:
-                    raise DataError(
-                        f"row has {len(values)} values, the header {len(header)}",
-                        path=where,
-                        line=line,
-                        field=absent,
-                    )
-                values = values + [""] * (len(header) - len(values))
-            yield line, dict(zip(header, (v.strip() for v in values), strict=False))
 
 
 def _int(row: dict[str, str], column: str, path: Path, line: int) -> int:
@@ -98,7 +56,7 @@ def load_nodes(path: str | Path, *, gpu_only: bool = True) -> list[NodeSpec]:
     path = Path(path)
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
-    for line, row in _rows(path, NODE_COLUMNS):
+    for line, row in csv_rows(path, NODE_COLUMNS):
         name = row["sn"]
         if not name:
             raise DataError("empty node name", path=str(path), line=line, field="sn")
@@ -162,7 +120,7 @@ def load_pods(path: str | Path) -> list[TracePod]:
     """The pod list, in file order."""
     path = Path(path)
     pods: list[TracePod] = []
-    for line, row in _rows(path, POD_COLUMNS):
+    for line, row in csv_rows(path, POD_COLUMNS):
         name = row["name"]
         if not name:
             raise DataError("empty pod name", path=str(path), line=line, field="name")

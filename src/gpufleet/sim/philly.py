@@ -18,14 +18,14 @@ repository, then the user's cache).
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.api.errors import DataError
+from gpufleet.sim.csvrows import csv_rows
 from gpufleet.sim.datasets import data_dirs
 
 PHILLY_FILE = Path("philly-derived-pollux") / "philly.csv"
@@ -113,39 +113,7 @@ def load(path: str | Path) -> Trace:
     """Reads a job trace (see the module docstring); a bad row is a DataError with file:line and column."""
     path = Path(path)
     where = str(path)
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read the file: {exc.strerror}", path=where) from exc
-    raw: list[tuple[int, float, float, int, str]] = []
-    with handle:
-        reader = csv.reader(handle)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise DataError("the file is empty; a header row is expected", path=where, line=1) from None
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise DataError(f"unreadable header: {exc}", path=where, line=1) from exc
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            raise DataError(f"missing column(s) {', '.join(missing)}", path=where, line=1, field=missing[0])
-        at = {c: header.index(c) for c in COLUMNS}
-        width = max(at.values()) + 1
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                break
-            except (csv.Error, UnicodeDecodeError) as exc:
-                raise DataError(f"unreadable row: {exc}", path=where, line=reader.line_num) from exc
-            line = reader.line_num
-            if not values or all(not v.strip() for v in values):
-                continue
-            if len(values) < width:
-                raise DataError(
-                    f"{len(values)} values, {len(header)} columns expected", path=where, line=line
-                )
-            raw.append(_row(values, at, where, line))
+    raw = [_row(values, where, line) for line, values in csv_rows(path, COLUMNS)]
     if not raw:
         raise DataError("the trace has no jobs", path=where)
     start = min(r[1] for r in raw)
@@ -157,17 +125,15 @@ def load(path: str | Path) -> Trace:
     return Trace(path, start, jobs)
 
 
-def _row(
-    values: Sequence[str], at: dict[str, int], where: str, line: int
-) -> tuple[int, float, float, int, str]:
-    text = values[at["timestamp"]].strip()
+def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, float, int, str]:
+    text = values["timestamp"]
     try:
         submit = datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
     except ValueError:
         raise DataError(
             f"not a time of the form YYYY-MM-DD HH:MM:SS: {text!r}", path=where, line=line, field="timestamp"
         ) from None
-    text = values[at["duration"]].strip()
+    text = values["duration"]
     try:
         duration = float(text)
     except ValueError:
@@ -176,7 +142,7 @@ def _row(
         raise DataError(
             f"must be a positive number of seconds, got {text!r}", path=where, line=line, field="duration"
         )
-    text = values[at["num_gpus"]].strip()
+    text = values["num_gpus"]
     try:
         gpus = int(text)
     except ValueError:
@@ -185,7 +151,7 @@ def _row(
         ) from None
     if gpus < 1:
         raise DataError(f"must be at least 1, got {text!r}", path=where, line=line, field="num_gpus")
-    cluster = values[at["cluster"]].strip()
+    cluster = values["cluster"]
     if not cluster:
         raise DataError("empty virtual cluster", path=where, line=line, field="cluster")
     return line, submit, duration, gpus, cluster
