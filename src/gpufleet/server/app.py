@@ -365,17 +365,7 @@ def _resource(info: KindInfo) -> dict[str, Any]:
 
 def _apply_body(kinds: list[KindInfo]) -> dict[str, Any]:
     one = {"anyOf": [{"$ref": f"#/components/schemas/{info.kind}"} for info in kinds]}
-    items = {"type": "array", "items": one, "description": "The objects, applied in this order."}
-    many = {"type": "object", "required": ["items"], "properties": {"items": items}}
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": many},
-                "application/yaml": {"schema": {"type": "string", "description": "multi-document YAML"}},
-            },
-        }
-    }
+    return _items_body(one, "The objects, applied in this order.")
 
 
 def _delete_body() -> dict[str, Any]:
@@ -406,7 +396,12 @@ def _delete_body() -> dict[str, Any]:
             },
         },
     }
-    items = {"type": "array", "items": ref, "description": "The objects to delete."}
+    return _items_body(ref, "The objects to delete.")
+
+
+def _items_body(item: dict[str, Any], description: str) -> dict[str, Any]:
+    """A request body of many objects: JSON `{"items": [...]}`, or the multi-document YAML of a file."""
+    items = {"type": "array", "items": item, "description": description}
     many = {"type": "object", "required": ["items"], "properties": {"items": items}}
     return {
         "requestBody": {
