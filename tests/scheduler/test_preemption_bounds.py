@@ -56,7 +56,7 @@ def _every_scope(
     snapshot: Any, preemptor: Workload, assignment: Any, fits: Any, now: float, pool: Sequence[Any]
 ) -> preemption.SetRank | None:
     """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
-    search = Search(snapshot, preemptor, assignment, fits, now)
+    search = Search(snapshot, preemptor, assignment, fits, now, pool)
     best = None
     for scope in scopes_of(snapshot, preemptor, pool):
         bound = max(quick_bound(scope.candidates), search.bounds.scope_bound(scope))
@@ -100,7 +100,7 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
             else None
         )
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
-        search = Search(snapshot, preemptor, assignment, fits, now)
+        search = Search(snapshot, preemptor, assignment, fits, now, pool)
         key = (
             None
             if found is None

@@ -58,6 +58,11 @@ def candidates(
     root = tree.root_of(preemptor.queue)
     guarantor = _guarantor(snapshot, preemptor, assignment)
     borrowing = guarantor is None
+    if borrowing:
+        # Decision 29: judged with its own queue's victims gone, it may stay within nominal and reclaim
+        # (the search then keeps only sets after which it does).
+        guarantor = guarantor_after_own(snapshot, preemptor, assignment)
+        borrowing = guarantor is None
     flavors = set(assignment.usage)
     parts: list[PoolPart] = []
     queues = []
@@ -215,6 +220,51 @@ def _is_borrowing(snapshot: Snapshot, preemptor: Workload, assignment: Assignmen
     return _guarantor(snapshot, preemptor, assignment) is None
 
 
+def borrows_now(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+    """Whether the preemptor would borrow were it admitted on the usage as it is (decision 27)."""
+    return _is_borrowing(snapshot, preemptor, assignment)
+
+
+def guarantor_after_own(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> str | None:
+    """For a preemptor that would borrow: the queue whose nominal quota would hold it once every
+    workload of its own queue that its `withinQueue` policy lets it take is gone, or None (decision 29).
+
+    None as well when its policy takes nothing of its own queue, reaches other queues only through
+    `reclaimWithinCohort: Never`, or reaches them while borrowing (`borrowWithinCohort` other than
+    Never: those rules stand as they are). Preemptibility and minimum runtimes are not looked at: this
+    only opens the door to reclaim candidates; the search keeps only sets after which the preemptor is
+    within its nominal quota (`Search`)."""
+    cache = snapshot.cache
+    policy = cache.settings[preemptor.queue].preemption
+    if (
+        policy.within_queue == "Never"
+        or policy.reclaim_within_cohort == "Never"
+        or policy.borrow_within_cohort != "Never"
+    ):
+        return None
+    settings = cache.settings[preemptor.queue]
+    usage = cache.usage
+    freed: dict[str, int] = {}
+    for name in cache.by_queue.get(preemptor.queue, ()):
+        admitted = cache.admitted.get(name)
+        if admitted is None or name == preemptor.name or not admitted.workload.preemptible:
+            continue
+        if _cause(victim=admitted, preemptor=preemptor, settings=settings, borrowing=True) != WITHIN_QUEUE:
+            continue
+        for flavor, amount in admitted.assignment.usage.items():
+            if flavor in assignment.usage:
+                freed[flavor] = freed.get(flavor, 0) + amount
+    if not freed:
+        return None
+    version = usage.version
+    usage.add(preemptor.queue, freed, -1)
+    try:
+        return usage.guarantor(preemptor.queue, assignment.usage)
+    finally:
+        usage.add(preemptor.queue, freed, 1)
+        usage.rewind(version)
+
+
 def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
     policy = settings.preemption
     if borrowing:
@@ -225,6 +275,8 @@ def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
 def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
     """Whether the preemptor's policy lets it take from queues other than its own right now."""
     borrowing = _is_borrowing(snapshot, preemptor, assignment)
+    if borrowing and guarantor_after_own(snapshot, preemptor, assignment) is not None:
+        borrowing = False
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
 
 

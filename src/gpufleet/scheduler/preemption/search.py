@@ -6,7 +6,7 @@ to 10).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
@@ -15,8 +15,8 @@ from gpufleet.scheduler.preemption.feasibility import Capacity, capacity_feasibl
 from gpufleet.scheduler.preemption.greedy import Fits, apply_candidate, apply_if_held, greedy_set
 from gpufleet.scheduler.preemption.node_index import node_entries
 from gpufleet.scheduler.preemption.options import Option, Options
-from gpufleet.scheduler.preemption.order import WITHIN_QUEUE, Candidate, SetRank, VictimSet, order_of
-from gpufleet.scheduler.preemption.policy import candidates
+from gpufleet.scheduler.preemption.order import RECLAIM, WITHIN_QUEUE, Candidate, SetRank, VictimSet, order_of
+from gpufleet.scheduler.preemption.policy import borrows_now, candidates
 from gpufleet.scheduler.preemption.pool import CandidatePool
 from gpufleet.scheduler.preemption.scopes import (
     LEAST_BELOW_NOMINAL,
@@ -61,11 +61,37 @@ def select_victims(
     those, `VictimSet.cost` decides."""
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
+    if isinstance(pool, CandidatePool) and _reclaims(pool) and borrows_now(snapshot, preemptor, assignment):
+        # Decision 29: reclaim candidates of a preemptor that borrows now are looked at only when its
+        # own queue's candidates give no set: those searches are as before.
+        own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
+        found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, own)
+        if found is not None:
+            return found
+    return _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+
+
+def _reclaims(pool: Sequence[Candidate]) -> bool:
+    """Whether the pool holds reclaim candidates (a pool's parts are one queue and cause each)."""
+    if isinstance(pool, CandidatePool):
+        return any(part.kept and part.kept[0].cause == RECLAIM for part in pool.parts)
+    return any(c.cause == RECLAIM for c in pool)
+
+
+def _select(
+    snapshot: Snapshot,
+    preemptor: Workload,
+    assignment: Assignment,
+    fits: Fits,
+    now: float,
+    max_scopes: int,
+    pool: Sequence[Candidate],
+) -> VictimSet | None:
     if not pool or not quota_feasible(snapshot, preemptor, assignment, pool):
         return None
     if not capacity_feasible(snapshot, preemptor, assignment, pool):
         return None
-    search = Search(snapshot, preemptor, assignment, fits, now)
+    search = Search(snapshot, preemptor, assignment, fits, now, pool)
     best: VictimSet | None = None
     best_key: SetRank | None = None
     # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
@@ -140,15 +166,60 @@ class Search:
     """The victim search for one preemptor in one snapshot state (see `select_victims`)."""
 
     def __init__(
-        self, snapshot: Snapshot, preemptor: Workload, assignment: Assignment, fits: Fits, now: float
+        self,
+        snapshot: Snapshot,
+        preemptor: Workload,
+        assignment: Assignment,
+        fits: Fits,
+        now: float,
+        pool: Sequence[Candidate],
     ) -> None:
         self.options = Options(snapshot, preemptor, assignment, now)
         self.bounds = Bounds(self.options)
         self.snapshot = snapshot
         self.preemptor = preemptor
         self.assignment = assignment
-        self.fits = fits
         self.flavors = self.options.flavors
+        self.fits = fits
+        # Decision 29: a preemptor that borrows now has reclaim candidates only because its own queue's
+        # victims would bring it within nominal; it may take them only in sets that do bring it there.
+        self.conditional = _reclaims(pool) and borrows_now(snapshot, preemptor, assignment)
+
+    def _within(self) -> bool:
+        """Whether the preemptor, admitted on the usage as it is now, would not borrow."""
+        return self.snapshot.cache.usage.guarantor(self.preemptor.queue, self.assignment.usage) is not None
+
+    def _set_ok(self, victims: Sequence[Candidate]) -> bool:
+        """With `victims` applied: decision 29's condition on a set that reclaims."""
+        if not self.conditional or not any(c.cause == RECLAIM for c in victims):
+            return True
+        return self._within()
+
+    def _checked(self, victims: list[Candidate] | None) -> bool:
+        """Whether a set found without decision 29's condition meets it (applied, then rolled back)."""
+        if victims is None or not self.conditional or not any(c.cause == RECLAIM for c in victims):
+            return True
+        snapshot = self.snapshot
+        mark = snapshot.mark()
+        for candidate in victims:
+            apply_if_held(snapshot, candidate)
+        ok = self._within()
+        snapshot.rollback(mark)
+        return ok
+
+    def _greedy(
+        self, candidates: Sequence[Candidate], allowed: Callable[[Candidate], bool] | None = None
+    ) -> list[Candidate] | None:
+        """Kueue's greedy set. Under decision 29's condition (a preemptor that borrows now, searched
+        with reclaim candidates only because its own queue's gave no set) own-queue candidates are given
+        up first, and a set that still does not meet the condition is none."""
+        snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
+        if not self.conditional:
+            return greedy_set(snapshot, candidates, fits, flavors, allowed)
+        own = [c for c in candidates if c.cause == WITHIN_QUEUE]
+        others = [c for c in candidates if c.cause != WITHIN_QUEUE]
+        found = greedy_set(snapshot, own + others, fits, flavors, allowed)
+        return found if self._checked(found) else None
 
     def scope(self, scope: Scope) -> VictimSet | None:
         """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
@@ -157,13 +228,10 @@ class Search:
             found = self._exact(scope, units)
             if found is not None:
                 return VictimSet(self.preemptor.name, tuple(found))
-        snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
-        greedy = greedy_set(snapshot, scope.candidates, fits, flavors)
+        greedy = self._greedy(scope.candidates)
         if greedy is not None and not self.keeps_nominal(greedy):
             # Decision 8: a set that keeps every other queue at nominal first, if the scope has one.
-            greedy = (
-                greedy_set(snapshot, scope.candidates, fits, flavors, self._leaves_queue_at_nominal) or greedy
-            )
+            greedy = self._greedy(scope.candidates, self._leaves_queue_at_nominal) or greedy
         return None if greedy is None else VictimSet(self.preemptor.name, tuple(self._trim(greedy)))
 
     def _leaves_queue_at_nominal(self, candidate: Candidate) -> bool:
@@ -213,7 +281,7 @@ class Search:
         mark = snapshot.mark()
         for candidate in victims:
             apply_if_held(snapshot, candidate)
-        ok = self.fits()
+        ok = self.fits() and self._set_ok(victims)
         snapshot.rollback(mark)
         return ok
 
@@ -250,7 +318,16 @@ class Search:
             steps += 1
             if steps > EXACT_STEPS:
                 return False
-            if chosen and capacity.enough() and usage.fits(queue, wanted) is None:
+            if (
+                chosen
+                and capacity.enough()
+                and usage.fits(queue, wanted) is None
+                and (
+                    not self.conditional
+                    or not any(o.candidate.cause == RECLAIM for o in chosen)
+                    or self._within()
+                )
+            ):
                 allowed = self._allowed(chosen)
                 if allowed is not None:
                     victims = [option.candidate for option in chosen]
