@@ -664,31 +664,21 @@ class _Cycle:
         return None
 
     def _preempt_for(self, workload: Workload, model: str | None) -> Preemption | None:
+        """The cheapest victims after which the workload fits at its full count; an elastic workload
+        for which none exist tries fewer pods, down to its minimum: the most pods some victim set makes
+        room for, with that count's cheapest set (decision 30)."""
         counts = counts_at(workload, 0)
-        newer_matters = (
-            self.cache.settings[workload.queue].preemption.within_queue == "LowerOrNewerEqualPriority"
-        )
-        memo = (
-            workload.queue,
-            workload.priority,
-            workload.submitted_at if newer_matters else None,
-            _shape(workload, model, counts),
-        )
-        if memo in self.no_victims:
-            return None
-        assignment = Assignment(model, counts, usage_of(workload, model, counts))
-
-        def fits() -> bool:
-            if self._quota_problem(workload, model, counts) is not None:
-                return False
-            mark = self.snapshot.mark()
-            placed = self._place(workload, model, counts)
-            self.snapshot.rollback(mark)
-            return placed.no_fit is None
-
-        victims = self._search_victims(workload, assignment, fits)
+        victims = self._victims_at(workload, model, counts)
+        low, high = 0, shrink_steps(workload)  # the fewest steps with a set: none at low, one at high
+        if victims is None and high and (got := self._victims_at(workload, model, counts_at(workload, high))):
+            counts, victims = counts_at(workload, high), got
+            while high - low > 1:
+                mid = (low + high) // 2
+                if got := self._victims_at(workload, model, counts_at(workload, mid)):
+                    high, counts, victims = mid, counts_at(workload, mid), got
+                else:
+                    low = mid
         if victims is None:
-            self.no_victims.add(memo)
             return None
         self.parking.capacity.lower(
             self.snapshot.fleet, [a.node for c in victims.victims for a in c.admitted.pods.values()]
@@ -705,6 +695,28 @@ class _Cycle:
             if room is not None:
                 self._reserve(workload, room)
         return Preemption(victims)
+
+    def _victims_at(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> VictimSet | None:
+        """The cheapest victim set after which the workload fits with `counts` pods, or None."""
+        newer = self.cache.settings[workload.queue].preemption.within_queue == "LowerOrNewerEqualPriority"
+        at = workload.submitted_at if newer else None
+        memo = (workload.queue, workload.priority, at, _shape(workload, model, counts))
+        if memo in self.no_victims:
+            return None
+        assignment = Assignment(model, counts, usage_of(workload, model, counts))
+
+        def fits() -> bool:
+            if self._quota_problem(workload, model, counts) is not None:
+                return False
+            mark = self.snapshot.mark()
+            placed = self._place(workload, model, counts)
+            self.snapshot.rollback(mark)
+            return placed.no_fit is None
+
+        victims = self._search_victims(workload, assignment, fits)
+        if victims is None:
+            self.no_victims.add(memo)
+        return victims
 
     def _search_victims(
         self, workload: Workload, assignment: Assignment, fits: Callable[[], bool]
