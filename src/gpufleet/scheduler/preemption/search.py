@@ -65,10 +65,46 @@ def select_victims(
         # Decision 29: reclaim candidates of a preemptor that borrows now are looked at only when its
         # own queue's candidates give no set: those searches are as before.
         own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
-        found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, own)
+        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, own)
         if found is not None:
             return found
-    return _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    return _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+
+
+CROSS_CANDIDATES = 24
+"""Decision 31: a one-pod preemptor's pool this small is also searched exactly over the whole fleet."""
+
+
+def _select_across(
+    snapshot: Snapshot,
+    preemptor: Workload,
+    assignment: Assignment,
+    fits: Fits,
+    now: float,
+    max_scopes: int,
+    pool: Sequence[Candidate],
+) -> VictimSet | None:
+    """The scopes' cheapest set, or, for a one-pod preemptor with a small pool, a cheaper set whose
+    victims are on several nodes (decision 31): the victims that free quota may be anywhere in the tree,
+    only those that free room must be on the node it is placed on, which `fits` checks."""
+    found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    if not pool or len(pool) > CROSS_CANDIDATES or scope_level(preemptor) not in ("host", "nvlink"):
+        return found
+    search = Search(snapshot, preemptor, assignment, fits, now, pool)
+    scope = Scope(sorted(pool, key=order_of))
+    units = search._units(scope.candidates)
+    if len(units) > EXACT_WORKLOADS:
+        return found
+    victims = search._exact(scope, units)
+    if victims is None:
+        return found
+    cross = VictimSet(preemptor.name, tuple(victims))
+    if found is None:
+        return cross
+    rank = SetRank(0 if search.keeps_nominal(cross.victims) else 1, cross.cost())
+    if rank < SetRank(0 if search.keeps_nominal(found.victims) else 1, found.cost()):
+        return cross
+    return found
 
 
 def _reclaims(pool: Sequence[Candidate]) -> bool:
