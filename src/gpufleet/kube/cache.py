@@ -50,7 +50,7 @@ from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Reason
-from gpufleet.scheduler.flavors import Assignment, model_of, split_flavor, usage_of
+from gpufleet.scheduler.flavors import Assignment, model_of, node_flavor, usage_of
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.queueing import UsageHistory
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -503,12 +503,8 @@ class KubeCache:
             and (noted in flavors if flavors else noted == model)
         ):
             return noted, True
-        capacity = spec.labels.get(CAPACITY_TYPE_LABEL)
-        for flavor in flavors:
-            flavor_model, flavor_capacity = split_flavor(flavor)
-            if flavor_model == model and flavor_capacity in (None, capacity):
-                return flavor, False
-        return model, False
+        derived = node_flavor(flavors, model, spec.labels.get(CAPACITY_TYPE_LABEL))
+        return (derived if derived is not None else model), False
 
     def _submit_rest(self, workload: Workload, missing: Mapping[str, int], placed: list[Allocation]) -> None:
         """The unbound members of a partly bound gang, as a workload of their own that must all start."""
