@@ -208,11 +208,7 @@ class Informer:
                 if key not in fresh:
                     self._fire("DELETED", obj, None)
             for key, obj in fresh.items():
-                before = old.get(key)
-                if before is None:
-                    self._fire("ADDED", None, obj)
-                elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                    self._fire("MODIFIED", before, obj)
+                self._tell_listed(old.get(key), obj)
         self._ready.set()
         self._synced.set()
 
@@ -261,11 +257,15 @@ class Informer:
                 keys.add(key)
                 before = self._items.get(key)
                 self._items[key] = obj
-                if before is None:
-                    self._fire("ADDED", None, obj)
-                elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                    self._fire("MODIFIED", before, obj)
+                self._tell_listed(before, obj)
         return keys
+
+    def _tell_listed(self, before: Json | None, obj: Json) -> None:
+        """Tells handlers of a listed object that is new, or changed since the cache's copy."""
+        if before is None:
+            self._fire("ADDED", None, obj)
+        elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            self._fire("MODIFIED", before, obj)
 
     # ------------------------------------------------------------------ internals
     def _apply(self, line: Json) -> None:
