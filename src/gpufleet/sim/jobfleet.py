@@ -13,20 +13,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from gpufleet.api.documents import load_objects
 from gpufleet.api.errors import DataError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
 from gpufleet.api.queue import FlavorQuota, Queue, QueuePreemption, QueueSpec
+from gpufleet.api.resource import Resource
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 32
 GPU_MODEL = "H100-80GB"
 PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
+
 FIFO_QUEUE = "fifo"
 POLICIES = ("gpufleet", "fifo")
+
+_Kind = TypeVar("_Kind", bound=Resource)
 
 
 def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = False) -> list[GPUPool]:
@@ -52,26 +57,26 @@ def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = 
 
 def load_pools(path: str | Path) -> list[GPUPool]:
     """The GPUPools of a YAML file; another kind in it is a DataError."""
-    pools: list[GPUPool] = []
-    for obj in load_objects(Path(path)):
-        if not isinstance(obj, GPUPool):
-            raise DataError(f"{obj.kind} {obj.name}: a fleet file holds GPUPools only", path=str(path))
-        pools.append(obj)
-    if not pools:
-        raise DataError("no GPUPool in the fleet file", path=str(path))
-    return pools
+    return _load_only(path, GPUPool, "fleet")
 
 
 def load_queues(path: str | Path) -> list[Queue]:
     """The Queues of a YAML file; another kind in it is a DataError."""
-    queues: list[Queue] = []
+    return _load_only(path, Queue, "queues")
+
+
+def _load_only(path: str | Path, kind: type[_Kind], what: str) -> list[_Kind]:
+    """The objects of one kind in a YAML file (at least one); any other kind is a DataError."""
+    found: list[_Kind] = []
     for obj in load_objects(Path(path)):
-        if not isinstance(obj, Queue):
-            raise DataError(f"{obj.kind} {obj.name}: a queues file holds Queues only", path=str(path))
-        queues.append(obj)
-    if not queues:
-        raise DataError("no Queue in the queues file", path=str(path))
-    return queues
+        if not isinstance(obj, kind):
+            raise DataError(
+                f"{obj.kind} {obj.name}: a {what} file holds {kind.__name__}s only", path=str(path)
+            )
+        found.append(obj)
+    if not found:
+        raise DataError(f"no {kind.__name__} in the {what} file", path=str(path))
+    return found
 
 
 def queue_name(cluster: str, policy: str = "gpufleet") -> str:
