@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
+from gpufleet.api.runtime import Pod
 from gpufleet.api.training import TrainingJob
+from gpufleet.twin.twin import NodeLoss
 
 from .conftest import World
 
@@ -50,3 +52,17 @@ def test_a_running_jobs_series_are_exported_and_dropped_with_it(world: World) ->
     world.store.delete(TrainingJob, "metered", "team-m")
     world.runtime.run_for(10)
     assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", JOB) is None
+
+
+def test_a_lost_node_counts_one_eviction_of_the_jobs_run_by_its_reason(world: World) -> None:
+    world.apply(OBJECTS)
+    world.runtime.run_for(60)
+    job = world.get("TrainingJob", "metered", "team-m")
+    evicted = {"queue": job.spec.queue, "reason": "NodeLost"}
+    before = REGISTRY.get_sample_value("gpufleet_evictions_total", evicted) or 0.0
+    (pod,) = [p for p in world.store.list(Pod).items if not p.terminated]
+    assert pod.spec.node_name is not None
+    world.twin.inject(NodeLoss(node=pod.spec.node_name))
+    world.runtime.run_for(10)
+    assert world.get("TrainingJob", "metered", "team-m").status.restarts == 1
+    assert REGISTRY.get_sample_value("gpufleet_evictions_total", evicted) == before + 1

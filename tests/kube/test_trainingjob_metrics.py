@@ -45,9 +45,15 @@ def test_a_running_jobs_series_follow_its_status_and_go_with_it(
     # No checkpoint taken since its workers started: its age counts from their start.
     assert _value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds") == started
 
+    evictions = {"queue": "team-a", "reason": "Error"}
+    before = REGISTRY.get_sample_value("gpufleet_evictions_total", evictions) or 0.0
     set_phase(api, "llm-0-0", "Failed", reason="Error", message="NCCL timeout")
     sync(op)
     assert job_status(api)["restarts"] == 1
+    # The attempt's end is counted once, by the worker's reason, without the worker's name.
+    assert REGISTRY.get_sample_value("gpufleet_evictions_total", evictions) == before + 1
+    sync(op)
+    assert REGISTRY.get_sample_value("gpufleet_evictions_total", evictions) == before + 1
     assert _value("gpufleet_trainingjob_restarts") == 1
     # Not running: no checkpoint age to alert on.
     assert _value("gpufleet_trainingjob_last_checkpoint_timestamp_seconds") is None

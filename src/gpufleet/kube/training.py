@@ -73,6 +73,7 @@ from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
+from gpufleet.observability import metrics
 from gpufleet.scheduler.flavors import pod_gpu_milli
 from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 
@@ -346,6 +347,8 @@ class TrainingJobOperator:
                 self._delete(old)
         broken = [p for p in current if _broken(p)]
         if previous.phase not in jobstate.FINISHED and broken:
+            # The bare reason: the one in the status names the worker, an unbounded label value.
+            metrics.record_eviction(job.spec.queue, _cause(broken[0])[0])
             return self._restart(raw, job, checkpoint, current, _why(broken[0]), now)
         if previous.phase in jobstate.FINISHED:
             self._write(raw, previous, _observed(job, checkpoint, current), now)
@@ -463,14 +466,20 @@ def _broken(pod: Json) -> bool:
 
 
 def _why(pod: Json) -> jobstate.Disruption:
-    """What ended the attempt, from the worker that broke it (its disruption condition, else its state)."""
-    name = pod["metadata"]["name"]
+    """What ended the attempt, from the worker that broke it, named in the reason."""
+    reason, message = _cause(pod)
+    return jobstate.Disruption(f"{pod['metadata']['name']} {reason}", message)
+
+
+def _cause(pod: Json) -> tuple[str, str]:
+    """Why a worker broke, and how: its disruption condition's reason (set by whoever evicted it), else
+    its status' reason, else `Deleted` or `Failed`."""
     status = pod.get("status") or {}
     for c in status.get("conditions") or []:
         if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-            return jobstate.Disruption(f"{name} {c.get('reason')}", c.get("message", ""))
+            return str(c.get("reason")), c.get("message", "")
     reason = status.get("reason") or ("Deleted" if pod["metadata"].get("deletionTimestamp") else "Failed")
-    return jobstate.Disruption(f"{name} {reason}", status.get("message", ""))
+    return reason, status.get("message", "")
 
 
 def _observed(

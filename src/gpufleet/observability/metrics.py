@@ -51,6 +51,12 @@ PREEMPTIONS = Counter(
     "Workloads evicted or shrunk by the scheduler for another one, by the victim's queue and the cause.",
     ["queue", "reason"],
 )
+EVICTIONS = Counter(
+    "gpufleet_evictions_total",
+    "Runs of admitted workloads ended by an eviction or a disruption (preemption, lost node or GPU, spot "
+    "interruption, failed or deleted pod), by the workload's queue and the reason.",
+    ["queue", "reason"],
+)
 CYCLE_SECONDS = Histogram(
     "gpufleet_scheduling_cycle_duration_seconds",
     "Wall time of one scheduling cycle of the core, its decisions carried out included.",
@@ -159,6 +165,12 @@ def record_job(
     else:
         JOB_CHECKPOINT_TIME.labels(namespace, job).set(checkpoint_time)
         JOB_CHECKPOINT_INTERVAL.labels(namespace, job).set(checkpoint_interval)
+
+
+def record_eviction(queue: str, reason: str) -> None:
+    """One run of a workload ended by an eviction or a disruption. `reason` must come from a bounded set
+    (the world's eviction reasons, Kubernetes' pod condition reasons), never a pod or node name."""
+    EVICTIONS.labels(queue, reason or "Unknown").inc()
 
 
 def record_pool(pool: str, price_per_gpu_hour: float) -> None:

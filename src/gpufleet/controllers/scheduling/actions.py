@@ -185,6 +185,7 @@ class Actions:
         cache.evict(key, now=now)
         state.queues_dirty = True
         state.stats.evicted += 1
+        metrics.record_eviction(admitted.queue, reason)
         if obj is not None:
             status = obj.status.model_copy(deep=True)
             status.evictions.append(
