@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from gpufleet.api.reasons import indented, pending_lines
 from gpufleet.cli.client import AuthError, Client
 from gpufleet.cli.output import Columns, age, cell, console
 
@@ -78,7 +78,7 @@ def render(
     spec = obj.get("spec")
     if spec:
         parts.append(Text("Spec:", style="bold"))
-        parts.append(Text(_indented(spec)))
+        parts.append(Text(indented(spec)))
     conditions = status.get("conditions") or []
     parts.append(Text("Conditions:", style="bold"))
     parts.append(_conditions(conditions) if conditions else Text("  <none>"))
@@ -115,13 +115,10 @@ def _fields(obj: dict[str, Any], meta: dict[str, Any], status: dict[str, Any]) -
 
 
 def _pending(reason: dict[str, Any]) -> RenderableType:
-    lines = [Text.assemble(("Pending: ", "bold yellow"), (str(reason.get("type")), "yellow"))]
-    if reason.get("message"):
-        lines.append(Text(f"  {reason['message']}"))
-    details = reason.get("details") or {}
-    if details:
-        lines.append(Text(_indented(details)))
-    return Group(*lines)
+    kind, lines = pending_lines(reason)
+    return Group(
+        Text.assemble(("Pending: ", "bold yellow"), (kind, "yellow")), *(Text(line) for line in lines)
+    )
 
 
 def _conditions(conditions: list[dict[str, Any]]) -> Columns:
@@ -220,11 +217,6 @@ def _events_of(client: Client, obj: dict[str, Any]) -> list[dict[str, Any]]:
         if event.get("spec", {}).get("involvedKind") == obj.get("kind")
         and event.get("spec", {}).get("involvedName") == meta.get("name")
     ]
-
-
-def _indented(data: Any) -> str:
-    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip("\n")
-    return "\n".join("  " + line for line in text.splitlines())
 
 
 def _words(key: str) -> str:

@@ -36,6 +36,7 @@ from gpufleet.observability.logs import setup_logging
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
+from gpufleet.server.console import add_console
 from gpufleet.server.metrics import add_metrics_route
 from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
@@ -155,6 +156,7 @@ def _serve(
             store, tokens, faults=None if twin is None else _fault_sink(twin), now=clock.datetime
         )
         add_metrics_route(app, tokens)
+        add_console(app, store, tokens)
         server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed
         if objects:
@@ -214,6 +216,7 @@ def _banner(
         out.print(f"  runtime      digital twin and controllers, {speed}")
     else:
         out.print("  runtime      off (--no-runtime): the API and the store only")
+    out.print(f"  console      {url}/   (sign in with the admin token or a queue's token)")
     out.print(f"  API docs     {url}/docs   (OpenAPI: {url}/openapi.json)")
     out.print(f"  state        {directory}")
     out.print(f"  admin token  {token_path}")

@@ -1,0 +1,90 @@
+"""The web console: a read-only page of the fleet, served by the API server at `/`.
+
+GET /                     the page (HTML, CSS and JS shipped in this package: nothing from the internet)
+GET /console/{file}       its script and style
+GET /v1/console           what it shows, as JSON: fleet map, queues, jobs and services, cost
+
+The page signs in with a bearer token like the CLI and sends it with every request, so it sees what
+the CLI would: the admin everything; a queue's token its queue and its work only, with no map of the
+fleet (nodes and pools are not its to read). Events come live from `/v1/changes` (long poll).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time.
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from gpufleet.api.kinds import kind_info
+from gpufleet.api.resource import Resource
+from gpufleet.server import access
+from gpufleet.server.auth import Principal, TokenRegistry
+from gpufleet.server.console import view
+from gpufleet.server.errors import error_responses
+from gpufleet.store.protocol import Store
+
+CONSOLE_PATH = "/v1/console"
+_STATIC = "static"
+_WORK = ("TrainingJob", "InferenceService")
+
+
+def _static_dir() -> str:
+    # The package is installed as files (setuptools, editable or not), so the folder has a path.
+    return str(resources.files("gpufleet.server.console").joinpath(_STATIC))
+
+
+def add_console(app: FastAPI, store: Store, tokens: TokenRegistry) -> None:
+    """Adds the page at `/`, its files under `/console/` and its data at `/v1/console`."""
+    static = _static_dir()
+    app.mount("/console", StaticFiles(directory=static), name="console")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(f"{static}/index.html", media_type="text/html")
+
+    @app.get(
+        CONSOLE_PATH,
+        tags=["server"],
+        summary="What the web console shows: fleet map, queues, jobs and services, cost",
+        response_model=None,
+        responses={200: {"description": "The console's view for this token."}, **error_responses(401)},
+    )
+    async def console_view(request: Request) -> JSONResponse:
+        who = tokens.authenticate(request.headers.get("authorization"))
+        return JSONResponse(await run_in_threadpool(_view, store, who))
+
+
+def _listed(store: Store, kind: str) -> list[Resource]:
+    return list(store.list(kind).items) if kind_info(kind) is not None else []
+
+
+def _view(store: Store, who: Principal) -> dict[str, Any]:
+    """The view for `who`: every object it shows is one the token may read through the API."""
+
+    def readable(kind: str) -> list[dict[str, Any]]:
+        return [obj.to_dict() for obj in _listed(store, kind) if access.may_read(who, obj)]
+
+    queues = readable("Queue")
+    work = [obj for kind in _WORK for obj in readable(kind)]
+    answer: dict[str, Any] = {
+        "who": {"admin": who.admin, "queue": who.queue},
+        "queues": view.queue_rows(queues),
+        "work": view.work_rows(work),
+    }
+    # Nodes, pods and pools are the admin's to read; the cost of a queue's own pods is computed from
+    # them here but only that queue's figure is given to its token.
+    nodes = [obj.to_dict() for obj in _listed(store, "Node")]
+    pods = [obj.to_dict() for obj in _listed(store, "Pod")]
+    pools = [obj.to_dict() for obj in _listed(store, "GPUPool")]
+    workloads = [obj.to_dict() for obj in _listed(store, "Workload")]
+    cost = view.cost_rows(pools, nodes, pods, workloads)
+    if who.admin:
+        answer["map"] = view.fleet_map(pools, nodes, pods)
+        answer["cost"] = cost
+    else:
+        answer["map"] = None
+        answer["cost"] = {"pools": [], "queues": [q for q in cost["queues"] if q["name"] == who.queue]}
+    return answer
