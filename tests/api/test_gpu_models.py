@@ -116,7 +116,55 @@ def test_a_pool_with_an_unknown_model_is_refused() -> None:
         load_objects(POOL % "H900-80GB")
     assert caught.value.field == "spec.gpuModel" and "unknown GPU model 'H900-80GB'" in str(caught.value)
     (pool,) = load_objects(POOL % "NVIDIA-H100-80GB-HBM3")
-    assert isinstance(pool, GPUPool) and pool.spec.gpu_model == "NVIDIA-H100-80GB-HBM3"  # kept as written
+    # Written as the catalogue's name: placement and quotas compare model names exactly.
+    assert isinstance(pool, GPUPool) and pool.spec.gpu_model == "H100-80GB"
+
+
+JOB = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: j1}
+spec:
+  queue: q
+  replicas: 1
+  worker: {gpus: 1, gpuModel: %s}
+"""
+
+
+def test_a_jobs_model_alias_is_written_as_the_canonical_name() -> None:
+    (job,) = load_objects(JOB % "H100")
+    assert job.spec.worker.gpu_model == "H100-80GB"  # type: ignore[attr-defined]
+    (job,) = load_objects(JOB % "[H100, nvidia a100-sxm4-80gb]")
+    assert job.spec.worker.gpu_model == ["H100-80GB", "A100-80GB"]  # type: ignore[attr-defined]
+
+
+def test_a_jobs_unknown_model_is_refused_with_the_closest_names() -> None:
+    with pytest.raises(ValidationError) as caught:
+        load_objects(JOB % "H100-80B")
+    assert caught.value.field == "spec.worker.gpuModel"
+    assert "did you mean H100-80GB" in str(caught.value)
+
+
+def test_a_queues_quota_for_an_alias_counts_under_the_canonical_name() -> None:
+    (queue,) = load_objects(
+        "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+        "  quotas: {H100: {nominal: 8}, H100/spot: {nominal: 2}, 1g.10gb: {nominal: 1}}\n"
+        "  flavorOrder: [H100/spot, H100, 1g.10gb]\n"
+    )
+    assert list(queue.spec.quotas) == ["H100-80GB", "H100-80GB/spot", "1g.10gb"]  # type: ignore[attr-defined]
+    assert queue.spec.flavor_order == ["H100-80GB/spot", "H100-80GB", "1g.10gb"]  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError, match="name the same GPU model"):
+        load_objects(
+            "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+            "  quotas: {H100: {nominal: 8}, H100-80GB: {nominal: 2}}\n"
+        )
+
+
+@pytest.mark.parametrize("value", ['"8"', "8.0", "true"])
+def test_a_pools_gpus_per_node_must_be_an_integer(value: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        load_objects((POOL % "H100-80GB").replace("gpusPerNode: 8", f"gpusPerNode: {value}"))
+    assert caught.value.field == "spec.gpusPerNode" and "integer" in str(caught.value)
 
 
 def test_a_stored_pool_reads_back_even_if_its_model_left_the_catalogue() -> None:

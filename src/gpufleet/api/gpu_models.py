@@ -5,7 +5,9 @@ A model is named as users write it in `gpuModel` (e.g. `H100-80GB`). Each canoni
 the NVML product name (`NVIDIA H100 80GB HBM3`), the GPU feature discovery label value
 (`NVIDIA-H100-80GB-HBM3`) and short names. Names are compared ignoring case, spaces, `_` versus `-`
 and a leading `NVIDIA`/`Tesla`. The catalogue only decides which names are accepted: a fleet keeps the
-name as written, and requests match nodes by that name.
+name the catalogue gives it: a known alias written in a pool, a node, a request or a queue's quota
+(`H100`, `NVIDIA H100 80GB HBM3`) is stored as its canonical name (`H100-80GB`) when the object is
+written, because the scheduler matches requests to nodes, and usage to quotas, by exact name.
 
 The Alibaba cluster-trace-gpu-v2023 ("openb") names its models its own way; those names (`V100M16`,
 `V100M32`, `P100`, `T4`, `A10`, and the undisclosed `G1`, `G2`, `G3`) are listed as models of their own.
@@ -182,6 +184,19 @@ def canonical_model(name: str) -> str | None:
     return _current_extras().index.get(key)
 
 
+def canonical_name(name: str) -> str:
+    """`name` as the catalogue spells it when it is a known model or alias; else `name` unchanged."""
+    return canonical_model(name) or name
+
+
+def canonical_flavor(flavor: str) -> str:
+    """A quota flavor (`MODEL` or `MODEL/CAPACITY`) with its model canonical; MIG profiles unchanged."""
+    model, sep, capacity = flavor.rpartition("/")
+    if not sep:
+        return canonical_name(flavor)
+    return f"{canonical_name(model)}/{capacity}" if model else flavor
+
+
 def is_known_model(name: str) -> bool:
     return canonical_model(name) is not None
 
@@ -222,8 +237,20 @@ def _check_gpu_model(value: str, info: ValidationInfo) -> str:
         return value
     if value and not is_known_model(value):
         raise ValueError(unknown_model_message(value))
-    return value
+    return canonical_name(value) if value else value
+
+
+def _canonical_on_write(value: str, info: ValidationInfo) -> str:
+    context: dict[str, Any] = info.context or {}
+    if PRIORITY_CLASSES_CONTEXT in context and context[PRIORITY_CLASSES_CONTEXT] is None:
+        return value
+    return canonical_name(value) if value else value
 
 
 GpuModelName = Annotated[str, AfterValidator(_check_gpu_model)]
-"""A GPU model of a fleet definition (a node or pool), checked against the catalogue; empty passes."""
+"""A GPU model of a fleet definition (a node or pool), checked against the catalogue and written as
+its canonical name; empty passes."""
+
+CanonicalGpuModel = Annotated[str, AfterValidator(_canonical_on_write)]
+"""A GPU model reported rather than declared (a Node's): an alias becomes its canonical name, an unknown
+name is kept, since a node has the GPUs it has."""

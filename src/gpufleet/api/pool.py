@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import MigProfileName, Quantity
+from gpufleet.api.fields import Count, MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -26,7 +26,7 @@ class NodeResources(ApiModel):
 class ReplicatedSharing(ApiModel):
     """Time-slicing or MPS: each GPU is offered as `replicas` shares."""
 
-    replicas: int = Field(ge=2, le=64, description="Shares each GPU is offered as (2 to 64).")
+    replicas: Count = Field(ge=2, le=64, description="Shares each GPU is offered as (2 to 64).")
 
 
 class Sharing(ApiModel):
@@ -89,14 +89,14 @@ class PoolTopology(ApiModel):
     block: str | None = Field(
         default=None, description="The block the nodes are in (their `block` label and the racks' prefix)."
     )
-    racks: int = Field(default=1, ge=1, description="Racks the nodes are spread over, evenly.")
+    racks: Count = Field(default=1, ge=1, description="Racks the nodes are spread over, evenly.")
 
 
 class PoolAutoscaling(ApiModel):
     """Bounds of the pool's node count and how long an idle node is kept."""
 
-    min_nodes: int = Field(default=0, ge=0, description="The fewest nodes the pool keeps.")
-    max_nodes: int = Field(ge=0, description="The most nodes the pool grows to for pending work.")
+    min_nodes: Count = Field(default=0, ge=0, description="The fewest nodes the pool keeps.")
+    max_nodes: Count = Field(ge=0, description="The most nodes the pool grows to for pending work.")
     scale_down_delay_seconds: float = Field(
         default=600, ge=0, description="How long a node holds no pod before it is removed."
     )
@@ -114,7 +114,7 @@ class GPUPoolSpec(ApiModel):
         description="The GPU model of every node: a known model or one of its aliases (`gpufleet "
         "gpu-models` lists them).",
     )
-    gpus_per_node: int = Field(ge=1, le=72, description="GPUs in each node.")
+    gpus_per_node: Count = Field(ge=1, le=72, description="GPUs in each node.")
     nvlink_domains: list[list[int]] | None = Field(
         default=None, description="GPU indices of each NVLink domain; absent = one domain of all GPUs."
     )
@@ -132,7 +132,7 @@ class GPUPoolSpec(ApiModel):
     sharing: Sharing = Field(
         default_factory=Sharing, description="How the GPUs are shared; absent: each GPU is one pod's."
     )
-    nodes: int = Field(default=0, ge=0, description="Embedded world: how many nodes the pool starts with.")
+    nodes: Count = Field(default=0, ge=0, description="Embedded world: how many nodes the pool starts with.")
     topology: PoolTopology = Field(
         default_factory=PoolTopology, description="Embedded world: the block and racks of the nodes."
     )

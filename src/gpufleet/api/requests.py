@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error, yaml_name
 from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
-from gpufleet.api.gpu_models import is_known_model, unknown_model_message
+from gpufleet.api.gpu_models import canonical_name, is_known_model, unknown_model_message
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
@@ -98,6 +98,10 @@ class PodRequest(ApiModel):
                 if model and not is_known_model(model):
                     where = "gpuModel" if single else f"gpuModel[{index}]"
                     raise field_error(where, unknown_model_message(model))
+            # Nodes carry canonical names and placement compares names exactly: `H100` must match
+            # an `H100-80GB` pool, so the alias is stored as the name it stands for.
+            canonical = [canonical_name(model) if model else model for model in self.gpu_models]
+            self.gpu_model = canonical[0] if single else canonical
         return self
 
     def device_resources(self) -> dict[str, int]:

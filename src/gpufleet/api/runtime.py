@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from gpufleet.api.base import ApiModel
+from gpufleet.api.gpu_models import CanonicalGpuModel
 from gpufleet.api.pool import Sharing
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import Resource, api_version_field, kind_field
@@ -53,7 +54,7 @@ class NodeSpec(ApiModel):
     pool: str | None = Field(
         default=None, description="The GPUPool it belongs to; absent: a node of its own."
     )
-    gpu_model: str = Field(default="", description="The model of its GPUs.")
+    gpu_model: CanonicalGpuModel = Field(default="", description="The model of its GPUs.")
     gpus: int = Field(default=0, ge=0, le=72, description="How many GPUs it has.")
     nvlink_domains: list[list[int]] | None = Field(
         default=None, description="GPU indices of each NVLink domain; absent: one domain of all GPUs."

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet.node import NodeSpec, SharingMode
@@ -60,10 +61,11 @@ DRIVER_PART_LABELS = (
 
 def gpu_model(labels: Mapping[str, str]) -> str:
     """The GPU model of a node in the catalogue's names (`H100-80GB`), or '' when it has none."""
+    # Canonical, as the API writes pools' and requests' models: placement compares names exactly.
     if labels.get(GPU_MODEL_LABEL):
-        return labels[GPU_MODEL_LABEL]
+        return canonical_name(labels[GPU_MODEL_LABEL])
     product = labels.get(PRODUCT_LABEL, "")
-    return model_of_product(product) if product else ""
+    return canonical_name(model_of_product(product)) if product else ""
 
 
 def model_of_product(product: str) -> str:
