@@ -13,7 +13,9 @@ exist through the Binding subresource. Both assume the decision in the cache fir
 the write fails (Kueue's assume-then-write), so the next cycle sees the assumption at once.
 
 The metrics of cycles, admissions, preemptions and pending workloads are recorded here, once for both
-worlds (`gpufleet.observability.metrics`).
+worlds (`gpufleet.observability.metrics`), and so are, when tracing is on, each cycle's span and the
+admitted, placed and preempted steps of the workloads' traces (`controllers.lifecycle`), under the
+uid the carrier names each workload by.
 """
 
 from __future__ import annotations
@@ -23,12 +25,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpufleet.observability import metrics
+from gpufleet.controllers import lifecycle
+from gpufleet.observability import metrics, tracing
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
 from gpufleet.scheduler.explain import Admit, Preempt
 from gpufleet.scheduler.workload import Workload
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
 _cycle_numbers = itertools.count(1)
@@ -43,6 +50,9 @@ class Carrier:
     """Evict the victim whole, or shrink it by the pods named (an elastic workload)."""
     admit: Callable[[Admit, float], None]
     """Start the admitted workload on the allocations chosen: `cache.admit` first, then the writes."""
+    trace_uid: Callable[[str], str | None] = lambda name: None
+    """The uid of the object a workload of the cache stands for, which names its trace and the
+    `trace_id` of its log lines (`observability.tracing`); None where the world knows none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +86,37 @@ def run_cycles(
             break
         started = time.perf_counter()
         number = next(_cycle_numbers)
+        span = tracing.cycle_span(number, at=now) if tracing.enabled() else None
+        considered = len(cache.pending)
         result = scheduler.cycle(cache, now=now, limit=limit)
         limit = limit * 2 if limit is not None else None
         cycles += 1
         last = result
         for preempt in result.preempted:
-            _count_preemption(cache, preempt, number)
+            _count_preemption(cache, preempt, number, carrier, now, span)
             carrier.preempt(preempt, now)
         for admit in result.admitted:
             waited = cache.pending.get(admit.workload)
+            if span is not None:  # the decision, before the world's writes (its `bound` step)
+                queue = waited.queue if waited is not None else ""
+                uid = carrier.trace_uid(admit.workload)
+                lifecycle.admitted(
+                    uid, admit, queue=queue, cycle=number, now=now, links=tracing.link_to(span)
+                )
             carrier.admit(admit, now)
-            _count_admission(cache, admit, waited, now, number)
+            _count_admission(cache, admit, waited, now, number, carrier)
         cache.nominated = [name for name in result.nominated if name in cache.pending]
-        metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        metrics.CYCLE_SECONDS.observe(elapsed)
         metrics.CYCLES.inc()
+        if span is not None:
+            outcome = {
+                "gpufleet.workloads.considered": considered,
+                "gpufleet.workloads.admitted": len(result.admitted),
+                "gpufleet.workloads.preempted": len(result.preempted),
+                "gpufleet.workloads.pending": len(result.pending),
+            }
+            tracing.end_cycle(span, at=now, seconds=elapsed, attributes=outcome)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "cycle: %d admitted, %d preempted, %d pending",
@@ -104,21 +131,23 @@ def run_cycles(
     return Outcome(cycles, last)
 
 
-def _count_preemption(cache: ClusterCache, preempt: Preempt, cycle: int) -> None:
+def _count_preemption(
+    cache: ClusterCache, preempt: Preempt, cycle: int, carrier: Carrier, now: float, span: Span | None
+) -> None:
     victim = cache.admitted.get(preempt.victim)
     queue = victim.queue if victim is not None else ""
     metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
-    log.info(
-        "preempting for %s (%s): %s",
-        preempt.preemptor,
-        preempt.cause,
-        preempt.message,
-        extra={"workload": preempt.victim, "queue": queue, "cycle": cycle},
-    )
+    uid = carrier.trace_uid(preempt.victim)
+    context: dict[str, object] = {"workload": preempt.victim, "queue": queue, "cycle": cycle}
+    if uid:
+        context["trace_id"] = tracing.trace_id(uid)
+    log.info("preempting for %s (%s): %s", preempt.preemptor, preempt.cause, preempt.message, extra=context)
+    if span is not None:
+        lifecycle.preempted(uid, preempt, queue=queue, cycle=cycle, now=now, links=tracing.link_to(span))
 
 
 def _count_admission(
-    cache: ClusterCache, admit: Admit, workload: Workload | None, now: float, cycle: int
+    cache: ClusterCache, admit: Admit, workload: Workload | None, now: float, cycle: int, carrier: Carrier
 ) -> None:
     queue = workload.queue if workload is not None else ""
     for flavor in admit.assignment.usage or {"none": 0}:
@@ -130,6 +159,9 @@ def _count_admission(
         context: dict[str, object] = {"workload": admit.workload, "queue": queue, "cycle": cycle}
         if len(nodes) == 1:
             context["node"] = nodes[0]
+        uid = carrier.trace_uid(admit.workload)
+        if uid:
+            context["trace_id"] = tracing.trace_id(uid)
         log.debug("admitted on %s", ", ".join(nodes), extra=context)
 
 

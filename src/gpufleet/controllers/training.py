@@ -35,10 +35,11 @@ from gpufleet.api.runtime import (
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
-from gpufleet.controllers import events, jobstate
+from gpufleet.controllers import events, jobstate, lifecycle
 from gpufleet.controllers.manager import Key, Reconciler
-from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.controllers.workload_class import workload_class
+from gpufleet.observability import tracing
 from gpufleet.store.protocol import WatchEvent
 
 PREFIX = "job-"
@@ -88,8 +89,20 @@ class TrainingJobController(Reconciler):
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))
         if status != job.status:
-            self._announce(job, status, _last_disruption(workload), now)
+            why = _last_disruption(workload)
+            self._announce(job, status, why, now)
             self.store.update_status(job.model_copy(update={"status": status}))
+            if tracing.enabled():  # the job's trace is its Workload's, which the scheduler names too
+                lifecycle.job_changed(
+                    workload.metadata.uid,
+                    job.status,
+                    status,
+                    job=f"{namespace}/{name}",
+                    queue=job.spec.queue,
+                    submitted_at=to_seconds(job.metadata.creation_timestamp),
+                    why=str(why) if why is not None else None,
+                    now=now,
+                )
         return None
 
     # ----------------------------------------------------------------- workload

@@ -8,15 +8,18 @@ be stepped again: the end of the next backoff, or the periodic cycle while anyth
 
 from __future__ import annotations
 
+from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, run_cycles
 from gpufleet.controllers.scheduling.actions import Actions
 from gpufleet.controllers.scheduling.cachesync import CacheSync
 from gpufleet.controllers.scheduling.growth import Growth
 from gpufleet.controllers.scheduling.state import SchedulingState, SchedulingStats
 from gpufleet.controllers.scheduling.status import StatusWriter
+from gpufleet.observability import tracing
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import Scheduler
+from gpufleet.scheduler.explain import Admit
 from gpufleet.store.protocol import Store, WatchEvent
 
 
@@ -102,10 +105,25 @@ class SchedulingController:
         outcome = run_cycles(
             scheduler=self.scheduler,
             cache=cache,
-            carrier=Carrier(preempt=self.actions.preempt, admit=self.actions.admit),
+            carrier=Carrier(preempt=self.actions.preempt, admit=self._admit, trace_uid=self._trace_uid),
             now=now,
             max_cycles=self.config.max_cycles,
         )
         state.stats.cycles += outcome.cycles
         self.status.reasons(outcome.last, now)
         self.growth.write_short_demand()
+
+    def _admit(self, admit: Admit, now: float) -> None:
+        """Carries out an admission; its pods are created bound, so a kept one is the `bound` step."""
+        self.actions.admit(admit, now)
+        cache = self.state.cache
+        if tracing.enabled() and cache is not None and admit.workload in cache.admitted:
+            uid = self._trace_uid(admit.workload)
+            pods = len(admit.allocations)
+            lifecycle.bound(uid, workload=admit.workload, nodes=admit.nodes, pods=pods, now=now)
+
+    def _trace_uid(self, name: str) -> str | None:
+        """A workload's trace is named after its Workload object's uid, which lives as long as the
+        object, across restarts (attempts) and restarts of this process."""
+        obj = self.state.workloads.get(name)
+        return obj.metadata.uid if obj is not None else None
