@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Literal, TypeVar
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
-from gpufleet.api.fields import checked_on_write
-from gpufleet.api.gpu_models import canonical_flavor
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 
@@ -17,8 +16,6 @@ GpuCount = int | float
 """GPUs in a quota: whole numbers, or fractions where shared GPUs are counted."""
 
 CAPACITY_TYPES = ("on-demand", "spot")
-
-Q = TypeVar("Q")
 
 
 def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
@@ -32,20 +29,6 @@ def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
                 f"flavor {name!r}: give a GPU model, or MODEL/CAPACITY with a capacity type of "
                 f"{', '.join(CAPACITY_TYPES)}",
             )
-
-
-def canonical_quota_keys(
-    quotas: dict[str, Q], order: list[str] | None
-) -> tuple[dict[str, Q], list[str] | None]:
-    """The quotas and flavor order with each model alias as its canonical name (`H100/spot` as
-    `H100-80GB/spot`): usage is counted under the nodes' names, which are canonical."""
-    renamed: dict[str, Q] = {}
-    for flavor, quota in quotas.items():
-        name = canonical_flavor(flavor)
-        if name in renamed:
-            raise field_error("quotas", f"flavors {flavor!r} and {name!r} name the same GPU model: give one")
-        renamed[name] = quota
-    return renamed, None if order is None else [canonical_flavor(flavor) for flavor in order]
 
 
 def check_flavor_order(quotas: Mapping[str, object], order: Sequence[str] | None) -> None:
@@ -64,6 +47,9 @@ def check_flavor_order(quotas: Mapping[str, object], order: Sequence[str] | None
             raise field_error(
                 "flavorOrder", f"flavor {flavor!r} of quotas is missing: list every flavor once"
             )
+
+
+Q = TypeVar("Q")
 
 
 def ordered_quotas(quotas: Mapping[str, Q], order: Sequence[str] | None) -> list[tuple[str, Q]]:
@@ -135,6 +121,29 @@ class QueuePreemption(ApiModel):
         return self
 
 
+class LeastAttainedService(ApiModel):
+    """Tiresias' discretised least-attained-service queue: levels by GPU-hours run, FIFO inside one."""
+
+    thresholds_gpu_hours: list[float] = Field(
+        default_factory=lambda: [1.0, 16.0],
+        min_length=1,
+        description="GPU-hours run at which a workload moves down a level; positive and increasing.",
+    )
+    promote_factor: float | None = Field(
+        default=4.0,
+        gt=0,
+        description="A workload that has waited this many times as long as it ran goes back to the first "
+        "level (starvation rule); null: never.",
+    )
+
+    @model_validator(mode="after")
+    def _increasing(self) -> LeastAttainedService:
+        t = self.thresholds_gpu_hours
+        if any(v <= 0 for v in t) or any(b <= a for a, b in pairwise(t)):
+            raise field_error("thresholdsGpuHours", f"must be positive and increasing, got {t}")
+        return self
+
+
 class QueueSpec(ApiModel):
     parent: str | None = Field(
         default=None, description="The parent queue; absent: a root of the quota tree."
@@ -156,19 +165,22 @@ class QueueSpec(ApiModel):
     min_runtime_seconds: float = Field(
         default=0.0, ge=0, description="Its workloads are not preempted before they ran this long."
     )
-    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = Field(
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO", "LeastAttainedService"] = Field(
         default="BestEffortFIFO",
         description="StrictFIFO: only the head is tried; BestEffortFIFO: later workloads may start when the "
-        "head cannot.",
+        "head cannot; LeastAttainedService: as BestEffortFIFO, ordered first by levels of GPU-hours already "
+        "run (Tiresias), a lower level preempting a higher one.",
+    )
+    least_attained_service: LeastAttainedService = Field(
+        default_factory=lambda: LeastAttainedService(),
+        description="Levels and starvation rule of the LeastAttainedService strategy.",
     )
     user_gpu_limit: GpuCount | None = Field(
         default=None, ge=0, description="GPUs one user's workloads may hold in this queue (leaf queues)."
     )
 
     @model_validator(mode="after")
-    def _flavor_names(self, info: ValidationInfo) -> QueueSpec:
-        if checked_on_write(info):
-            self.quotas, self.flavor_order = canonical_quota_keys(self.quotas, self.flavor_order)
+    def _flavor_names(self) -> QueueSpec:
         check_flavor_names(self.quotas)
         check_flavor_order(self.quotas, self.flavor_order)
         return self

@@ -19,8 +19,8 @@ from gpufleet.api.pool import Sharing
 from gpufleet.api.queue import (
     FLAVOR_ORDER_DESCRIPTION,
     FlavorQuota,
+    LeastAttainedService,
     QueuePreemption,
-    canonical_quota_keys,
     check_flavor_names,
     check_flavor_order,
     ordered_quotas,
@@ -109,7 +109,8 @@ class ScenarioQueue(ApiModel):
     fair_share_weight: float = Field(default=1.0, ge=0)
     preemption: QueuePreemption = Field(default_factory=QueuePreemption)
     min_runtime_seconds: float = Field(default=0.0, ge=0)
-    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO", "LeastAttainedService"] = "BestEffortFIFO"
+    least_attained_service: LeastAttainedService = Field(default_factory=lambda: LeastAttainedService())
     user_gpu_limit: float | None = Field(default=None, ge=0, description="GPUs one user may hold here.")
     historical_usage: dict[str, float] = Field(
         default_factory=dict, description="Decayed average GPUs used lately, per flavor (leaf queues)."
@@ -120,7 +121,6 @@ class ScenarioQueue(ApiModel):
 
     @model_validator(mode="after")
     def _flavor_names(self) -> ScenarioQueue:
-        self.quotas, self.flavor_order = canonical_quota_keys(self.quotas, self.flavor_order)
         check_flavor_names(self.quotas)
         check_flavor_order(self.quotas, self.flavor_order)
         return self

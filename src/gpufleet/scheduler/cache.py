@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.fleet.state import Allocation, FleetState
+from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.lostwork import lost_gpu_seconds
 from gpufleet.scheduler.parking import ParkingLot
@@ -95,6 +96,9 @@ class ClusterCache:
         # free capacity: the world evicts them before it carries out the cycle's admissions, but their
         # capacity is not free by then. False where the world frees it at once (the in-memory worlds).
         self.graceful_evictions = False
+        # Per workload, the GPU-seconds it ran before its current admission (least-attained-service
+        # queues order and preempt by it); kept across evictions, forgotten when it finishes.
+        self.service = AttainedService()
 
     # ------------------------------------------------------------ world facts
     def replace_settings(self, settings: Mapping[str, QueueSettings]) -> None:
@@ -131,6 +135,9 @@ class ClusterCache:
         for pod in admitted.pods:
             self.fleet.release(pod)
         self._charge(admitted, -1)
+        self.service.stopped(
+            name, gpu_milli=admitted.assignment.gpu_milli, admitted_at=admitted.workload.admitted_at, now=now
+        )
         workload = dataclasses.replace(admitted.workload, admitted_at=None)
         self.pending[name] = workload
         self._changed(admitted.queue)
@@ -155,6 +162,7 @@ class ClusterCache:
         for pod in admitted.pods:
             self.fleet.release(pod)
         self._charge(admitted, -1)
+        self.service.forget(name)
         self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from gpufleet.fleet.request import PodRequest
 from gpufleet.scheduler import explain
+from gpufleet.scheduler.attained import waiting_level
 from gpufleet.scheduler.cache import ClusterCache, Snapshot
 from gpufleet.scheduler.capacity_to_come import CapacityToCome
 from gpufleet.scheduler.config import SchedulerConfig
@@ -76,7 +77,7 @@ from gpufleet.scheduler.preemption import (
     reaches_other_queues,
     select_victims,
 )
-from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, user_key
+from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, queue_order, user_key
 from gpufleet.scheduler.workload import Workload
 
 # What a cycle returns and how in-memory worlds carry it out live in `outcome`, imported from here too.
@@ -345,7 +346,9 @@ class _Cycle:
 
     def _park(self, workload: Workload, failure: Failure) -> None:
         cache = self.cache
-        if cache.settings[workload.queue].strategy is QueueingStrategy.STRICT_FIFO:
+        # A least-attained-service queue's order moves with time (running workloads age into lower
+        # levels, waiting ones are promoted), not only with released capacity: its workloads stay unparked.
+        if cache.settings[workload.queue].strategy is not QueueingStrategy.BEST_EFFORT_FIFO:
             return
         smallest = self._smallest(workload)
         # Quota is checked at the minimum size first, so a flavor that failed on placement fitted it.
@@ -445,7 +448,7 @@ class _Cycle:
                     + weight * cache.history.average(user_key(queue, u), "*", self.now)
                     for u in users
                 }
-            order = _queue_order(share)
+            order = queue_order(share, self._las_level(queue))
             if parked_users:
                 # Only the first parked workload stays in the order (for the queue's preemption attempt);
                 # the others keep the reason they were parked with.
@@ -458,6 +461,14 @@ class _Cycle:
             items.sort(key=order)
             out[queue] = iter(items)
         return out
+
+    def _las_level(self, queue: str) -> Callable[[Workload], int] | None:
+        """A least-attained-service queue's level of a pending workload now (None for other queues)."""
+        settings = self.cache.settings[queue]
+        if not settings.least_attained:
+            return None
+        service, now = self.cache.service, self.now
+        return lambda w: waiting_level(settings.las, service.of(w.name), submitted_at=w.submitted_at, now=now)
 
     def _key(self, workload: Workload) -> tuple[object, ...]:
         """Step 2: the global order of queues by their next workload.
@@ -700,7 +711,9 @@ class _Cycle:
         """The cheapest victim set after which the workload fits with `counts` pods, or None."""
         newer = self.cache.settings[workload.queue].preemption.within_queue == "LowerOrNewerEqualPriority"
         at = workload.submitted_at if newer else None
-        memo = (workload.queue, workload.priority, at, _shape(workload, model, counts))
+        level = self._las_level(workload.queue)
+        rank = level(workload) if level is not None else None
+        memo = (workload.queue, workload.priority, at, rank, _shape(workload, model, counts))
         if memo in self.no_victims:
             return None
         assignment = Assignment(model, counts, usage_of(workload, model, counts))
@@ -774,13 +787,6 @@ class _Cycle:
 
 _UNSEEN = Reason("", "")
 """Marks a memo miss where None is a remembered answer."""
-
-
-def _queue_order(share: dict[str, float]) -> Callable[[Workload], tuple[object, ...]]:
-    """Order inside a leaf queue: priority, the user's fair share (when users differ), submission, name."""
-    if not share:
-        return lambda w: (-w.priority, w.submitted_at, w.name)
-    return lambda w: (-w.priority, share[w.user], w.submitted_at, w.name)
 
 
 def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:

@@ -15,20 +15,26 @@ history, so one heavy user cannot starve the others of a shared queue.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from gpufleet.scheduler.attained import LasSettings
 from gpufleet.scheduler.config import FairSharingConfig
 from gpufleet.scheduler.quota import QuotaTree, QuotaUsage
+from gpufleet.scheduler.workload import Workload
 
 
 class QueueingStrategy(Enum):
     """StrictFIFO: only the head of a queue is tried. BestEffortFIFO: when the head cannot start, the
-    next workloads of the queue are tried, so a smaller later one may start (Kueue's default)."""
+    next workloads of the queue are tried, so a smaller later one may start (Kueue's default).
+    LeastAttainedService: as BestEffortFIFO, but ordered by level of attained GPU-seconds first
+    (Tiresias' discretised 2D-LAS, `attained.py`), and a lower level may preempt a higher one of the same
+    priority under `withinQueue: LowerPriority`."""
 
     STRICT_FIFO = "StrictFIFO"
     BEST_EFFORT_FIFO = "BestEffortFIFO"
+    LEAST_ATTAINED_SERVICE = "LeastAttainedService"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,12 @@ class QueueSettings:
     min_runtime_seconds: float = 0.0
     strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     user_gpu_limit: int | None = None
+    las: LasSettings = field(default_factory=LasSettings)
+    """Levels and starvation rule; read only with the LeastAttainedService strategy."""
+
+    @property
+    def least_attained(self) -> bool:
+        return self.strategy is QueueingStrategy.LEAST_ATTAINED_SERVICE
 
 
 class UsageHistory:
@@ -203,3 +215,17 @@ def path_shares(tree: QuotaTree, shares: Mapping[str, float], queue: str) -> tup
     """The shares from just below the root down to `queue`: the tournament key of a queue."""
     path = tree.paths[queue]
     return tuple(shares[name] for name in reversed(path[:-1]))
+
+
+def queue_order(
+    share: dict[str, float], level: Callable[[Workload], int] | None = None
+) -> Callable[[Workload], tuple[object, ...]]:
+    """Order inside a leaf queue: priority, the level of attained service (least-attained-service
+    queues), the user's fair share (when users differ), submission, name."""
+    if level is not None:
+        if not share:
+            return lambda w: (-w.priority, level(w), w.submitted_at, w.name)
+        return lambda w: (-w.priority, level(w), share[w.user], w.submitted_at, w.name)
+    if not share:
+        return lambda w: (-w.priority, w.submitted_at, w.name)
+    return lambda w: (-w.priority, share[w.user], w.submitted_at, w.name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gpufleet.scheduler.attained import LasSettings
 from gpufleet.scheduler.queueing import PreemptionPolicy, QueueingStrategy, QueueSettings
 
 
@@ -24,6 +25,15 @@ class PreemptionSpec(Protocol):
     def max_priority_threshold(self) -> int | None: ...
 
 
+class LasSpec(Protocol):
+    """What is read of a Queue's `spec.leastAttainedService` (api.queue.LeastAttainedService)."""
+
+    @property
+    def thresholds_gpu_hours(self) -> list[float]: ...
+    @property
+    def promote_factor(self) -> float | None: ...
+
+
 class QueueSpecLike(Protocol):
     """What is read of a Queue's spec (api.queue.QueueSpec) or a scenario queue (api.scenario)."""
 
@@ -37,12 +47,15 @@ class QueueSpecLike(Protocol):
     def queueing_strategy(self) -> str: ...
     @property
     def user_gpu_limit(self) -> float | None: ...
+    @property
+    def least_attained_service(self) -> LasSpec: ...
 
 
 def queue_settings(name: str, spec: QueueSpecLike) -> QueueSettings:
     """What the scheduler needs of a queue besides its quota, with GPU amounts in milli-GPU."""
     p = spec.preemption
     limit = spec.user_gpu_limit
+    las = spec.least_attained_service
     return QueueSettings(
         name=name,
         fair_share_weight=spec.fair_share_weight,
@@ -52,4 +65,7 @@ def queue_settings(name: str, spec: QueueSpecLike) -> QueueSettings:
         min_runtime_seconds=spec.min_runtime_seconds,
         strategy=QueueingStrategy(spec.queueing_strategy),
         user_gpu_limit=None if limit is None else round(limit * 1000),
+        las=LasSettings(
+            thresholds=tuple(h * 3600.0 for h in las.thresholds_gpu_hours), promote_factor=las.promote_factor
+        ),
     )

@@ -9,10 +9,11 @@ cycles (`kept`); a preemptor's pool merges them only as far as the search reads 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpufleet.scheduler.attained import running_level, waiting_level
 from gpufleet.scheduler.cache import Admitted, Snapshot
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.preemption.kept import kept_candidates
@@ -22,12 +23,45 @@ from gpufleet.scheduler.queueing import QueueSettings
 from gpufleet.scheduler.workload import Workload
 
 
-def _cause(*, victim: Admitted, preemptor: Workload, settings: QueueSettings, borrowing: bool) -> str | None:
+class LasRank(NamedTuple):
+    """In a least-attained-service queue: the preemptor's level and how to find a victim's now."""
+
+    preemptor: int
+    victim: Callable[[Admitted], int]
+
+
+def las_rank(snapshot: Snapshot, preemptor: Workload, settings: QueueSettings, now: float) -> LasRank | None:
+    """The levels a least-attained-service queue compares (Tiresias: a workload of a lower level, less
+    service, preempts one of a higher level); None for other queues."""
+    if not settings.least_attained:
+        return None
+    las, service = settings.las, snapshot.cache.service
+    mine = waiting_level(las, service.of(preemptor.name), submitted_at=preemptor.submitted_at, now=now)
+
+    def victim(admitted: Admitted) -> int:
+        workload = admitted.workload
+        before = service.of(workload.name)
+        milli = admitted.assignment.gpu_milli
+        return running_level(las, before, gpu_milli=milli, admitted_at=workload.admitted_at, now=now)
+
+    return LasRank(mine, victim)
+
+
+def _cause(
+    *,
+    victim: Admitted,
+    preemptor: Workload,
+    settings: QueueSettings,
+    borrowing: bool,
+    rank: LasRank | None = None,
+) -> str | None:
     """Why `preemptor` may evict `victim` under its queue's policy, or None when it may not."""
     policy = settings.preemption
     vp, pp = victim.workload.priority, preemptor.priority
     if victim.queue == preemptor.queue:
-        if policy.within_queue == "LowerPriority" and vp < pp:
+        if policy.within_queue == "LowerPriority" and (
+            vp < pp or (rank is not None and vp == pp and rank.victim(victim) > rank.preemptor)
+        ):
             return WITHIN_QUEUE
         if policy.within_queue == "LowerOrNewerEqualPriority" and (
             vp < pp or (vp == pp and victim.workload.submitted_at > preemptor.submitted_at)
@@ -81,6 +115,7 @@ def candidates(
     # Per cycle, the queues whose kept part every preemptor of this tree and flavors takes whole, when
     # found so: at the same charge count and stamp, taken again at once.
     whole = _whole_parts(snapshot, root, flavors, now)
+    rank = las_rank(snapshot, preemptor, own_settings, now)
     for queue in queues:
         kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
         # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
@@ -114,7 +149,7 @@ def candidates(
             ):
                 continue
             if every or kind == _cause(
-                victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing
+                victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing, rank=rank
             ):
                 out.append(candidate)
         if out:
