@@ -6,9 +6,11 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
+from gpufleet.api.fields import checked_on_write
+from gpufleet.api.gpu_models import canonical_flavor
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 
@@ -16,6 +18,8 @@ GpuCount = int | float
 """GPUs in a quota: whole numbers, or fractions where shared GPUs are counted."""
 
 CAPACITY_TYPES = ("on-demand", "spot")
+
+Q = TypeVar("Q")
 
 
 def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
@@ -29,6 +33,20 @@ def check_flavor_names(quotas: dict[str, FlavorQuota]) -> None:
                 f"flavor {name!r}: give a GPU model, or MODEL/CAPACITY with a capacity type of "
                 f"{', '.join(CAPACITY_TYPES)}",
             )
+
+
+def canonical_quota_keys(
+    quotas: dict[str, Q], order: list[str] | None
+) -> tuple[dict[str, Q], list[str] | None]:
+    """The quotas and flavor order with each model alias as its canonical name (`H100/spot` as
+    `H100-80GB/spot`): usage is counted under the nodes' names, which are canonical."""
+    renamed: dict[str, Q] = {}
+    for flavor, quota in quotas.items():
+        name = canonical_flavor(flavor)
+        if name in renamed:
+            raise field_error("quotas", f"flavors {flavor!r} and {name!r} name the same GPU model: give one")
+        renamed[name] = quota
+    return renamed, None if order is None else [canonical_flavor(flavor) for flavor in order]
 
 
 def check_flavor_order(quotas: Mapping[str, object], order: Sequence[str] | None) -> None:
@@ -47,9 +65,6 @@ def check_flavor_order(quotas: Mapping[str, object], order: Sequence[str] | None
             raise field_error(
                 "flavorOrder", f"flavor {flavor!r} of quotas is missing: list every flavor once"
             )
-
-
-Q = TypeVar("Q")
 
 
 def ordered_quotas(quotas: Mapping[str, Q], order: Sequence[str] | None) -> list[tuple[str, Q]]:
@@ -180,7 +195,9 @@ class QueueSpec(ApiModel):
     )
 
     @model_validator(mode="after")
-    def _flavor_names(self) -> QueueSpec:
+    def _flavor_names(self, info: ValidationInfo) -> QueueSpec:
+        if checked_on_write(info):
+            self.quotas, self.flavor_order = canonical_quota_keys(self.quotas, self.flavor_order)
         check_flavor_names(self.quotas)
         check_flavor_order(self.quotas, self.flavor_order)
         return self

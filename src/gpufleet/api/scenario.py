@@ -21,6 +21,7 @@ from gpufleet.api.queue import (
     FlavorQuota,
     LeastAttainedService,
     QueuePreemption,
+    canonical_quota_keys,
     check_flavor_names,
     check_flavor_order,
     ordered_quotas,
@@ -121,6 +122,7 @@ class ScenarioQueue(ApiModel):
 
     @model_validator(mode="after")
     def _flavor_names(self) -> ScenarioQueue:
+        self.quotas, self.flavor_order = canonical_quota_keys(self.quotas, self.flavor_order)
         check_flavor_names(self.quotas)
         check_flavor_order(self.quotas, self.flavor_order)
         return self
