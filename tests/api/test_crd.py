@@ -62,6 +62,7 @@ def test_cli_prints_one_crd_per_kind() -> None:
         "Checkpoint",
         "ModelVersion",
         "ServiceLoad",  # the kubernetes world's InferenceService operator reads and writes it
+        "Cluster",  # a federation's worker cluster, in the management cluster
     }
     job = by_kind["TrainingJob"]
     assert job["apiVersion"] == "apiextensions.k8s.io/v1"
@@ -80,7 +81,7 @@ def test_cli_writes_to_a_file(tmp_path) -> None:
     target = tmp_path / "crds.yaml"
     result = CliRunner().invoke(app, ["manifests", "crds", "--output-file", str(target)])
     assert result.exit_code == 0
-    assert len(list(yaml.safe_load_all(target.read_text()))) == 7
+    assert len(list(yaml.safe_load_all(target.read_text()))) == 8
 
 
 def test_cli_output_is_a_format() -> None:
@@ -89,7 +90,7 @@ def test_cli_output_is_a_format() -> None:
     assert listed["kind"] == "List" and listed["items"] == custom_resource_definitions()
     assert (
         len(list(yaml.safe_load_all(CliRunner().invoke(app, ["manifests", "crds", "-o", "yaml"]).output)))
-        == 7
+        == 8
     )
     refused = CliRunner().invoke(app, ["manifests", "crds", "-o", "crds.yaml"])
     assert refused.exit_code != 0 and "must be yaml or json" in str(refused.exception)

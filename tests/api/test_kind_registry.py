@@ -22,6 +22,7 @@ CRD_ORDER = [
     "GPUPool",
     "Queue",
     "ServiceLoad",
+    "Cluster",
 ]
 
 

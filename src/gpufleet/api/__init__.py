@@ -5,6 +5,7 @@ The kinds the loader, the store and the CRD generator know are listed in `gpufle
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.checkpoint import Checkpoint, CheckpointSpec, CheckpointStatus
+from gpufleet.api.cluster import Cluster, ClusterSpec, ClusterStatus
 from gpufleet.api.documents import dump_objects, load_objects
 from gpufleet.api.fields import (
     DEFAULT_PRIORITY_CLASSES,
@@ -43,6 +44,9 @@ __all__ = [
     "CheckpointRef",
     "CheckpointSpec",
     "CheckpointStatus",
+    "Cluster",
+    "ClusterSpec",
+    "ClusterStatus",
     "Condition",
     "GPUPool",
     "GPUPoolSpec",

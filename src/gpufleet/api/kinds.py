@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.cluster import Cluster
 from gpufleet.api.inference import InferenceService
 from gpufleet.api.model_version import ModelVersion
 from gpufleet.api.pool import GPUPool
@@ -149,6 +150,19 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
         crd=False,
     ),
     KindInfo.of(ServiceLoad, plural="serviceloads"),
+    # Federation: a worker cluster in the management plane (after the older kinds, keeping their order).
+    KindInfo.of(
+        Cluster,
+        plural="clusters",
+        short_names=("gcl",),
+        printer_columns=(
+            PrinterColumn("Region", ".spec.region"),
+            PrinterColumn("Zone", ".spec.zone"),
+            PrinterColumn("Running", ".status.runningWorkloads", "integer"),
+            PrinterColumn("Heartbeat", ".status.heartbeatTime", "date"),
+            _AGE,
+        ),
+    ),
     # A what-if for `gpufleet scenario`: loaded from YAML, never stored.
     KindInfo.of(Scenario, plural="scenarios", crd=False),
 )

@@ -9,6 +9,7 @@ from typing import Literal, TypeVar
 from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
+from gpufleet.api.cluster import ClusterAffinity
 from gpufleet.api.fields import checked_on_write
 from gpufleet.api.gpu_models import canonical_flavor
 from gpufleet.api.resource import Resource, api_version_field, kind_field
@@ -192,6 +193,10 @@ class QueueSpec(ApiModel):
     )
     user_gpu_limit: GpuCount | None = Field(
         default=None, ge=0, description="GPUs one user's workloads may hold in this queue (leaf queues)."
+    )
+    clusters: ClusterAffinity | None = Field(
+        default=None,
+        description="Federation: the worker clusters its workloads may run in and prefer; absent: any.",
     )
 
     @model_validator(mode="after")
