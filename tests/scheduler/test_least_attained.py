@@ -65,7 +65,7 @@ def test_a_new_job_preempts_one_that_has_run_past_a_threshold() -> None:
     assert set(cache.admitted) == {"long"}
     cache.submit(_job("short", 8, at=10.0))
     # After 8 GPUs x 30 min = 4 GPU-hours, `long` is at level 1 and `short` (none yet) at level 0.
-    result = _settle(cache, now=1800.0)
+    _settle(cache, now=1800.0)
     assert set(cache.admitted) == {"short"}
     assert "long" in cache.pending
     assert cache.service.of("long").gpu_seconds == pytest.approx(8 * 1800.0)

@@ -111,8 +111,8 @@ def simulate(
         str,
         typer.Option(
             "--policy",
-            help="gpufleet (a queue per virtual cluster, gpufleet's defaults) or fifo (one queue, "
-            "strict FIFO, no preemption).",
+            help="gpufleet (a queue per virtual cluster, gpufleet's defaults), fifo (one queue, "
+            "strict FIFO, no preemption) or las (one queue, Tiresias' discretised least attained service).",
         ),
     ] = "gpufleet",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fault draws.")] = 0,
@@ -139,8 +139,8 @@ def simulate(
         raise ValidationError(
             f"unknown policy {policy!r}; known: {', '.join(jobfleet.POLICIES)}", obj="--policy"
         )
-    if policy == "fifo" and queues is not None:
-        raise ValidationError("the fifo baseline has its own queue; leave out --queues", obj="--policy")
+    if policy != "gpufleet" and queues is not None:
+        raise ValidationError(f"the {policy} baseline has its own queue; leave out --queues", obj="--policy")
     gpu_mtbf, node_mtbf = parse_failures(failures) if failures else (None, None)
     options = jobsim.SimOptions(
         policy=policy,
@@ -161,8 +161,9 @@ def simulate(
     )
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
-    if policy == "fifo":
-        queue_objs = jobfleet.fifo_queues(pools)
+    baseline = jobfleet.baseline_queues(policy, pools)
+    if baseline is not None:
+        queue_objs = baseline
     elif queues is not None:
         queue_objs = jobfleet.load_queues(queues)
         names = {q.name for q in queue_objs}

@@ -19,7 +19,7 @@ from gpufleet.api.documents import load_objects
 from gpufleet.api.errors import DataError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
-from gpufleet.api.queue import FlavorQuota, Queue, QueuePreemption, QueueSpec
+from gpufleet.api.queue import FlavorQuota, LeastAttainedService, Queue, QueuePreemption, QueueSpec
 from gpufleet.api.resource import Resource
 
 GPUS_PER_NODE = 8
@@ -29,7 +29,10 @@ PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
 
 FIFO_QUEUE = "fifo"
-POLICIES = ("gpufleet", "fifo")
+LAS_QUEUE = "las"
+POLICIES = ("gpufleet", "fifo", "las")
+"""gpufleet: a queue per virtual cluster with gpufleet's defaults; fifo and las: the baselines, one
+queue owning the fleet (FIFO without preemption; Tiresias' discretised least attained service)."""
 
 _Kind = TypeVar("_Kind", bound=Resource)
 
@@ -81,8 +84,12 @@ def _load_only(path: str | Path, kind: type[_Kind], what: str) -> list[_Kind]:
 
 def queue_name(cluster: str, policy: str = "gpufleet") -> str:
     """The queue a virtual cluster's jobs go to: `vc-<cluster>` (a valid DNS label whatever the
-    cluster id), or the one FIFO queue of the `fifo` baseline."""
-    return FIFO_QUEUE if policy == "fifo" else f"vc-{cluster.lower()}"
+    cluster id), or the one queue of a baseline (`fifo`, `las`)."""
+    if policy == "fifo":
+        return FIFO_QUEUE
+    if policy == "las":
+        return LAS_QUEUE
+    return f"vc-{cluster.lower()}"
 
 
 def fleet_gpus(pools: Sequence[GPUPool]) -> dict[str, int]:
@@ -131,3 +138,31 @@ def fifo_queues(pools: Sequence[GPUPool]) -> list[Queue]:
     never = QueuePreemption(within_queue="Never", reclaim_within_cohort="Never", borrow_within_cohort="Never")
     spec = QueueSpec(quotas=quotas, preemption=never, queueing_strategy="StrictFIFO")
     return [Queue(metadata=ObjectMeta(name=FIFO_QUEUE), spec=spec)]
+
+
+def las_queues(pools: Sequence[GPUPool], las: LeastAttainedService | None = None) -> list[Queue]:
+    """The least-attained-service baseline (Tiresias): one queue that owns the whole fleet, orders by
+    levels of GPU-hours run (FIFO inside a level) and lets a job of a lower level preempt one of a
+    higher level; every job of the trace goes to it. A preempted job loses the work since its last
+    checkpoint, as in every run: give it a checkpoint interval (Tiresias assumes one)."""
+    quotas = {model: FlavorQuota(nominal=gpus) for model, gpus in fleet_gpus(pools).items()}
+    preemption = QueuePreemption(
+        within_queue="LowerPriority", reclaim_within_cohort="Never", borrow_within_cohort="Never"
+    )
+    spec = QueueSpec(
+        quotas=quotas,
+        preemption=preemption,
+        queueing_strategy="LeastAttainedService",
+        least_attained_service=las or LeastAttainedService(),
+    )
+    return [Queue(metadata=ObjectMeta(name=LAS_QUEUE), spec=spec)]
+
+
+def baseline_queues(policy: str, pools: Sequence[GPUPool]) -> list[Queue] | None:
+    """The queues of a baseline policy, or None for `gpufleet` (whose queues come from the trace or a
+    file)."""
+    if policy == "fifo":
+        return fifo_queues(pools)
+    if policy == "las":
+        return las_queues(pools)
+    return None
