@@ -3,6 +3,8 @@ nothing set up unless an OTLP endpoint is configured."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,3 +134,16 @@ def test_nothing_is_set_up_without_an_endpoint() -> None:
     assert not tracing.configure(service="gpufleet-test", env=env)
     assert not tracing.enabled()
     tracing.step("some-uid", "queued", at=0.0)  # a no-op, not an error
+
+
+def test_a_process_without_an_endpoint_never_loads_opentelemetry() -> None:
+    """Off means off: the commands' modules import, and `configure` declines, without OpenTelemetry."""
+    script = (
+        "import sys\n"
+        "import gpufleet.cli.main, gpufleet.controllers.plane, gpufleet.kube.scheduler\n"
+        "from gpufleet.observability import tracing\n"
+        "assert not tracing.configure(service='gpufleet-up', env={})\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -25,6 +25,7 @@ from gpufleet.kube.metrics import (
 )
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import ApiError, Transport
+from gpufleet.observability import tracing
 from gpufleet.observability.endpoint import serve_metrics
 from gpufleet.observability.logs import setup_logging
 
@@ -36,6 +37,7 @@ KUBECONFIG = typer.Option(
     None, "--kubeconfig", help="Kubeconfig file (default: in-cluster, then KUBECONFIG)."
 )
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+OTLP_ENDPOINT = typer.Option(None, "--otlp-endpoint", help=tracing.OTLP_HELP)
 LOG_FORMAT = typer.Option("text", "--log-format", help="text (for a terminal) or json (one object a line).")
 
 
@@ -127,10 +129,12 @@ def scheduler(
         ":9402", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
     ),
     log_format: str = LOG_FORMAT,
+    otlp_endpoint: str | None = OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    tracing.configure(service="gpufleet-scheduler", endpoint=otlp_endpoint)
     serve_metrics(metrics_bind_address)
     placement_config = scheduler_config(placement, placement_class)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
@@ -189,12 +193,14 @@ def operator(
         ":9403", help="HOST:PORT or :PORT of the control plane's /metrics (0: none)."
     ),
     log_format: str = LOG_FORMAT,
+    otlp_endpoint: str | None = OTLP_ENDPOINT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
     from gpufleet.kube.operator import Operator
 
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
+    tracing.configure(service="gpufleet-operator", endpoint=otlp_endpoint)
     source = metric_source(
         metrics,
         prometheus_url=prometheus_url,

@@ -32,6 +32,7 @@ from gpufleet.cli.output import console
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
+from gpufleet.observability import tracing
 from gpufleet.observability.logs import setup_logging
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
@@ -90,9 +91,11 @@ def up(
     log_format: Annotated[
         str, typer.Option("--log-format", help="text (for a terminal) or json (one object a line).")
     ] = "text",
+    otlp_endpoint: Annotated[str | None, typer.Option("--otlp-endpoint", help=tracing.OTLP_HELP)] = None,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     setup_logging(log_format, level=logging.WARNING)
+    tracing.configure(service="gpufleet-up", endpoint=otlp_endpoint)
     out = console()
     # Everything that can be refused is checked before the state directory is created or changed.
     config = scheduler_config(placement, placement_class)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.kube import pods as kube_pods
@@ -43,6 +44,7 @@ from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, NODE, POD, resource_for
 from gpufleet.kube.transport import Json, Transport
+from gpufleet.observability import tracing
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
@@ -251,7 +253,7 @@ class KubeScheduler:
         return run_cycles(
             scheduler=self.scheduler,
             cache=cache,
-            carrier=Carrier(preempt=self._preempt, admit=self._admit),
+            carrier=Carrier(preempt=self._preempt, admit=self._admit, trace_uid=self._trace_uid),
             now=now,
             max_cycles=self.scheduler_config.max_cycles,
             batch=FIRST_BATCH,
@@ -268,6 +270,11 @@ class KubeScheduler:
         )
 
     # ------------------------------------------------------------------ the carrier
+    def _trace_uid(self, name: str) -> str | None:
+        """The uid a workload's trace is named after: what its pods belong to (`trace_uid`)."""
+        group = self.kcache.groups.get(name.removesuffix(REST))
+        return trace_uid(group.members[0]) if group is not None and group.members else None
+
     def _admit(self, admit: Admit, now: float) -> None:
         cache = self.kcache.cache
         assert cache is not None
@@ -304,6 +311,11 @@ class KubeScheduler:
             failed = self.retry_binds.pop(done.key, None)
             if done.result is BindResult.BOUND:
                 self.stats.bound += 1
+                if tracing.enabled():
+                    pod = self.pods.get(done.key)
+                    uid = trace_uid(pod) if pod is not None else None
+                    workload = done.core_name.rsplit("/", 2)[0]
+                    lifecycle.bound(uid, workload=workload, nodes=[done.node], pods=1, now=self.clock())
             elif done.result is BindResult.REFUSED:  # gone, or bound elsewhere: what the pods say decides
                 self.kcache.assumed.pop(done.key, None)
                 self.kcache.mark(done.key)
@@ -405,3 +417,15 @@ def _strict(settings: QueueSettings | None) -> bool:
 
 def _plain(details: Mapping[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps(details, default=str)))
+
+
+def trace_uid(pod: Json) -> str | None:
+    """The uid that names the trace of a pod's workload: its controller's (a TrainingJob, which the
+    operator traces under the same uid, or a Job), so every attempt's gang joins one trace; else the
+    pod's own."""
+    meta = pod.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("uid"):
+            return str(owner["uid"])
+    uid = meta.get("uid")
+    return str(uid) if uid else None

@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.api.errors import ValidationError
+
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -43,6 +45,11 @@ STEPS = (
     "finished",
 )
 """The steps of a workload's life, each a span named `workload.<step>` in the workload's trace."""
+
+OTLP_HELP = (
+    "OTLP/HTTP collector for traces, e.g. http://collector:4318 [env OTEL_EXPORTER_OTLP_ENDPOINT]; "
+    "unset: no tracing."
+)
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 """The standard variables that name where OTLP traces go; either one turns tracing on."""
@@ -86,9 +93,14 @@ def configure(
     means it): spans go to its `/v1/traces`. Without it the exporter reads the standard variables.
     `exporter` (tests) replaces OTLP and exports each span as it ends. `service` is the
     `service.name` resource attribute (`OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` may add to
-    it). A second call replaces the first setup, flushing it."""
+    it). A second call replaces the first setup, flushing it; the SDK flushes the last at exit. An
+    endpoint that is not an http(s) URL is a `ValidationError` naming `--otlp-endpoint`."""
     if exporter is None and not wanted(endpoint, env):
         return False
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        raise ValidationError(
+            f"expected an http:// or https:// URL, got {endpoint!r}", field="--otlp-endpoint"
+        )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
