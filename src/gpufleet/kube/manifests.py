@@ -105,6 +105,14 @@ class PrometheusRule:
 
 
 @dataclass
+class GrafanaDashboards:
+    """The chart's ConfigMaps of gpufleet's Grafana dashboards (deploy/grafana), labelled
+    `grafana_dashboard: "1"` for Grafana's dashboard sidecar. Only the chart renders them."""
+
+    enabled: bool = False
+
+
+@dataclass
 class Values:
     """The chart's values; field names are the YAML keys."""
 
@@ -118,6 +126,7 @@ class Values:
     agent: Agent = field(default_factory=Agent)
     serviceMonitor: ServiceMonitor = field(default_factory=ServiceMonitor)
     prometheusRule: PrometheusRule = field(default_factory=PrometheusRule)
+    grafanaDashboards: GrafanaDashboards = field(default_factory=GrafanaDashboards)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -572,6 +581,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         agent=Agent(**merged["agent"]),
         serviceMonitor=ServiceMonitor(**merged["serviceMonitor"]),
         prometheusRule=PrometheusRule(**merged["prometheusRule"]),
+        grafanaDashboards=GrafanaDashboards(**merged["grafanaDashboards"]),
     )
 
 
