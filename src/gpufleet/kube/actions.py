@@ -145,7 +145,8 @@ class Actions:
             if exc.status == 404:
                 return True
             if exc.status == 429:
-                log.info("eviction of %s/%s refused for now: %s", ns, name, exc.message)
+                where = {"namespace": ns, "node": (pod.get("spec") or {}).get("nodeName") or ""}
+                log.info("eviction of %s/%s refused for now: %s", ns, name, exc.message, extra=where)
                 return False
             raise
         self.set_condition(pod, "DisruptionTarget", "True", reason, message)

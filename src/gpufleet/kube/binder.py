@@ -146,7 +146,7 @@ class Binder:
         except ApiError as exc:
             error = str(exc)
         except Exception as exc:  # a bug in one bind must not lose the pod: it is retried
-            log.exception("binding %s to %s failed", key, node)
+            log.exception("binding %s to %s failed", key, node, extra={"node": node})
             error = repr(exc)
         if result is BindResult.BOUND:
             self.actions.scheduled(pod, node)

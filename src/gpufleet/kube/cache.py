@@ -241,7 +241,7 @@ class KubeCache:
             try:
                 spec = kube_nodes.node_spec(node, self.config)
             except GpuFleetError as exc:
-                log.warning("node %s left out of the fleet: %s", name, exc)
+                log.warning("node %s left out of the fleet: %s", name, exc, extra={"node": name})
         if name in fleet.index:
             if spec is not None and nodesync.update_in_place(fleet, spec):
                 return set()
@@ -560,7 +560,10 @@ class KubeCache:
             return fleet.allocate(name, row, request, choice.gpus, mig_gpu=choice.mig_gpu)
         except (AllocationError, GpuFleetError, ValueError, KeyError, TypeError) as exc:
             # Over-committed already (a node that shrank, a stale annotation): keep the CPU and memory.
-            log.warning("pod %s: its GPUs on %s cannot be accounted exactly (%s)", key_of(pod), node, exc)
+            log.warning(
+                "pod %s: its GPUs on %s cannot be accounted exactly (%s)", key_of(pod), node, exc,
+                extra={"node": node},
+            )  # fmt: skip
             try:
                 fallback = PodRequest(cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
                 return fleet.allocate(name, row, fallback)

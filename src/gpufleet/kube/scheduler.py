@@ -40,7 +40,7 @@ from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.binder import DEFAULT_WORKERS, Binder, BindResult
 from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
-from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.config import QUEUE_LABEL, KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, NODE, POD, resource_for
 from gpufleet.kube.transport import Json, Transport
@@ -269,6 +269,19 @@ class KubeScheduler:
             malformed_queues=self.malformed_queues,
         )
 
+    def _log_context(self, pod_key: str, core_name: str, node: str) -> dict[str, object]:
+        """The context fields of a line about one of a workload's pods (docs/observability.md)."""
+        context: dict[str, object] = {"workload": core_name.rsplit("/", 2)[0], "node": node}
+        pod = self.pods.get(pod_key)
+        if pod is not None:
+            context["queue"] = (pod["metadata"].get("labels") or {}).get(
+                QUEUE_LABEL, self.config.default_queue
+            )
+            uid = trace_uid(pod)
+            if uid:
+                context["trace_id"] = tracing.trace_id(uid)
+        return context
+
     # ------------------------------------------------------------------ the carrier
     def _trace_uid(self, name: str) -> str | None:
         """The uid a workload's trace is named after: what its pods belong to (`trace_uid`)."""
@@ -325,6 +338,7 @@ class KubeScheduler:
                 log.warning(
                     "binding %s to %s failed (%s); retrying in %.1fs",
                     done.key, done.node, done.error, retry.delay,
+                    extra=self._log_context(done.key, done.core_name, done.node),
                 )  # fmt: skip
 
     def _retry_binds(self) -> None:
