@@ -1,0 +1,28 @@
+"""Dynamic Resource Allocation: matching a pod's ResourceClaims with the devices of a node's
+ResourceSlices (CEL selectors, allocation modes, matchAttribute constraints, shared counters).
+
+Pure like the rest of the core: the worlds hand it slices, classes and claims, and write back the
+`ClaimAllocation`s it returns. docs/dra.md describes what exists and what is left.
+"""
+
+from gpufleet.scheduler.placement.dra.allocate import (
+    ADMIN_ACCESS_LABEL,
+    PodClaim,
+    allocate_claims,
+    attribute_value,
+)
+from gpufleet.scheduler.placement.dra.cel import CelSelectorError, SelectorCache, evaluate_selector
+from gpufleet.scheduler.placement.dra.result import AllocatedDevice, ClaimAllocation, DraUnsatisfied
+
+__all__ = [
+    "ADMIN_ACCESS_LABEL",
+    "AllocatedDevice",
+    "CelSelectorError",
+    "ClaimAllocation",
+    "DraUnsatisfied",
+    "PodClaim",
+    "SelectorCache",
+    "allocate_claims",
+    "attribute_value",
+    "evaluate_selector",
+]
