@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -13,46 +12,9 @@ from typing import Annotated
 import typer
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.sim.options import parse_duration, parse_failures, parse_slowdown, parse_spot
 
-UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str, option: str) -> float:
-    """`90`, `90s`, `30m`, `2h`, `7d` (seconds; a number and one unit), > 0."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if match is None or float(match.group(1)) <= 0:
-        raise ValidationError(
-            f"must be a positive duration such as 90s, 30m, 2h or 7d, got {text!r}", obj=option
-        )
-    return float(match.group(1)) * UNITS[match.group(2) or "s"]
-
-
-def parse_failures(text: str) -> tuple[float | None, float | None]:
-    """`mtbf=DURATION[,node-mtbf=DURATION]`: the fleet's mean times between GPU failures and between
-    node losses, in seconds."""
-    found: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in ("mtbf", "node-mtbf") or key in found:
-            raise ValidationError(
-                f"expected mtbf=DURATION and/or node-mtbf=DURATION (e.g. mtbf=2h,node-mtbf=3d), got {text!r}",
-                obj="--failures",
-            )
-        found[key] = parse_duration(value, f"--failures {key}")
-    return found.get("mtbf"), found.get("node-mtbf")
-
-
-def parse_spot(text: str) -> float:
-    """`interruptions-per-day=N`: interruptions of each spot node per day."""
-    key, sep, value = text.partition("=")
-    try:
-        rate = float(value)
-    except ValueError:
-        rate = -1.0
-    if not sep or key.strip() != "interruptions-per-day" or not math.isfinite(rate) or rate < 0:
-        raise ValidationError(f"expected interruptions-per-day=N with N >= 0, got {text!r}", obj="--spot")
-    return rate
+__all__ = ["parse_duration", "parse_failures", "parse_spot", "register", "simulate"]
 
 
 def register(app: typer.Typer) -> None:
@@ -108,13 +70,34 @@ def simulate(
         typer.Option("--checkpoint-interval", help="Every job checkpoints this often (e.g. 30m)."),
     ] = None,
     policy: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--policy",
             help="gpufleet (a queue per virtual cluster, gpufleet's defaults), fifo (one queue, "
-            "strict FIFO, no preemption) or las (one queue, Tiresias' discretised least attained service).",
+            "strict FIFO, no preemption) or las (one queue, Tiresias' discretised least attained service) "
+            "[default: gpufleet].",
         ),
-    ] = "gpufleet",
+    ] = None,
+    gang_slowdown: Annotated[
+        str | None,
+        typer.Option(
+            "--gang-slowdown",
+            help="LEVEL=FACTOR,...: a gang whose pods span domains of a topology level (rack, block, "
+            "host) computes FACTOR times slower, e.g. rack=1.3,block=2 [default: none].",
+        ),
+    ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Run each CONFIG file (policy, queues, checkpointInterval, failures, spot, placement, "
+            "gangSlowdown) on the same trace, fleet and seed, and report them side by side.",
+        ),
+    ] = False,
+    configs: Annotated[
+        list[Path] | None,
+        typer.Argument(metavar="[CONFIG.yaml]...", help="With --compare: the configurations to run."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fault draws.")] = 0,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write report.md and PNG plots to this directory.")
@@ -135,6 +118,35 @@ def simulate(
         raise ValidationError(f"must be a positive number of days, got {days}", obj="--days")
     if start_day is not None and (not math.isfinite(start_day) or start_day < 0):
         raise ValidationError(f"must be zero or more days, got {start_day}", obj="--start-day")
+    if compare or configs:
+        per_run = {
+            "--policy": policy,
+            "--queues": queues,
+            "--failures": failures,
+            "--spot": spot,
+            "--checkpoint-interval": checkpoint_interval,
+            "--gang-slowdown": gang_slowdown,
+        }
+        given = [name for name, value in per_run.items() if value is not None]
+        if not compare or not configs:
+            raise ValidationError("give --compare and one or more configuration files", obj="--compare")
+        if given:
+            raise ValidationError(
+                f"with --compare, {', '.join(given)} belong in the configuration files", obj=given[0]
+            )
+        _compare(
+            trace,
+            configs,
+            gpus=gpus,
+            fleet=fleet,
+            days=days,
+            start_day=start_day,
+            seed=seed,
+            report=report,
+            data_dir=data_dir,
+        )
+        return
+    policy = policy or "gpufleet"
     if policy not in jobfleet.POLICIES:
         raise ValidationError(
             f"unknown policy {policy!r}; known: {', '.join(jobfleet.POLICIES)}", obj="--policy"
@@ -151,6 +163,7 @@ def simulate(
         node_mtbf_seconds=node_mtbf,
         spot_interruptions_per_day=parse_spot(spot) if spot else 0.0,
         seed=seed,
+        gang_slowdown=parse_slowdown(gang_slowdown) if gang_slowdown else {},
     )
     err = Console(stderr=True, highlight=False, emoji=False)
     loaded = philly.load(philly.resolve(trace, data_dir))
@@ -161,17 +174,7 @@ def simulate(
     )
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
-    baseline = jobfleet.baseline_queues(policy, pools)
-    if baseline is not None:
-        queue_objs = baseline
-    elif queues is not None:
-        queue_objs = jobfleet.load_queues(queues)
-        names = {q.name for q in queue_objs}
-        missing = sorted({jobfleet.queue_name(c) for c in window.clusters} - names)
-        if missing:
-            raise ValidationError(f"no queue for the trace's clusters: {', '.join(missing)}", obj=str(queues))
-    else:
-        queue_objs = jobfleet.trace_queues(window.gpu_demand() or {c: 1.0 for c in window.clusters}, pools)
+    queue_objs = jobfleet.queues_for(policy, pools, window, queues)
     if not window.jobs:
         raise ValidationError("no job of the trace is submitted in the window", obj="--days")
     result = jobsim.simulate(
@@ -202,4 +205,51 @@ def simulate(
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate"
         files = jobreport.write_report(result, report, title=f"Simulation of {trace}", command=command)
+        err.print(f"report: {files[0]}")
+
+
+def _compare(
+    trace: str,
+    configs: list[Path],
+    *,
+    gpus: int | None,
+    fleet: Path | None,
+    days: float | None,
+    start_day: float | None,
+    seed: int,
+    report: Path | None,
+    data_dir: Path | None,
+) -> None:
+    """`--compare`: every configuration checked (files, fields, queues) before the first run starts."""
+    from rich.console import Console
+
+    from gpufleet.sim import compare, jobfleet, jobsim, philly
+
+    specs = compare.load_configs(configs, seed=seed)
+    loaded = philly.load(philly.resolve(trace, data_dir))
+    begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
+    window = loaded.window(begin, days)
+    if not window.jobs:
+        raise ValidationError("no job of the trace is submitted in the window", obj="--days")
+    planned = []
+    for spec in specs:
+        pools = (
+            jobfleet.load_pools(fleet)
+            if fleet is not None
+            else jobfleet.fleet_of_gpus(gpus or 2048, spot=spec.spot)
+        )
+        planned.append((spec, pools, compare.queues_of(spec, pools, window)))
+    err = Console(stderr=True, highlight=False, emoji=False)
+    runs = []
+    for spec, pools, queue_objs in planned:
+        err.print(f"run {spec.name} ({spec.path})")
+        result = jobsim.simulate(
+            loaded, pools, queue_objs, begin=begin, days=days, options=spec.options, progress=err.print
+        )
+        runs.append((spec, result))
+    out = Console(highlight=False, soft_wrap=True, emoji=False)
+    out.print(compare.table(runs))
+    if report is not None:
+        command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate --compare"
+        files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
         err.print(f"report: {files[0]}")

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpufleet.api.documents import load_objects
-from gpufleet.api.errors import DataError
+from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
 from gpufleet.api.queue import FlavorQuota, LeastAttainedService, Queue, QueuePreemption, QueueSpec
 from gpufleet.api.resource import Resource
+from gpufleet.sim.philly import Trace
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 32
@@ -166,3 +167,30 @@ def baseline_queues(policy: str, pools: Sequence[GPUPool]) -> list[Queue] | None
     if policy == "las":
         return las_queues(pools)
     return None
+
+
+def queues_for(
+    policy: str, pools: Sequence[GPUPool], window: Trace, queues_file: str | Path | None = None
+) -> list[Queue]:
+    """The queues a run of `policy` uses: a baseline's own queue, the Queues of `queues_file` (which
+    must hold a queue `vc-<cluster>` for every cluster of the window), or one per virtual cluster with
+    nominal quota by GPU demand."""
+    if policy not in POLICIES:
+        raise ValidationError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}", obj="--policy")
+    baseline = baseline_queues(policy, pools)
+    if baseline is not None:
+        if queues_file is not None:
+            raise ValidationError(
+                f"the {policy} baseline has its own queue; leave out --queues", obj="--policy"
+            )
+        return baseline
+    if queues_file is not None:
+        found = load_queues(queues_file)
+        names = {q.name for q in found}
+        missing = sorted({queue_name(c) for c in window.clusters} - names)
+        if missing:
+            raise ValidationError(
+                f"no queue for the trace's clusters: {', '.join(missing)}", obj=str(queues_file)
+            )
+        return found
+    return trace_queues(window.gpu_demand() or {c: 1.0 for c in window.clusters}, pools)

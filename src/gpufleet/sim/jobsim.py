@@ -22,7 +22,7 @@ import contextlib
 import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,8 +75,12 @@ class SimOptions:
     """Run until every submitted job has finished (else stop at the window's end)."""
     scheduler: SchedulerConfig | None = None
     policy: str = "gpufleet"
-    """`gpufleet` (a queue per virtual cluster, gpufleet's defaults) or `fifo` (one StrictFIFO queue
-    that never preempts); the queues themselves are built by the caller (`sim.jobfleet`)."""
+    """`gpufleet` (a queue per virtual cluster, gpufleet's defaults), `fifo` (one StrictFIFO queue that
+    never preempts) or `las` (one least-attained-service queue); the queues themselves are built by the
+    caller (`sim.jobfleet`)."""
+    gang_slowdown: Mapping[str, float] = field(default_factory=dict)
+    """Per topology level, how many times slower a gang computes when it spans domains of it (the
+    twin reads where its pods were placed; `TwinConfig.gang_slowdown`)."""
 
 
 def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
@@ -440,7 +444,11 @@ def simulate(
         twin = Twin(
             store,
             clock=clock,
-            config=TwinConfig(faults=faults, metrics_interval_seconds=QUIET_SECONDS),
+            config=TwinConfig(
+                faults=faults,
+                metrics_interval_seconds=QUIET_SECONDS,
+                gang_slowdown=dict(options.gang_slowdown),
+            ),
         )
         manager = build_manager(store, config=options.scheduler, pool_status_seconds=QUIET_SECONDS)
         series = Series(start, options.bucket_seconds)

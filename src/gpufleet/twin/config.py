@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 SPOT_NOTICE_SECONDS = 120.0
@@ -46,3 +47,7 @@ class TwinConfig:
     traffic: Traffic = field(default_factory=Traffic)
     day_seconds: float = 86400.0
     """The period of the request curve (shorter days make quick demos)."""
+    gang_slowdown: Mapping[str, float] = field(default_factory=dict)
+    """Per topology level (a node label such as `rack` or `block`, or `host` for the node itself), how
+    many times slower a training job computes when its running pods sit in more than one domain of it:
+    communication over a slower link. The largest factor of the levels it spans applies. Empty: none."""

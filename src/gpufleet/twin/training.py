@@ -1,9 +1,11 @@
 """The work of one training job in the twin: progress, checkpoints and completion.
 
 A job computes `durationSeconds` of work with all its replicas; with fewer (an elastic job shrunk)
-it progresses proportionally slower. A run starts from the step of its latest complete Checkpoint
-(one step is one second of full-size work), so after an interruption only the work since that
-checkpoint is redone. Checkpoints are written every `checkpoint.intervalSeconds` of run time.
+it progresses proportionally slower, and a gang whose pods are spread over slow links (racks,
+blocks) progresses `slowdown` times slower (`TwinConfig.gang_slowdown`). A run starts from the step
+of its latest complete Checkpoint (one step is one second of full-size work), so after an
+interruption only the work since that checkpoint is redone. Checkpoints are written every
+`checkpoint.intervalSeconds` of run time.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ class Run:
     progress: float
     updated: float
     running: int = 0
+    slowdown: float = 1.0
+    """How many times slower its running pods compute than in one domain, from where they are."""
     timers: list[Timer] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
-        return self.running / self.replicas if self.replicas else 0.0
+        return self.running / self.replicas / self.slowdown if self.replicas else 0.0
 
     def advance(self, now: float) -> None:
         self.progress += (now - self.updated) * self.rate

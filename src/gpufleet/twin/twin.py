@@ -502,7 +502,27 @@ class Twin:
             self.runs[key] = run
         run.advance(now)
         run.running = len(running)
+        run.slowdown = self._slowdown(running)
         self._pace(key, run, now)
+
+    def _slowdown(self, running: list[Pod]) -> float:
+        """The factor of the slowest link a gang's running pods talk over (1: all in one domain of every
+        level that has a factor), read from the nodes the scheduler put them on."""
+        factors = self.config.gang_slowdown
+        if not factors or len(running) < 2:
+            return 1.0
+        worst = 1.0
+        for level, factor in factors.items():
+            if factor <= worst:
+                continue
+            domains = set()
+            for pod in running:
+                node = self.nodes.get(pod.spec.node_name)
+                labels = node.metadata.labels if node is not None else {}
+                domains.add(pod.spec.node_name if level == "host" else labels.get(level))
+            if len(domains) > 1:
+                worst = factor
+        return worst
 
     def _new_run(self, namespace: str, job: str, now: float) -> Run | None:
         try:

@@ -1,0 +1,80 @@
+"""Run options of `gpufleet simulate` as users write them (durations, failure and spot rates), parsed
+once for the command line and for `--compare` configuration files."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from gpufleet.api.errors import ValidationError
+
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """`90`, `90s`, `30m`, `2h`, `7d` (seconds; a number and one unit), > 0."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValidationError(
+            f"must be a positive duration such as 90s, 30m, 2h or 7d, got {text!r}", obj=option
+        )
+    return float(match.group(1)) * UNITS[match.group(2) or "s"]
+
+
+def parse_failures(text: str) -> tuple[float | None, float | None]:
+    """`mtbf=DURATION[,node-mtbf=DURATION]`: the fleet's mean times between GPU failures and between
+    node losses, in seconds."""
+    found: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in ("mtbf", "node-mtbf") or key in found:
+            raise ValidationError(
+                f"expected mtbf=DURATION and/or node-mtbf=DURATION (e.g. mtbf=2h,node-mtbf=3d), got {text!r}",
+                obj="--failures",
+            )
+        found[key] = parse_duration(value, f"--failures {key}")
+    return found.get("mtbf"), found.get("node-mtbf")
+
+
+def parse_spot(text: str) -> float:
+    """`interruptions-per-day=N`: interruptions of each spot node per day."""
+    key, sep, value = text.partition("=")
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not sep or key.strip() != "interruptions-per-day" or not math.isfinite(rate) or rate < 0:
+        raise ValidationError(f"expected interruptions-per-day=N with N >= 0, got {text!r}", obj="--spot")
+    return rate
+
+
+def check_slowdown(factors: Mapping[str, float], option: str = "--gang-slowdown") -> dict[str, float]:
+    """Per topology level (a node label such as `rack` or `block`, or `host`), a slowdown factor >= 1."""
+    out: dict[str, float] = {}
+    for level, factor in factors.items():
+        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?", level):
+            raise ValidationError(f"{level!r} is not a topology level (a node label or host)", obj=option)
+        if not isinstance(factor, int | float) or not math.isfinite(factor) or factor < 1:
+            raise ValidationError(f"{level}: the factor must be a number >= 1, got {factor!r}", obj=option)
+        out[level] = float(factor)
+    return out
+
+
+def parse_slowdown(text: str) -> dict[str, float]:
+    """`LEVEL=FACTOR[,LEVEL=FACTOR...]` (`rack=1.3,block=2`): how many times slower a gang computes
+    when its pods span more than one domain of the level."""
+    found: dict[str, float] = {}
+    for part in text.split(","):
+        level, sep, value = part.partition("=")
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = math.nan
+        if not sep or not level.strip() or level.strip() in found or math.isnan(factor):
+            raise ValidationError(
+                f"expected LEVEL=FACTOR pairs such as rack=1.3,block=2, got {text!r}", obj="--gang-slowdown"
+            )
+        found[level.strip()] = factor
+    return check_slowdown(found)
