@@ -262,3 +262,37 @@ def test_a_restarting_job_is_no_longer_admitted(
     sync(op)
     readmitted = job_status(api)
     assert readmitted["phase"] == "Admitted" and condition(readmitted, "Admitted") == ("True", "Admitted")
+
+
+def test_a_suspended_job_releases_its_nodes_and_resumes_as_a_new_attempt(
+    api: FakeApiServer, world: tuple[Operator, KubeScheduler, Clock]
+) -> None:
+    op, sched, clock = world
+    make_job(api)
+    sync(op)
+    run(sched)
+    sync(op)
+    for name in pods(api):
+        set_phase(api, name, "Running", startTime=stamp(clock.now))
+    sync(op)
+    running = job_status(api)
+    assert running["phase"] == "Running" and len(running["nodes"]) == 2  # the NODES column
+    clock.now += 120
+    raw = api.objects[test_operator.JOBS][("team-a", "llm")]
+    raw["spec"]["suspend"] = True
+    sync(op)
+    suspended = job_status(api)
+    assert suspended["phase"] == "Suspended" and condition(suspended, "Suspended") == ("True", "Suspended")
+    assert suspended["restarts"] == 1 and suspended["lostGpuSeconds"] == 2 * 8 * 120
+    live = lambda: {n for n, p in pods(api).items() if not p["metadata"].get("deletionTimestamp")}  # noqa: E731
+    assert suspended["nodes"] == [] and live() == set()
+    sync(op)  # while suspended nothing is created again
+    assert live() == set() and job_status(api)["restarts"] == 1
+    api.objects[test_operator.JOBS][("team-a", "llm")]["spec"]["suspend"] = False
+    sync(op)
+    resumed = job_status(api)
+    assert resumed["phase"] == "Pending" and condition(resumed, "Suspended") == ("False", "Resumed")
+    assert live() == {"llm-1-0", "llm-1-1"}
+    run(sched)
+    sync(op)
+    assert job_status(api)["phase"] == "Admitted"

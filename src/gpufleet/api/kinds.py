@@ -49,6 +49,7 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
             PrinterColumn("Reason", ".status.pendingReason.type"),
             PrinterColumn("Restarts", ".status.restarts", "integer"),
             _AGE,
+            PrinterColumn("Nodes", ".status.nodes", priority=1),
         ),
     ),
     KindInfo.of(

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, Field
 from gpufleet.api.base import ApiModel
 from gpufleet.api.meta import Condition, PendingReason
 
-JobPhase = Literal["Pending", "Admitted", "Running", "Succeeded", "Failed"]
+JobPhase = Literal["Pending", "Admitted", "Running", "Succeeded", "Failed", "Suspended"]
 """The life of a job: waiting, admitted by quota (pods being placed), running, and the two ends."""
 
 

@@ -74,6 +74,12 @@ class TrainingJobSpec(ApiModel):
         default_factory=RestartPolicy, description="How often and how soon it restarts."
     )
     preemptible: bool = Field(default=True, description="Whether the scheduler may evict it for other work.")
+    suspend: bool = Field(
+        default=False,
+        description="true: its workers are stopped and its GPUs released, as a preemption would (the "
+        "work since its last checkpoint is lost, and it counts as a restart); false again: it queues "
+        "again and resumes from its last checkpoint (Kueue's stop and resume).",
+    )
     duration_seconds: float | None = Field(
         default=None, gt=0, description="Embedded world: how long the job computes at full size."
     )
@@ -101,9 +107,14 @@ class TrainingJobSpec(ApiModel):
 
 
 class TrainingJobStatus(ObjectStatus):
-    phase: JobPhase = Field(default="Pending", description="Pending, Admitted, Running, Succeeded or Failed.")
+    phase: JobPhase = Field(
+        default="Pending", description="Pending, Admitted, Running, Succeeded, Failed or Suspended."
+    )
     replicas: int = Field(default=0, ge=0, description="Workers currently placed.")
     ready_replicas: int = Field(default=0, ge=0, description="Workers running.")
+    nodes: list[str] = Field(
+        default_factory=list, description="The nodes its current workers are placed on, sorted."
+    )
     restarts: int = Field(default=0, ge=0, description="Times the job restarted.")
     lost_gpu_seconds: float = Field(
         default=0.0,

@@ -50,7 +50,7 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import accounting, describe, explain, nodes, top, up, wait
+    from gpufleet.cli import accounting, describe, explain, nodes, suspend, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
     explain.register(app)
     wait.register(app)
     nodes.register(app)
+    suspend.register(app)
     accounting.register(app)
     app.command("delete")(delete)
     top.register(app)

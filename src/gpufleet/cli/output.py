@@ -199,6 +199,8 @@ def cell(value: Any, column_type: str) -> str:
         return age(str(value))
     if column_type == "integer" and isinstance(value, list):
         return str(len(value))
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return ",".join(value) or "-"  # names (a job's nodes), as kubectl's wide columns list them
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, (dict, list)):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.meta import Condition, PendingReason, set_condition
@@ -32,6 +32,8 @@ from gpufleet.observability import metrics
 
 FINISHED = ("Succeeded", "Failed")
 QUEUED = PendingReason(type="Queued", message="waiting for the scheduler")
+SUSPENDED: Final = "Suspended"
+"""The phase, condition and eviction reason of a job whose `spec.suspend` is true."""
 
 
 def latest_checkpoint(checkpoints: Iterable[Checkpoint], job: str) -> Checkpoint | None:
@@ -162,6 +164,10 @@ class Observed:
     """Why the job waits; None leaves reason and Running condition to whoever writes them."""
     admitted_time: datetime | None = None
     """When the gang got its capacity, where the world knows better than `now`."""
+    nodes: tuple[str, ...] = ()
+    """The nodes the current attempt's workers are bound to (`status.nodes`, the NODES column)."""
+    suspended: bool = False
+    """`spec.suspend` is true: the job holds nothing and waits to be resumed."""
 
 
 Phase = Literal["Pending", "Admitted", "Running", "Succeeded"]
@@ -202,9 +208,17 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
     workers = observed.workers
     status.replicas = workers.placed
     status.ready_replicas = workers.running
+    status.nodes = sorted(set(observed.nodes))
     if observed.gave_up:
         message = limit_message(observed.disruptions, observed.last_disruption)
         return _finish(status, "Failed", "RestartLimitExceeded", message, now)
+    status.conditions = _suspended(status.conditions, observed.suspended, now)
+    if observed.suspended:
+        status.phase = SUSPENDED
+        status.pending_reason = None
+        running = Condition(type="Running", status="False", reason=SUSPENDED, message="")
+        status.conditions = set_condition(status.conditions, running, now=now)
+        return status
     phase = progress(workers)
     if phase == "Succeeded":
         return _finish(status, "Succeeded", "Completed", "all workers finished", now)
@@ -225,6 +239,23 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
         running = Condition(type="Running", status="True", reason="AllWorkersRunning", message="")
         status.conditions = set_condition(status.conditions, running, now=now)
     return status
+
+
+def _suspended(conditions: list[Condition], suspended: bool, now: datetime) -> list[Condition]:
+    """`Suspended True` while `spec.suspend` is true; `Suspended False` (Resumed) once it is not, for a
+    job that was suspended. A job never suspended gets none."""
+    if suspended:
+        why = Condition(
+            type=SUSPENDED,
+            status="True",
+            reason=SUSPENDED,
+            message="spec.suspend is true: its workers are stopped and its GPUs released",
+        )
+        return set_condition(conditions, why, now=now)
+    if not any(c.type == SUSPENDED and c.status == "True" for c in conditions):
+        return conditions
+    resumed = Condition(type=SUSPENDED, status="False", reason="Resumed", message="queued again")
+    return set_condition(conditions, resumed, now=now)
 
 
 def _not_admitted(conditions: list[Condition], why: PendingReason, now: datetime) -> list[Condition]:

@@ -125,7 +125,7 @@ class TrainingJobController(Reconciler):
             ],
             topology=spec.topology,
             preemptible=spec.preemptible,
-            active=job.status.phase not in ("Succeeded", "Failed"),
+            active=job.status.phase not in ("Succeeded", "Failed") and not spec.suspend,
             last_checkpoint_time=checkpoint.spec.time if checkpoint else None,
             backoff_seconds=spec.restart_policy.backoff_seconds,
             max_restarts=spec.restart_policy.max_restarts,
@@ -146,7 +146,8 @@ class TrainingJobController(Reconciler):
                 )
             )
         current = workload.spec
-        if workload.status.phase != "Pending":
+        # Pending, or out of scheduling (suspended): it holds nothing, so it takes the spec's shape.
+        if workload.status.phase not in ("Pending", "Inactive"):
             # An admitted gang keeps its shape; only the facts about it move.
             desired = current.model_copy(
                 update={
@@ -215,6 +216,8 @@ def _observed(
             else jobstate.QUEUED
         ),
         admitted_time=wl.admitted_time,
+        nodes=tuple(p.spec.node_name for p in pods if p.spec.node_name),
+        suspended=job.spec.suspend,
     )
 
 

@@ -345,6 +345,9 @@ class TrainingJobOperator:
         for old in pods:
             if old not in current and not old["metadata"].get("deletionTimestamp"):
                 self._delete(old)
+        if job.spec.suspend and previous.phase not in jobstate.FINISHED:
+            self._suspend(raw, job, checkpoint, current, now)
+            return None
         broken = [p for p in current if _broken(p)]
         if previous.phase not in jobstate.FINISHED and broken:
             # The bare reason: the one in the status names the worker, an unbounded label value.
@@ -373,6 +376,29 @@ class TrainingJobOperator:
         if restarting is None and self._write(raw, previous, observed, now).phase in jobstate.FINISHED:
             self._drop_unbound(current)
         return None
+
+    def _suspend(
+        self, raw: Json, job: TrainingJob, checkpoint: Checkpoint | None, current: list[Json], now: float
+    ) -> None:
+        """`spec.suspend`: the attempt's workers are stopped as a preemption stops them. A bound attempt
+        counts as a restart (eviction reason `Suspended`) with the work since its checkpoint lost; once
+        resumed, the next attempt (new pod names) starts from the newest checkpoint. Workers never
+        bound are only deleted: nothing ran, and the same attempt is created again on resume."""
+        live = [p for p in current if not p["metadata"].get("deletionTimestamp")]
+        for pod in live:
+            self._delete(pod)
+        previous = job.status
+        bound = [p for p in live if p.get("spec", {}).get("nodeName")]
+        disruptions, lost, why = previous.restarts, None, None
+        if bound:
+            metrics.record_eviction(job.spec.queue, jobstate.SUSPENDED)
+            disruptions += 1
+            lost = previous.lost_gpu_seconds + lost_work(job, checkpoint, bound, now)
+            why = jobstate.Disruption(jobstate.SUSPENDED, "spec.suspend is true")
+        observed = _observed(
+            job, checkpoint, [], disruptions=disruptions, last=why, lost=lost, suspended=True
+        )
+        self._write(raw, previous, observed, now, why=why)
 
     def _drop_unbound(self, pods: list[Json]) -> None:
         """A finished job's workers the scheduler never bound (an elastic job that ran with fewer
@@ -492,6 +518,7 @@ def _observed(
     gave_up: bool = False,
     pending: PendingReason | None = None,
     lost: float | None = None,
+    suspended: bool = False,
 ) -> jobstate.Observed:
     """The current attempt as `jobstate` reads it: its gang holds capacity once the scheduler bound
     it, every worker (or, for an elastic job, at least `minReplicas`: the scheduler admits such a
@@ -513,6 +540,8 @@ def _observed(
         gave_up=gave_up,
         lost_gpu_seconds=lost,
         pending=pending,
+        nodes=tuple(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")),
+        suspended=suspended,
     )
 
 

@@ -219,6 +219,12 @@ class Actions:
                 else:
                     status.requeue_at = None
                     state.backoff[key] = now  # queued again on the next step, after owners have seen it
+            if not obj.spec.active and status.phase == "Pending":
+                # Out of scheduling (a suspended job): it waits to be made active again, not to restart.
+                status.phase = "Inactive"
+                status.pending_reason = None
+                status.requeue_at = None
+                state.backoff.pop(key, None)
             status.conditions = set_condition(
                 status.conditions,
                 Condition(type="Admitted", status="False", reason=reason, message=message),

@@ -283,6 +283,15 @@ class CacheSync:
         assert cache is not None
         obj = state.workloads.get(key)
         is_gone = obj is None or obj.metadata.deletion_timestamp is not None
+        if obj is not None and not is_gone and obj.spec.active and obj.status.phase == "Inactive":
+            # Resumed (its job's spec.suspend false again): it queues again, in its old place, since
+            # its submission time is the workload's and the workload was kept.
+            obj = self.status.reactivated(key, obj)
+        if obj is not None and not is_gone and not obj.spec.active and self._working(key):
+            # Suspended while its pods still work: evicted as a preemption is (the work since its
+            # checkpoint lost and counted), then taken out of scheduling below on the next sync.
+            state.broken.setdefault(key, Broken(jobstate.SUSPENDED, "suspended (spec.suspend is true)"))
+            return
         if is_gone or obj is None or not obj.spec.active or obj.status.phase in ("Inactive", "Failed"):
             if key in cache.admitted:
                 self._release(key, now)
@@ -326,6 +335,14 @@ class CacheSync:
         if cache.pending.get(key) != workload:
             cache.pending[key] = workload
             state.dirty = True
+
+    def _working(self, key: str) -> bool:
+        """Whether the workload is admitted and some pod of it has not finished: deactivating it then
+        stops work (a suspension), where deactivating a finished one only frees what it held."""
+        cache = self.state.cache
+        if cache is None or key not in cache.admitted:
+            return False
+        return any(not p.terminated and not gone(p) for p in self.state.pods.get(key, {}).values())
 
     def _release(self, key: str, now: float) -> None:
         """A workload left scheduling (finished, deactivated, deleted): its capacity is free again."""

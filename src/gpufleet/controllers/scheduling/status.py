@@ -60,6 +60,13 @@ class StatusWriter:
         status.requeue_at = None
         self.write(key, obj, status)
 
+    def reactivated(self, key: str, obj: WorkloadObject) -> WorkloadObject:
+        """Back in scheduling after `active: false` (a resumed job): Pending again."""
+        status = obj.status.model_copy(deep=True)
+        status.phase = "Pending"
+        self.write(key, obj, status)
+        return self.state.workloads.get(key, obj)
+
     def gave_up(self, key: str, obj: WorkloadObject) -> None:
         """Failed while waiting to restart: evicted more times than its (since lowered) limit allows."""
         status = obj.status.model_copy(deep=True)

@@ -1,0 +1,87 @@
+"""Controlling jobs from the CLI against one `gpufleet up` with its digital twin: the NODES column of
+`get tj -o wide`, `suspend`/`resume` (Kueue's stop and resume), `apply --dry-run`, `logs`.
+
+One control plane at a minute of fleet time a second, two 8-GPU nodes: `big` holds both for ten
+hours of fleet time, so `small` waits until `big` is suspended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.cli.client import Client
+
+from .conftest import Plane, Result, start_plane, stop_plane, wait_for
+
+FLEET = str(Path(__file__).parent / "habits-fleet.yaml")
+JOBS = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: big, namespace: team-a}
+spec:
+  queue: team-a
+  replicas: 2
+  worker: {gpus: 8, gpuModel: H100}
+  checkpoint: {intervalSeconds: 300, uri: s3://ckpt/big}
+  durationSeconds: 36000
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: small, namespace: team-a}
+spec: {queue: team-a, replicas: 1, worker: {gpus: 4}, durationSeconds: 36000}
+"""
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    started = start_plane(tmp_path_factory.mktemp("jobs") / "state", "--fleet", FLEET, "--time-scale", "60")
+    try:
+        yield started
+    finally:
+        stop_plane(started)
+
+
+@pytest.fixture
+def state(plane: Plane) -> Path:
+    assert plane.process.poll() is None, f"the control plane died:\n{plane.log.read_text()}"
+    return plane.state
+
+
+def phase(plane: Plane, name: str) -> Any:
+    client = Client(plane.url, (plane.state / "admin-token").read_text().strip())
+    try:
+        job = client.read(client.resource_type("tj"), name, "team-a")
+    finally:
+        client.close()
+    return (job.get("status") or {}).get("phase")
+
+
+def test_wide_listing_names_nodes_and_suspend_resume_move_the_gpus(
+    plane: Plane, cli: Callable[..., Result]
+) -> None:
+    assert cli("apply", "-f", "-", stdin=JOBS).code == 0
+    wait_for(lambda: phase(plane, "big") == "Running", timeout=30, what="big to run")
+    table = cli("get", "tj", "-n", "team-a", "-o", "wide").out.splitlines()
+    header, row = table[0].split(), next(line.split() for line in table if line.startswith("big"))
+    assert "NODES" in header and set(row[header.index("NODES")].split(",")) == {"h100-0", "h100-1"}
+    assert "NODES" not in cli("get", "tj", "-n", "team-a").out  # only in the wide table
+    assert phase(plane, "small") == "Pending"
+
+    suspended = cli("suspend", "tj", "big", "-n", "team-a")
+    assert suspended.code == 0 and "trainingjob/team-a/big suspended" in suspended.out
+    wait_for(lambda: phase(plane, "big") == "Suspended", timeout=20, what="big to be suspended")
+    wait_for(lambda: phase(plane, "small") == "Running", timeout=20, what="small to take the GPUs")
+    assert "already suspended" in cli("suspend", "tj", "big", "-n", "team-a").out
+
+    assert cli("resume", "tj", "big", "-n", "team-a").code == 0
+    wait_for(lambda: phase(plane, "big") == "Pending", timeout=20, what="big to queue again")
+    described = cli("describe", "tj", "big", "-n", "team-a").out
+    assert "Resumed" in described
+
+    refused = cli("suspend", "queue", "team-a")
+    assert refused.code == 2 and "only a TrainingJob can be suspended" in refused.err
+    assert cli("suspend", "tj", "nothing", "-n", "team-a").code == 1
