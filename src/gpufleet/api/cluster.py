@@ -188,6 +188,23 @@ class ModelCapacity(ApiModel):
         description="Per topology level (nvlink, host, rack, block...), the most free whole GPUs of the "
         "model in one domain of that level: the biggest gang that still fits inside one.",
     )
+    free_domains: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="Per topology level, how many domains have each count of free whole GPUs ({host: "
+        "{'8': 1500, '3': 20}}: 1,500 hosts with 8 free, 20 with 3); what the manager dispatches on.",
+    )
+
+    @field_validator("free_domains")
+    @classmethod
+    def _counts_are_numbers(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        for level, histogram in value.items():
+            for free, count in histogram.items():
+                if not free.isdigit() or int(free) < 1 or count < 0:
+                    raise ValueError(
+                        f"{level}: keys are free GPU counts (1 or more) and values domain counts, got "
+                        f"{free}: {count}"
+                    )
+        return value
 
 
 class ClusterStatus(ObjectStatus):

@@ -1,0 +1,107 @@
+"""Between the Cluster kind and the dispatcher's plain data: a worker writes its summary into
+`Cluster.status.capacity`, the manager reads a Cluster back as a `ClusterSummary`, and a queue's
+`spec.clusters` becomes a `ClusterChoice`. Time is an argument, never read here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import cast
+
+from gpufleet.api.cluster import (
+    CLUSTER_LOCATION_KEYS,
+    READY,
+    Cluster,
+    ClusterAffinity,
+    ModeCapacity,
+    ModelCapacity,
+    SharingModeName,
+)
+from gpufleet.api.labels import LabelSelector
+from gpufleet.federation.dispatch import ANY_CLUSTER, ClusterChoice
+from gpufleet.federation.summary import ClusterSummary, ModelSummary, ModeSummary
+
+
+def choice_of(affinity: ClusterAffinity | None) -> ClusterChoice:
+    """A queue's `spec.clusters` as the dispatcher reads it."""
+    if affinity is None:
+        return ANY_CLUSTER
+    return ClusterChoice(
+        allowed=None if affinity.allowed is None else frozenset(affinity.allowed),
+        selector=LabelSelector.parse(affinity.selector),
+        preferred=frozenset(affinity.preferred),
+    )
+
+
+def capacity_status(models: dict[str, ModelSummary]) -> dict[str, ModelCapacity]:
+    """A worker's summary as it reports it in its Cluster's status."""
+    return {
+        model: ModelCapacity(
+            gpus=summary.gpus,
+            free_gpus=summary.free_gpus,
+            by_sharing={
+                # the summary's modes are SharingMode values, the names this field takes
+                cast(SharingModeName, mode): ModeCapacity(
+                    gpus=m.gpus, free_gpus=m.free_gpus, free_gpu_milli=m.free_gpu_milli, free_mig=m.free_mig
+                )
+                for mode, m in summary.by_mode.items()
+            },
+            largest_free_domain={level: summary.largest_free(level) for level in summary.free_domains},
+            free_domains={
+                level: {str(free): count for free, count in sorted(histogram.items())}
+                for level, histogram in summary.free_domains.items()
+            },
+        )
+        for model, summary in models.items()
+    }
+
+
+def _model_summary(capacity: ModelCapacity) -> ModelSummary:
+    by_mode: dict[str, ModeSummary] = {
+        str(mode): ModeSummary(m.gpus, m.free_gpus, m.free_gpu_milli, dict(m.free_mig))
+        for mode, m in capacity.by_sharing.items()
+    }
+    free_mig: dict[str, int] = {}
+    for mode in by_mode.values():
+        for profile, count in mode.free_mig.items():
+            free_mig[profile] = free_mig.get(profile, 0) + count
+    return ModelSummary(
+        gpus=capacity.gpus,
+        free_gpus=capacity.free_gpus,
+        free_share_milli=sum(m.free_gpu_milli for m in by_mode.values()),
+        free_mig=free_mig,
+        free_domains={
+            level: {int(free): count for free, count in histogram.items() if count}
+            for level, histogram in capacity.free_domains.items()
+        },
+        by_mode=by_mode,
+    )
+
+
+def takes_work(cluster: Cluster, *, now: datetime) -> bool:
+    """Whether the manager may send the cluster new work: not draining, Ready, and its last heartbeat
+    within its lease."""
+    status = cluster.status
+    if cluster.spec.drain is not None or status.heartbeat_time is None:
+        return False
+    if (now - status.heartbeat_time).total_seconds() > cluster.spec.lease_seconds:
+        return False
+    ready = next((c for c in status.conditions if c.type == READY), None)
+    return ready is None or ready.status == "True"
+
+
+def summary_of(cluster: Cluster, *, now: datetime) -> ClusterSummary:
+    """A Cluster as the dispatcher sees it: its reported capacity, labels, prices and whether it takes
+    work now."""
+    spec = cluster.spec
+    labels = dict(cluster.metadata.labels)
+    for key, value in zip(CLUSTER_LOCATION_KEYS, (spec.region, spec.zone, spec.network), strict=True):
+        if value:
+            labels[key] = value
+    return ClusterSummary(
+        name=cluster.name,
+        models={model: _model_summary(c) for model, c in cluster.status.capacity.items()},
+        labels=labels,
+        prices=dict(spec.price_per_gpu_hour),
+        accepting=takes_work(cluster, now=now),
+    )

@@ -1,0 +1,181 @@
+"""The dispatcher: chooses the worker cluster of each workload the manager admits.
+
+The manager holds the queues; the quota is the scheduling core's own (`scheduler.quota`), counted over
+the whole fleet: a queue's nominal and borrowing limits apply to what it runs in all clusters together,
+so there is no second quota system. For each workload, in the order the caller gives (the core's queue
+order), the dispatcher:
+
+1. finds the flavors (GPU models) the workload may use, as the cycle does (`scheduler.flavors`);
+2. keeps those its queue's quota, fleet-wide, admits now;
+3. ranks the clusters that take new work (not draining, within their lease) and that its queue allows:
+   preferred clusters first, then the cheapest (price of the model x GPUs), then the model order, then
+   the name (deterministic);
+4. takes the first (cluster, model) whose summary the gang fits now (`federation.take`: gang and required
+   topology inside one cluster), charges the queue and takes the gang out of that summary until the
+   cluster's next heartbeat replaces it.
+
+A workload that does not fit any cluster now stays with the manager, with the reason; it is never split
+across clusters. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpufleet.api.labels import LabelSelector
+from gpufleet.federation.summary import ClusterSummary, ModelSummary
+from gpufleet.federation.take import GangShape, take
+from gpufleet.fleet.request import GPU_MILLI, GpuKind
+from gpufleet.scheduler.flavors import candidate_models, split_flavor, usage_of
+from gpufleet.scheduler.quota import QuotaShortfall, QuotaUsage
+from gpufleet.scheduler.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChoice:
+    """Which clusters a workload may go to (`allowed` names and `selector`) and which it prefers."""
+
+    allowed: frozenset[str] | None = None
+    selector: LabelSelector = field(default_factory=LabelSelector)
+    preferred: frozenset[str] = frozenset()
+
+    def allows(self, cluster: ClusterSummary) -> bool:
+        if self.allowed is not None and cluster.name not in self.allowed:
+            return False
+        return self.selector.matches(cluster.labels)
+
+
+ANY_CLUSTER = ClusterChoice()
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """The workload goes to `cluster` on `model`; `usage` (milli-GPU per flavor) is charged to its queue."""
+
+    workload: str
+    queue: str
+    cluster: str
+    model: str | None
+    usage: Mapping[str, int]
+    cost_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class NotDispatched:
+    """The workload stays with the manager: `reason` is QueueNotFound, QuotaExceeded or NoCluster."""
+
+    workload: str
+    reason: str
+    message: str
+    details: Mapping[str, object] = field(default_factory=dict)
+
+
+Decision = Dispatched | NotDispatched
+
+
+def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
+    """The pods a gang starts with (`counts` per pod set) as the summary counts them."""
+    whole: list[int] = []
+    share: list[int] = []
+    mig: list[str] = []
+    for pod_set, count in zip(workload.pod_sets, counts, strict=True):
+        request = pod_set.request
+        if request.kind is GpuKind.WHOLE:
+            whole.extend([request.gpus] * count)
+        elif request.kind is GpuKind.SHARE:
+            share.extend([request.gpu_milli] * count)
+        elif request.kind is GpuKind.MIG:
+            assert request.mig is not None
+            mig.extend([request.mig] * count)
+    return GangShape(tuple(whole), tuple(share), tuple(mig), workload.topology.required)
+
+
+class Dispatcher:
+    """Clusters' summaries and the fleet-wide quota usage, changed by each decision it makes."""
+
+    def __init__(
+        self,
+        clusters: Iterable[ClusterSummary],
+        quota: QuotaUsage,
+        *,
+        levels: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        """`levels` gives each cluster's labelled topology levels, coarse to fine (default: none)."""
+        self.clusters: dict[str, ClusterSummary] = {c.name: c for c in clusters}
+        self.quota = quota
+        self.levels: dict[str, tuple[str, ...]] = dict(levels or {})
+
+    def update(self, summary: ClusterSummary, levels: tuple[str, ...] | None = None) -> None:
+        """A heartbeat: the worker's own count replaces what the dispatcher took out of the old one."""
+        self.clusters[summary.name] = summary
+        if levels is not None:
+            self.levels[summary.name] = levels
+
+    def release(self, decision: Dispatched) -> None:
+        """The workload ended (or its cluster was lost): its queue gets the quota back."""
+        self.quota.add(decision.queue, decision.usage, -1)
+
+    def dispatch(self, workload: Workload, choice: ClusterChoice = ANY_CLUSTER) -> Decision:
+        tree = self.quota.tree
+        if workload.queue not in tree.nodes:
+            return NotDispatched(workload.name, "QueueNotFound", f"queue {workload.queue!r} does not exist")
+        counts = tuple(ps.minimum for ps in workload.pod_sets)
+        node = tree.nodes[workload.queue]
+        fleet_models = sorted({m for c in self.clusters.values() for m in c.models})
+        flavors = candidate_models(
+            workload, queue_flavors=list(node.quotas), fleet_models=fleet_models, unlimited=node.unlimited
+        )
+        admitted: list[tuple[int, str | None, dict[str, int]]] = []
+        shortfall: QuotaShortfall | None = None
+        for index, flavor in enumerate(flavors):
+            usage = usage_of(workload, flavor, counts)
+            short = self.quota.fits(workload.queue, usage)
+            if short is None:
+                model = split_flavor(flavor)[0] if flavor is not None else None
+                admitted.append((index, model, usage))
+            elif shortfall is None:
+                shortfall = short
+        if not admitted:
+            if shortfall is None:
+                return NotDispatched(workload.name, "QuotaExceeded", "no flavor of its queue fits it")
+            return NotDispatched(workload.name, "QuotaExceeded", shortfall.message(), shortfall.details())
+        gang = gang_shape(workload, counts)
+        candidates = []
+        for cluster in self.clusters.values():
+            if not cluster.accepting or not choice.allows(cluster):
+                continue
+            for index, model, usage in admitted:
+                for summary_model in (model,) if model is not None else tuple(cluster.models):
+                    if summary_model in cluster.models:
+                        cost = cluster.price(summary_model) * sum(usage.values()) / GPU_MILLI
+                        key = (cluster.name not in choice.preferred, cost, index, cluster.name)
+                        candidates.append((key, cluster, summary_model, usage))
+        if not candidates and not gang.whole and not gang.share and not gang.mig:
+            # CPU-only work needs no GPU model: any allowed cluster that takes work.
+            return self._cpu_only(workload, choice)
+        candidates.sort(key=lambda found: found[0])
+        reasons: dict[str, str] = {}
+        for key, cluster, summary_model, usage in candidates:
+            after = take(cluster.models[summary_model], gang, self.levels.get(cluster.name, ()))
+            if isinstance(after, ModelSummary):
+                cluster.models[summary_model] = after
+                self.quota.add(workload.queue, usage)
+                return Dispatched(workload.name, workload.queue, cluster.name, summary_model, usage, key[1])
+            reasons.setdefault(f"{cluster.name}/{summary_model}", after)
+        return NotDispatched(
+            workload.name,
+            "NoCluster",
+            f"fits no cluster now ({len(candidates)} cluster and model pairs tried)",
+            {"clusters": reasons},
+        )
+
+    def _cpu_only(self, workload: Workload, choice: ClusterChoice) -> Decision:
+        names = sorted(
+            (c.name not in choice.preferred, c.name)
+            for c in self.clusters.values()
+            if c.accepting and choice.allows(c)
+        )
+        if not names:
+            return NotDispatched(workload.name, "NoCluster", "no cluster that takes work is allowed")
+        return Dispatched(workload.name, workload.queue, names[0][1], None, {}, 0.0)

@@ -1,0 +1,131 @@
+"""Whether a gang fits a cluster's summary now, and the summary once it is taken out.
+
+The gang's whole-GPU pods, shares and MIG instances are taken from a copy of one model's summary:
+
+- with a required level R (`rack`, `nvlink`, `host`...), the whole gang goes into the smallest domain of
+  R with room for it (best fit, as the scheduler's topology step does), and into the smallest domain of
+  every coarser level that holds it, since a rack lies inside one block;
+- each pod needs a host with room for it (best fit per pod, biggest pods first), unless R is `host` or
+  finer, which put the gang on one host already;
+- levels the placement does not decide lose the GPUs from their fullest domains first: the summary does
+  not know which rack a host is in, so it assumes the worst for the next big gang. The next heartbeat
+  replaces the guess with the worker's count.
+
+Pure functions over small dictionaries: a histogram has one key per distinct free count (at most a
+node's or a domain's GPUs), so a check costs microseconds however many nodes the cluster has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpufleet.federation.summary import Histogram, ModelSummary
+from gpufleet.fleet.state import HOST_LEVEL, NVLINK_LEVEL
+
+
+@dataclass(frozen=True, slots=True)
+class GangShape:
+    """What one workload takes: whole GPUs per pod, share milli-GPU per pod and MIG instances."""
+
+    whole: tuple[int, ...] = ()
+    share: tuple[int, ...] = ()
+    mig: tuple[str, ...] = ()
+    required: str | None = None
+
+    @property
+    def whole_gpus(self) -> int:
+        return sum(self.whole)
+
+
+def _move(histogram: Histogram, key: int, amount: int) -> None:
+    """One domain with `key` free GPUs now has `key - amount`."""
+    left = histogram[key] - 1
+    if left:
+        histogram[key] = left
+    else:
+        del histogram[key]
+    rest = key - amount
+    if rest > 0:
+        histogram[rest] = histogram.get(rest, 0) + 1
+
+
+def best_fit(histogram: Histogram, amount: int) -> bool:
+    """Takes `amount` from the smallest domain that holds it; False (and nothing taken) when none does."""
+    if amount <= 0:
+        return True
+    fitting = [key for key in histogram if key >= amount]
+    if not fitting:
+        return False
+    _move(histogram, min(fitting), amount)
+    return True
+
+
+def spread(histogram: Histogram, amount: int) -> None:
+    """Takes `amount` from the fullest domains first (the pessimistic guess for an undecided level)."""
+    while amount > 0 and histogram:
+        key = max(histogram)
+        taken = min(key, amount)
+        _move(histogram, key, taken)
+        amount -= taken
+
+
+def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> ModelSummary | str:
+    """The summary with the gang taken out, or why it does not fit (a short phrase naming what lacks).
+
+    `levels` are the cluster's labelled levels from coarse to fine (zone, block, rack); `nvlink` and
+    `host` come below them.
+    """
+    total = gang.whole_gpus
+    if total > summary.free_gpus:
+        return f"{total} free GPUs needed, {summary.free_gpus} free"
+    share = sum(gang.share)
+    if share > summary.free_share_milli:
+        return f"{share} milli-GPU of shares needed, {summary.free_share_milli} free"
+    wanted: dict[str, int] = {}
+    for profile in gang.mig:
+        wanted[profile] = wanted.get(profile, 0) + 1
+    for profile, count in wanted.items():
+        if count > summary.free_mig.get(profile, 0):
+            return f"{count} free {profile} instances needed, {summary.free_mig.get(profile, 0)} free"
+    order = [*levels, HOST_LEVEL, NVLINK_LEVEL]
+    required = gang.required
+    if required is not None and required not in order:
+        return f"the cluster has no topology level {required!r}"
+    after = summary.copy()
+    after.free_gpus -= total
+    after.free_share_milli -= share
+    for profile, count in wanted.items():
+        after.free_mig[profile] -= count
+    if total:
+        failed = _take_whole(after, gang, order)
+        if failed is not None:
+            return failed
+    return after
+
+
+def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str | None:
+    total = gang.whole_gpus
+    required = gang.required
+    depth = order.index(required) if required is not None else None
+    decided: set[str] = set()
+    if depth is not None:
+        # The gang in one domain of the required level, hence of every coarser one.
+        for level in order[: depth + 1]:
+            histogram = after.free_domains.setdefault(level, {})
+            if not best_fit(histogram, total):
+                if level == required:
+                    largest = max(histogram, default=0)
+                    return f"{total} GPUs needed in one {level}, at most {largest} free in one"
+                spread(histogram, total)
+            decided.add(level)
+    if HOST_LEVEL not in decided:
+        hosts = after.free_domains.setdefault(HOST_LEVEL, {})
+        for pod in sorted(gang.whole, reverse=True):
+            if not best_fit(hosts, pod):
+                return f"a pod of {pod} GPUs needs a host with {pod} free, at most {max(hosts, default=0)}"
+        decided.add(HOST_LEVEL)
+    for level in order:
+        if level not in decided:
+            spread(after.free_domains.setdefault(level, {}), total)
+    return None
