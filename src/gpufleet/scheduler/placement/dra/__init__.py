@@ -12,6 +12,7 @@ from gpufleet.scheduler.placement.dra.allocate import (
     attribute_value,
 )
 from gpufleet.scheduler.placement.dra.cel import CelSelectorError, SelectorCache, evaluate_selector
+from gpufleet.scheduler.placement.dra.demand import ClaimDemand, claim_demand, with_claims
 from gpufleet.scheduler.placement.dra.result import AllocatedDevice, ClaimAllocation, DraUnsatisfied
 
 __all__ = [
@@ -19,10 +20,13 @@ __all__ = [
     "AllocatedDevice",
     "CelSelectorError",
     "ClaimAllocation",
+    "ClaimDemand",
     "DraUnsatisfied",
     "PodClaim",
     "SelectorCache",
     "allocate_claims",
     "attribute_value",
+    "claim_demand",
     "evaluate_selector",
+    "with_claims",
 ]
