@@ -29,6 +29,7 @@ contracts: $(STAMP)
 
 unit: $(STAMP)
 	@scripts/ensure-prometheus.sh
+	@scripts/ensure-chromium.sh
 	$(BIN)/pytest -m "not k8s"
 
 test: lint typecheck contracts unit

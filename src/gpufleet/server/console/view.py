@@ -7,6 +7,7 @@ queue's token gets no nodes, pods or pools, and so no map.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,11 @@ def _sharing_mode(sharing: Mapping[str, Any] | None) -> str:
         if (sharing or {}).get(key):
             return key
     return ""
+
+
+def natural(name: str) -> list[int | str]:
+    """A sort key that puts `n-2` before `n-10`, as people number their nodes."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _live(pods: Iterable[Obj]) -> Sequence[Obj]:
@@ -94,7 +100,7 @@ def fleet_map(pools: Sequence[Obj], nodes: Sequence[Obj], pods: Sequence[Obj]) -
         by_node.setdefault(str(_spec(pod)["nodeName"]), []).append(pod)
     pool_spec = {_name(p): _spec(p) for p in pools}
     grouped: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in sorted(pool_spec)}
-    for node in sorted(nodes, key=_name):
+    for node in sorted(nodes, key=lambda n: natural(_name(n))):
         pool = str(_spec(node).get("pool") or "-")
         rack = str((node["metadata"].get("labels") or {}).get(RACK_LABEL) or "-")
         status = _status(node)
@@ -112,7 +118,9 @@ def fleet_map(pools: Sequence[Obj], nodes: Sequence[Obj], pods: Sequence[Obj]) -
             "gpuModel": pool_spec.get(pool, {}).get("gpuModel") or "",
             "capacityType": pool_spec.get(pool, {}).get("capacityType") or "on-demand",
             "sharing": _sharing_mode(pool_spec.get(pool, {}).get("sharing")),
-            "racks": [{"name": rack, "nodes": grouped[pool][rack]} for rack in sorted(grouped[pool])],
+            "racks": [
+                {"name": rack, "nodes": grouped[pool][rack]} for rack in sorted(grouped[pool], key=natural)
+            ],
         }
         for pool in grouped
     ]

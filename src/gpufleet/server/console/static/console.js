@@ -25,6 +25,12 @@ function number(value, digits) {
   return Number.isInteger(value) ? String(value) : value.toFixed(digits === undefined ? 2 : digits);
 }
 
+function clock(time) {
+  // The time of day, to the second; the full timestamp is the cell's tooltip.
+  const match = /T(\d\d:\d\d:\d\d)/.exec(time || "");
+  return match ? match[1] : time || "";
+}
+
 function showProblem(message) {
   const box = document.getElementById("problem");
   box.textContent = message || "";
@@ -144,7 +150,7 @@ function drawEvents() {
   document.getElementById("event-rows").replaceChildren(...state.events.map((event) => {
     const spec = event.spec || {};
     return el("tr", { class: spec.type === "Warning" ? "warning" : "" },
-      el("td", { text: spec.time || "" }),
+      el("td", { text: clock(spec.time), title: spec.time || "" }),
       el("td", { text: spec.type || "" }),
       el("td", { text: spec.reason || "" }),
       el("td", { text: String(spec.involvedKind || "").toLowerCase() + "/" + (spec.involvedName || "") }),

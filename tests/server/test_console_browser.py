@@ -1,0 +1,227 @@
+"""The web console in a real browser: Debian's Chromium, driven through chromedriver by Selenium,
+against `gpufleet up --demo`.
+
+Every page loads with no error in the browser's console; a GPU failed with `gpufleet fault` turns red
+on the map within 5 s; a pending job shows describe's reason; a queue's token sees only its queue.
+A screenshot of each page is written to $GPUFLEET_CONSOLE_SCREENSHOTS, or to the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+PAGES = ("fleet", "queues", "work", "events", "cost")
+START_SECONDS = 60.0
+T = TypeVar("T")
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="chromium and chromedriver are not installed (Debian packages chromium, chromium-driver; "
+    "scripts/ensure-chromium.sh installs them where it can)",
+)
+
+
+@dataclass
+class Plane:
+    url: str
+    admin: str
+    state: Path
+
+    def api(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token or self.admin}"}, timeout=30
+        )
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpufleet.cli.main", *args, "--server", self.url, "--token", self.admin],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+def _until(what: str, probe: Callable[[], T | None], seconds: float) -> T:
+    deadline = time.monotonic() + seconds
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {seconds:g} s")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    state = tmp_path_factory.mktemp("console-state")
+    log = (state / "up.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "up", "--demo", "--port", "0", "--state", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def ready() -> str | None:
+            assert process.poll() is None, (state / "up.log").read_text()
+            url_file = state / "server.url"
+            if not url_file.exists():
+                return None
+            url = url_file.read_text().strip()
+            try:
+                return url if httpx.get(f"{url}/healthz", timeout=2).status_code == 200 else None
+            except httpx.HTTPError:
+                return None
+
+        url = _until("gpufleet up answers", ready, START_SECONDS)
+        yield Plane(url, (state / "admin-token").read_text().strip(), state)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    named = os.environ.get("GPUFLEET_CONSOLE_SCREENSHOTS")
+    directory = Path(named) if named else tmp_path_factory.mktemp("console-screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _errors(driver: Any) -> list[str]:
+    """The browser console's errors since the last call (the log is emptied as it is read)."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def _open(driver: Any, page: str) -> None:
+    driver.execute_script("location.hash = arguments[0]", page)
+    _until(f"page {page} shown", lambda: driver.find_element("id", page).is_displayed(), 5)
+
+
+def _visit_all(driver: Any, shots: Path, who: str) -> None:
+    for page in PAGES:
+        _open(driver, page)
+        time.sleep(0.3)  # one more draw of the view, so the screenshot shows the page filled
+        driver.save_screenshot(str(shots / f"{who}-{page}.png"))
+    assert _errors(driver) == []
+
+
+def _sign_in(driver: Any, url: str, token: str) -> None:
+    driver.get(url + "/")
+    form = _until("the sign-in form", lambda: driver.find_element("id", "token"), 10)
+    form.send_keys(token)
+    driver.find_element("css selector", "#signin-form button").click()
+
+
+def _text(driver: Any, selector: str) -> str:
+    found = driver.find_elements("css selector", selector)
+    return "\n".join(element.get_attribute("textContent") or "" for element in found)
+
+
+def test_the_admin_sees_the_fleet_a_failed_gpu_at_once_and_why_a_job_waits(
+    plane: Plane, browser: Any, shots: Path
+) -> None:
+    _sign_in(browser, plane.url, plane.admin)
+    _until("the map", lambda: browser.find_elements("css selector", "[data-node] [data-gpu]"), 15)
+    _visit_all(browser, shots, "admin")
+
+    # A pending job's reason, in the words describe prints.
+    with plane.api() as api:
+        jobs = api.get("/apis/gpufleet.io/v1alpha1/trainingjobs").json()["items"]
+    waiting = _until(
+        "a pending job with a reason",
+        lambda: next((j for j in jobs if (j.get("status") or {}).get("pendingReason")), None),
+        1,
+    )
+    meta = waiting["metadata"]
+    _open(browser, "work")
+    row = f'tr[data-work="{meta["namespace"]}/{meta["name"]}"] pre.reason'
+    described = plane.cli("describe", "tj", meta["name"], "-n", meta["namespace"])
+    shown = _until("the pending reason shown", lambda: _text(browser, row), 5)
+    assert shown.startswith("Pending: " + waiting["status"]["pendingReason"]["type"])
+    assert waiting["status"]["pendingReason"]["message"].split(";")[0] in shown
+    assert shown.splitlines()[0].removeprefix("Pending: ") in described
+
+    # A GPU failed through the CLI is red on the map within 5 s.
+    _open(browser, "fleet")
+    with plane.api() as api:
+        pools = api.get("/v1/console").json()["map"]
+    nodes = [n for p in pools for r in p["racks"] for n in r["nodes"] if n["phase"] == "Ready"]
+    node = next(n for n in nodes if n["gpus"] and n["gpus"][0]["state"] == "allocated")["name"]
+    cell = f'[data-node="{node}"] [data-gpu="0"]'
+    assert browser.find_element("css selector", cell).get_attribute("data-state") != "failed"
+    plane.cli("fault", "gpu-failure", node, "--gpu", "0")
+    failed_at = time.monotonic()
+    _until(
+        "the failed GPU on the map",
+        lambda: browser.find_element("css selector", cell).get_attribute("data-state") == "failed",
+        5,
+    )
+    assert time.monotonic() - failed_at <= 5
+    browser.save_screenshot(str(shots / "admin-fleet-after-fault.png"))
+
+    # The events that follow come live, without a reload.
+    _open(browser, "events")
+    _until("an event of the failure", lambda: "XID" in _text(browser, "#event-rows"), 10)
+    browser.save_screenshot(str(shots / "admin-events-after-fault.png"))
+    assert _errors(browser) == []
+
+
+def test_a_queue_token_sees_only_its_queue(plane: Plane, browser: Any, shots: Path) -> None:
+    with plane.api() as api:
+        answer = api.post("/v1/tokens", json={"queue": "team-a"})
+    assert answer.status_code == 201, answer.text
+    browser.get(plane.url + "/")
+    if browser.find_element("id", "signout").is_displayed():
+        browser.find_element("id", "signout").click()
+    _sign_in(browser, plane.url, answer.json()["token"])
+    _until("signed in as team-a", lambda: _text(browser, "#who") == "queue team-a", 10)
+    _until("team-a's work", lambda: browser.find_elements("css selector", "#work-rows tr"), 10)
+    _visit_all(browser, shots, "queue-team-a")
+
+    queues = {q.get_attribute("data-queue") for q in browser.find_elements("css selector", "#queue-rows tr")}
+    assert queues == {"team-a"}
+    work = [
+        row.get_attribute("textContent") or ""
+        for row in browser.find_elements("css selector", "#work-rows tr")
+    ]
+    assert work and all("team-a" in row for row in work)
+    assert "team-b" not in _text(browser, "main")
+    assert browser.find_elements("css selector", "[data-node]") == []
+    events = _text(browser, "#event-rows")
+    assert "team-b" not in events and "moe-ablation" not in events
