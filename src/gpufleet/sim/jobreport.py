@@ -7,6 +7,8 @@ Definitions (docs/simulation.md):
   GPU-seconds an eviction threw away (work since the last checkpoint), counted in the hour it was lost.
 - A queue's share: its part of all GPU-seconds held; its entitlement: its nominal quota's part of all
   nominal quota.
+- Idle GPU-hours per pool: the pool's GPUs over the window less what pods held on its nodes; their
+  cost, and each queue's, at each pool's own `pricePerGPUHour`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,42 @@ def utilisation_series(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
     return allocated, goodput
 
 
+def pool_rows(result: SimResult) -> list[tuple[str, int, float, float, float, float]]:
+    """Per pool, over the submission window: (name, GPUs, price per GPU-hour, GPU-hours held, idle
+    GPU-hours, idle cost at the pool's price)."""
+    n = window_buckets(result)
+    width = result.series.width
+    span_hours = n * width / 3600
+    rows = []
+    for pool in result.pools:
+        gpus = pool.spec.nodes * pool.spec.gpus_per_node
+        price = pool.spec.price_per_gpu_hour
+        held = float(result.series.means(f"held@{pool.name}", n).sum()) * width / 3600
+        idle = max(0.0, gpus * span_hours - held)
+        rows.append((pool.name, gpus, price, held, idle, idle * price))
+    return rows
+
+
+def queue_cost(result: SimResult, queue: str) -> float:
+    """What the GPU-hours a queue held over the window cost, each at the price of the pool it was in."""
+    n = window_buckets(result)
+    hours = result.series.width / 3600
+    return sum(
+        float(result.series.means(f"held:{queue}@{p.name}", n).sum()) * hours * p.spec.price_per_gpu_hour
+        for p in result.pools
+    )
+
+
+def queue_lengths(result: SimResult) -> dict[str, tuple[float, float]]:
+    """Per queue, over the window: (mean jobs waiting, the largest hourly mean)."""
+    n = window_buckets(result)
+    out = {}
+    for queue in sorted({r.queue for r in result.jobs.values()}):
+        waiting = result.series.means(f"pending:{queue}", n)
+        out[queue] = (float(waiting.mean()), float(waiting.max()))
+    return out
+
+
 def price_per_gpu_hour(result: SimResult) -> float:
     gpus = result.capacity
     return sum(p.spec.price_per_gpu_hour * p.spec.nodes * p.spec.gpus_per_node for p in result.pools) / gpus
@@ -100,7 +138,7 @@ def summarise(result: SimResult) -> Summary:
         restarts=sum(r.restarts for r in result.jobs.values()),
         lost_gpu_hours=sum(r.lost_gpu_seconds for r in result.jobs.values()) / 3600,
         idle_gpu_hours=idle,
-        idle_cost=idle * price_per_gpu_hour(result),
+        idle_cost=sum(row[5] for row in pool_rows(result)),
         span_hours=span / 3600,
         wall_seconds=result.wall_seconds,
         fragmented=float(result.series.means("fragmented", n).mean()) / result.capacity,
@@ -174,16 +212,29 @@ def markdown(result: SimResult, title: str, command: str) -> str:
         "",
         "## Queues: share of GPU time against entitlement",
         "",
-        "| queue | jobs | share | entitlement | mean JCT | GPU-hours held | their cost |",
-        "|---|---|---|---|---|---|---|",
+        "| queue | jobs | share | entitlement | mean JCT | jobs waiting mean / peak hour | GPU-hours held | "
+        "their cost |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    price = price_per_gpu_hour(result)
+    lengths = queue_lengths(result)
     for name, share, entitled, count, mean, held in queue_shares(result):
+        waiting, peak = lengths.get(name, (0.0, 0.0))
         lines.append(
-            f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {_hours(mean)} | {held:,.1f} | "
-            f"${held * price:,.0f} |"
+            f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {_hours(mean)} | "
+            f"{waiting:.1f} / {peak:.1f} | {held:,.1f} | ${queue_cost(result, name):,.0f} |"
         )
-    lines += ["", "![shares](shares.png)", ""]
+    lines += [
+        "",
+        "![shares](shares.png)",
+        "",
+        "## Pools: idle GPU-hours and their cost",
+        "",
+        "| pool | GPUs | price per GPU-hour | GPU-hours held | idle GPU-hours | idle cost |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pool, gpus, price, held, idle, cost in pool_rows(result):
+        lines.append(f"| {pool} | {gpus} | ${price:,.2f} | {held:,.1f} | {idle:,.1f} | ${cost:,.0f} |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -226,9 +277,12 @@ def write_report(result: SimResult, folder: str | Path, *, title: str, command: 
     written.append(_save(fig, out / "utilisation.png"))
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot(hours, result.series.means("pending", result.buckets), label="jobs waiting")
+    ax.plot(hours, result.series.means("pending", result.buckets), label="all queues", color="black")
+    for queue in queue_lengths(result):
+        ax.plot(hours, result.series.means(f"pending:{queue}", result.buckets), label=queue, linewidth=0.8)
     ax.set_xlabel("hours")
     ax.set_ylabel("jobs submitted, not started")
+    ax.legend(loc="upper right", fontsize=6, ncol=2)
     written.append(_save(fig, out / "queue.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import GoneError, NotFoundError
-from gpufleet.api.labels import JOB_LABEL
+from gpufleet.api.labels import JOB_LABEL, POOL_LABEL
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
@@ -271,6 +271,9 @@ class Recorder:
         self.checkpoints: dict[tuple[str, str], dict[str, int]] = {}
         self.node_size: dict[str, int] = {}
         self.node_used: dict[str, float] = {}
+        self.node_pool: dict[str, str] = {}
+        """Node -> its GPUPool: GPUs held are also counted per pool (`held@POOL`, `held:QUEUE@POOL`),
+        so idle GPU-hours and cost can be priced per pool."""
         self.fragmented = 0.0
         """Free GPUs on nodes that are partly used (a whole-node job cannot use them)."""
         """(namespace, job) -> its stored Checkpoints' names and steps."""
@@ -303,6 +306,7 @@ class Recorder:
                     superseded += self._checkpoint(obj, event.type == "DELETED")
                 elif isinstance(obj, Node) and obj.name not in self.node_size:
                     self.node_size[obj.name] = obj.spec.gpus
+                    self.node_pool[obj.name] = obj.metadata.labels.get(POOL_LABEL, "")
             if events:
                 self.cursor = str(events[-1].resource_version)
             if len(events) < 5000:
@@ -339,8 +343,7 @@ class Recorder:
                     del self.held[(pod.spec.node_name, index)]
             gpus, running, queue = old
             self._use(pod.spec.node_name, -gpus, now)
-            self.series.add("allocated", now, -gpus)
-            self.series.add(f"allocated:{queue}", now, -gpus)
+            self._held(pod.spec.node_name, queue, -gpus, now)
             if running:
                 self.series.add("running", now, -gpus)
         if deleted or pod.terminated:
@@ -354,9 +357,8 @@ class Recorder:
             if holder != key:
                 self.double_booked.append(f"GPU {index} of {pod.spec.node_name}: {holder} and {key}")
         self._use(pod.spec.node_name, gpus, now)
-        self.series.add("allocated", now, gpus)
+        self._held(pod.spec.node_name, queue, gpus, now)
         self.peak_allocated = max(self.peak_allocated, self.series.value["allocated"])
-        self.series.add(f"allocated:{queue}", now, gpus)
         if running:
             self.series.add("running", now, gpus)
             record = self.jobs.get(pod.metadata.labels.get(JOB_LABEL, ""))
@@ -365,6 +367,14 @@ class Recorder:
                 self.pending[record.queue] -= 1
                 self.series.add("pending", now, -1)
                 self.series.add(f"pending:{record.queue}", now, -1)
+
+    def _held(self, node: str, queue: str, gpus: float, now: float) -> None:
+        pool = self.node_pool.get(node, "")
+        series = self.series
+        series.add("allocated", now, gpus)
+        series.add(f"allocated:{queue}", now, gpus)
+        series.add(f"held@{pool}", now, gpus)
+        series.add(f"held:{queue}@{pool}", now, gpus)
 
     def _use(self, node: str, gpus: float, now: float) -> None:
         size = self.node_size.get(node, 0)
