@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 
 from gpufleet.api.reasons import pending_lines
+from gpufleet.cli.up import _banner
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.console import add_console
@@ -131,3 +134,11 @@ def test_nodes_and_racks_are_in_the_order_people_number_them() -> None:
     nodes = [_node(f"n-{i}") for i in (10, 2, 1)]
     [pool] = fleet_map([], nodes, [])
     assert [n["name"] for n in pool["racks"][0]["nodes"]] == ["n-1", "n-2", "n-10"]
+
+
+def test_the_banner_of_gpufleet_up_prints_the_consoles_url() -> None:
+    out = Console(record=True, width=200)
+    _banner(out, "http://127.0.0.1:9000", Path("/s"), Path("/s/admin-token"), True, 1.0, True)
+    assert any(
+        line.split()[:2] == ["console", "http://127.0.0.1:9000/"] for line in out.export_text().splitlines()
+    )
