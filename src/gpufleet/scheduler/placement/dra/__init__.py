@@ -13,14 +13,17 @@ from gpufleet.scheduler.placement.dra.allocate import (
 )
 from gpufleet.scheduler.placement.dra.cel import CelSelectorError, SelectorCache, evaluate_selector
 from gpufleet.scheduler.placement.dra.demand import ClaimDemand, claim_demand, with_claims
+from gpufleet.scheduler.placement.dra.nodes import FILTER_NAME, DraFilterResult, filter_nodes
 from gpufleet.scheduler.placement.dra.result import AllocatedDevice, ClaimAllocation, DraUnsatisfied
 
 __all__ = [
     "ADMIN_ACCESS_LABEL",
+    "FILTER_NAME",
     "AllocatedDevice",
     "CelSelectorError",
     "ClaimAllocation",
     "ClaimDemand",
+    "DraFilterResult",
     "DraUnsatisfied",
     "PodClaim",
     "SelectorCache",
@@ -28,5 +31,6 @@ __all__ = [
     "attribute_value",
     "claim_demand",
     "evaluate_selector",
+    "filter_nodes",
     "with_claims",
 ]
