@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from gpufleet.cli import bench_admission, bench_api, bench_fgd, bench_kube, bench_throughput
+from gpufleet.cli import (
+    bench_admission,
+    bench_api,
+    bench_federation,
+    bench_fgd,
+    bench_kube,
+    bench_throughput,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -17,4 +24,5 @@ def register(app: typer.Typer) -> None:
     bench_admission.register(bench)
     bench_kube.register(bench)
     bench_api.register(bench)
+    bench_federation.register(bench)
     app.add_typer(bench, name="bench")

@@ -7,6 +7,8 @@ The gang's whole-GPU pods, shares and MIG instances are taken from a copy of one
   every coarser level that holds it, since a rack lies inside one block;
 - each pod needs a host with room for it (best fit per pod, biggest pods first), unless R is `host` or
   finer, which put the gang on one host already;
+- on dynamic GPUs (whole or shared, whichever pod comes) whole GPUs taken leave fewer shares, and shares
+  are assumed to land on free GPUs;
 - levels the placement does not decide lose the GPUs from their fullest domains first: the summary does
   not know which rack a host is in, so it assumes the worst for the next big gang. The next heartbeat
   replaces the guess with the worker's count.
@@ -21,7 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufleet.federation.summary import Histogram, ModelSummary
+from gpufleet.fleet.node import SharingMode
+from gpufleet.fleet.request import GPU_MILLI
 from gpufleet.fleet.state import HOST_LEVEL, NVLINK_LEVEL
+
+DYNAMIC = SharingMode.DYNAMIC.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,15 @@ def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> Model
     after = summary.copy()
     after.free_gpus -= total
     after.free_share_milli -= share
+    if DYNAMIC in summary.by_mode:
+        # Dynamic GPUs are whole or shared, whichever pod comes: whole GPUs taken leave fewer shares, and
+        # shares may land on free GPUs (assume they do, GPU by GPU, the pessimistic guess).
+        after.free_share_milli = max(0, after.free_share_milli - total * GPU_MILLI)
+        whole_lost = min(after.free_gpus, -(-share // GPU_MILLI))
+        if whole_lost:
+            after.free_gpus -= whole_lost
+            for histogram in after.free_domains.values():
+                spread(histogram, whole_lost)
     for profile, count in wanted.items():
         after.free_mig[profile] -= count
     if total:
