@@ -131,3 +131,9 @@ def test_a_gang_across_racks_runs_slower_by_the_racks_factor(
     # One node is one rack: a job on one node is never slowed down.
     assert single.end is not None and single.start is not None
     assert single.end - single.start == pytest.approx(1000.0)
+
+
+def test_the_example_configurations_load() -> None:
+    folder = Path(__file__).resolve().parents[2] / "examples" / "simulate"
+    specs = compare.load_configs(sorted(folder.glob("*.yaml")))
+    assert {s.policy for s in specs} == {"gpufleet", "fifo", "las"}
