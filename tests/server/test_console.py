@@ -85,6 +85,7 @@ def test_a_queues_dominant_share_is_its_fullest_flavor_over_its_weight() -> None
 def test_the_page_and_its_files_are_served_beside_the_api(console: TestClient) -> None:
     page = console.get("/", headers={"Authorization": ""})
     assert page.status_code == 200 and "/console/console.js" in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
     for name in ("console.js", "console.css"):
         assert console.get(f"/console/{name}").status_code == 200
     # The API's own paths stay where they were.

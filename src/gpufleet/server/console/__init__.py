@@ -29,6 +29,10 @@ from gpufleet.store.protocol import Store
 CONSOLE_PATH = "/v1/console"
 _STATIC = "static"
 _WORK = ("TrainingJob", "InferenceService")
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 def _static_dir() -> str:
@@ -43,7 +47,9 @@ def add_console(app: FastAPI, store: Store, tokens: TokenRegistry) -> None:
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(f"{static}/index.html", media_type="text/html")
+        # The page runs only its own files: an injected script or a foreign asset is refused by the
+        # browser, and no other site may frame it.
+        return FileResponse(f"{static}/index.html", media_type="text/html", headers=_PAGE_HEADERS)
 
     @app.get(
         CONSOLE_PATH,
