@@ -46,8 +46,8 @@ from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest, check_template_gpus
-from gpufleet.api.training import TrainingJob, TrainingJobStatus
-from gpufleet.controllers import convert, jobstate
+from gpufleet.api.training import DEFAULT_QUEUE, TrainingJob, TrainingJobStatus
+from gpufleet.controllers import convert, jobstate, lifecycle
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
@@ -73,7 +73,7 @@ from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
-from gpufleet.observability import metrics
+from gpufleet.observability import metrics, tracing
 from gpufleet.scheduler.flavors import pod_gpu_milli
 from gpufleet.scheduler.lostwork import attempt_start, lost_gpu_seconds
 
@@ -465,6 +465,17 @@ class TrainingJobOperator:
         if update and self._status(raw, update):
             for event in jobstate.job_events(previous, status, why=why):
                 self._event(raw, event.reason, event.message, event.type)
+            if tracing.enabled():  # under the job's uid, which the scheduler names its pods' trace by
+                lifecycle.job_changed(
+                    meta.get("uid"),
+                    previous,
+                    status,
+                    job=f"{meta['namespace']}/{meta['name']}",
+                    queue=(raw.get("spec") or {}).get("queue") or DEFAULT_QUEUE,
+                    submitted_at=seconds(meta.get("creationTimestamp")),
+                    why=str(why) if why is not None else None,
+                    now=now,
+                )
         return status
 
     # ------------------------------------------------------------------ writes
