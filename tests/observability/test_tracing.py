@@ -3,6 +3,7 @@ nothing set up unless an OTLP endpoint is configured."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gpufleet.api import load_objects
 from gpufleet.controllers.plane import build_manager
 from gpufleet.observability import tracing
+from gpufleet.observability.logs import context
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 from gpufleet.twin.driver import Runtime
@@ -67,11 +69,11 @@ def _steps(spans: tuple[ReadableSpan, ...], trace: str) -> list[str]:
     ]
 
 
-def test_a_preempted_job_that_restarts_and_finishes_is_one_trace_in_order(
-    tmp_path: Path, exporter: InMemorySpanExporter
-) -> None:
+def _preemption(path: Path) -> str:
+    """Runs a twin of one node where `high` preempts `low`, which restarts from its checkpoint and
+    finishes; returns the uid of low's Workload."""
     clock = VirtualClock()
-    store = SqliteStore.open(tmp_path / "state.db", synchronous="OFF", clock=clock.datetime)
+    store = SqliteStore.open(path / "state.db", synchronous="OFF", clock=clock.datetime)
     twin = Twin(store, clock=clock)
     runtime = Runtime(store, clock=clock, participants=[twin, build_manager(store)])
     for obj in load_objects(FLEET):
@@ -83,6 +85,14 @@ def test_a_preempted_job_that_restarts_and_finishes_is_one_trace_in_order(
     assert store.get("TrainingJob", "low").status.phase == "Succeeded"
     uid = store.get("Workload", "job-low").metadata.uid
     store.close()
+    assert uid is not None
+    return uid
+
+
+def test_a_preempted_job_that_restarts_and_finishes_is_one_trace_in_order(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> None:
+    uid = _preemption(tmp_path)
 
     spans = exporter.get_finished_spans()
     trace = tracing.trace_id(uid)
@@ -147,3 +157,16 @@ def test_a_process_without_an_endpoint_never_loads_opentelemetry() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_preemption_log_line_names_workload_queue_cycle_and_trace_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tracing off: the line still carries the trace id the workload's trace would have."""
+    with caplog.at_level(logging.INFO, logger="gpufleet.controllers.decisions"):
+        uid = _preemption(tmp_path)
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("preempting for default/job-high")]
+    fields = context(line)
+    assert list(fields) == ["workload", "queue", "cycle", "trace_id"]
+    assert fields["workload"] == "default/job-low" and fields["queue"] == "default"
+    assert isinstance(fields["cycle"], int) and fields["trace_id"] == tracing.trace_id(uid)

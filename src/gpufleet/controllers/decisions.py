@@ -138,9 +138,7 @@ def _count_preemption(
     queue = victim.queue if victim is not None else ""
     metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
     uid = carrier.trace_uid(preempt.victim)
-    context: dict[str, object] = {"workload": preempt.victim, "queue": queue, "cycle": cycle}
-    if uid:
-        context["trace_id"] = tracing.trace_id(uid)
+    context = lifecycle.log_fields(preempt.victim, queue=queue, uid=uid) | {"cycle": cycle}
     log.info("preempting for %s (%s): %s", preempt.preemptor, preempt.cause, preempt.message, extra=context)
     if span is not None:
         lifecycle.preempted(uid, preempt, queue=queue, cycle=cycle, now=now, links=tracing.link_to(span))
@@ -156,12 +154,10 @@ def _count_admission(
         metrics.ADMISSION_WAIT.labels(queue).observe(max(0.0, now - workload.submitted_at))
     if log.isEnabledFor(logging.DEBUG):
         nodes = sorted(set(admit.nodes))
-        context: dict[str, object] = {"workload": admit.workload, "queue": queue, "cycle": cycle}
+        uid = carrier.trace_uid(admit.workload)
+        context = lifecycle.log_fields(admit.workload, queue=queue, uid=uid) | {"cycle": cycle}
         if len(nodes) == 1:
             context["node"] = nodes[0]
-        uid = carrier.trace_uid(admit.workload)
-        if uid:
-            context["trace_id"] = tracing.trace_id(uid)
         log.debug("admitted on %s", ", ".join(nodes), extra=context)
 
 

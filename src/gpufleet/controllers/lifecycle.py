@@ -130,6 +130,18 @@ def job_changed(
         )
 
 
+def log_fields(workload: str, *, queue: str | None = None, uid: str | None = None) -> dict[str, object]:
+    """The context fields of a log line about a workload (`observability.logs`): its name, its queue
+    and the id of its trace, which is derived from the uid whether tracing is on or not, so a line
+    found in the logs leads to the trace and back."""
+    fields: dict[str, object] = {"workload": workload}
+    if queue:
+        fields["queue"] = queue
+    if uid:
+        fields["trace_id"] = tracing.trace_id(uid)
+    return fields
+
+
 def _queued(status: TrainingJobStatus) -> bool:
     """Waiting for the scheduler: pending, and not in a restart's backoff."""
     reason = status.pending_reason

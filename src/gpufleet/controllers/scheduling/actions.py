@@ -26,7 +26,7 @@ from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.runtime import Admission, Eviction, MigAssignment, Pod, PodSpec
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, events
+from gpufleet.controllers import convert, events, lifecycle
 from gpufleet.controllers.scheduling.cachesync import CacheSync
 from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone, restart_decision
 from gpufleet.controllers.scheduling.status import StatusWriter
@@ -84,7 +84,8 @@ class Actions:
             written = state.store.update_status(obj.model_copy(update={"status": status}))
         except GpuFleetError as exc:
             # Forget the assumption: free what it took, undo the pods, and try again next cycle.
-            log.info("admission of %s not written (%s); requeued", key, exc)
+            context = lifecycle.log_fields(key, queue=workload.queue, uid=obj.metadata.uid)
+            log.info("admission of %s not written (%s); requeued", key, exc, extra=context)
             state.stats.forgotten += 1
             cache.evict(key, now=now)
             for pod in created:

@@ -20,7 +20,7 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, jobstate, nodesync
+from gpufleet.controllers import convert, jobstate, lifecycle, nodesync
 from gpufleet.controllers.scheduling.state import (
     Broken,
     SchedulingState,
@@ -154,7 +154,8 @@ class CacheSync:
             cache.admit(workload, assignment, allocations, now=admitted_at)
         except AllocationError as exc:
             # Two pods claim the same GPU (a write lost in a crash): trust neither, evict this gang.
-            log.error("%s: cannot reinstate its pods (%s)", obj.describe(), exc)
+            context = lifecycle.log_fields(key, queue=obj.spec.queue, uid=obj.metadata.uid)
+            log.error("%s: cannot reinstate its pods (%s)", obj.describe(), exc, extra=context)
             for alloc in allocations:
                 if alloc.pod in cache.fleet.allocations and alloc.pod.startswith(key + "/"):
                     cache.fleet.release(alloc.pod)
@@ -215,7 +216,7 @@ class CacheSync:
         try:
             state.cache.fleet.add_node(convert.node_spec(node))
         except GpuFleetError as exc:
-            log.warning("%s cannot join the fleet: %s", node.describe(), exc)
+            log.warning("%s cannot join the fleet: %s", node.describe(), exc, extra={"node": node.name})
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
         state = self.state

@@ -18,7 +18,7 @@ from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import NodeDemand, WorkloadStatus
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import capacity, events, queuestatus
+from gpufleet.controllers import capacity, events, lifecycle, queuestatus
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState
 from gpufleet.controllers.timeutil import to_datetime
@@ -51,7 +51,8 @@ class StatusWriter:
                 obj = fresh
             except NotFoundError:
                 return
-        log.warning("status of workload %s not written after a conflict", key)
+        context = lifecycle.log_fields(key, queue=obj.spec.queue, uid=obj.metadata.uid)
+        log.warning("status of workload %s not written after a conflict", key, extra=context)
 
     def inactive(self, key: str, obj: WorkloadObject) -> None:
         status = obj.status.model_copy(deep=True)
