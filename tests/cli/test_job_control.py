@@ -85,3 +85,20 @@ def test_wide_listing_names_nodes_and_suspend_resume_move_the_gpus(
     refused = cli("suspend", "queue", "team-a")
     assert refused.code == 2 and "only a TrainingJob can be suspended" in refused.err
     assert cli("suspend", "tj", "nothing", "-n", "team-a").code == 1
+
+
+def test_apply_dry_runs_check_and_report_without_storing(plane: Plane, cli: Callable[..., Result]) -> None:
+    text = "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: trial}\n"
+    text += "spec: {queue: team-b, replicas: 1, worker: {gpus: 1}, durationSeconds: 60}\n"
+    server = cli("apply", "-f", "-", "-n", "team-b", "--dry-run=server", stdin=text)
+    assert server.code == 0 and "trainingjob/team-b/trial created (server dry run)" in server.out
+    client = cli("apply", "-f", "-", "-n", "team-b", "--dry-run=client", stdin=text)
+    assert client.code == 0 and "trainingjob/team-b/trial checked (client dry run)" in client.out
+    assert cli("get", "tj", "trial", "-n", "team-b").code == 1  # neither stored it
+    unknown_queue = cli("apply", "-f", "-", "--dry-run=server", stdin=text.replace("team-b", "team-z"))
+    assert unknown_queue.code == 2 and "team-z" in unknown_queue.err  # refused as a real apply is
+    bad = text.replace("gpus: 1", 'gpus: "1"')
+    for mode in ("client", "server"):
+        refused = cli("apply", "-f", "-", f"--dry-run={mode}", stdin=bad)
+        assert refused.code == 2 and "spec.worker.gpus" in refused.err, (mode, refused)
+    assert cli("apply", "-f", "-", "--dry-run=maybe", stdin=text).code == 2

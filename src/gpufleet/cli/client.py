@@ -217,8 +217,10 @@ class Client:
         result: dict[str, Any] = self.get(rtype.path(namespace, name))
         return result
 
-    def apply(self, objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        answer = self.request("POST", "/v1/apply", json={"items": list(objects)})
+    def apply(self, objects: Sequence[dict[str, Any]], *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Applies the objects, all or none; a dry run has the server check and report them only."""
+        params = {"dryRun": "true"} if dry_run else None
+        answer = self.request("POST", "/v1/apply", json={"items": list(objects)}, params=params)
         items: list[dict[str, Any]] = answer["items"]
         return items
 

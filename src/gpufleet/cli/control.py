@@ -114,20 +114,62 @@ def apply(
             "--namespace", "-n", metavar="NS", help="The namespace of the namespaced objects that name none."
         ),
     ] = None,
+    dry_run: Annotated[
+        str,
+        typer.Option(
+            "--dry-run",
+            metavar="MODE",
+            help="none; client: check the files here only; server: the server checks and reports what "
+            "would change, as a real apply, and stores nothing.",
+        ),
+    ] = "none",
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
     """Creates or updates the objects of YAML files, all of them or none."""
+    if dry_run not in DRY_RUN_MODES:
+        raise ValidationError(
+            f"must be one of {', '.join(DRY_RUN_MODES)}, got {dry_run!r}", field="--dry-run"
+        )
     if not filename:
         raise ValidationError("say which file to apply: -f FILE (or -f - for stdin)", field="-f")
     objects = read_objects(filename)
-    client = connect(server, token, state)
     documents = [obj.to_dict() for obj in objects]
+    if dry_run == "client":  # read and checked above, as the server would; nothing is sent
+        _into_namespace(documents, namespace, _locally_namespaced)
+        for document in documents:
+            console().print(f"{_ref(document)} [bold]checked[/] (client dry run)")
+        return
+    client = connect(server, token, state)
+    _into_namespace(documents, namespace, lambda kind: client.resource_type(kind).namespaced)
+    out = console()
+    with out.status(f"applying {len(objects)} objects", spinner="dots"):
+        results = client.apply(documents, dry_run=dry_run == "server")
+    suffix = " (server dry run)" if dry_run == "server" else ""
+    for item in results:
+        obj = item["object"]
+        out.print(f"{_ref(obj)} [bold]{item['action']}[/]{suffix}")
+
+
+DRY_RUN_MODES = ("none", "client", "server")
+
+
+def _locally_namespaced(kind: str) -> bool:
+    from gpufleet.api.kinds import kind_info
+
+    info = kind_info(kind)
+    return info is not None and info.namespaced
+
+
+def _into_namespace(
+    documents: list[dict[str, Any]], namespace: str | None, namespaced: Callable[[str], bool]
+) -> None:
+    """Puts the namespaced objects that name no namespace into -n's; one naming another is refused."""
     if namespace:
         for document in documents:
             meta = document.setdefault("metadata", {})
-            if not client.resource_type(str(document.get("kind"))).namespaced:
+            if not namespaced(str(document.get("kind"))):
                 continue
             # the loader gives an object that names no namespace `default`: that one takes -n's
             if meta.get("namespace") not in (None, "default", namespace):  # kubectl refuses it too
@@ -137,12 +179,6 @@ def apply(
                     field="-n",
                 )
             meta["namespace"] = namespace
-    out = console()
-    with out.status(f"applying {len(objects)} objects", spinner="dots"):
-        results = client.apply(documents)
-    for item in results:
-        obj = item["object"]
-        out.print(f"{_ref(obj)} [bold]{item['action']}[/]")
 
 
 def _ref(obj: dict[str, Any]) -> str:

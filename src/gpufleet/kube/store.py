@@ -189,9 +189,13 @@ class KubeStore:
         patch.append(_replace("/spec", data.get("spec", {})))
         return _same_kind(obj, self._patch(info, fresh, patch, status=False))
 
-    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
         """Best effort, NOT atomic: the Kubernetes API has no multi-object transaction, so this
         applies the objects one by one, and an error part-way leaves the earlier ones applied."""
+        if dry_run:  # gpufleet serves no API over a cluster; kubectl asks its API server for a dry run
+            raise ValidationError(
+                "this store makes no dry runs: use `kubectl apply --dry-run=server`", field="dryRun"
+            )
         return [self.apply(obj) for obj in objs]
 
     def delete(

@@ -201,14 +201,24 @@ def create_app(
             **error_responses(400, 401, 403, 409, 413, 422),
         },
     )
-    async def apply(request: Request, who: Who) -> JSONResponse:
+    async def apply(
+        request: Request,
+        who: Who,
+        dry_run: Annotated[
+            bool,
+            Query(
+                alias="dryRun",
+                description="true: check and report every object as a real apply would, store nothing.",
+            ),
+        ] = False,
+    ) -> JSONResponse:
         def write(objects: list[Resource]) -> JSONResponse:
             unserved = [obj for obj in objects if obj.kind in _NOT_SERVED]
             if unserved:
                 raise ValidationError(
                     f"{unserved[0].kind} objects are not stored", obj=unserved[0].describe()
                 )
-            applied = ops.apply(who, objects)
+            applied = ops.apply(who, objects, dry_run=dry_run)
             # Encoded here, in the worker thread: an apply of thousands of objects answers with
             # them all, which would stall every other client if encoded on the event loop.
             return JSONResponse(

@@ -102,16 +102,19 @@ class Operations:
             updated = self.store.update(obj)
         return Applied(updated, _action(existing, updated))
 
-    def apply(self, principal: Principal, objects: Sequence[Resource]) -> list[Applied]:
+    def apply(
+        self, principal: Principal, objects: Sequence[Resource], *, dry_run: bool = False
+    ) -> list[Applied]:
         """Creates or updates every object, or none: all are checked first, then written as one
-        batch (`Store.apply_many`), which the embedded store commits in one transaction."""
+        batch (`Store.apply_many`), which the embedded store commits in one transaction. A dry run
+        makes the same checks and writes, and reports them, but keeps nothing."""
         with self._writes:
             previous = [self._find(obj) for obj in objects]
             for obj, existing in zip(objects, previous, strict=True):
                 access.check_writable(principal, obj, existing)
             admission.check_queues(self.store, objects)
             admission.check_queue_refs(self.store, objects)
-            results = self.store.apply_many(objects)
+            results = self.store.apply_many(objects, dry_run=dry_run)
             return [
                 Applied(result, _action(existing, result))
                 for existing, result in zip(previous, results, strict=True)

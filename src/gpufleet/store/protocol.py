@@ -136,8 +136,11 @@ class Store(Protocol):
         """
         ...
 
-    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
         """`apply` of every object in order, all or none: the results, in the same order.
+
+        `dry_run`: every check and write is made as for real, the results returned, and nothing is
+        kept (no object, version or event), so a dry run refuses exactly what a real apply would.
 
         The embedded store writes the batch in one transaction (consecutive resourceVersions, every
         event committed together, nothing of it after a crash or an error part-way). The Kubernetes

@@ -246,13 +246,19 @@ class SqliteStore:
             result = self._apply_locked(info, data)
         return _same_kind(obj, result)
 
-    def apply_many(self, objs: Sequence[Resource]) -> builtins.list[Resource]:
+    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
         # Every object is checked before the transaction opens; then all writes, their events and
         # the counter move in one transaction, so the versions are consecutive and a crash or an
-        # error part-way leaves nothing of the batch.
+        # error part-way leaves nothing of the batch. A dry run is the same transaction rolled back.
         checked = [_checked(obj) for obj in objs]
-        with self._transaction():
-            return [self._apply_locked(info, data) for info, data in checked]
+        try:
+            with self._transaction():
+                results = [self._apply_locked(info, data) for info, data in checked]
+                if dry_run:
+                    raise _RolledBack(results)
+                return results
+        except _RolledBack as rolled_back:
+            return rolled_back.results
 
     def delete(
         self,
@@ -567,6 +573,14 @@ def _version(value: str | int) -> int:
 
 def _load(info: KindInfo, data: Json) -> Resource:
     return info.model.model_validate(data, context=_STORED)
+
+
+class _RolledBack(Exception):
+    """Raised inside a dry run's transaction so that it rolls back, carrying what it would have written."""
+
+    def __init__(self, results: list[Resource]) -> None:
+        super().__init__("dry run")
+        self.results = results
 
 
 def _checked(obj: Resource) -> tuple[KindInfo, Json]:
