@@ -46,6 +46,7 @@ from gpufleet.api.runtime import (
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
 from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.poolview import PoolView
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.observability import metrics
 from gpufleet.store.protocol import Store, WatchEvent
@@ -75,6 +76,17 @@ class PoolController(Reconciler):
         """Seconds between two looks at a pool that nothing changed (its idle GPU-hours accrue)."""
         self.node_pool: dict[str, str] = {}
         """node -> pool, so that a pod event finds its pool without a read."""
+        self.view = PoolView(store)
+        """Pools, nodes, live pods and node demands, kept from events instead of listed each time."""
+
+    def resync(self, now: float) -> None:
+        self.view.relist()
+        super().resync(now)
+
+    def observe(self, event: WatchEvent, now: float) -> None:
+        # An event a catch-up already applied had its keys enqueued then.
+        if self.view.apply(event):
+            super().observe(event, now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -95,22 +107,24 @@ class PoolController(Reconciler):
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: Key, now: float) -> float | None:
         name = key[1]
-        pools = {p.name: p for p in self.store.list(GPUPool)}
+        view = self.view
+        for event in view.catch_up():  # what was written since the manager's last dispatch
+            for later in self.keys_for(event):
+                self.enqueue(later, now)
+        pools = view.pools
         pool = pools.get(name)
-        all_nodes = self.store.list(Node).items
-        nodes = [n for n in all_nodes if n.spec.pool == name]
+        nodes = view.nodes_of(name)
         if pool is None:
             for node in nodes:
-                self.store.delete(Node, node.name)
+                self._delete_node(node.name)
             metrics.forget_pool(name)
             return None
         metrics.record_pool(name, pool.spec.price_per_gpu_hour)
         for node in nodes:
             self.node_pool[node.name] = name
-        pods = [p for p in self.store.list(Pod) if not p.terminated]
-        busy = {p.spec.node_name for p in pods}
+        busy = view.busy()
         for node in [n for n in nodes if n.status.phase == "Lost"]:
-            self.store.delete(Node, node.name)
+            self._delete_node(node.name)
             events.record(self.store, pool, reason="NodeRemoved", message=f"{node.name} was lost", now=now)
         nodes = [n for n in nodes if n.status.phase != "Lost"]
         counted = [n for n in nodes if n.status.interruption_time is None]
@@ -119,10 +133,10 @@ class PoolController(Reconciler):
             idle_since: dict[str, float] = {}
             wake = None
         else:
-            plan = self._plan(pool, pools, counted, busy, _room(pools, all_nodes, busy))
+            plan = self._plan(pool, pools, counted, busy, _room(pools, view.nodes.values(), busy))
             removed, idle_since, wake = self._autoscale(pool, counted, busy, plan, now)
         nodes = [n for n in nodes if n.name not in removed]
-        self._write_status(pool, nodes, pods, idle_since, now)
+        self._write_status(pool, nodes, idle_since, now)
         return min(self.status_period, wake) if wake is not None else self.status_period
 
     # ------------------------------------------------------------------ static
@@ -133,7 +147,7 @@ class PoolController(Reconciler):
             racks = self._balanced_racks(pool, nodes, missing)
             self._create(pool, racks, now, reason=f"spec.nodes is {pool.spec.nodes}")
             return set()
-        surplus = _removal_order(nodes, busy)[: max(0, -missing)]
+        surplus = _removal_order(nodes, busy)[:-missing] if missing < 0 else []
         for node in surplus:
             self._remove(pool, node, now, why=f"spec.nodes is {pool.spec.nodes}", busy=node.name in busy)
         return {n.name for n in surplus}
@@ -155,7 +169,7 @@ class PoolController(Reconciler):
             )
         removed: set[str] = set()
         over = len(nodes) - scaling.max_nodes
-        for node in _removal_order(nodes, busy)[: max(0, over)]:
+        for node in _removal_order(nodes, busy)[:over] if over > 0 else []:
             self._remove(pool, node, now, why=f"maxNodes is {scaling.max_nodes}", busy=node.name in busy)
             removed.add(node.name)
         stored = {name: t.timestamp() for name, t in pool.status.idle_since.items()}
@@ -230,7 +244,7 @@ class PoolController(Reconciler):
         """Workloads waiting for nodes whose first autoscaled pool with room is this one: pending ones,
         and admitted elastic ones that run short (for their missing pods only)."""
         out = []
-        for workload in self.store.list(WorkloadObject):
+        for workload in self.view.demanding.values():
             demand = workload.status.node_demand
             if workload.status.phase not in ("Pending", "Admitted") or not workload.spec.active:
                 continue
@@ -264,7 +278,7 @@ class PoolController(Reconciler):
     def _create(self, pool: GPUPool, racks: list[str | None], now: float, *, reason: str) -> None:
         if not racks:
             return
-        taken = {n.name for n in self.store.list(Node)}
+        taken = set(self.view.nodes)
         made: list[str] = []
         index = 0
         for rack in racks:
@@ -272,14 +286,18 @@ class PoolController(Reconciler):
                 index += 1
             name = f"{pool.name}-{index}"
             taken.add(name)
-            self.store.create(_new_node(pool, name, rack))
+            self.view.created(self.store.create(_new_node(pool, name, rack)))
             made.append(name)
         events.record(
             self.store, pool, reason="ScaledUp", message=f"added {', '.join(made)} ({reason})", now=now
         )
 
+    def _delete_node(self, name: str) -> None:
+        self.store.delete(Node, name)
+        self.view.deleted(name)
+
     def _remove(self, pool: GPUPool, node: Node, now: float, *, why: str, busy: bool) -> None:
-        self.store.delete(Node, node.name)
+        self._delete_node(node.name)
         events.record(
             self.store,
             pool,
@@ -291,15 +309,11 @@ class PoolController(Reconciler):
 
     # --------------------------------------------------------------------- status
     def _write_status(
-        self, pool: GPUPool, nodes: list[Node], pods: list[Pod], idle_since: dict[str, float], now: float
+        self, pool: GPUPool, nodes: list[Node], idle_since: dict[str, float], now: float
     ) -> None:
         spec = pool.spec
         ready = [n for n in nodes if n.status.phase == "Ready"]
-        names = {n.name for n in ready}
-        allocated = 0
-        for pod in pods:
-            if pod.spec.node_name in names:
-                allocated += len(pod.spec.gpus) * pod.spec.gpu_milli + (1000 if pod.spec.mig else 0)
+        allocated = self.view.allocated_milli(n.name for n in ready)
         gpus = len(ready) * spec.gpus_per_node
         old = pool.status
         status = old.model_copy(deep=True)

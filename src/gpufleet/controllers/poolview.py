@@ -1,0 +1,170 @@
+"""What the GPUPool controller knows of pools, nodes, live pods and workloads waiting for nodes.
+
+The pool controller used to list every GPUPool, Node, Pod and Workload of the store on each
+reconcile: once per settle round in which a pod changed, every stored object parsed from JSON and
+validated again, three quarters of a simulated day's CPU time. This view is an informer cache: it is
+listed once and then kept up to date from the store's events, which the controller receives anyway.
+
+Before each reconcile the view catches up with the store's event log (`catch_up`), so it sees what
+the controllers stepped earlier in the same round wrote (the scheduling controller's admissions: the
+autoscaler must not grow a pool for a workload that was just placed) as the lists did. Each event is
+applied once, whether it came through the manager (`apply`) or a catch-up: events at or below the
+view's cursor are skipped. Pods are kept as what the controller needs of them (node and allocated
+GPU milli), and workloads only while they carry a node demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufleet.api.errors import GoneError
+from gpufleet.api.pool import GPUPool
+from gpufleet.api.runtime import Node, Pod
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.store.protocol import Store, WatchEvent
+
+KINDS = ("GPUPool", "Node", "Pod", "Workload")
+CATCH_UP_BATCH = 2000
+
+PodKey = tuple[str, str]
+WorkloadKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """A live (not terminated) pod as the pool controller counts it."""
+
+    node: str
+    gpu_milli: int
+
+
+def pod_use(pod: Pod) -> PodUse:
+    """The GPU milli a pod holds on its node (a MIG instance counts as one GPU)."""
+    return PodUse(pod.spec.node_name, len(pod.spec.gpus) * pod.spec.gpu_milli + (1000 if pod.spec.mig else 0))
+
+
+class PoolView:
+    """Pools, nodes, live pods and node-demanding workloads, from one list and then from events."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pools: dict[str, GPUPool] = {}
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[PodKey, PodUse] = {}
+        self.demanding: dict[WorkloadKey, WorkloadObject] = {}
+        """Workloads whose status carries a node demand; the others never concern the autoscaler."""
+        self.node_pods: dict[str, int] = {}
+        """Live pods per node name (a node is busy while it holds one)."""
+        self.node_milli: dict[str, int] = {}
+        """GPU milli held by live pods per node name."""
+        self.cursor: int | None = None
+        """The newest event applied (None: not listed yet)."""
+
+    # ------------------------------------------------------------------ feeding
+    def relist(self) -> None:
+        """Lists every kind again; the events after the version read first are applied on top, so
+        nothing written meanwhile is missed (applying an event twice is harmless)."""
+        head = int(self.store.resource_version)
+        self.pools = {p.name: p for p in self.store.list(GPUPool)}
+        self.nodes = {n.name: n for n in self.store.list(Node)}
+        self.pods, self.node_pods, self.node_milli = {}, {}, {}
+        for pod in self.store.list(Pod):
+            self._put_pod(pod)
+        self.demanding = {}
+        for workload in self.store.list(WorkloadObject):
+            self._put_workload(workload, deleted=False)
+        self.cursor = head
+
+    def apply(self, event: WatchEvent) -> bool:
+        """Applies one event unless already applied; True if it was new."""
+        if self.cursor is None:
+            self.relist()
+        assert self.cursor is not None
+        if event.resource_version <= self.cursor:
+            return False
+        self.cursor = event.resource_version
+        obj, deleted = event.object, event.type == "DELETED"
+        if isinstance(obj, GPUPool):
+            if deleted:
+                self.pools.pop(obj.name, None)
+            else:
+                self.pools[obj.name] = obj
+        elif isinstance(obj, Node):
+            if deleted:
+                self.nodes.pop(obj.name, None)
+            else:
+                self.nodes[obj.name] = obj
+        elif isinstance(obj, Pod):
+            self._drop_pod((obj.namespace or "", obj.name))
+            if not deleted:
+                self._put_pod(obj)
+        elif isinstance(obj, WorkloadObject):
+            self._put_workload(obj, deleted=deleted)
+        return True
+
+    def catch_up(self) -> list[WatchEvent]:
+        """Applies the store's events the view has not seen yet; returns them (the caller enqueues
+        their keys). A log compacted past the cursor means listing again."""
+        if self.cursor is None:
+            self.relist()
+            return []
+        fresh: list[WatchEvent] = []
+        while True:
+            assert self.cursor is not None
+            try:
+                events = self.store.events_since(self.cursor, kinds=KINDS, limit=CATCH_UP_BATCH)
+            except GoneError:
+                self.relist()
+                return fresh
+            fresh += [event for event in events if self.apply(event)]
+            if len(events) < CATCH_UP_BATCH:
+                return fresh
+
+    # ------------------------------------------------------------------ own writes
+    def created(self, node: Node) -> None:
+        """A node the controller just made (its event is applied again later, to the same effect)."""
+        self.nodes[node.name] = node
+
+    def deleted(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    # ------------------------------------------------------------------ reads
+    def nodes_of(self, pool: str) -> list[Node]:
+        """The pool's nodes in name order (the order the store lists them in)."""
+        return sorted((n for n in self.nodes.values() if n.spec.pool == pool), key=lambda n: n.name)
+
+    def busy(self) -> set[str]:
+        """Names of the nodes that hold a live pod."""
+        return {name for name, count in self.node_pods.items() if count > 0}
+
+    def allocated_milli(self, names: Iterable[str]) -> int:
+        return sum(self.node_milli.get(name, 0) for name in names)
+
+    # ------------------------------------------------------------------ internals
+    def _put_pod(self, pod: Pod) -> None:
+        if pod.terminated:
+            return
+        use = pod_use(pod)
+        self.pods[(pod.namespace or "", pod.name)] = use
+        self.node_pods[use.node] = self.node_pods.get(use.node, 0) + 1
+        self.node_milli[use.node] = self.node_milli.get(use.node, 0) + use.gpu_milli
+
+    def _drop_pod(self, key: PodKey) -> None:
+        use = self.pods.pop(key, None)
+        if use is None:
+            return
+        left = self.node_pods[use.node] - 1
+        if left:
+            self.node_pods[use.node] = left
+            self.node_milli[use.node] -= use.gpu_milli
+        else:
+            del self.node_pods[use.node]
+            del self.node_milli[use.node]
+
+    def _put_workload(self, workload: WorkloadObject, *, deleted: bool) -> None:
+        key = (workload.namespace or "", workload.name)
+        if deleted or workload.status.node_demand is None:
+            self.demanding.pop(key, None)
+        else:
+            self.demanding[key] = workload
