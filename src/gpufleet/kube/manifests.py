@@ -120,6 +120,9 @@ class Values:
     installCRDs: bool = True
     logFormat: str = "text"
     """`--log-format` of the scheduler, the operator and the agent: text or json."""
+    otlpEndpoint: str = ""
+    """`--otlp-endpoint` of the scheduler and the operator: an OTLP/HTTP collector's base URL for
+    their traces; empty: no tracing."""
     image: Image = field(default_factory=Image)
     scheduler: Scheduler = field(default_factory=Scheduler)
     operator: Operator = field(default_factory=Operator)
@@ -320,6 +323,10 @@ def _locked_down() -> Json:
     }
 
 
+def _otlp(v: Values) -> list[str]:
+    return [f"--otlp-endpoint={v.otlpEndpoint}"] if v.otlpEndpoint else []
+
+
 def _scheduler(v: Values) -> list[Json]:
     name, ns, s = "gpufleet-scheduler", v.namespace, v.scheduler
     args = [
@@ -333,7 +340,7 @@ def _scheduler(v: Values) -> list[Json]:
         f"--grace-seconds={s.evictionGraceSeconds}",
     ]
     args += [f"--topology-level={level}" for level in s.topologyLevels]
-    args += [f"--metrics-bind-address=:{s.metricsPort}", f"--log-format={v.logFormat}"]
+    args += [f"--metrics-bind-address=:{s.metricsPort}", f"--log-format={v.logFormat}", *_otlp(v)]
     deployment = _meta("apps/v1", "Deployment", name, ns, "scheduler")
     selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "scheduler"}
     deployment["spec"] = {
@@ -393,6 +400,7 @@ def _scheduler(v: Values) -> list[Json]:
                             f"--sample-seconds={v.operator.sampleSeconds}",
                             f"--metrics-bind-address=:{v.operator.metricsPort}",
                             f"--log-format={v.logFormat}",
+                            *_otlp(v),
                         ],
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
@@ -563,6 +571,11 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         raise ValidationError(
             f"expected {' or '.join(FORMATS)}, got {merged['logFormat']!r}", obj=source, field="logFormat"
         )
+    endpoint = merged["otlpEndpoint"]
+    if endpoint and not str(endpoint).startswith(("http://", "https://")):  # refused at start otherwise
+        raise ValidationError(
+            f"expected an http:// or https:// URL, got {endpoint!r}", obj=source, field="otlpEndpoint"
+        )
     scheduler = merged["scheduler"]
     placement_choice(  # the scheduler would refuse these at start, in a crash loop
         scheduler["placement"] or None,
@@ -575,6 +588,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         namespace=merged["namespace"],
         installCRDs=merged["installCRDs"],
         logFormat=merged["logFormat"],
+        otlpEndpoint=merged["otlpEndpoint"],
         image=Image(**merged["image"]),
         scheduler=Scheduler(**merged["scheduler"]),
         operator=Operator(**merged["operator"]),
