@@ -137,3 +137,24 @@ def test_the_example_configurations_load() -> None:
     folder = Path(__file__).resolve().parents[2] / "examples" / "simulate"
     specs = compare.load_configs(sorted(folder.glob("*.yaml")))
     assert {s.policy for s in specs} == {"gpufleet", "fifo", "las"}
+
+
+def test_compare_as_json_gives_one_object_per_run(tmp_path: Path) -> None:
+    import json
+
+    from gpufleet.cli.main import app
+
+    trace = synthetic_trace(tmp_path / "trace.csv", 10)
+    fifo = write(tmp_path / "fifo.yaml", "policy: fifo\n")
+    mine = write(tmp_path / "mine.yaml", "gangSlowdown: {rack: 1.5}\n")
+    args = ["simulate", "--trace", str(trace), "--gpus", "32", "--start-day", "0", "--json"]
+    result = CliRunner().invoke(app, [*args, "--compare", str(fifo), str(mine)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(o["run"], o["policy"], o["jobs"], o["finished"]) for o in lines] == [
+        ("fifo", "fifo", 10, 10),
+        ("mine", "gpufleet", 10, 10),
+    ]
+    missing = CliRunner().invoke(app, [*args, "--compare"])
+    assert isinstance(missing.exception, ValidationError)
+    assert "one or more configuration files" in str(missing.exception)

@@ -144,6 +144,7 @@ def simulate(
             seed=seed,
             report=report,
             data_dir=data_dir,
+            as_json=as_json,
         )
         return
     policy = policy or "gpufleet"
@@ -219,11 +220,12 @@ def _compare(
     seed: int,
     report: Path | None,
     data_dir: Path | None,
+    as_json: bool = False,
 ) -> None:
     """`--compare`: every configuration checked (files, fields, queues) before the first run starts."""
     from rich.console import Console
 
-    from gpufleet.sim import compare, jobfleet, jobsim, philly
+    from gpufleet.sim import compare, jobfleet, jobreport, jobsim, philly
 
     specs = compare.load_configs(configs, seed=seed)
     loaded = philly.load(philly.resolve(trace, data_dir))
@@ -247,8 +249,13 @@ def _compare(
             loaded, pools, queue_objs, begin=begin, days=days, options=spec.options, progress=err.print
         )
         runs.append((spec, result))
-    out = Console(highlight=False, soft_wrap=True, emoji=False)
-    out.print(compare.table(runs))
+    if as_json:  # one object per run, its name and policy first
+        for spec, result in runs:
+            summary = jobreport.summarise(result)
+            figures = {k: getattr(summary, k) for k in summary.__slots__}
+            typer.echo(json.dumps({"run": spec.name, "policy": spec.policy, **figures}))
+    else:
+        Console(highlight=False, soft_wrap=True, emoji=False).print(compare.table(runs))
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate --compare"
         files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
