@@ -236,12 +236,13 @@ def test_a_scheduler_started_on_a_backlog_pages_through_it_and_counts_what_was_b
     import threading
 
     from gpufleet.kube import scheduler as kube_scheduler
+    from gpufleet.kube import scheduler_informers
     from gpufleet.kube.config import KubeConfig
 
     full, free = cluster.node("full"), cluster.node("free")
     cluster.pod("held", gpus=8, node=full)  # bound before the scheduler starts
     waiting = [cluster.pod(f"w{i}", gpus=4)["metadata"]["name"] for i in range(5)]
-    monkeypatch.setattr(kube_scheduler, "POD_PAGE", 2)
+    monkeypatch.setattr(scheduler_informers, "POD_PAGE", 2)
     config = KubeConfig(scheduler_name=cluster.scheduler_name, eviction_grace_seconds=5)
     sched = kube_scheduler.KubeScheduler(cluster.api, config=config, period=1.0)
     stop = threading.Event()

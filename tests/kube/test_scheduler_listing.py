@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.api import ObjectMeta, Queue, QueueSpec
 from gpufleet.api.queue import FlavorQuota
-from gpufleet.kube import scheduler as kube_scheduler
+from gpufleet.kube import scheduler_informers
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.store import KubeStore
 
@@ -61,7 +61,7 @@ def test_pods_listed_so_far_take_free_capacity_and_nobody_is_evicted_until_all_a
                    pod("c", gpus=1, labels={"gpufleet.io/queue": "fifo"})])  # fmt: skip
     add_pods(api, [pod("d", gpus=1, labels={"gpufleet.io/queue": "team-a"})])
 
-    monkeypatch.setattr(kube_scheduler, "POD_PAGE", 3)
+    monkeypatch.setattr(scheduler_informers, "POD_PAGE", 3)
     release = hold_second_page(api)
     sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
     stop = threading.Event()

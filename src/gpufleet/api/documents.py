@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
+from gpufleet.api.text import decode_text as decode_text  # re-exported: where readers look for them
+from gpufleet.api.text import read_text as read_text
+from gpufleet.api.text import yaml_problem as yaml_problem
 from gpufleet.api.validation import parse_object
 
 
@@ -50,28 +52,6 @@ def load_objects(
                 raise
             raise locate_error(exc, source=origin, node=node) from None
     return objects
-
-
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The text of a UTF-8 file; one that cannot be read, or is not UTF-8, is a ValidationError naming it."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValidationError(f"cannot read: {exc.strerror}", obj=str(path)) from None
-    return decode_text(raw, str(path))
-
-
-def decode_text(raw: bytes, source: str) -> str:
-    """`raw` as UTF-8 text; bytes that are not UTF-8 are a ValidationError naming `source` and the byte."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ValidationError(
-            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset {exc.start}); "
-            "save the file as UTF-8",
-            obj=source,
-        ) from None
 
 
 def compose_documents(text: str) -> list[tuple[Any, yaml.Node | None]]:
@@ -135,11 +115,3 @@ def dump_objects(objects: Iterable[Resource]) -> str:
     return yaml.safe_dump_all(
         [obj.to_dict() for obj in objects], sort_keys=False, default_flow_style=False, explicit_start=True
     )
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML parser's error as one line: the problem and where it is."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return str(exc)

@@ -7,27 +7,27 @@ import os
 import signal
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
-from gpufleet.kube.config import DEFAULT_LEVELS, KubeConfig, TopologyLevel
-from gpufleet.kube.crds import install_crds
-from gpufleet.kube.informer import collect_after_sync
-from gpufleet.kube.leader import LeaderElector, LeaseConfig
-from gpufleet.kube.metrics import (
+from gpufleet.kube.config import (
     DEFAULT_LATENCY_QUERY,
+    DEFAULT_LEVELS,
     DEFAULT_RPS_QUERY,
-    MetricSource,
-    PodMetricsSource,
-    PrometheusSource,
+    KubeConfig,
+    TopologyLevel,
 )
-from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.kube.transport import ApiError, Transport
 from gpufleet.observability import tracing
-from gpufleet.observability.endpoint import serve_metrics
 from gpufleet.observability.logs import setup_logging
+
+# What runs a command (the scheduler, the operator, the CRDs) is imported by that command, after the
+# options are read: `kube scheduler` asks for its first lists before it imports the scheduling core.
+if TYPE_CHECKING:
+    from gpufleet.kube.metrics import MetricSource
 
 kube_app = typer.Typer(
     rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
@@ -51,7 +51,7 @@ def _transport(kubeconfig: str | None, context: str | None) -> Transport:
     import yaml
     from kubernetes.config.config_exception import ConfigException
 
-    from gpufleet.api.documents import read_text, yaml_problem
+    from gpufleet.api.text import read_text, yaml_problem
     from gpufleet.kube.client import KubeTransport
 
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
@@ -133,10 +133,11 @@ def scheduler(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
+    from gpufleet.kube.informer import Informers, collect_after_sync
+    from gpufleet.kube.scheduler_informers import scheduler_informers
+
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     tracing.configure(service="gpufleet-scheduler", endpoint=otlp_endpoint)
-    serve_metrics(metrics_bind_address)
-    placement_config = scheduler_config(placement, placement_class)
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
     config = KubeConfig(
@@ -148,12 +149,24 @@ def scheduler(
         lease_name=lease,
     )
     api = _transport(kubeconfig, context)
-    sched = KubeScheduler(api, config=config, scheduler=placement_config, identity=who)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    collect_after_sync(sched.informers, stop)
-    sched.informers.start(stop)
+    # Nodes and Pods are listed while the rest is imported (a standby replica keeps them current too,
+    # as kube-scheduler's does); the scheduler finds them made and adds its other informers.
+    informers = Informers(api)
+    scheduler_informers(informers)
+    collect_after_sync(informers, stop)
+    informers.start(stop)
+
+    from gpufleet.kube.leader import LeaderElector, LeaseConfig
+    from gpufleet.kube.scheduler import KubeScheduler
+    from gpufleet.observability.endpoint import serve_metrics
+
+    placement_config = scheduler_config(placement, placement_class)
+    serve_metrics(metrics_bind_address)
+    sched = KubeScheduler(api, config=config, scheduler=placement_config, identity=who, informers=informers)
+    informers.start(stop)
     if not leader_elect:
         sched.run(stop)
         return
@@ -197,7 +210,9 @@ def operator(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The operator: TrainingJobs, InferenceServices, GPUPools, spot drain and GPU health."""
+    from gpufleet.kube.leader import LeaderElector, LeaseConfig
     from gpufleet.kube.operator import Operator
+    from gpufleet.observability.endpoint import serve_metrics
 
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     tracing.configure(service="gpufleet-operator", endpoint=otlp_endpoint)
@@ -234,6 +249,8 @@ def metric_source(
     kind: str, *, prometheus_url: str, rps_query: str, latency_query: str, port: int, path: str
 ) -> MetricSource | None:
     """The operator's metric source from its flags (None: read ServiceLoad objects)."""
+    from gpufleet.kube.metrics import PodMetricsSource, PrometheusSource
+
     if kind == "serviceload":
         return None
     if kind == "pods":
@@ -248,6 +265,8 @@ def metric_source(
 @kube_app.command("install-crds")
 def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) -> None:
     """Creates or updates gpufleet's CustomResourceDefinitions and waits until they are served."""
+    from gpufleet.kube.crds import install_crds
+
     api = _transport(kubeconfig, context)
     try:
         names = install_crds(api)

@@ -8,7 +8,6 @@ that fails later or silently falls back.
 from __future__ import annotations
 
 from gpufleet.scheduler.config import DEFAULT_PLACEMENT_BY_CLASS, WORKLOAD_CLASSES, SchedulerConfig
-from gpufleet.scheduler.policy_choice import placement_choice
 
 _DEFAULTS = ", ".join(f"{c} {p}" for c, p in DEFAULT_PLACEMENT_BY_CLASS.items())
 PLACEMENT_HELP = (
@@ -23,6 +22,10 @@ PLACEMENT_CLASS_HELP = (
 
 def scheduler_config(placement: str | None, by_class: list[str] | None) -> SchedulerConfig:
     """The scheduler configuration the options describe; refuses unknown classes and policies."""
+    # The policies (and numpy) are imported here, not with the options' help: `gpufleet kube
+    # scheduler` asks for its first lists before it imports them.
+    from gpufleet.scheduler.policy_choice import placement_choice
+
     return placement_choice(
         placement, by_class or [], placement_field="--placement", by_class_field="--placement-class"
     )

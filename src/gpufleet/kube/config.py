@@ -81,3 +81,12 @@ class KubeConfig:
 
     def level_names(self) -> tuple[str, ...]:
         return tuple(level.name for level in self.topology_levels)
+
+
+DEFAULT_RPS_QUERY = 'sum(rate(http_requests_total{namespace="$namespace",service="$service"}[2m]))'
+"""The operator's PromQL for an InferenceService's requests per second (`--rps-query`)."""
+DEFAULT_LATENCY_QUERY = (
+    "1000 * histogram_quantile(0.99, sum by (le) "
+    '(rate(http_request_duration_seconds_bucket{namespace="$namespace",service="$service"}[2m])))'
+)
+"""The operator's PromQL for an InferenceService's p99 latency in ms (`--latency-query`)."""

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.controllers.serving import LoadSample
+from gpufleet.kube.config import DEFAULT_LATENCY_QUERY, DEFAULT_RPS_QUERY
 from gpufleet.kube.transport import Json
 
 RPS_QUERY_ANNOTATION = "gpufleet.io/metrics-rps-query"
@@ -34,11 +35,6 @@ LATENCY_QUERY_ANNOTATION = "gpufleet.io/metrics-latency-query"
 PORT_ANNOTATION = "gpufleet.io/metrics-port"
 PATH_ANNOTATION = "gpufleet.io/metrics-path"
 
-DEFAULT_RPS_QUERY = 'sum(rate(http_requests_total{namespace="$namespace",service="$service"}[2m]))'
-DEFAULT_LATENCY_QUERY = (
-    "1000 * histogram_quantile(0.99, sum by (le) "
-    '(rate(http_request_duration_seconds_bucket{namespace="$namespace",service="$service"}[2m])))'
-)
 DEFAULT_RPS_METRIC = "gpufleet_requests_per_second"
 DEFAULT_LATENCY_METRIC = "gpufleet_p99_latency_ms"
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.api.kinds import kind_info
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +67,10 @@ def resource_for(kind: str) -> ResourceType:
     builtin = BUILTIN.get(kind)
     if builtin is not None:
         return builtin
+    # The registry imports every kind's model: a process that lists only built-in kinds (the
+    # scheduler's first lists) does not wait for it.
+    from gpufleet.api.kinds import kind_info
+
     info = kind_info(kind)
     if info is None:
         raise ValidationError(f"kind {kind} is neither built in nor registered", field="kind")

@@ -42,7 +42,8 @@ from gpufleet.kube.binder import DEFAULT_WORKERS, Binder, BindResult
 from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
 from gpufleet.kube.config import QUEUE_LABEL, KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
-from gpufleet.kube.resources import JOB, NODE, POD, resource_for
+from gpufleet.kube.resources import JOB, resource_for
+from gpufleet.kube.scheduler_informers import scheduler_informers
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.observability import tracing
 from gpufleet.scheduler.cache import ClusterCache
@@ -57,10 +58,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["INVALID", "WAITING_FOR_GANG", "KubeScheduler", "PassStats"]
 
-POD_PAGE = 500
-"""Pods per page of the first list: scheduling starts with the first page."""
-BOUND = "spec.nodeName!="
-"""The pods listed whole before the first page: the bound ones, which hold capacity."""
 LISTING_INTAKE = 1000
 """New pending pods a pass takes in while the pods are being listed: the first binds need not wait for
 the cache to take in the whole backlog listed by then."""
@@ -137,8 +134,7 @@ class KubeScheduler:
         self.scheduler_config = scheduler or SchedulerConfig()
         self.scheduler = Scheduler(self.scheduler_config)
         self.informers = informers or Informers(transport)
-        self.nodes: Informer = self.informers.informer(NODE)
-        self.pods: Informer = self.informers.informer(POD, page_size=POD_PAGE, known_first=BOUND)
+        self.nodes, self.pods = scheduler_informers(self.informers)  # already listing, if started first
         self.queues: Informer = self.informers.informer(resource_for("Queue"))
         self.jobs: Informer = self.informers.informer(JOB)
         self.actions = Actions(transport, identity=identity, grace_seconds=self.config.eviction_grace_seconds)
