@@ -37,7 +37,7 @@ def worker(
                     sharing=SharingMode.EXCLUSIVE,
                 )
             )
-    return ClusterSummary(name, summarize(state), labels or {}, {H100: price}, accepting)
+    return ClusterSummary(name, summarize(state), labels or {}, {H100: price}, accepting, LEVELS)
 
 
 def quota(nominal_gpus: int | None = None) -> QuotaUsage:
@@ -58,7 +58,7 @@ def gang(name: str, pods: int, gpus: int = 8, *, required: str | None = None) ->
 
 
 def dispatcher(*clusters: ClusterSummary, usage: QuotaUsage | None = None) -> Dispatcher:
-    return Dispatcher(clusters, usage or quota(), levels={c.name: LEVELS for c in clusters})
+    return Dispatcher(clusters, usage or quota())
 
 
 def cluster_of(decision: object) -> str:

@@ -214,6 +214,11 @@ class ClusterStatus(ObjectStatus):
     heartbeat_time: AwareDatetime | None = Field(
         default=None, description="When the worker last reported; its lease runs from here."
     )
+    topology_levels: list[str] = Field(
+        default_factory=list,
+        description="The worker's labelled topology levels, coarse to fine (block, rack): the levels of "
+        "freeDomains besides nvlink and host, in the order a gang inside one rack is inside one block.",
+    )
     running_workloads: int = Field(default=0, ge=0, description="Managed workloads running there.")
 
 

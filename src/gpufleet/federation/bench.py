@@ -52,7 +52,8 @@ class Worker:
 
     def summary(self) -> ClusterSummary:
         models = {model: summary.copy() for model, summary in self.report.items()}
-        return ClusterSummary(self.name, models, {"region": self.region}, {self.model: self.price})
+        labels = {"region": self.region}
+        return ClusterSummary(self.name, models, labels, {self.model: self.price}, levels=LEVELS)
 
 
 def build_worker(index: int, nodes: int, rng: random.Random) -> tuple[Worker, float]:
@@ -119,9 +120,7 @@ def run(
     workers = {worker.name: worker for worker, _ in built}
     summarize_ms = [took * 1000 for _, took in built]
     usage = quota_tree(queues, clusters * nodes * 8)
-    dispatcher = Dispatcher(
-        [w.summary() for w in workers.values()], usage, levels={name: LEVELS for name in workers}
-    )
+    dispatcher = Dispatcher([w.summary() for w in workers.values()], usage)
     running: dict[str, list[Dispatched]] = {name: [] for name in workers}
     sent_since_report: Counter[str] = Counter()
     seen: set[str] = set()

@@ -104,4 +104,5 @@ def summary_of(cluster: Cluster, *, now: datetime) -> ClusterSummary:
         labels=labels,
         prices=dict(spec.price_per_gpu_hour),
         accepting=takes_work(cluster, now=now),
+        levels=tuple(cluster.status.topology_levels),
     )

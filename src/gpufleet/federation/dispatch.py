@@ -94,23 +94,13 @@ def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
 class Dispatcher:
     """Clusters' summaries and the fleet-wide quota usage, changed by each decision it makes."""
 
-    def __init__(
-        self,
-        clusters: Iterable[ClusterSummary],
-        quota: QuotaUsage,
-        *,
-        levels: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        """`levels` gives each cluster's labelled topology levels, coarse to fine (default: none)."""
+    def __init__(self, clusters: Iterable[ClusterSummary], quota: QuotaUsage) -> None:
         self.clusters: dict[str, ClusterSummary] = {c.name: c for c in clusters}
         self.quota = quota
-        self.levels: dict[str, tuple[str, ...]] = dict(levels or {})
 
-    def update(self, summary: ClusterSummary, levels: tuple[str, ...] | None = None) -> None:
+    def update(self, summary: ClusterSummary) -> None:
         """A heartbeat: the worker's own count replaces what the dispatcher took out of the old one."""
         self.clusters[summary.name] = summary
-        if levels is not None:
-            self.levels[summary.name] = levels
 
     def release(self, decision: Dispatched) -> None:
         """The workload ended (or its cluster was lost): its queue gets the quota back."""
@@ -157,7 +147,7 @@ class Dispatcher:
         candidates.sort(key=lambda found: found[0])
         reasons: dict[str, str] = {}
         for key, cluster, summary_model, usage in candidates:
-            after = take(cluster.models[summary_model], gang, self.levels.get(cluster.name, ()))
+            after = take(cluster.models[summary_model], gang, cluster.levels)
             if isinstance(after, ModelSummary):
                 cluster.models[summary_model] = after
                 self.quota.add(workload.queue, usage)

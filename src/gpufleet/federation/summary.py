@@ -155,6 +155,8 @@ class ClusterSummary:
     labels: Mapping[str, str] = field(default_factory=dict)
     prices: Mapping[str, float] = field(default_factory=dict)
     accepting: bool = True
+    levels: tuple[str, ...] = ()
+    """The worker's labelled topology levels, coarse to fine (block, rack); nvlink and host come below."""
 
     def price(self, model: str | None) -> float:
         return self.prices.get(model, 0.0) if model is not None else 0.0
