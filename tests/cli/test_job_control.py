@@ -26,7 +26,7 @@ spec:
   queue: team-a
   replicas: 2
   worker: {gpus: 8, gpuModel: H100}
-  checkpoint: {intervalSeconds: 300, uri: s3://ckpt/big}
+  checkpoint: {intervalSeconds: 10, uri: s3://ckpt/big}
   durationSeconds: 36000
 ---
 apiVersion: gpufleet.io/v1alpha1
@@ -51,13 +51,17 @@ def state(plane: Plane) -> Path:
     return plane.state
 
 
-def phase(plane: Plane, name: str) -> Any:
+def status(plane: Plane, name: str) -> Any:
     client = Client(plane.url, (plane.state / "admin-token").read_text().strip())
     try:
         job = client.read(client.resource_type("tj"), name, "team-a")
     finally:
         client.close()
-    return (job.get("status") or {}).get("phase")
+    return job.get("status") or {}
+
+
+def phase(plane: Plane, name: str) -> Any:
+    return status(plane, name).get("phase")
 
 
 def test_wide_listing_names_nodes_and_suspend_resume_move_the_gpus(
@@ -70,6 +74,7 @@ def test_wide_listing_names_nodes_and_suspend_resume_move_the_gpus(
     assert "NODES" in header and set(row[header.index("NODES")].split(",")) == {"h100-0", "h100-1"}
     assert "NODES" not in cli("get", "tj", "-n", "team-a").out  # only in the wide table
     assert phase(plane, "small") == "Pending"
+    wait_for(lambda: status(plane, "big").get("lastCheckpoint"), timeout=30, what="a checkpoint of big")
 
     suspended = cli("suspend", "tj", "big", "-n", "team-a")
     assert suspended.code == 0 and "trainingjob/team-a/big suspended" in suspended.out
@@ -102,3 +107,37 @@ def test_apply_dry_runs_check_and_report_without_storing(plane: Plane, cli: Call
         refused = cli("apply", "-f", "-", f"--dry-run={mode}", stdin=bad)
         assert refused.code == 2 and "spec.worker.gpus" in refused.err, (mode, refused)
     assert cli("apply", "-f", "-", "--dry-run=maybe", stdin=text).code == 2
+
+
+def test_logs_tell_a_jobs_pods_lifecycle_and_follow_until_it_ends(
+    plane: Plane, cli: Callable[..., Result]
+) -> None:
+    # `big` ran, checkpointed and was suspended by the first test: its log says so, pod by pod.
+    lines = cli("logs", "tj/big", "-n", "team-a").out.splitlines()
+    text = "\n".join(lines)
+    assert all(line.startswith("[big-") or line.startswith("[job-big") for line in lines), lines[:3]
+    said_by_the_twin = (
+        "placed on node h100-",
+        "started on node h100-",
+        "training run started from step 0",
+        "checkpoint written at step ",
+        "stopped: Suspended",
+    )
+    for said in said_by_the_twin:
+        assert said in text, (said, text)
+    small = cli("logs", "tj/small", "-n", "team-a").out.splitlines()
+    pod = small[0].split("]")[0].lstrip("[")  # small runs: its pod is there to ask about
+    alone = cli("logs", f"pod/{pod}", "-n", "team-a").out.splitlines()
+    assert alone == [line.split("] ", 1)[1] for line in small]  # one pod's lines, unprefixed
+
+    brief = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: brief, namespace: team-a}\n"
+    )
+    brief += "spec: {queue: team-a, replicas: 1, worker: {gpus: 1}, durationSeconds: 120}\n"
+    assert cli("apply", "-f", "-", stdin=brief).code == 0
+    followed = cli("logs", "tj/brief", "-n", "team-a", "-f")  # returns once the job has finished
+    assert followed.code == 0 and "Succeeded: Completed: the job's work is done" in followed.out
+    assert phase(plane, "brief") == "Succeeded"
+
+    assert cli("logs", "tj/nothing", "-n", "team-a").code == 1
+    assert cli("logs", "queue/team-a").code == 2

@@ -131,6 +131,8 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.failures: list[ApiError] = []
         self.blocked_evictions: set[tuple[str, str]] = set()
+        self.pod_logs: dict[tuple[str, str], list[str]] = {}
+        """What each pod (namespace, name) printed, served by `lines` as the `pods/log` subresource."""
         if crds:
             with self.lock:
                 for crd in custom_resource_definitions():
@@ -216,6 +218,17 @@ class FakeApiServer:
             if method == "DELETE":
                 return self._delete(key, ns or "", name or "", body or {})
         raise AssertionError(f"unsupported {method} {path}")
+
+    def lines(self, path: str, *, query: Mapping[str, str | int | bool]) -> Iterator[str]:
+        """A pod's log (`.../pods/NAME/log`): its lines in `pod_logs`, 404 for a pod that is not there."""
+        with self.lock:
+            self.requests.append(("GET", path))
+            key, ns, name, sub = _parse(path)
+            if key != "/v1/pods" or sub != "log":
+                raise AssertionError(f"unsupported log path {path}")
+            self._find(key, ns, name)
+            found = list(self.pod_logs.get((ns or "", name or ""), []))
+        yield from found
 
     def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
         key, ns, _, _ = _parse(path)

@@ -50,7 +50,7 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import accounting, describe, explain, nodes, suspend, top, up, wait
+    from gpufleet.cli import accounting, describe, explain, logs, nodes, suspend, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
     wait.register(app)
     nodes.register(app)
     suspend.register(app)
+    logs.register(app)
     accounting.register(app)
     app.command("delete")(delete)
     top.register(app)

@@ -156,7 +156,11 @@ def _serve(
         tokens = TokenRegistry(directory)
         twin = Twin(store, clock=clock) if runtime else None
         app = create_app(
-            store, tokens, faults=None if twin is None else _fault_sink(twin), now=clock.datetime
+            store,
+            tokens,
+            faults=None if twin is None else _fault_sink(twin),
+            logs=None if twin is None else twin.logs,
+            now=clock.datetime,
         )
         add_metrics_route(app, tokens)
         add_console(app, store, tokens)

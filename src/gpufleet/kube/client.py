@@ -35,6 +35,9 @@ POOL_SIZE = 64
 """Connections kept to the API server: the binder's and the operator's workers plus every informer's
 watch, so no request waits for a connection and none is opened only to be thrown away."""
 
+FOLLOW_SECONDS = 86400.0
+"""How long a followed pod log may stay silent before the read gives up."""
+
 AUTH_SECONDS = 30.0
 """How long credentials read from the client's configuration are used before they are read again."""
 
@@ -103,6 +106,23 @@ class KubeTransport:
         if not 200 <= status < 300:
             raise ApiError.from_status(status, _decode(raw))
         return raw.decode("utf-8", "replace")
+
+    def lines(self, path: str, *, query: Mapping[str, str | int | bool]) -> Iterator[str]:
+        """The lines of a plain-text answer (a pod's log), as they arrive; a followed log is read with
+        a day's timeout between lines, since it ends only with the pod."""
+        timeout = FOLLOW_SECONDS if query.get("follow") else REQUEST_SECONDS
+        response = self._send("GET", path, query, None, JSON, timeout)
+        if not 200 <= response.status < 300:
+            raw = response.data
+            response.release_conn()
+            raise ApiError.from_status(response.status, _decode(raw))
+        try:
+            for line in _lines(response):
+                yield line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "Unavailable", str(exc)) from None
+        finally:
+            response.release_conn()
 
     def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
         response = self._send("GET", path, {**query, "watch": True}, None, JSON, timeout)

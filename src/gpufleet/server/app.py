@@ -36,6 +36,7 @@ from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import all_objects, object_refs, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
 from gpufleet.server.errors import ForbiddenError, error_responses, install_error_handlers
+from gpufleet.server.logs import LogSource, add_log_route
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes, deleted_response
 from gpufleet.server.schemas import (
@@ -102,11 +103,13 @@ def create_app(
     tokens: TokenRegistry,
     *,
     faults: FaultSink | None = None,
+    logs: LogSource | None = None,
     now: Callable[[], datetime] | None = None,
 ) -> FastAPI:
     """The HTTP API over `store`, with requests authenticated against `tokens`.
 
     `faults` receives the faults posted to /v1/faults; without it (no digital twin) they are refused.
+    `logs` holds the pods' logs /v1/logs reads (the twin's); without it there are none.
     `now` is the clock that stamps the store's objects (the twin's, which may run faster than real
     time); every answer carries it in `X-Gpufleet-Time` so clients show ages on the same time line.
     """
@@ -334,6 +337,7 @@ def create_app(
         faults(request)
         return JSONResponse({"accepted": request.model_dump()}, status_code=202)
 
+    add_log_route(app, ops, logs, authenticate)
     for info in kinds:
         add_kind_routes(app, ops, feed, info, authenticate)
     _add_kind_schemas(app, kinds)

@@ -34,6 +34,7 @@ from gpufleet.api.runtime import (
     Pod,
     ServiceLoad,
     ServiceLoadSpec,
+    Workload,
 )
 from gpufleet.api.training import TrainingJob
 from gpufleet.store.protocol import Store, WatchEvent
@@ -41,6 +42,7 @@ from gpufleet.twin import traffic as traffic_model
 from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS, TwinConfig
 from gpufleet.twin.loop import EventLoop, Timer
+from gpufleet.twin.podlogs import PodLogBook
 from gpufleet.twin.training import Run
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,8 @@ class Twin:
         self._metrics_timer: Timer | None = None
         self.faults: Counter[str] = Counter()
         """Faults that happened, by kind (GpuFailure, NodeLoss, SpotInterruption, GpuRepair)."""
+        self.logs = PodLogBook()
+        """Each pod's lifecycle as log lines (`gpufleet logs`), written below where it happens."""
 
     # ============================================================= public interface
     def inject(self, fault: Fault) -> None:
@@ -337,6 +341,12 @@ class Twin:
 
         if self._write_node_status(fault.node, notice, now) is None:
             return
+        for pod in self._pods_on(fault.node):
+            self.logs.write(
+                (pod.namespace or "default", pod.name),
+                now,
+                f"spot interruption notice: node {fault.node} is reclaimed in {fault.notice_seconds:g}s",
+            )
         # Jobs on the node save their state while they still can.
         for key in {
             (p.namespace or "default", p.metadata.labels.get(JOB_LABEL, ""))
@@ -366,12 +376,16 @@ class Twin:
                 timer = self.pod_timers.pop(key, None)
                 if timer is not None:
                     timer.cancel()
+                if not known.terminated:
+                    self.logs.write(key, now, f"stopped: {self._why_deleted(pod)}")
                 self._update_run(pod, now)
             return
         known = self.pods.get(key)
         self.pods[key] = pod
         new = known is None or known.metadata.uid != pod.metadata.uid
         if new and pod.status.phase == "Pending":
+            owner = (pod.spec.owner.kind, pod.spec.owner.name)
+            self.logs.write(key, now, f"placed on node {pod.spec.node_name}{_devices(pod)}", owner=owner)
             node = self.nodes.get(pod.spec.node_name)
             if node is None or node.status.phase == "Lost":
                 self._finish_pod(
@@ -397,6 +411,19 @@ class Twin:
                 name="ready",
             )
         self._update_run(pod, now)
+
+    def _why_deleted(self, pod: Pod) -> str:
+        """Why the control plane deleted a pod that had not finished: its workload's eviction of the
+        pod's attempt, as the scheduler recorded it before deleting (preemption, drain, suspension)."""
+        try:
+            workload = self.store.get(Workload, pod.spec.workload, pod.namespace)
+        except NotFoundError:
+            return "deleted (its workload is gone)"
+        for eviction in reversed(workload.status.evictions):
+            if eviction.attempt == pod.spec.attempt:
+                by = f" by {eviction.preemptor}" if eviction.preemptor else ""
+                return f"{eviction.reason}{by}: {eviction.message}"
+        return "deleted by the control plane"
 
     def _write_pod_status(self, key: tuple[str, str], change: object) -> Pod | None:
         assert callable(change)
@@ -435,6 +462,7 @@ class Twin:
         written = self._write_pod_status(key, start)
         if written is None:
             return
+        self.logs.write(key, now, f"started on node {written.spec.node_name}")
         if inference:
             self.pod_timers[key] = self.loop.schedule(
                 at=now + self.config.model_load_seconds,
@@ -452,7 +480,8 @@ class Twin:
         def ready(status: object) -> None:
             status.ready = True  # type: ignore[attr-defined]
 
-        self._write_pod_status(key, ready)
+        if self._write_pod_status(key, ready) is not None:
+            self.logs.write(key, now, "model loaded: ready to serve")
 
     def _finish_pod(
         self, pod: Pod, phase: str, now: float, *, reason: str | None, message: str | None
@@ -471,6 +500,7 @@ class Twin:
 
         written = self._write_pod_status(key, finish)
         if written is not None:
+            self.logs.write(key, now, f"{phase}: {reason}: {message}" if reason else phase)
             self._update_run(written, now)
 
     # ============================================================== training work
@@ -500,6 +530,10 @@ class Twin:
             if run is None:
                 return
             self.runs[key] = run
+            step = round(run.progress)
+            text = f"resumed from checkpoint step {step}" if step else "started from step 0 (no checkpoint)"
+            for p in running:
+                self.logs.write((namespace, p.name), now, f"training run {text}")
         run.advance(now)
         run.running = len(running)
         run.slowdown = self._slowdown(running)
@@ -593,6 +627,14 @@ class Twin:
             self.store.update_status(stored.model_copy(update={"status": status}))
         except GpuFleetError as exc:
             log.warning("checkpoint %s/%s not written: %s", namespace, ckpt.name, exc)
+            return
+        for (ns, name), pod in self.pods.items():
+            if (
+                ns == namespace
+                and pod.metadata.labels.get(JOB_LABEL) == job
+                and pod.status.phase == "Running"
+            ):
+                self.logs.write((ns, name), now, f"checkpoint written at step {step}: {uri}")
 
     def _complete(self, key: tuple[str, str], now: float) -> None:
         run = self.runs.pop(key, None)
@@ -641,3 +683,13 @@ class Twin:
                 self.store.apply(load)
             except GpuFleetError as exc:
                 log.warning("load of %s not written: %s", service.describe(), exc)
+
+
+def _devices(pod: Pod) -> str:
+    """What the pod holds on its node, for its log: GPU indices, a share of one, or a MIG instance."""
+    if pod.spec.mig is not None:
+        return f", MIG {pod.spec.mig.profile} on GPU {pod.spec.mig.gpu}"
+    if not pod.spec.gpus:
+        return ""
+    share = f" at {pod.spec.gpu_milli / 1000:g} each" if 0 < pod.spec.gpu_milli < 1000 else ""
+    return f", GPUs {','.join(str(g) for g in pod.spec.gpus)}{share}"
