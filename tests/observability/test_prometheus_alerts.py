@@ -2,7 +2,8 @@
 by scripts/ensure-prometheus.sh) scrapes `gpufleet up` (a small twin fleet at 600x time) and a node
 agent's exporter (the recorded HGX H100 profile with its health monitor), evaluates the project's rules
 file, and faults injected the way an operator would (`gpufleet fault`, NVML XID events) make the
-expected alerts fire, seen through Prometheus' HTTP API (/api/v1/alerts).
+expected alerts fire, seen through Prometheus' HTTP API (/api/v1/alerts). The Grafana dashboards'
+queries run on the same series.
 
 The rules are a copy whose `for:` durations are one second (30 minutes would outlast any test); every
 expression is the shipped one, which the test checks.
@@ -27,6 +28,7 @@ from gpufleet.agent.config import parse_config
 from gpufleet.agent.exporter import DcgmCollector, MetricsServer
 from gpufleet.agent.health import HealthMonitor, HealthState
 from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.observability import dashboards
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "gpufleet-rules.yaml"
@@ -239,6 +241,9 @@ def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) 
         assert set(firing) == set(expected), firing  # and nothing else
         assert p.value('sum(gpufleet_evictions_total{queue="team-a",reason="GPUFailure"})') == 1
         assert p.value('sum(gpufleet_gpus{state="unhealthy"})') == 1
+        # The dashboards' queries on the same series: all valid, and all with data but where this
+        # fleet has none to show.
+        assert _dashboard_queries_without_data(p) <= MAY_BE_EMPTY
 
         # The agent and the control plane go away: their down alerts fire.
         exporter.stop()
@@ -259,6 +264,50 @@ def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) 
             _stop(prom)
         up_log.close()
         prom_log.close()
+
+
+# The dashboards' variables as this fleet fills them.
+VARIABLES = {
+    "$__rate_interval": "1m",
+    "$queue": "team-a",
+    "$namespace": "team-a",
+    "$trainingjob": "llm",
+    "$node": "alerts-0",
+}
+
+
+# Panels this fleet has nothing for: the in-process agent attributes no GPU to a pod (no kubelet), the job
+# takes no checkpoints, its queue holds no GPU once evicted, and a counter born a moment ago has no rate.
+MAY_BE_EMPTY = {
+    "trainingjob: Workers' GPU busy time",
+    "trainingjob: Workers' GPU memory used",
+    "trainingjob: Workers' GPU power",
+    "trainingjob: Workers' XID errors",
+    "node: Held by",
+    "trainingjob: Checkpoint age",
+    "trainingjob: Checkpoint interval",
+    "trainingjob: Checkpoint age against its interval",
+    "queue: GPUs held on each pool",
+    "queue: Preemptions and evictions by reason",
+    "fleet: Preemptions and evictions by reason",
+}
+
+
+def _dashboard_queries_without_data(p: Prometheus) -> set[str]:
+    """Every panel query of the dashboards, run on this fleet's series: each must be valid PromQL to
+    Prometheus; returns the titles of the panels whose queries found nothing."""
+    empty: set[str] = set()
+    for stem, build in dashboards.DASHBOARDS.items():
+        for panel in build()["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for name, value in VARIABLES.items():
+                    expr = expr.replace(name, value)
+                response = httpx.get(f"{p.api}/query", params={"query": expr}, timeout=5)
+                assert response.status_code == 200, (stem, panel["title"], expr, response.text)
+                if not response.json()["data"]["result"]:
+                    empty.add(f"{stem}: {panel['title']}")
+    return empty
 
 
 def _reachable(server: str) -> bool:
