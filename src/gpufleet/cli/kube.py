@@ -135,9 +135,11 @@ def scheduler(
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
     from gpufleet.kube.informer import Informers, collect_after_sync
     from gpufleet.kube.scheduler_informers import scheduler_informers
+    from gpufleet.observability.endpoint import parse_bind_address, serve_metrics
 
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     tracing.configure(service="gpufleet-scheduler", endpoint=otlp_endpoint)
+    parse_bind_address(metrics_bind_address)  # a malformed option is said before any connection
     who = identity or os.environ.get("POD_NAME") or socket.gethostname()
     levels = parse_levels(topology_level) if topology_level else DEFAULT_LEVELS
     config = KubeConfig(
@@ -161,7 +163,6 @@ def scheduler(
 
     from gpufleet.kube.leader import LeaderElector, LeaseConfig
     from gpufleet.kube.scheduler import KubeScheduler
-    from gpufleet.observability.endpoint import serve_metrics
 
     placement_config = scheduler_config(placement, placement_class)
     serve_metrics(metrics_bind_address)
