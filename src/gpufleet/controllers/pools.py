@@ -313,43 +313,50 @@ class PoolController(Reconciler):
     ) -> None:
         spec = pool.spec
         ready = [n for n in nodes if n.status.phase == "Ready"]
-        allocated = self.view.allocated_milli(n.name for n in ready)
+        allocated = self.view.allocated_milli({n.name for n in ready})
         gpus = len(ready) * spec.gpus_per_node
         old = pool.status
-        status = old.model_copy(deep=True)
         counted = to_seconds(old.idle_counted_time)
         since = now if counted is None else counted
-        status.idle_gpu_hours = round(old.idle_gpu_hours + old.idle_gpus * max(0.0, now - since) / 3600, 4)
-        status.idle_cost = round(status.idle_gpu_hours * spec.price_per_gpu_hour, 4)
-        status.idle_gpus = round(max(0.0, gpus - allocated / 1000), 3)
-        status.idle_counted_time = to_datetime(now)
-        status.idle_since = {name: to_datetime(t) for name, t in sorted(idle_since.items())}
-        status.nodes = len(nodes)
-        status.ready_nodes = len(ready)
-        status.gpus = gpus
-        status.allocated_gpu_milli = allocated
-        status.conditions = set_condition(
-            status.conditions,
-            Condition(
-                type="Ready",
-                status="True" if ready or not nodes else "False",
-                reason="NodesReady" if ready else "Provisioning",
-                message=f"{len(ready)}/{len(nodes)} nodes ready",
-            ),
-            now=to_datetime(now),
+        hours = round(old.idle_gpu_hours + old.idle_gpus * max(0.0, now - since) / 3600, 4)
+        # A shallow copy: every field that changes is replaced whole, none is changed in place.
+        status = old.model_copy(
+            update={
+                "idle_gpu_hours": hours,
+                "idle_cost": round(hours * spec.price_per_gpu_hour, 4),
+                "idle_gpus": round(max(0.0, gpus - allocated / 1000), 3),
+                "idle_counted_time": to_datetime(now),
+                "idle_since": {name: to_datetime(t) for name, t in sorted(idle_since.items())},
+                "nodes": len(nodes),
+                "ready_nodes": len(ready),
+                "gpus": gpus,
+                "allocated_gpu_milli": allocated,
+                "conditions": set_condition(
+                    old.conditions,
+                    Condition(
+                        type="Ready",
+                        status="True" if ready or not nodes else "False",
+                        reason="NodesReady" if ready else "Provisioning",
+                        message=f"{len(ready)}/{len(nodes)} nodes ready",
+                    ),
+                    now=to_datetime(now),
+                ),
+            }
         )
         if _comparable(status) == _comparable(old):
             return
         self.store.update_status(pool.model_copy(update={"status": status}))
 
 
-def _comparable(status: GPUPoolStatus) -> dict[str, object]:
-    """The status without what moves with time alone (hours are compared to a hundredth)."""
-    data = status.to_dict()
-    for key in ("idleGpuHours", "idleCost", "idleCountedTime"):
-        data.pop(key, None)
-    data["hours"] = round(status.idle_gpu_hours, 2)
-    return data
+_MOVING = ("idle_gpu_hours", "idle_cost", "idle_counted_time")
+"""Status fields that move with time alone."""
+
+
+def _comparable(status: GPUPoolStatus) -> list[object]:
+    """The status without what moves with time alone (hours are compared to a hundredth); field
+    values, not their JSON form, since this runs on every reconcile."""
+    values = [getattr(status, name) for name in GPUPoolStatus.model_fields if name not in _MOVING]
+    return [*values, round(status.idle_gpu_hours, 2)]
 
 
 # ------------------------------------------------------------------ topology helpers

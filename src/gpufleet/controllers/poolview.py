@@ -15,7 +15,7 @@ GPU milli), and workloads only while they carry a node demand.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Set
 from dataclasses import dataclass
 
 from gpufleet.api.errors import GoneError
@@ -51,6 +51,9 @@ class PoolView:
         self.store = store
         self.pools: dict[str, GPUPool] = {}
         self.nodes: dict[str, Node] = {}
+        self._pool_nodes: dict[str, dict[str, Node]] = {}
+        self._order: dict[str, list[str]] = {}
+        """Each pool's node names in order, until a node of it comes or goes."""
         self.pods: dict[PodKey, PodUse] = {}
         self.demanding: dict[WorkloadKey, WorkloadObject] = {}
         """Workloads whose status carries a node demand; the others never concern the autoscaler."""
@@ -67,7 +70,9 @@ class PoolView:
         nothing written meanwhile is missed (applying an event twice is harmless)."""
         head = int(self.store.resource_version)
         self.pools = {p.name: p for p in self.store.list(GPUPool)}
-        self.nodes = {n.name: n for n in self.store.list(Node)}
+        self.nodes, self._pool_nodes, self._order = {}, {}, {}
+        for node in self.store.list(Node):
+            self._put_node(node)
         self.pods, self.node_pods, self.node_milli = {}, {}, {}
         for pod in self.store.list(Pod):
             self._put_pod(pod)
@@ -92,9 +97,9 @@ class PoolView:
                 self.pools[obj.name] = obj
         elif isinstance(obj, Node):
             if deleted:
-                self.nodes.pop(obj.name, None)
+                self._drop_node(obj.name)
             else:
-                self.nodes[obj.name] = obj
+                self._put_node(obj)
         elif isinstance(obj, Pod):
             self._drop_pod((obj.namespace or "", obj.name))
             if not deleted:
@@ -124,24 +129,47 @@ class PoolView:
     # ------------------------------------------------------------------ own writes
     def created(self, node: Node) -> None:
         """A node the controller just made (its event is applied again later, to the same effect)."""
-        self.nodes[node.name] = node
+        self._put_node(node)
 
     def deleted(self, name: str) -> None:
-        self.nodes.pop(name, None)
+        self._drop_node(name)
 
     # ------------------------------------------------------------------ reads
     def nodes_of(self, pool: str) -> list[Node]:
         """The pool's nodes in name order (the order the store lists them in)."""
-        return sorted((n for n in self.nodes.values() if n.spec.pool == pool), key=lambda n: n.name)
+        nodes = self._pool_nodes.get(pool, {})
+        order = self._order.get(pool)
+        if order is None:
+            order = self._order[pool] = sorted(nodes)
+        return [nodes[name] for name in order]
 
     def busy(self) -> set[str]:
         """Names of the nodes that hold a live pod."""
         return {name for name, count in self.node_pods.items() if count > 0}
 
-    def allocated_milli(self, names: Iterable[str]) -> int:
-        return sum(self.node_milli.get(name, 0) for name in names)
+    def allocated_milli(self, names: Set[str]) -> int:
+        """GPU milli held on these nodes (a walk over the busy nodes only)."""
+        return sum(milli for name, milli in self.node_milli.items() if name in names)
 
     # ------------------------------------------------------------------ internals
+    def _put_node(self, node: Node) -> None:
+        old = self.nodes.get(node.name)
+        if old is not None and old.spec.pool != node.spec.pool:
+            self._drop_node(node.name)
+        self.nodes[node.name] = node
+        members = self._pool_nodes.setdefault(node.spec.pool or "", {})
+        if node.name not in members:
+            self._order.pop(node.spec.pool or "", None)
+        members[node.name] = node
+
+    def _drop_node(self, name: str) -> None:
+        old = self.nodes.pop(name, None)
+        if old is None:
+            return
+        members = self._pool_nodes.get(old.spec.pool or "", {})
+        members.pop(name, None)
+        self._order.pop(old.spec.pool or "", None)
+
     def _put_pod(self, pod: Pod) -> None:
         if pod.terminated:
             return
