@@ -191,3 +191,14 @@ def test_pods_of_one_template_are_translated_once_and_any_difference_counts(chan
     other = pod_request(_changed(change), config)
     assert other != base
     assert pod_request(_changed(change), KubeConfig(shared_gpu_milli=config.shared_gpu_milli)) == other
+
+
+def test_gpu_model_aliases_in_labels_and_selectors_are_the_catalogues_names() -> None:
+    """A node labelled `H100` and a pod selecting `H100` both mean H100-80GB, the name a pool or job of
+    the embedded world is stored under: placement compares the names exactly."""
+    labelled = node_spec(node("n", labels={"gpufleet.io/gpu-model": "H100"}), CFG)
+    assert labelled.gpu_model == "H100-80GB"
+    asking = pod("x", node_selector={"gpufleet.io/gpu-model": "nvidia h100 80gb hbm3"})
+    assert pod_request(asking, CFG).gpu_models == ("H100-80GB",)
+    unknown = node_spec(node("m", labels={"gpufleet.io/gpu-model": "MI300X"}), CFG)
+    assert unknown.gpu_model == "MI300X"  # a model the catalogue lacks keeps its name

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
 from gpufleet.api.resource import GROUP
@@ -194,10 +195,11 @@ def _pod_request(pod: Json, config: KubeConfig) -> PodRequest:
         milli = config.shared_gpu_milli
     selector = dict(spec.get("nodeSelector") or {})
     models: tuple[str, ...] = ()
+    # Canonical, as nodes' models are (`kube.nodes.gpu_model`): a selector written `H100` means H100-80GB.
     if GPU_MODEL_LABEL in selector:
-        models = (selector.pop(GPU_MODEL_LABEL),)
+        models = (canonical_name(selector.pop(GPU_MODEL_LABEL)),)
     elif PRODUCT_LABEL in selector:
-        models = (model_of_product(selector.pop(PRODUCT_LABEL)),)
+        models = (canonical_name(model_of_product(selector.pop(PRODUCT_LABEL))),)
     return PodRequest(
         cpu_milli=requests.get("cpu", 0),
         memory_mib=requests.get("memory", 0),

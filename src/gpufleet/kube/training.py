@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import PendingReason
@@ -195,8 +196,8 @@ def pod_from_template(
         annotated[CUDA_VERSION_ANNOTATION] = request.cuda_version
     selector = dict(pod_spec.get("nodeSelector") or {})
     selector.update(request.node_selector or {})
-    if len(request.gpu_models) == 1:
-        selector[GPU_MODEL_LABEL] = request.gpu_models[0]
+    if len(request.gpu_models) == 1:  # the job as the API server keeps it may name an alias (`H100`)
+        selector[GPU_MODEL_LABEL] = canonical_name(request.gpu_models[0])
     tolerations = list(pod_spec.get("tolerations") or [])
     tolerations += [t.model_dump(exclude_defaults=True) for t in request.tolerations or []]
     resources = resources_of(request)
