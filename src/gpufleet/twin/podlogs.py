@@ -35,7 +35,14 @@ OwnerKey = tuple[str, str, str]
 class LogLine:
     number: int
     pod: str
-    text: str
+    at: float
+    """When it happened, in fleet seconds (formatted only when read: the simulator writes many)."""
+    said: str
+
+    @property
+    def text(self) -> str:
+        """The line as printed: the fleet time, then what happened."""
+        return f"{datetime.fromtimestamp(self.at, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')} {self.said}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +68,6 @@ class PodLogBook:
     def write(self, key: PodKey, now: float, text: str, *, owner: tuple[str, str] | None = None) -> None:
         """Adds a line to the pod's log, stamped with the fleet time `now` (seconds); `owner` (kind,
         name), given with a pod's first line, files the pod under the object it serves."""
-        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._lock:
             log = self._logs.get(key)
             if log is None:
@@ -71,7 +77,7 @@ class PodLogBook:
                 while len(self._logs) > self._pods:
                     self._forget(next(iter(self._logs)))  # the pod first logged longest ago
             self._written += 1
-            log.append(LogLine(self._written, key[1], f"{stamp} {text}"))
+            log.append(LogLine(self._written, key[1], now, text))
 
     def has(self, key: PodKey) -> bool:
         with self._lock:
