@@ -39,6 +39,14 @@ def handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if self.command == "GET" and query.get("watch") == "true":
                 self._watch(url.path, query)
                 return
+            if self.command == "GET" and url.path.endswith("/log"):  # pods/log: plain text
+                try:
+                    text = "".join(line + "\n" for line in api.lines(url.path, query=query))
+                except ApiError as exc:
+                    self._send(exc.status, json.dumps(exc.body).encode())
+                    return
+                self._send(200, text.encode(), content_type="text/plain")
+                return
             try:
                 answer = api.request(
                     self.command,
@@ -52,9 +60,9 @@ def handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 answer, code = exc.body or {"message": exc.message}, exc.status
             self._send(code, json.dumps(answer).encode())
 
-        def _send(self, code: int, data: bytes) -> None:
+        def _send(self, code: int, data: bytes, content_type: str = "application/json") -> None:
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -24,6 +24,11 @@ Name = Annotated[str, typer.Argument(metavar="NAME", help="The job's name.")]
 Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", metavar="NS", help="Namespace [default: default].")
 ]
+Kubeconfig = Annotated[
+    str | None,
+    typer.Option("--kubeconfig", metavar="FILE", help="Suspend a cluster's job, through its API server."),
+]
+Context = Annotated[str | None, typer.Option("--context", metavar="NAME", help="Kubeconfig context.")]
 Server = Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")]
 Token = Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")]
 State = Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")]
@@ -63,34 +68,57 @@ def _run(
     server: str | None,
     token: str | None,
     state: str | None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
 ) -> None:
     from gpufleet.cli.control import connect, namespace_of
 
     where = namespace_of(namespace, False) or "default"
-    changed = set_suspend(connect(server, token, state), kind, name, where, value)
+    if kubeconfig is not None or context is not None:
+        changed = _set_in_cluster(kind, name, where, value, kubeconfig, context)
+    else:
+        changed = set_suspend(connect(server, token, state), kind, name, where, value)
     verb = "suspended" if value else "resumed"
     console().print(f"trainingjob/{where}/{name} {verb if changed else 'already ' + verb}")
+
+
+def _set_in_cluster(
+    kind: str, name: str, namespace: str, value: bool, kubeconfig: str | None, context: str | None
+) -> bool:
+    from gpufleet.cli.kube import _transport
+    from gpufleet.cli.logs import KINDS
+    from gpufleet.kube.suspend import set_suspend as set_in_cluster
+
+    if KINDS.get(kind.lower()) not in SUSPENDABLE:
+        raise ValidationError(
+            f"only a {', '.join(SUSPENDABLE)} can be suspended, not {kind!r}", obj=name, field="kind"
+        )
+    return set_in_cluster(_transport(kubeconfig, context), namespace, name, value)
 
 
 def suspend(
     kind: Kind,
     name: Name,
     namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
     """Stops a job and releases its GPUs, as a preemption would, until it is resumed."""
-    _run(kind, name, namespace, True, server, token, state)
+    _run(kind, name, namespace, True, server, token, state, kubeconfig, context)
 
 
 def resume(
     kind: Kind,
     name: Name,
     namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
     """Queues a suspended job again; it restarts from its last checkpoint."""
-    _run(kind, name, namespace, False, server, token, state)
+    _run(kind, name, namespace, False, server, token, state, kubeconfig, context)
