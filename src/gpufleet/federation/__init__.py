@@ -2,6 +2,8 @@
 
 The manager holds the queues and their quota over the whole fleet; each worker cluster reports a
 summary of its capacity (`summary`), and the dispatcher (`dispatch`, over `take`) chooses the cluster of
-each admitted workload from those summaries, never from every node. These modules are pure, like the
-scheduling core; talking to workers (the Cluster controller, a WorkerClient per world) builds on them.
+each admitted workload from those summaries, never from every node. The lease rule (`lease`) keeps a
+workload in one cluster at a time; `failover` runs both on fleet time. These are pure, like the
+scheduling core. `convert`, `manager` and `controller` connect them to the Cluster and Queue objects
+and the Store protocol; docs/federation.md has the decisions and what is left.
 """
