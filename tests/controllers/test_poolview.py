@@ -17,13 +17,13 @@ from gpufleet.controllers.poolview import PoolView
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 from gpufleet.twin.driver import Runtime
-from gpufleet.twin.twin import NodeLoss, Twin
+from gpufleet.twin.twin import NodeLoss, SpotInterruption, Twin
 
 FLEET = """
 apiVersion: gpufleet.io/v1alpha1
 kind: GPUPool
 metadata: {name: fixed}
-spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, pricePerGPUHour: 3.0}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, pricePerGPUHour: 3.0, capacityType: spot}
 ---
 apiVersion: gpufleet.io/v1alpha1
 kind: GPUPool
@@ -57,6 +57,12 @@ def snapshot(view: PoolView) -> dict[str, object]:
         "busy": view.busy(),
         "milli": dict(view.node_milli),
         "demanding": {key: w.metadata.resource_version for key, w in view.demanding.items()},
+        "pools' counts": {
+            pool: (sorted(g.members), g.ready, g.lost, g.interrupted, g.ready_milli)
+            for pool, g in view.groups.items()
+            if g.members
+        },
+        "pools' nodes in order": {pool: [n.name for n in view.nodes_of(pool)] for pool in view.pools},
     }
 
 
@@ -94,6 +100,13 @@ def test_the_view_matches_the_store_through_scaling_failures_and_compaction(tmp_
     for _ in range(10):
         runtime.run_for(60)
         assert snapshot(controller.view) == fresh(store)
+    # A spot notice: the node stops counting toward the pool's size, a replacement comes first.
+    noticed = store.list("Node", label_selector={"gpufleet.io/pool": "fixed"}).items[0].name
+    twin.inject(SpotInterruption(node=noticed))
+    for _ in range(4):
+        runtime.run_for(45)
+        assert snapshot(controller.view) == fresh(store)
+    assert noticed not in {n.name for n in store.list("Node")}
     # With a retention of 50 events the log was compacted many times; the view still agrees, and
     # the pools were scaled back down and counted their idle time.
     runtime.run_for(1800)

@@ -74,10 +74,10 @@ class PoolController(Reconciler):
         super().__init__(store)
         self.status_period = status_period
         """Seconds between two looks at a pool that nothing changed (its idle GPU-hours accrue)."""
-        self.node_pool: dict[str, str] = {}
-        """node -> pool, so that a pod event finds its pool without a read."""
         self.view = PoolView(store)
         """Pools, nodes, live pods and node demands, kept from events instead of listed each time."""
+        self.node_pool = self.view.node_pool
+        """node -> pool, so that a pod event finds its pool without a read."""
 
     def resync(self, now: float) -> None:
         self.view.relist()
@@ -113,15 +113,20 @@ class PoolController(Reconciler):
                 self.enqueue(later, now)
         pools = view.pools
         pool = pools.get(name)
-        nodes = view.nodes_of(name)
         if pool is None:
-            for node in nodes:
+            for node in view.nodes_of(name):
                 self._delete_node(node.name)
             metrics.forget_pool(name)
             return None
         metrics.record_pool(name, pool.spec.price_per_gpu_hour)
-        for node in nodes:
-            self.node_pool[node.name] = name
+        group = view.group(name)
+        steady = len(group.members) - len(group.interrupted) == pool.spec.nodes
+        if pool.spec.autoscaling is None and steady and not group.lost:
+            # At its size with nothing lost (most reconciles: a pod came or went), nothing is made
+            # or removed; the status comes from the view's counts without a walk over the nodes.
+            self._write_status(pool, len(group.members), len(group.ready), group.ready_milli, {}, now)
+            return self.status_period
+        nodes = view.nodes_of(name)
         busy = view.busy()
         for node in [n for n in nodes if n.status.phase == "Lost"]:
             self._delete_node(node.name)
@@ -136,7 +141,8 @@ class PoolController(Reconciler):
             plan = self._plan(pool, pools, counted, busy, _room(pools, view.nodes.values(), busy))
             removed, idle_since, wake = self._autoscale(pool, counted, busy, plan, now)
         nodes = [n for n in nodes if n.name not in removed]
-        self._write_status(pool, nodes, idle_since, now)
+        ready = {n.name for n in nodes if n.status.phase == "Ready"}
+        self._write_status(pool, len(nodes), len(ready), view.allocated_milli(ready), idle_since, now)
         return min(self.status_period, wake) if wake is not None else self.status_period
 
     # ------------------------------------------------------------------ static
@@ -309,12 +315,18 @@ class PoolController(Reconciler):
 
     # --------------------------------------------------------------------- status
     def _write_status(
-        self, pool: GPUPool, nodes: list[Node], idle_since: dict[str, float], now: float
+        self,
+        pool: GPUPool,
+        nodes: int,
+        ready: int,
+        allocated: int,
+        idle_since: dict[str, float],
+        now: float,
     ) -> None:
+        """`nodes` and `ready`: how many nodes the pool has and how many are Ready; `allocated`: the
+        GPU milli held on the Ready ones."""
         spec = pool.spec
-        ready = [n for n in nodes if n.status.phase == "Ready"]
-        allocated = self.view.allocated_milli({n.name for n in ready})
-        gpus = len(ready) * spec.gpus_per_node
+        gpus = ready * spec.gpus_per_node
         old = pool.status
         counted = to_seconds(old.idle_counted_time)
         since = now if counted is None else counted
@@ -327,8 +339,8 @@ class PoolController(Reconciler):
                 "idle_gpus": round(max(0.0, gpus - allocated / 1000), 3),
                 "idle_counted_time": to_datetime(now),
                 "idle_since": {name: to_datetime(t) for name, t in sorted(idle_since.items())},
-                "nodes": len(nodes),
-                "ready_nodes": len(ready),
+                "nodes": nodes,
+                "ready_nodes": ready,
                 "gpus": gpus,
                 "allocated_gpu_milli": allocated,
                 "conditions": set_condition(
@@ -337,7 +349,7 @@ class PoolController(Reconciler):
                         type="Ready",
                         status="True" if ready or not nodes else "False",
                         reason="NodesReady" if ready else "Provisioning",
-                        message=f"{len(ready)}/{len(nodes)} nodes ready",
+                        message=f"{ready}/{nodes} nodes ready",
                     ),
                     now=to_datetime(now),
                 ),

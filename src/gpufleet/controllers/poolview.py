@@ -16,7 +16,7 @@ GPU milli), and workloads only while they carry a node demand.
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.api.errors import GoneError
 from gpufleet.api.pool import GPUPool
@@ -44,6 +44,22 @@ def pod_use(pod: Pod) -> PodUse:
     return PodUse(pod.spec.node_name, len(pod.spec.gpus) * pod.spec.gpu_milli + (1000 if pod.spec.mig else 0))
 
 
+@dataclass(slots=True)
+class PoolNodes:
+    """One pool's nodes and their counts, kept up to date as nodes and pods change, so that the
+    reconcile of a pool at its size reads counts instead of walking every node."""
+
+    members: dict[str, Node] = field(default_factory=dict)
+    ready: set[str] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
+    interrupted: set[str] = field(default_factory=set)
+    """Not lost, under a spot interruption notice (no longer counted toward the pool's size)."""
+    ready_milli: int = 0
+    """GPU milli held by live pods on the Ready nodes."""
+    order: list[str] | None = None
+    """Member names in order, until a node comes or goes."""
+
+
 class PoolView:
     """Pools, nodes, live pods and node-demanding workloads, from one list and then from events."""
 
@@ -51,9 +67,9 @@ class PoolView:
         self.store = store
         self.pools: dict[str, GPUPool] = {}
         self.nodes: dict[str, Node] = {}
-        self._pool_nodes: dict[str, dict[str, Node]] = {}
-        self._order: dict[str, list[str]] = {}
-        """Each pool's node names in order, until a node of it comes or goes."""
+        self.groups: dict[str, PoolNodes] = {}
+        self.node_pool: dict[str, str] = {}
+        """node -> pool of every node seen, deleted ones too (a pod's last events may come later)."""
         self.pods: dict[PodKey, PodUse] = {}
         self.demanding: dict[WorkloadKey, WorkloadObject] = {}
         """Workloads whose status carries a node demand; the others never concern the autoscaler."""
@@ -70,12 +86,12 @@ class PoolView:
         nothing written meanwhile is missed (applying an event twice is harmless)."""
         head = int(self.store.resource_version)
         self.pools = {p.name: p for p in self.store.list(GPUPool)}
-        self.nodes, self._pool_nodes, self._order = {}, {}, {}
-        for node in self.store.list(Node):
-            self._put_node(node)
+        self.nodes, self.groups = {}, {}
         self.pods, self.node_pods, self.node_milli = {}, {}, {}
         for pod in self.store.list(Pod):
             self._put_pod(pod)
+        for node in self.store.list(Node):
+            self._put_node(node)
         self.demanding = {}
         for workload in self.store.list(WorkloadObject):
             self._put_workload(workload, deleted=False)
@@ -137,11 +153,16 @@ class PoolView:
     # ------------------------------------------------------------------ reads
     def nodes_of(self, pool: str) -> list[Node]:
         """The pool's nodes in name order (the order the store lists them in)."""
-        nodes = self._pool_nodes.get(pool, {})
-        order = self._order.get(pool)
-        if order is None:
-            order = self._order[pool] = sorted(nodes)
-        return [nodes[name] for name in order]
+        group = self.group(pool)
+        if group.order is None:
+            group.order = sorted(group.members)
+        return [group.members[name] for name in group.order]
+
+    def group(self, pool: str) -> PoolNodes:
+        found = self.groups.get(pool)
+        if found is None:
+            found = self.groups[pool] = PoolNodes()
+        return found
 
     def busy(self) -> set[str]:
         """Names of the nodes that hold a live pod."""
@@ -154,21 +175,45 @@ class PoolView:
     # ------------------------------------------------------------------ internals
     def _put_node(self, node: Node) -> None:
         old = self.nodes.get(node.name)
-        if old is not None and old.spec.pool != node.spec.pool:
-            self._drop_node(node.name)
+        if old is not None:
+            self._unindex(old, moved=old.spec.pool != node.spec.pool)
         self.nodes[node.name] = node
-        members = self._pool_nodes.setdefault(node.spec.pool or "", {})
-        if node.name not in members:
-            self._order.pop(node.spec.pool or "", None)
-        members[node.name] = node
+        pool = node.spec.pool or ""
+        self.node_pool[node.name] = pool
+        group = self.group(pool)
+        if node.name not in group.members:
+            group.order = None
+        group.members[node.name] = node
+        if node.status.phase == "Lost":
+            group.lost.add(node.name)
+        elif node.status.interruption_time is not None:
+            group.interrupted.add(node.name)
+        if node.status.phase == "Ready":
+            group.ready.add(node.name)
+            group.ready_milli += self.node_milli.get(node.name, 0)
 
     def _drop_node(self, name: str) -> None:
         old = self.nodes.pop(name, None)
-        if old is None:
-            return
-        members = self._pool_nodes.get(old.spec.pool or "", {})
-        members.pop(name, None)
-        self._order.pop(old.spec.pool or "", None)
+        if old is not None:
+            self._unindex(old, moved=True)
+
+    def _unindex(self, node: Node, *, moved: bool) -> None:
+        """Takes the node out of its pool's counts (and membership, when it goes or moves)."""
+        group = self.group(node.spec.pool or "")
+        if node.name in group.ready:
+            group.ready.discard(node.name)
+            group.ready_milli -= self.node_milli.get(node.name, 0)
+        group.lost.discard(node.name)
+        group.interrupted.discard(node.name)
+        if moved:
+            group.members.pop(node.name, None)
+            group.order = None
+
+    def _ready_group(self, node: str) -> PoolNodes | None:
+        """The pool counts of a Ready node (None if the node is unknown or not Ready)."""
+        pool = self.node_pool.get(node)
+        group = self.groups.get(pool) if pool is not None else None
+        return group if group is not None and node in group.ready else None
 
     def _put_pod(self, pod: Pod) -> None:
         if pod.terminated:
@@ -177,11 +222,17 @@ class PoolView:
         self.pods[(pod.namespace or "", pod.name)] = use
         self.node_pods[use.node] = self.node_pods.get(use.node, 0) + 1
         self.node_milli[use.node] = self.node_milli.get(use.node, 0) + use.gpu_milli
+        group = self._ready_group(use.node)
+        if group is not None:
+            group.ready_milli += use.gpu_milli
 
     def _drop_pod(self, key: PodKey) -> None:
         use = self.pods.pop(key, None)
         if use is None:
             return
+        group = self._ready_group(use.node)
+        if group is not None:
+            group.ready_milli -= use.gpu_milli
         left = self.node_pods[use.node] - 1
         if left:
             self.node_pods[use.node] = left
