@@ -182,15 +182,33 @@ def test_a_paged_first_list_hands_over_the_known_first_objects_then_each_page(ap
 
     informer.add_handler(note)
     informer.relist()
-    # The bound pods first, before anyone may use the cache; then the pages, while ready and not synced.
+    # The bound pods and the first page before anyone may use the cache; then the other pages, while
+    # ready and not synced.
     assert seen[:2] == [("ADDED", "y-gone", False, False), ("ADDED", "z-bound", False, False)]
     assert [s[1] for s in seen[2:7]] == ["a", "b", "c", "d", "e"]
-    assert all(s[2] and not s[3] for s in seen[2:])
+    assert not any(s[2] for s in seen[2:4])
+    assert all(s[2] and not s[3] for s in seen[4:])
     assert seen[-1][:2] == ("DELETED", "y-gone")  # missing from the pages: gone
     assert informer.synced and sorted(informer.keys()) == [f"ns/{n}" for n in "abcde"] + ["ns/z-bound"]
     api.put("/api/v1/namespaces/ns/pods", pending_pod("f"))
     informer.step()  # the watch starts where the pages' snapshot was
     assert seen[-1][:2] == ("ADDED", "f")
+
+
+def test_held_pages_wait_for_the_consumer_after_the_first(api: FakeApiServer) -> None:
+    for name in ("a", "b", "c", "d", "e"):
+        api.put("/api/v1/namespaces/ns/pods", pending_pod(name))
+    informer = Informer(api, POD, watch_seconds=1, page_size=2, hold_pages=True)
+    lister = threading.Thread(target=informer.relist, daemon=True)
+    lister.start()
+    assert informer.wait_until_ready(5)
+    lister.join(0.3)
+    # The consumer has the first page; the rest waits for it rather than competing with its first pass.
+    assert lister.is_alive() and not informer.synced
+    assert sorted(informer.keys()) == ["ns/a", "ns/b"]
+    informer.release_pages()
+    lister.join(5)
+    assert informer.synced and len(informer.keys()) == 5
 
 
 def test_without_paging_ready_and_synced_come_together(api: FakeApiServer) -> None:

@@ -31,6 +31,9 @@ Handler = Callable[[str, Json | None, Json | None], None]
 """Called as `handler(event, old, new)` with event ADDED (old None), MODIFIED or DELETED (new None)."""
 
 WATCH_SECONDS = 300
+HOLD_PAGES_SECONDS = 2.0
+"""How long a paged first list that holds its pages (`hold_pages`) waits after the first page for
+`release_pages`: a consumer that never comes does not keep the informer from syncing."""
 
 HANDLER_ERRORS = Counter(
     "gpufleet_informer_handler_errors",
@@ -79,10 +82,14 @@ class Informer:
         watch_seconds: int = WATCH_SECONDS,
         page_size: int | None = None,
         known_first: str | None = None,
+        hold_pages: bool = False,
     ) -> None:
         """`page_size`: the first list is read in pages, each handed to the handlers as it arrives, and
         `known_first` (a field selector) names the objects listed whole before the first page; `ready`
-        is set once they are known, `synced` once every page is in (see `relist`)."""
+        is set once they and the first page are known, `synced` once every page is in (see `relist`).
+        `hold_pages`: the pages after the first wait for `release_pages` (at most
+        `HOLD_PAGES_SECONDS`), so a consumer's first pass over the first page does not share the
+        process with decoding the rest."""
         self.resource = resource
         self._api = transport
         self._namespace = namespace
@@ -102,6 +109,9 @@ class Informer:
         self._ready = threading.Event()
         self._page_size = page_size
         self._known_first = known_first
+        self._pages_released = threading.Event()
+        if not hold_pages:
+            self._pages_released.set()
         self.resource_version: str | None = None
         self.relists = 0
 
@@ -127,6 +137,10 @@ class Informer:
             for obj in self._items.values():
                 handler("ADDED", None, obj)
 
+    def release_pages(self) -> None:
+        """Lets a paged first list that holds its pages go on reading them."""
+        self._pages_released.set()
+
     @property
     def synced(self) -> bool:
         return self._synced.is_set()
@@ -137,7 +151,7 @@ class Informer:
     @property
     def ready(self) -> bool:
         """Whether the objects that must be known first are: all of them once synced; with paging, the
-        `known_first` ones as soon as their own list is in, while the pages of the rest still come."""
+        `known_first` ones and the first page, while the pages of the rest still come."""
         return self._ready.is_set()
 
     def wait_until_ready(self, timeout: float | None = None) -> bool:
@@ -227,7 +241,6 @@ class Informer:
             query["fieldSelector"] = f"{own},{self._known_first}" if own else self._known_first
             query["resourceVersion"] = "0"
             self._upsert(self._api.request("GET", path, query=query).get("items", []))
-        self._ready.set()
         seen: set[str] = set()
         version: str | None = None
         token: str | None = None
@@ -238,8 +251,10 @@ class Informer:
             meta = answer.get("metadata", {})
             version = version or str(meta.get("resourceVersion", "0"))
             token = meta.get("continue") or None
+            self._ready.set()  # the first pass need not wait for more than the first page
             if token is None:
                 break
+            self._pages_released.wait(HOLD_PAGES_SECONDS)
         with self._lock:
             for key in [k for k in self._items if k not in seen]:
                 self._fire("DELETED", self._items.pop(key), None)
@@ -377,9 +392,10 @@ class Informers:
         field_selector: str | None = None,
         page_size: int | None = None,
         known_first: str | None = None,
+        hold_pages: bool = False,
     ) -> Informer:
-        """The shared informer of that resource and selection; `page_size` and `known_first` (see
-        `Informer`) apply when this call makes it."""
+        """The shared informer of that resource and selection; `page_size`, `known_first` and
+        `hold_pages` (see `Informer`) apply when this call makes it."""
         key = (resource.collection(namespace), namespace, label_selector, field_selector)
         found = self._informers.get(key)
         if found is None:
@@ -391,6 +407,7 @@ class Informers:
                 field_selector=field_selector,
                 page_size=page_size,
                 known_first=known_first,
+                hold_pages=hold_pages,
                 **self._options,
             )
             self._informers[key] = found

@@ -210,6 +210,7 @@ class KubeScheduler:
         for name, workload in self.refused.items():
             cache.pending.setdefault(name, workload)
         self.stats.passes += 1
+        self.pods.release_pages()  # the first pass is over: the rest of the first list may come
         self._collect_binds()
         if listing:  # reasons and counts said now would be about a partial picture
             return outcome.last

@@ -18,7 +18,9 @@ from gpufleet.kube.resources import NODE, POD
 POD_PAGE = 500
 """Pods per page of the first list: scheduling starts with the first page."""
 BOUND = "spec.nodeName!="
-"""The pods listed whole before the first page: the bound ones, which hold capacity."""
+"""The pods listed whole before the first page: the bound ones, which hold capacity. The pages after
+the first are held until the scheduler's first pass is over (`Informer.hold_pages`): its first binds
+do not wait for the process to decode the rest of a large backlog."""
 
 
 class SchedulerInformers(NamedTuple):
@@ -30,5 +32,5 @@ def scheduler_informers(informers: Informers) -> SchedulerInformers:
     """The Node and Pod informers the scheduler reads, made in `informers` if they are not yet."""
     return SchedulerInformers(
         nodes=informers.informer(NODE),
-        pods=informers.informer(POD, page_size=POD_PAGE, known_first=BOUND),
+        pods=informers.informer(POD, page_size=POD_PAGE, known_first=BOUND, hold_pages=True),
     )
