@@ -88,7 +88,7 @@ def test_wide_listing_names_nodes_and_suspend_resume_move_the_gpus(
     assert "Resumed" in described
 
     refused = cli("suspend", "queue", "team-a")
-    assert refused.code == 2 and "only a TrainingJob can be suspended" in refused.err
+    assert refused.code == 2 and "only a TrainingJob or InferenceService can be suspended" in refused.err
     assert cli("suspend", "tj", "nothing", "-n", "team-a").code == 1
 
 

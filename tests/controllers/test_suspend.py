@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api import load_objects
+from gpufleet.api.inference import InferenceService
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.runtime import Node, NodeSpec, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob
+from gpufleet.controllers.inference import InferenceServiceController
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.controllers.training import TrainingJobController
@@ -106,3 +108,45 @@ def test_a_job_suspended_before_it_starts_never_takes_gpus(store: SqliteStore) -
     set_suspend(store, "first", False)
     settle(manager, 10.0)
     assert store.get(TrainingJob, "first", "ml").status.phase == "Admitted"
+
+
+SERVICE = """
+apiVersion: gpufleet.io/v1alpha1
+kind: InferenceService
+metadata: {name: chat, namespace: ml}
+spec: {replicas: {min: 2, max: 2}, replica: {gpus: 8}}
+"""
+
+
+def test_a_suspended_service_releases_every_replica_and_gets_them_back(store: SqliteStore) -> None:
+    world(store)
+    manager = ControllerManager(
+        store, [SchedulingController(store), TrainingJobController(store), InferenceServiceController(store)]
+    )
+    for obj in load_objects(SERVICE):
+        store.apply(obj)
+    settle(manager, 0.0)
+    for obj in load_objects(JOBS.split("---")[0]):
+        store.apply(obj)
+    settle(manager, 1.0)
+    assert phases(store) == {"first": "Pending"}  # the service's two replicas hold both nodes
+
+    set_service_suspend(store, True)
+    settle(manager, 10.0)
+    service = store.get(InferenceService, "chat", "ml")
+    suspended = next(c for c in service.status.conditions if c.type == "Suspended")
+    assert service.status.phase == "Suspended" and suspended.status == "True"
+    assert service.status.desired_replicas == 0
+    assert phases(store) == {"first": "Admitted"}  # its GPUs went to the waiting job
+
+    set_service_suspend(store, False)
+    settle(manager, 20.0)
+    service = store.get(InferenceService, "chat", "ml")
+    assert service.status.phase == "Pending" and service.status.desired_replicas == 2
+    resumed = next(c for c in service.status.conditions if c.type == "Suspended")
+    assert (resumed.status, resumed.reason) == ("False", "Resumed")
+
+
+def set_service_suspend(store: SqliteStore, value: bool) -> None:
+    service = store.get(InferenceService, "chat", "ml")
+    store.update(service.model_copy(update={"spec": service.spec.model_copy(update={"suspend": value})}))

@@ -272,3 +272,29 @@ def test_a_failed_replica_is_replaced_and_the_service_deletion_collects_everythi
     sync(op)
     assert not replicas(api)
     assert ("team-a", "chat") not in api.objects.get("/v1/services", {})
+
+
+def test_a_suspended_service_deletes_its_replicas_and_resuming_brings_them_back(
+    api: FakeApiServer, world
+) -> None:
+    clock, sched = world
+    make_service(api, replicas={"min": 2, "max": 4})
+    op = Operator(api, clock=clock, nodes=False)
+    sync(op)
+    run(sched)
+    make_ready(api)
+    sync(op)
+    assert status(api)["phase"] == "Running" and set(replicas(api)) == {"chat-0", "chat-1"}
+    api.objects["gpufleet.io/v1alpha1/inferenceservices"][KEY]["spec"]["suspend"] = True
+    sync(op)
+    assert replicas(api) == {}
+    suspended = status(api)
+    assert suspended["phase"] == "Suspended" and suspended["desiredReplicas"] == 0
+    assert (condition(api, "Suspended")["status"], condition(api, "Suspended")["reason"]) == (
+        "True",
+        "Suspended",
+    )
+    api.objects["gpufleet.io/v1alpha1/inferenceservices"][KEY]["spec"]["suspend"] = False
+    sync(op)
+    assert len(replicas(api)) == 2 and status(api)["phase"] == "Pending"
+    assert condition(api, "Suspended")["reason"] == "Resumed"

@@ -13,7 +13,7 @@ from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.training import DEFAULT_QUEUE
 
-ServicePhase = Literal["Pending", "Running", "Failed"]
+ServicePhase = Literal["Pending", "Running", "Failed", "Suspended"]
 
 
 class ReplicaRange(ApiModel):
@@ -73,6 +73,11 @@ class InferenceServiceSpec(ApiModel):
     )
     rollout: Rollout = Field(default_factory=Rollout, description="How a new version replaces the old.")
     preemptible: bool = Field(default=False, description="Whether the scheduler may evict its replicas.")
+    suspend: bool = Field(
+        default=False,
+        description="true: every replica is removed and its GPUs released; false again: the replicas "
+        "come back (Kueue's stop and resume).",
+    )
 
     @model_validator(mode="after")
     def _template_asks_for_no_other_gpus(self, info: ValidationInfo) -> InferenceServiceSpec:
@@ -82,7 +87,7 @@ class InferenceServiceSpec(ApiModel):
 
 
 class InferenceServiceStatus(ObjectStatus):
-    phase: ServicePhase = Field(default="Pending", description="Pending, Running or Failed.")
+    phase: ServicePhase = Field(default="Pending", description="Pending, Running, Failed or Suspended.")
     desired_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler wants.")
     ready_replicas: int = Field(default=0, ge=0, description="Replicas serving.")
 

@@ -16,11 +16,11 @@ from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.cli.client import Client
 from gpufleet.cli.output import console
 
-SUSPENDABLE = ("TrainingJob",)
+SUSPENDABLE = ("TrainingJob", "InferenceService")
 """The kinds with a `spec.suspend`."""
 
-Kind = Annotated[str, typer.Argument(metavar="KIND", help="trainingjob (tj).")]
-Name = Annotated[str, typer.Argument(metavar="NAME", help="The job's name.")]
+Kind = Annotated[str, typer.Argument(metavar="KIND", help="trainingjob (tj) or inferenceservice (isvc).")]
+Name = Annotated[str, typer.Argument(metavar="NAME", help="The job's or service's name.")]
 Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", metavar="NS", help="Namespace [default: default].")
 ]
@@ -44,7 +44,7 @@ def set_suspend(client: Client, kind: str, name: str, namespace: str, value: boo
     rtype = client.resource_type(kind)
     if rtype.kind not in SUSPENDABLE:
         raise ValidationError(
-            f"only a {', '.join(SUSPENDABLE)} can be suspended, not a {rtype.kind}", obj=name, field="kind"
+            f"only a {' or '.join(SUSPENDABLE)} can be suspended, not a {rtype.kind}", obj=name, field="kind"
         )
     for _ in range(5):
         obj = client.read(rtype, name, namespace)
@@ -72,6 +72,7 @@ def _run(
     context: str | None = None,
 ) -> None:
     from gpufleet.cli.control import connect, namespace_of
+    from gpufleet.cli.logs import KINDS
 
     where = namespace_of(namespace, False) or "default"
     if kubeconfig is not None or context is not None:
@@ -79,7 +80,8 @@ def _run(
     else:
         changed = set_suspend(connect(server, token, state), kind, name, where, value)
     verb = "suspended" if value else "resumed"
-    console().print(f"trainingjob/{where}/{name} {verb if changed else 'already ' + verb}")
+    what = KINDS.get(kind.lower(), kind).lower()
+    console().print(f"{what}/{where}/{name} {verb if changed else 'already ' + verb}")
 
 
 def _set_in_cluster(
@@ -89,11 +91,12 @@ def _set_in_cluster(
     from gpufleet.cli.logs import KINDS
     from gpufleet.kube.suspend import set_suspend as set_in_cluster
 
-    if KINDS.get(kind.lower()) not in SUSPENDABLE:
+    found = KINDS.get(kind.lower())
+    if found not in SUSPENDABLE:
         raise ValidationError(
-            f"only a {', '.join(SUSPENDABLE)} can be suspended, not {kind!r}", obj=name, field="kind"
+            f"only a {' or '.join(SUSPENDABLE)} can be suspended, not {kind!r}", obj=name, field="kind"
         )
-    return set_in_cluster(_transport(kubeconfig, context), namespace, name, value)
+    return set_in_cluster(_transport(kubeconfig, context), found, namespace, name, value)
 
 
 def suspend(

@@ -107,7 +107,7 @@ class InferenceServiceController(Reconciler):
         for replica in [r for r in replicas if r.workload.status.phase in ("Failed", "Inactive")]:
             self.store.delete(WorkloadObject, replica.workload.name, namespace)
             replicas.remove(replica)
-        desired = self._desired(service, key, replicas, now)
+        desired = servicestate.desired_replicas(service, self._desired(service, key, replicas, now))
         step = servicestate.rollout_step(
             service.spec, replicas, desired=desired, exists=self._version_exists(service)
         )

@@ -212,7 +212,7 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
     if observed.gave_up:
         message = limit_message(observed.disruptions, observed.last_disruption)
         return _finish(status, "Failed", "RestartLimitExceeded", message, now)
-    status.conditions = _suspended(status.conditions, observed.suspended, now)
+    status.conditions = suspended_condition(status.conditions, observed.suspended, now)
     if observed.suspended:
         status.phase = SUSPENDED
         status.pending_reason = None
@@ -241,15 +241,15 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
     return status
 
 
-def _suspended(conditions: list[Condition], suspended: bool, now: datetime) -> list[Condition]:
+def suspended_condition(conditions: list[Condition], suspended: bool, now: datetime) -> list[Condition]:
     """`Suspended True` while `spec.suspend` is true; `Suspended False` (Resumed) once it is not, for a
-    job that was suspended. A job never suspended gets none."""
+    job or service that was suspended. One never suspended gets none."""
     if suspended:
         why = Condition(
             type=SUSPENDED,
             status="True",
             reason=SUSPENDED,
-            message="spec.suspend is true: its workers are stopped and its GPUs released",
+            message="spec.suspend is true: its pods are stopped and its GPUs released",
         )
         return set_condition(conditions, why, now=now)
     if not any(c.type == SUSPENDED and c.status == "True" for c in conditions):

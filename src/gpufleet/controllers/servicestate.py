@@ -23,6 +23,7 @@ from typing import Generic, Protocol, TypeVar
 from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.runtime import Recommendation, ServiceLoadSpec, ServiceLoadStatus
+from gpufleet.controllers import jobstate
 from gpufleet.controllers.notice import Notice
 from gpufleet.controllers.serving import (
     AutoscalerConfig,
@@ -191,6 +192,14 @@ class ServiceObserved:
     rolling: bool
     pending: PendingReason | None
     """Why replicas wait, reported while none is ready."""
+    suspended: bool = False
+    """`spec.suspend` is true: no replica is wanted."""
+
+
+def desired_replicas(service: InferenceService, autoscaled: int) -> int:
+    """The replicas to run: the autoscaler's count, or none while the service is suspended (below its
+    minimum: a suspension releases every GPU, as a suspended job's)."""
+    return 0 if service.spec.suspend else autoscaled
 
 
 def observe(
@@ -206,6 +215,7 @@ def observe(
         missing=step.missing,
         rolling=step.rolling,
         pending=pending,
+        suspended=service.spec.suspend,
     )
 
 
@@ -229,6 +239,10 @@ def service_status(
     )
     status.conditions = set_condition(status.conditions, available, now=now)
     status.conditions = set_condition(status.conditions, _rolled_out(observed), now=now)
+    status.conditions = jobstate.suspended_condition(status.conditions, observed.suspended, now)
+    if observed.suspended:
+        status.phase = jobstate.SUSPENDED
+        status.pending_reason = None
     return status
 
 

@@ -191,7 +191,8 @@ class InferenceServiceOperator:
             self._ensure_service(raw, template)
         replicas = self._replicas(pods)
         previous = service.status
-        desired, again, metrics = self._desired(raw, service, replicas, load, now)
+        autoscaled, again, metrics = self._desired(raw, service, replicas, load, now)
+        desired = servicestate.desired_replicas(service, autoscaled)
         step = servicestate.rollout_step(
             service.spec,
             replicas,

@@ -1,5 +1,6 @@
-"""`gpufleet suspend|resume tj NAME --kubeconfig ...`: a cluster's TrainingJob's `spec.suspend` set
-with a merge patch, as `kubectl patch` would; the operator then stops or restarts the job."""
+"""`gpufleet suspend|resume tj|isvc NAME --kubeconfig ...`: a cluster's TrainingJob's or
+InferenceService's `spec.suspend` set with a merge patch, as `kubectl patch` would; the operator then
+stops or restarts it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from gpufleet.kube.resources import resource_for
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Transport
 
 
-def set_suspend(api: Transport, namespace: str, name: str, value: bool) -> bool:
-    """Sets the job's `spec.suspend`; whether that changed anything."""
-    jobs = resource_for("TrainingJob")
-    path = jobs.item(name, namespace)
+def set_suspend(api: Transport, kind: str, namespace: str, name: str, value: bool) -> bool:
+    """Sets the object's `spec.suspend`; whether that changed anything."""
+    path = resource_for(kind).item(name, namespace)
     try:
         job = api.request("GET", path)
         if bool((job.get("spec") or {}).get("suspend")) == value:
@@ -19,6 +19,6 @@ def set_suspend(api: Transport, namespace: str, name: str, value: bool) -> bool:
         api.request("PATCH", path, body={"spec": {"suspend": value}}, content_type=MERGE_PATCH)
     except ApiError as exc:
         if exc.status == 404:
-            raise NotFoundError("not found", obj=f"TrainingJob {namespace}/{name}") from None
+            raise NotFoundError("not found", obj=f"{kind} {namespace}/{name}") from None
         raise
     return True
