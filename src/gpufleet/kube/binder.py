@@ -4,7 +4,8 @@ The scheduling thread decides and assumes (the pod counts as bound in the cache 
 go out here, on a bounded pool of threads, so the next decisions never wait on the API server. One
 request per pod: the Binding carries the pod's GPU choice and quota flavor as annotations, which the
 API server merges into the pod as it sets `spec.nodeName`. A Normal `Scheduled` Event follows each
-bind, as kube-scheduler writes one.
+bind, as kube-scheduler writes one, through the one writer of `kube.event_writer`: the binding thread
+does not wait for it.
 
 What became of each bind is handed back to the scheduling thread (`drain`), which alone touches the
 cache: a bind refused for good (pod gone, bound elsewhere) drops the assumption; one that failed for
@@ -23,6 +24,7 @@ from enum import Enum
 
 from gpufleet.fleet.state import Allocation
 from gpufleet.kube.actions import Actions
+from gpufleet.kube.event_writer import EventWriter
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import ApiError, Json
 from gpufleet.observability import metrics
@@ -81,6 +83,7 @@ class Binder:
         self._on_done = on_done
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
+        self.events = EventWriter()
 
     def submit(
         self,
@@ -130,6 +133,7 @@ class Binder:
             for thread in self._threads:
                 thread.join()
         self._threads = []
+        self.events.close(wait=wait)  # after the binds, whose Events it writes
 
     def _work(self) -> None:
         while (job := self._todo.get()) is not None:
@@ -149,7 +153,10 @@ class Binder:
             log.exception("binding %s to %s failed", key, node, extra={"node": node})
             error = repr(exc)
         if result is BindResult.BOUND:
-            self.actions.scheduled(pod, node)
+            if self.workers:
+                self.events.put(lambda: self.actions.scheduled(pod, node))
+            else:  # stepped on the caller's thread (tests): the Event at once, as the bind was
+                self.actions.scheduled(pod, node)
         with self._lock:
             self._in_flight.discard(key)
         self._done.put(BindOutcome(key, job.core_name, node, result, error))

@@ -68,6 +68,11 @@ BIND_SECONDS = Histogram(
     "Wall time to carry out one admission: binding its pods (Kubernetes) or creating them (embedded).",
     buckets=BIND_BUCKETS,
 )
+EVENTS_DROPPED = Counter(
+    "gpufleet_events_dropped_total",
+    "Kubernetes Events not written because the queue of Events waiting for the API server was full "
+    "(as kube-scheduler's event broadcaster drops them).",
+)
 QUOTA_NOMINAL = Gauge(
     "gpufleet_queue_nominal_gpus", "A queue's nominal quota of a flavor, in GPUs.", ["queue", "flavor"]
 )
