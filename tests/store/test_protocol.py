@@ -185,6 +185,27 @@ def test_list_by_namespace_and_label_selector(store: SqliteStore) -> None:
     assert len(store.list(GPUPool)) == 0
 
 
+def test_label_selectors_on_prefixed_keys_select_exactly_the_matching_objects(store: SqliteStore) -> None:
+    """Equality and set clauses are also narrowed in SQL (owner lists read only their objects); what
+    a selector returns stays what its Kubernetes semantics say, for prefixed keys too."""
+    store.create(job("a", "ns", labels={"gpufleet.io/job": "x", "example.com/tier": "gold"}))
+    store.create(job("b", "ns", labels={"gpufleet.io/job": "y"}))
+    store.create(job("c", "ns", labels={"gpufleet.io/job": "x-1"}))
+    store.create(job("d", "ns"))
+
+    def names(selector: str | dict[str, str]) -> list[str]:
+        return [o.name for o in store.list(TrainingJob, namespace="ns", label_selector=selector)]
+
+    assert names({"gpufleet.io/job": "x"}) == ["a"]
+    assert names("gpufleet.io/job in (x, y)") == ["a", "b"]
+    assert names("gpufleet.io/job in (x,y),example.com/tier!=gold") == ["b"]
+    assert names("gpufleet.io/job!=x") == ["b", "c", "d"]
+    assert names("gpufleet.io/job==x-1") == ["c"]
+    assert names("example.com/tier") == ["a"]
+    assert names({"gpufleet.io/job": "z"}) == []
+    assert names({"gpufleet.io/job": "x", "example.com/tier": "gold"}) == ["a"]
+
+
 def test_resource_versions_increase_across_kinds(store: SqliteStore) -> None:
     versions = [
         store.create(pool("p")).metadata.resource_version,
