@@ -19,8 +19,10 @@ from gpufleet.observability import metrics
 
 log = logging.getLogger(__name__)
 
-CAPACITY = 1000
-"""Events waiting to be written before new ones are dropped (kube-scheduler's buffer)."""
+CAPACITY = 10_000
+"""Events waiting to be written before new ones are dropped. kube-scheduler's buffer holds 1,000, but
+its writer keeps pace with binds that go out slower; here a burst of binds runs ahead of the one
+writer, and its Events (a pod reference and a closure each) are kept rather than dropped."""
 
 
 class EventWriter:
