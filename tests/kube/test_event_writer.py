@@ -1,4 +1,4 @@
-"""The Events of binds: written in order by one thread, never holding a bind, dropped past the buffer."""
+"""The Events of binds: written in the order handed over, never holding a bind, dropped past the buffer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpufleet.observability import metrics
 
 
 def test_events_are_written_in_order_and_a_failing_one_does_not_stop_the_rest() -> None:
-    writer = EventWriter()
+    writer = EventWriter(writers=1)
     written: list[int] = []
 
     def fail() -> None:
@@ -24,7 +24,7 @@ def test_events_are_written_in_order_and_a_failing_one_does_not_stop_the_rest() 
 
 
 def test_past_the_buffer_the_newest_event_is_dropped_and_counted_and_put_never_blocks() -> None:
-    writer = EventWriter(capacity=2)
+    writer = EventWriter(capacity=2, writers=1)
     release = threading.Event()
     started = threading.Event()
     written: list[str] = []
