@@ -154,7 +154,8 @@ class Binder:
             error = repr(exc)
         if result is BindResult.BOUND:
             if self.workers:
-                self.events.put(lambda: self.actions.scheduled(pod, node))
+                about = _involved(pod)  # not the whole pod: thousands may wait behind a burst
+                self.events.put(lambda: self.actions.scheduled(about, node))
             else:  # stepped on the caller's thread (tests): the Event at once, as the bind was
                 self.actions.scheduled(pod, node)
         with self._lock:
@@ -162,3 +163,14 @@ class Binder:
         self._done.put(BindOutcome(key, job.core_name, node, result, error))
         if self._on_done is not None:
             self._on_done()
+
+
+def _involved(pod: Json) -> Json:
+    """What an Event needs of its pod (`Actions.event`'s involvedObject)."""
+    meta = pod["metadata"]
+    kept = ("name", "namespace", "uid", "resourceVersion")
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": {key: meta[key] for key in kept if key in meta},
+    }

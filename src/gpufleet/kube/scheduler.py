@@ -66,9 +66,10 @@ ADMIT_ONLY = PreemptionPolicy(
 )
 """Queue settings' preemption while the pods are being listed: none."""
 
-FIRST_BATCH = 32
+FIRST_BATCH = 8
 """Admissions of a pass's first cycle (each next cycle doubles it): the first binds go out while the
-rest of a large backlog is still being decided."""
+rest of a large backlog is still being decided. At thousands of nodes each admission scores every
+node, so the first cycle is kept to a few: 8, 16, 32... reach a backlog of 10,000 in 11 cycles."""
 
 
 class _Items(Mapping[str, Json]):
