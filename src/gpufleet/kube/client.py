@@ -111,34 +111,29 @@ class KubeTransport:
         """The lines of a plain-text answer (a pod's log), as they arrive; a followed log is read with
         a day's timeout between lines, since it ends only with the pod."""
         timeout = FOLLOW_SECONDS if query.get("follow") else REQUEST_SECONDS
+        for line in self._stream(path, query, timeout):
+            yield line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
+
+    def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
+        for line in self._stream(path, {**query, "watch": True}, timeout):
+            if not line:
+                continue
+            event = _loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise ApiError.from_status(int(status.get("code") or 500), status)
+            yield event
+
+    def _stream(self, path: str, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Any]:
+        """The lines of a GET's answer as they arrive; a refusal, or a connection lost on the way, is an
+        ApiError (status 0 for the connection), and the connection goes back to the pool either way."""
         response = self._send("GET", path, query, None, JSON, timeout)
         if not 200 <= response.status < 300:
             raw = response.data
             response.release_conn()
             raise ApiError.from_status(response.status, _decode(raw))
         try:
-            for line in _lines(response):
-                yield line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, "Unavailable", str(exc)) from None
-        finally:
-            response.release_conn()
-
-    def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
-        response = self._send("GET", path, {**query, "watch": True}, None, JSON, timeout)
-        if not 200 <= response.status < 300:
-            raw = response.data
-            response.release_conn()
-            raise ApiError.from_status(response.status, _decode(raw))
-        try:
-            for line in _lines(response):
-                if not line:
-                    continue
-                event = _loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise ApiError.from_status(int(status.get("code") or 500), status)
-                yield event
+            yield from _lines(response)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, "Unavailable", str(exc)) from None
         finally:
