@@ -5,8 +5,8 @@ fit, and one goroutine writes them to the API server one after the other; its bi
 them. Here likewise: a binding thread hands its `Scheduled` Event over and goes on to the next bind,
 and one writer thread sends the Events in the order handed over. Under a burst of binds the Events
 trail behind them (on a saturated API server, by about as long again as the burst took) instead of
-taking half of the binding threads' round trips, and past `CAPACITY` waiting Events the newest is dropped (counted in
-`gpufleet_events_dropped_total`): an Event is best effort, a bind is not.
+taking half of the binding threads' round trips, and past `CAPACITY` waiting Events the newest is
+dropped (counted in `gpufleet_events_dropped_total`): an Event is best effort, a bind is not.
 """
 
 from __future__ import annotations
