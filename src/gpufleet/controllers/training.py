@@ -107,29 +107,7 @@ class TrainingJobController(Reconciler):
 
     # ----------------------------------------------------------------- workload
     def _desired_spec(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
-        spec = job.spec
-        owner = OwnerRef(kind="TrainingJob", name=job.name)
-        return WorkloadSpec(
-            owner=owner,
-            workload_class=workload_class([owner.kind]),
-            queue=spec.queue,
-            priority=priority_value(spec.priority_class),
-            user=spec.user or "",
-            pod_sets=[
-                WorkloadPodSet(
-                    name="worker",
-                    count=spec.replicas,
-                    min_count=spec.min_replicas if spec.elastic else None,
-                    request=spec.worker,
-                )
-            ],
-            topology=spec.topology,
-            preemptible=spec.preemptible,
-            active=job.status.phase not in ("Succeeded", "Failed") and not spec.suspend,
-            last_checkpoint_time=checkpoint.spec.time if checkpoint else None,
-            backoff_seconds=spec.restart_policy.backoff_seconds,
-            max_restarts=spec.restart_policy.max_restarts,
-        )
+        return workload_spec(job, checkpoint)
 
     def _ensure_workload(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadObject:
         namespace = job.namespace or "default"
@@ -224,3 +202,31 @@ def _observed(
 def _last_disruption(workload: WorkloadObject) -> jobstate.Disruption | None:
     evictions = workload.status.evictions
     return jobstate.Disruption(evictions[-1].reason, evictions[-1].message) if evictions else None
+
+
+def workload_spec(job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
+    """The Workload a job asks for: the gang the scheduler places (also what the federation manager
+    dispatches, so both read a job the same way)."""
+    spec = job.spec
+    owner = OwnerRef(kind="TrainingJob", name=job.name)
+    return WorkloadSpec(
+        owner=owner,
+        workload_class=workload_class([owner.kind]),
+        queue=spec.queue,
+        priority=priority_value(spec.priority_class),
+        user=spec.user or "",
+        pod_sets=[
+            WorkloadPodSet(
+                name="worker",
+                count=spec.replicas,
+                min_count=spec.min_replicas if spec.elastic else None,
+                request=spec.worker,
+            )
+        ],
+        topology=spec.topology,
+        preemptible=spec.preemptible,
+        active=job.status.phase not in ("Succeeded", "Failed") and not spec.suspend,
+        last_checkpoint_time=checkpoint.spec.time if checkpoint else None,
+        backoff_seconds=spec.restart_policy.backoff_seconds,
+        max_restarts=spec.restart_policy.max_restarts,
+    )

@@ -1,0 +1,54 @@
+"""How the manager and its workers reach each other: two small protocols and the marks on managed work.
+
+- `WorkerClient`: what the manager does in a worker (create a managed TrainingJob, read it back for its
+  status, delete it when the work moves).
+- `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
+
+The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
+CLI's client); a Kubernetes one belongs in `kube/`. Keeping them behind protocols keeps this package
+free of HTTP and lets tests cut the network between planes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpufleet.api.cluster import Cluster
+from gpufleet.api.training import TrainingJob
+
+MANAGED_BY = "gpufleet.io/managed-by"
+"""On a worker's copy: the manager that dispatched it. Only such work follows the lease rule."""
+GENERATION = "gpufleet.io/assignment-generation"
+"""On both copies: which dispatch this is (1, then +1 for each re-dispatch)."""
+CLUSTER = "gpufleet.io/cluster"
+"""On the manager's object: the cluster that holds it now (absent: waiting for one)."""
+MODEL = "gpufleet.io/gpu-model"
+"""On the manager's object: the GPU model its quota was charged on."""
+MOVED = "gpufleet.io/restarts-in-other-clusters"
+"""On the manager's object: restarts from moving the job between clusters, added to the worker's count."""
+FENCED = "gpufleet.io/fenced"
+"""On a worker's copy: the worker stopped it because its lease lapsed; it never starts again there."""
+
+
+class WorkerClient(Protocol):
+    """The manager's reach into one worker. Errors raise `GpuFleetError` (unreachable included)."""
+
+    def create_job(self, job: TrainingJob) -> None: ...
+
+    def read_job(self, namespace: str, name: str) -> TrainingJob | None:
+        """The worker's copy, or None when it has none."""
+        ...
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Removes the worker's copy; no error when it has none."""
+        ...
+
+
+class ManagerLink(Protocol):
+    """A worker's reach into the manager. Errors raise `GpuFleetError` (unreachable included)."""
+
+    def read_cluster(self, name: str) -> Cluster: ...
+
+    def write_cluster_status(self, cluster: Cluster) -> Cluster:
+        """Replaces the status if `cluster`'s resourceVersion is current, else raises ConflictError."""
+        ...

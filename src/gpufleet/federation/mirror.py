@@ -1,0 +1,221 @@
+"""The manager's live loop (a `Runtime` participant of the management plane): dispatch and mirror.
+
+Each pass, at `now`:
+
+1. sets every Cluster's Ready, LeaseExpired and Draining (`ClusterConditions`);
+2. for each TrainingJob a cluster holds (annotation `gpufleet.io/cluster`): takes it back when that
+   cluster has been silent longer than its lease plus `grace_seconds` (the worker has fenced it by
+   then, `federation.worker`) or when the worker reports its copy fenced or gone; otherwise copies the
+   worker's status onto the manager's object and charges the job to its queue's fleet-wide quota;
+3. dispatches the waiting jobs, highest priority first and then oldest, with the dispatcher over the
+   Clusters' summaries (`manager_view`): the chosen worker gets a copy marked managed (suspended until
+   its lease lets it start), the manager's object records the cluster, the generation and the model;
+   a job that fits nowhere keeps the dispatcher's reason as its `pendingReason`.
+
+The manager plane runs no scheduler of its own: its jobs run only in workers. A worker is reached
+through `connect(cluster)` (a `WorkerClient`); an unreachable worker leaves its jobs as they are
+until its lease says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from gpufleet.api.cluster import Cluster
+from gpufleet.api.errors import ConflictError, GpuFleetError
+from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
+from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
+from gpufleet.controllers.convert import core_workload
+from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.controllers.training import workload_spec
+from gpufleet.federation.controller import ClusterConditions
+from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
+from gpufleet.federation.link import CLUSTER, FENCED, GENERATION, MANAGED_BY, MODEL, MOVED, WorkerClient
+from gpufleet.federation.manager import manager_view
+from gpufleet.scheduler.flavors import usage_of
+from gpufleet.scheduler.workload import Workload
+from gpufleet.store.protocol import Store
+
+log = logging.getLogger(__name__)
+
+DISPATCHED = "Dispatched"
+"""The manager's condition on a job: True with the cluster that holds it, False while it waits."""
+
+
+class FederationController:
+    """Dispatches the manager's TrainingJobs to workers and mirrors their status back."""
+
+    def __init__(
+        self,
+        store: Store,
+        connect: Callable[[Cluster], WorkerClient],
+        *,
+        manager: str = "manager",
+        grace_seconds: float = 5.0,
+        period_seconds: float = 1.0,
+    ) -> None:
+        if grace_seconds < 0:
+            raise ValueError(f"the lease grace must not be negative, got {grace_seconds}")
+        self.store = store
+        self.connect = connect
+        self.manager = manager
+        self.grace_seconds = grace_seconds
+        self.period_seconds = period_seconds
+        self.conditions = ClusterConditions(store)
+        self._clients: dict[str, WorkerClient] = {}
+
+    def step(self, now: float) -> float | None:
+        when = to_datetime(now)
+        self.conditions.reconcile(now=when)
+        clusters = {c.name: c for c in self.store.list(Cluster)}
+        view = manager_view(clusters.values(), self.store.list(Queue), now=when)
+        waiting: list[tuple[TrainingJob, Workload]] = []
+        for job in self.store.list(TrainingJob):
+            if job.status.phase in ("Succeeded", "Failed"):
+                continue
+            workload = _workload_of(job)
+            held = job.metadata.annotations.get(CLUSTER)
+            if held is None or not self._still_held(job, clusters.get(held), now):
+                waiting.append((job, workload))
+                continue
+            model = job.metadata.annotations.get(MODEL) or None
+            counts = tuple(ps.minimum for ps in workload.pod_sets)
+            view.dispatcher.quota.add(workload.queue, usage_of(workload, model, counts))
+        waiting.sort(key=lambda pair: (-pair[1].priority, pair[1].submitted_at, pair[1].name))
+        for job, workload in waiting:
+            decision = view.dispatcher.dispatch(workload, view.choices.get(workload.queue, ANY_CLUSTER))
+            if isinstance(decision, Dispatched):
+                if not self._send(job, decision, clusters[decision.cluster], now):
+                    view.dispatcher.release(decision)
+            else:
+                reason = PendingReason(type=decision.reason, message=decision.message)
+                self._set_status(job, _waiting_status(job, reason, now))
+        return now + self.period_seconds
+
+    # ------------------------------------------------------------------ held work
+    def _still_held(self, job: TrainingJob, cluster: Cluster | None, now: float) -> bool:
+        """Mirrors the worker's copy onto `job`; False when the work came back to the manager."""
+        if cluster is None or self._lease_lost(cluster, now):
+            self._take_back(job, cluster, "LeaseExpired", "its cluster's lease expired", now)
+            return False
+        try:
+            copy = self._client(cluster).read_job(job.namespace or "default", job.name)
+        except GpuFleetError as exc:
+            log.warning("cluster %s: cannot read %s: %s", cluster.name, job.describe(), exc)
+            return True  # out of touch, but its lease holds: it is still there
+        if copy is None or FENCED in copy.metadata.annotations:
+            self._take_back(job, cluster, "StoppedInCluster", "its cluster stopped it", now)
+            return False
+        status = copy.status.model_copy(deep=True)
+        status.restarts += int(job.metadata.annotations.get(MOVED, "0"))
+        status.conditions = _dispatched(job, "True", cluster.name, f"runs in cluster {cluster.name}", now)
+        self._set_status(job, status)
+        return True
+
+    def _lease_lost(self, cluster: Cluster, now: float) -> bool:
+        heard = cluster.status.heartbeat_time
+        if heard is None:
+            return True
+        return now > heard.timestamp() + cluster.spec.lease_seconds + self.grace_seconds
+
+    def _take_back(
+        self, job: TrainingJob, cluster: Cluster | None, reason: str, why: str, now: float
+    ) -> None:
+        if cluster is not None:
+            try:
+                self._client(cluster).delete_job(job.namespace or "default", job.name)
+            except GpuFleetError as exc:
+                # Unreachable: it fenced the copy itself when its lease lapsed; the copy is removed
+                # when it comes back (what is left there is marked with an older generation).
+                log.warning("cluster %s: cannot remove %s: %s", cluster.name, job.describe(), exc)
+        annotations = {k: v for k, v in job.metadata.annotations.items() if k not in (CLUSTER, MODEL)}
+        status = job.status.model_copy(deep=True)
+        if status.start_time is not None:
+            # It ran there and restarts elsewhere from its last checkpoint: a restart the next
+            # worker does not know of, kept beside the worker's own count.
+            status.restarts += 1
+            annotations[MOVED] = str(int(annotations.get(MOVED, "0")) + 1)
+        self._set_meta(job, annotations)
+        status.phase, status.replicas, status.ready_replicas, status.nodes = "Pending", 0, 0, []
+        status.start_time = None
+        status.conditions = _dispatched(job, "False", reason, why, now)
+        self._set_status(job, status)
+
+    # ------------------------------------------------------------------ dispatch
+    def _send(self, job: TrainingJob, decision: Dispatched, cluster: Cluster, now: float) -> bool:
+        generation = int(job.metadata.annotations.get(GENERATION, "0")) + 1
+        copy = TrainingJob(
+            metadata=ObjectMeta(
+                name=job.name,
+                namespace=job.namespace or "default",
+                labels=dict(job.metadata.labels),
+                annotations={MANAGED_BY: self.manager, GENERATION: str(generation)},
+            ),
+            # Suspended until the worker has checked its lease (federation.worker starts it).
+            spec=job.spec.model_copy(update={"suspend": True}),
+        )
+        client = self._client(cluster)
+        try:
+            client.delete_job(copy.namespace or "default", copy.name)  # an older generation's leftover
+            client.create_job(copy)
+        except GpuFleetError as exc:
+            log.warning("cluster %s: cannot create %s: %s", cluster.name, job.describe(), exc)
+            return False
+        annotations = dict(job.metadata.annotations)
+        annotations.update({CLUSTER: cluster.name, GENERATION: str(generation), MODEL: decision.model or ""})
+        job = self._set_meta(job, annotations)
+        status = job.status.model_copy(deep=True)
+        status.phase, status.pending_reason = "Admitted", None
+        status.conditions = _dispatched(
+            job, "True", cluster.name, f"dispatched to cluster {cluster.name} (generation {generation})", now
+        )
+        self._set_status(job, status)
+        return True
+
+    def _client(self, cluster: Cluster) -> WorkerClient:
+        if cluster.name not in self._clients:
+            self._clients[cluster.name] = self.connect(cluster)
+        return self._clients[cluster.name]
+
+    # ------------------------------------------------------------------ writes
+    def _set_meta(self, job: TrainingJob, annotations: dict[str, str]) -> TrainingJob:
+        if annotations == job.metadata.annotations:
+            return job
+        metadata = job.metadata.model_copy(update={"annotations": annotations})
+        updated = self.store.update(job.model_copy(update={"metadata": metadata}))
+        job.metadata = updated.metadata
+        return updated
+
+    def _set_status(self, job: TrainingJob, status: TrainingJobStatus) -> None:
+        if status == job.status:
+            return
+        try:
+            written = self.store.update_status(job.model_copy(update={"status": status}))
+        except ConflictError:
+            return  # the next pass works on the fresh object
+        job.metadata, job.status = written.metadata, written.status
+
+
+def _workload_of(job: TrainingJob) -> Workload:
+    """The gang the dispatcher places, read as the worker's scheduler will read it."""
+    namespace = job.namespace or "default"
+    meta = ObjectMeta(name=job.name, namespace=namespace, creation_timestamp=job.metadata.creation_timestamp)
+    return core_workload(WorkloadObject(metadata=meta, spec=workload_spec(job, None)))
+
+
+def _dispatched(
+    job: TrainingJob, state: Literal["True", "False"], reason: str, message: str, now: float
+) -> list[Condition]:
+    condition = Condition(type=DISPATCHED, status=state, reason=reason, message=message)
+    return set_condition(list(job.status.conditions), condition, now=to_datetime(now))
+
+
+def _waiting_status(job: TrainingJob, reason: PendingReason, now: float) -> TrainingJobStatus:
+    status = job.status.model_copy(deep=True)
+    status.phase, status.pending_reason = "Pending", reason
+    status.conditions = _dispatched(job, "False", reason.type, reason.message, now)
+    return status

@@ -1,0 +1,133 @@
+"""The worker side of federation, run in a worker's control loop (a `Runtime` participant).
+
+Each step it (a) reports the worker's summary and a heartbeat into its Cluster in the manager
+(`ManagerLink`) every `heartbeat_seconds`, and (b) enforces the lease rule (`federation.lease`) on the
+managed TrainingJobs the manager created here:
+
+- the manager creates them suspended, so nothing starts before the worker has checked its lease;
+- while the lease holds (the newest heartbeat the manager accepted was sent less than
+  `Cluster.spec.leaseSeconds` ago) the worker un-suspends them: its own scheduler admits them in its
+  queue;
+- once the lease lapses it suspends every managed job it has not finished and marks it fenced: work it
+  has not started is no longer admitted, and work it runs stops, because the manager may be moving it.
+  A fenced job never starts here again; the manager's re-dispatch is a new generation.
+
+An accepted status write is the manager's acknowledgement: the worker's copies are the assignments it
+holds (the manager creates and deletes them), so the ack needs no second message. Time is an argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpufleet.api.cluster import Cluster
+from gpufleet.api.errors import ConflictError, GpuFleetError
+from gpufleet.api.training import TrainingJob
+from gpufleet.controllers.timeutil import to_datetime
+from gpufleet.federation.link import FENCED, MANAGED_BY, ManagerLink
+from gpufleet.federation.manager import worker_status
+from gpufleet.fleet.state import FleetState
+from gpufleet.store.protocol import Store
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 5
+"""Status writes tried per heartbeat before a conflict waits for the next one."""
+ENDED = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class LeaseState:
+    """What the worker knows of its lease: the send time of the newest accepted heartbeat."""
+
+    acknowledged_at: float | None = None
+    lease_seconds: float = 0.0
+
+    def valid(self, now: float) -> bool:
+        return self.acknowledged_at is not None and now <= self.acknowledged_at + self.lease_seconds
+
+
+class WorkerAgent:
+    """Reports into the manager and keeps the worker's managed work inside its lease."""
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: str,
+        manager: ManagerLink,
+        fleet: Callable[[], FleetState | None],
+        *,
+        heartbeat_seconds: float = 5.0,
+    ) -> None:
+        if heartbeat_seconds <= 0:
+            raise ValueError(
+                f"cluster {cluster}: heartbeat_seconds must be positive, got {heartbeat_seconds}"
+            )
+        self.store = store
+        self.cluster = cluster
+        self.manager = manager
+        self.fleet = fleet
+        self.heartbeat_seconds = heartbeat_seconds
+        self.lease = LeaseState()
+        self.next_beat = 0.0
+
+    def step(self, now: float) -> float | None:
+        if now >= self.next_beat:
+            self.next_beat = now + self.heartbeat_seconds
+            self._beat(now)
+        self._enforce(now)
+        return self.next_beat
+
+    def _managed(self) -> list[TrainingJob]:
+        return [job for job in self.store.list(TrainingJob) if MANAGED_BY in job.metadata.annotations]
+
+    def _beat(self, now: float) -> None:
+        fleet = self.fleet()
+        if fleet is None:
+            return  # the scheduler has not built its view yet: nothing true to report
+        running = sum(1 for job in self._managed() if job.status.phase in ("Admitted", "Running"))
+        status = worker_status(fleet, now=to_datetime(now), running_workloads=running)
+        try:
+            for attempt in range(ATTEMPTS):
+                current: Cluster = self.manager.read_cluster(self.cluster)
+                # The manager owns the conditions; the worker replaces only what it reports.
+                current.status = status.model_copy(update={"conditions": current.status.conditions})
+                try:
+                    written = self.manager.write_cluster_status(current)
+                except ConflictError:
+                    if attempt == ATTEMPTS - 1:
+                        raise
+                    continue
+                self.lease.acknowledged_at = now
+                self.lease.lease_seconds = written.spec.lease_seconds
+                return
+        except GpuFleetError as exc:
+            # Out of touch: the lease runs out on its own; the next heartbeat tries again.
+            log.warning("cluster %s: heartbeat to the manager failed: %s", self.cluster, exc)
+
+    def _enforce(self, now: float) -> None:
+        valid = self.lease.valid(now)
+        for job in self._managed():
+            annotations = job.metadata.annotations
+            if job.status.phase in ENDED or FENCED in annotations:
+                continue
+            if valid and job.spec.suspend:
+                self._write(job, suspend=False, fenced=False)
+            elif not valid and (not job.spec.suspend or self.lease.acknowledged_at is not None):
+                # Never started (suspended since creation) or running: either way it must not go on
+                # here once the manager may have moved it. Before the first accepted heartbeat there
+                # was no lease to lapse, and a job still suspended simply waits for one.
+                self._write(job, suspend=True, fenced=True)
+
+    def _write(self, job: TrainingJob, *, suspend: bool, fenced: bool) -> None:
+        annotations = dict(job.metadata.annotations)
+        if fenced:
+            annotations[FENCED] = "LeaseExpired"
+        metadata = job.metadata.model_copy(update={"annotations": annotations})
+        spec = job.spec.model_copy(update={"suspend": suspend})
+        # A controller that wrote meanwhile wins; the next step sees the fresh object.
+        with contextlib.suppress(ConflictError):
+            self.store.update(job.model_copy(update={"metadata": metadata, "spec": spec}))

@@ -1,0 +1,218 @@
+"""The federation's live path in the embedded world: one manager plane and two worker planes, each a
+store with its HTTP API on loopback, the workers with the digital twin and their own controllers, all
+on one virtual clock. A TrainingJob submitted to the manager runs in the cheaper worker with its status
+mirrored back; cutting that worker off fences its copy once its lease lapses, and the manager
+re-dispatches the job to the other worker, never running it in both at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api import Cluster, load_objects
+from gpufleet.api.training import TrainingJob
+from gpufleet.cli.client import Client, ServerUnreachableError
+from gpufleet.cli.federation_http import HttpManager, HttpWorker
+from gpufleet.controllers.plane import build_manager
+from gpufleet.controllers.scheduling import SchedulingController
+from gpufleet.federation.link import CLUSTER, FENCED, GENERATION, MANAGED_BY
+from gpufleet.federation.mirror import FederationController
+from gpufleet.federation.worker import WorkerAgent
+from gpufleet.fleet.state import FleetState
+from gpufleet.server.app import create_app
+from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.serve import ApiServer
+from gpufleet.store.sqlite import SqliteStore
+from gpufleet.twin.clock import VirtualClock
+from gpufleet.twin.driver import Runtime
+from gpufleet.twin.twin import Twin
+
+WORKER_FLEET = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: h100}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {name: team}
+spec: {quotas: {H100-80GB: {nominal: 64}}}
+"""
+
+JOB = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: llm, namespace: team}
+spec:
+  queue: team
+  replicas: 1
+  worker: {gpus: 8, gpuModel: H100-80GB}
+  checkpoint: {intervalSeconds: 60}
+  durationSeconds: 3600
+"""
+
+
+def manager_fleet(urls: dict[str, str]) -> str:
+    clusters = "".join(
+        f"""
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: Cluster
+metadata: {{name: {name}}}
+spec:
+  connection: {{embedded: {{url: "{url}", tokenSecretRef: {{name: {name}-token, key: token}}}}}}
+  pricePerGPUHour: {{H100-80GB: {price}}}
+  leaseSeconds: 10
+"""
+        for price, (name, url) in enumerate(sorted(urls.items()), start=1)
+    )
+    return (
+        """
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {name: team}
+spec: {quotas: {H100-80GB: {nominal: 16}}}
+"""
+        + clusters
+    )
+
+
+@dataclass
+class Plane:
+    store: SqliteStore
+    tokens: TokenRegistry
+    server: ApiServer
+    thread: threading.Thread
+    runtime: Runtime | None = None
+    cut: list[bool] = field(default_factory=lambda: [False])
+
+
+class Cuttable:
+    """A link that fails as an unreachable plane does while `cut[0]` is set: a network partition."""
+
+    def __init__(self, inner: object, cut: list[bool]) -> None:
+        self.inner, self.cut = inner, cut
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self.inner, name)
+
+        def call(*args: object) -> object:
+            if self.cut[0]:
+                raise ServerUnreachableError("partitioned")
+            return method(*args)
+
+        return call
+
+
+def serve(directory: Path, clock: VirtualClock) -> Plane:
+    store = SqliteStore.open(directory, clock=clock.datetime, synchronous="OFF")
+    tokens = TokenRegistry(directory)
+    server = ApiServer(create_app(store, tokens, now=clock.datetime), state_dir=directory, port=0)
+    server.bind()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert server.started.wait(30), "the server did not start"
+    return Plane(store, tokens, server, thread)
+
+
+@pytest.fixture
+def planes(tmp_path: Path) -> Iterator[dict[str, Plane]]:
+    clock = VirtualClock()
+    planes = {name: serve(tmp_path / name, clock) for name in ("manager", "w1", "w2")}
+    manager = planes["manager"]
+    for obj in load_objects(manager_fleet({n: planes[n].server.url for n in ("w1", "w2")})):
+        manager.store.apply(obj)
+
+    def connect(cluster: Cluster) -> object:
+        plane = planes[cluster.name]
+        return Cuttable(HttpWorker.for_cluster(cluster, plane.tokens.admin_token), plane.cut)
+
+    controller = FederationController(manager.store, connect, grace_seconds=5.0)  # type: ignore[arg-type]
+    manager.runtime = Runtime(manager.store, clock=clock, participants=[controller])
+    for name in ("w1", "w2"):
+        plane = planes[name]
+        for obj in load_objects(WORKER_FLEET):
+            plane.store.apply(obj)
+        controllers = build_manager(plane.store)
+        scheduling = next(c for c in controllers.controllers if isinstance(c, SchedulingController))
+
+        def fleet(scheduling: SchedulingController = scheduling) -> FleetState | None:
+            return None if scheduling.cache is None else scheduling.cache.fleet
+
+        link = Cuttable(HttpManager(Client(manager.server.url, manager.tokens.admin_token)), plane.cut)
+        agent = WorkerAgent(plane.store, name, link, fleet, heartbeat_seconds=2.0)  # type: ignore[arg-type]
+        plane.runtime = Runtime(
+            plane.store, clock=clock, participants=[Twin(plane.store, clock=clock), controllers, agent]
+        )
+    yield planes
+    for plane in planes.values():
+        plane.server.stop()
+        plane.thread.join(timeout=30)
+        plane.store.close()
+
+
+def run(planes: dict[str, Plane], seconds: int) -> None:
+    """Moves the shared clock a second at a time; every plane settles at each second, and the job never
+    runs in two workers at once."""
+    clock = planes["manager"].runtime.clock  # type: ignore[union-attr]
+    assert isinstance(clock, VirtualClock)
+    for _ in range(seconds):
+        clock.advance_to(clock.now() + 1)
+        for plane in planes.values():
+            assert plane.runtime is not None
+            plane.runtime.settle()
+        assert len(running_in(planes)) <= 1, f"running in two clusters: {running_in(planes)}"
+
+
+def copy_in(plane: Plane) -> TrainingJob | None:
+    found = [j for j in plane.store.list(TrainingJob) if j.name == "llm"]
+    return found[0] if found else None
+
+
+def running_in(planes: dict[str, Plane]) -> list[str]:
+    return [
+        name
+        for name in ("w1", "w2")
+        if (job := copy_in(planes[name])) is not None and job.status.phase == "Running"
+    ]
+
+
+def test_a_job_runs_in_a_worker_and_moves_when_its_worker_is_lost(planes: dict[str, Plane]) -> None:
+    manager = planes["manager"]
+    run(planes, 3)  # the workers report: both Ready
+    assert {c.name for c in manager.store.list(Cluster) if c.status.heartbeat_time} == {"w1", "w2"}
+    manager.store.apply(load_objects(JOB)[0])
+    run(planes, 5)
+
+    job = manager.store.get(TrainingJob, "llm", "team")
+    assert job.metadata.annotations[CLUSTER] == "w1", "the cheaper cluster"
+    copy = copy_in(planes["w1"])
+    assert copy is not None and copy.metadata.annotations[MANAGED_BY] == "manager"
+    assert copy.status.phase == "Running" and not copy.spec.suspend
+    assert copy_in(planes["w2"]) is None
+    assert job.status.phase == "Running", "the worker's status mirrored into the manager"
+    assert job.status.nodes == copy.status.nodes
+
+    planes["w1"].cut[0] = True  # w1 loses the manager, and the manager loses w1
+    run(planes, 12)  # past w1's lease (10 s from its last accepted heartbeat)
+    fenced = copy_in(planes["w1"])
+    assert fenced is not None and fenced.metadata.annotations.get(FENCED) == "LeaseExpired"
+    assert fenced.spec.suspend and fenced.status.phase != "Running", "w1 stopped it on its own"
+    assert manager.store.get(TrainingJob, "llm", "team").metadata.annotations[CLUSTER] == "w1", (
+        "the manager waits for the lease and the grace before it moves work"
+    )
+
+    run(planes, 8)  # the lease plus the grace have passed
+    moved = manager.store.get(TrainingJob, "llm", "team")
+    assert moved.metadata.annotations[CLUSTER] == "w2"
+    assert moved.metadata.annotations[GENERATION] == "2"
+    assert running_in(planes) == ["w2"]
+    assert moved.status.phase == "Running" and moved.status.restarts == 1
+
+    planes["w1"].cut[0] = False  # w1 returns: its fenced copy never starts again
+    run(planes, 5)
+    assert running_in(planes) == ["w2"]
