@@ -108,11 +108,7 @@ def test_preemption_goes_through_evictions_and_the_preemptor_follows(
     # The Eviction API writes its own DisruptionTarget first; the scheduler's reason follows it.
     target = wait_for(
         "the victim's DisruptionTarget reason",
-        lambda: (
-            (c := cluster.condition(low[0], "DisruptionTarget"))
-            and c["reason"] == "PreemptedByGpufleet"
-            and c
-        ),
+        lambda: (c := cluster.condition(low[0], "DisruptionTarget")) and c["reason"] == "Preempted" and c,
     )
     assert target["status"] == "True"
     assert wait_for("Preempted events", lambda: cluster.events("Preempted"))

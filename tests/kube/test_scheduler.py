@@ -161,7 +161,7 @@ def test_preemption_evicts_through_the_eviction_api_and_the_preemptor_follows(
     victims = [api.objects["/v1/pods"][("team-a", f"low-{i}")] for i in range(2)]
     assert all(v["metadata"].get("deletionTimestamp") for v in victims)  # graceful: still there
     target = condition(api, "low-0", "DisruptionTarget")
-    assert target["status"] == "True" and target["reason"] == "PreemptedByGpufleet"
+    assert target["status"] == "True" and target["reason"] == "Preempted"
     assert len(events(api, "Preempted")) == 2
     assert condition(api, "urgent", "PodScheduled")["message"].startswith("WaitingForPreemption")
     run(sched)

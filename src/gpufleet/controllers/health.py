@@ -9,6 +9,7 @@ checkpoint, inside the two-minute warning. When the node is healthy again the co
 
 from __future__ import annotations
 
+from gpufleet.api import evictions
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.labels import CORDONED_BY_ANNOTATION
 from gpufleet.api.runtime import Node, Pod
@@ -75,9 +76,9 @@ def _problem(node: Node) -> tuple[str, str] | None:
         gpus = ", ".join(
             f"GPU {g.index}" + (f" (XID {g.xid})" if g.xid is not None else "") for g in status.unhealthy_gpus
         )
-        return "NodeUnhealthy", f"unhealthy {gpus}"
+        return evictions.NODE_UNHEALTHY, f"unhealthy {gpus}"
     if status.interruption_time is not None:
-        return "SpotInterruption", f"spot interruption at {status.interruption_time.isoformat()}"
+        return evictions.SPOT_INTERRUPTION, f"spot interruption at {status.interruption_time.isoformat()}"
     if status.phase in ("NotReady", "Lost"):
-        return "NodeNotReady", f"node is {status.phase}"
+        return evictions.NODE_NOT_READY, f"node is {status.phase}"
     return None

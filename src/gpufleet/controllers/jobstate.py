@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
+from gpufleet.api import evictions
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.status import CheckpointRef
@@ -32,8 +33,9 @@ from gpufleet.observability import metrics
 
 FINISHED = ("Succeeded", "Failed")
 QUEUED = PendingReason(type="Queued", message="waiting for the scheduler")
-SUSPENDED: Final = "Suspended"
-"""The phase, condition and eviction reason of a job whose `spec.suspend` is true."""
+SUSPENDED: Final = evictions.SUSPENDED
+"""The phase, condition and eviction reason of a job whose `spec.suspend` is true (the eviction
+reason is the shared vocabulary's, `api.evictions`)."""
 
 
 def latest_checkpoint(checkpoints: Iterable[Checkpoint], job: str) -> Checkpoint | None:

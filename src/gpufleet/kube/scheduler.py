@@ -32,9 +32,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.api import evictions
 from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.queuestatus import queue_reason
+from gpufleet.kube import disruptions
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
@@ -45,7 +47,7 @@ from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, resource_for
 from gpufleet.kube.scheduler_informers import scheduler_informers
 from gpufleet.kube.transport import Json, Transport
-from gpufleet.observability import tracing
+from gpufleet.observability import metrics, tracing
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import CycleResult, Scheduler
@@ -353,18 +355,25 @@ class KubeScheduler:
         chosen = (
             list(members.values()) if preempt.whole else [members[p] for p in preempt.pods if p in members]
         )
-        refused = False
+        cache = self.kcache.cache
+        assert cache is not None
+        victim = cache.admitted.get(preempt.victim)
+        refused, evicted = False, 0
         for pod in chosen:
             if not (kube_pods.is_bound(pod) or key_of(pod) in self.kcache.assumed):
                 continue
-            if self.actions.evict(pod, reason="PreemptedByGpufleet", message=preempt.message):
+            if self.actions.evict(pod, reason=evictions.PREEMPTED, message=preempt.message):
                 self.stats.evicted += 1
+                evicted += 1
                 self.kcache.evicting.add(key_of(pod))
                 self.kcache.mark(key_of(pod))
             else:
                 refused = True
-        cache = self.kcache.cache
-        assert cache is not None
+        # The run ends when its last member goes: after a refusal (a disruption budget) the gang is
+        # chosen again and counted then, once. A shrink, or an elastic gang's unbound rest, ends no run.
+        ends_run = preempt.whole and evicted > 0 and not refused and not preempt.victim.endswith(REST)
+        if ends_run and victim is not None and not disruptions.counted_by_operator(chosen):
+            metrics.record_eviction(victim.queue, evictions.PREEMPTED)
         workload = cache.pending.pop(preempt.preemptor, None) if refused and preempt.preemptor else None
         if workload is not None:
             self.refused[preempt.preemptor] = workload

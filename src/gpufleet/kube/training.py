@@ -50,6 +50,7 @@ from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.training import DEFAULT_QUEUE, TrainingJob, TrainingJobStatus
 from gpufleet.controllers import convert, jobstate, lifecycle
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
+from gpufleet.kube import disruptions
 from gpufleet.kube.config import (
     CHECKPOINT_ANNOTATION,
     CUDA_VERSION_ANNOTATION,
@@ -351,7 +352,8 @@ class TrainingJobOperator:
             return None
         broken = [p for p in current if _broken(p)]
         if previous.phase not in jobstate.FINISHED and broken:
-            # The bare reason: the one in the status names the worker, an unbounded label value.
+            # The bare reason: the one in the status names the worker, an unbounded label value. The
+            # operator counts every attempt's end, preemptions included (`kube.disruptions`).
             metrics.record_eviction(job.spec.queue, _cause(broken[0])[0])
             return self._restart(raw, job, checkpoint, current, _why(broken[0]), now)
         if previous.phase in jobstate.FINISHED:
@@ -510,12 +512,12 @@ def _why(pod: Json) -> jobstate.Disruption:
 
 
 def _cause(pod: Json) -> tuple[str, str]:
-    """Why a worker broke, and how: its disruption condition's reason (set by whoever evicted it), else
-    its status' reason, else `Deleted` or `Failed`."""
+    """Why a worker broke, and how: its disruption condition's reason (set by whoever evicted it) in the
+    words both worlds share (`kube.disruptions`), else its status' reason, else `Deleted` or `Failed`."""
     status = pod.get("status") or {}
     for c in status.get("conditions") or []:
         if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-            return str(c.get("reason")), c.get("message", "")
+            return disruptions.eviction_reason(str(c.get("reason"))), c.get("message", "")
     reason = status.get("reason") or ("Deleted" if pod["metadata"].get("deletionTimestamp") else "Failed")
     return reason, status.get("message", "")
 

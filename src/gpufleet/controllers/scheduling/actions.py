@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 
+from gpufleet.api import evictions
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
@@ -144,7 +145,11 @@ class Actions:
             return
         if preempt.whole:
             self.evict(
-                preempt.victim, now, reason="Preempted", message=preempt.message, preemptor=preempt.preemptor
+                preempt.victim,
+                now,
+                reason=evictions.PREEMPTED,
+                message=preempt.message,
+                preemptor=preempt.preemptor,
             )
             return
         cache.shrink(preempt.victim, preempt.pods, preempt.counts, now=now)
