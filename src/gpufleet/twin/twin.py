@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpufleet.api import evictions
 from gpufleet.api.checkpoint import Checkpoint, CheckpointSpec
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError
 from gpufleet.api.inference import InferenceService
@@ -67,7 +68,7 @@ class GpuRepair:
 @dataclass(frozen=True, slots=True)
 class NodeLoss:
     node: str
-    reason: str = "NodeLost"
+    reason: str = evictions.NODE_LOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,9 @@ class Twin:
                 self._node_timer(
                     node.name,
                     max(now, deadline),
-                    lambda t, n=node.name: self._lose(n, "SpotInterruption", "spot capacity reclaimed", t),
+                    lambda t, n=node.name: self._lose(
+                        n, evictions.SPOT_INTERRUPTION, "spot capacity reclaimed", t
+                    ),
                     "reclaim",
                 )
 
@@ -284,7 +287,7 @@ class Twin:
         for pod in self._pods_on(fault.node):
             if fault.gpu in pod.spec.gpus or (pod.spec.mig is not None and pod.spec.mig.gpu == fault.gpu):
                 self._finish_pod(
-                    pod, "Failed", now, reason="GPUFailure", message=f"{message} of {fault.node}"
+                    pod, "Failed", now, reason=evictions.GPU_FAILURE, message=f"{message} of {fault.node}"
                 )
         repair = self.config.faults.gpu_repair_seconds
         if repair is not None:
@@ -359,7 +362,7 @@ class Twin:
         self._node_timer(
             fault.node,
             deadline,
-            lambda t: self._lose(fault.node, "SpotInterruption", "spot capacity reclaimed", t),
+            lambda t: self._lose(fault.node, evictions.SPOT_INTERRUPTION, "spot capacity reclaimed", t),
             "reclaim",
         )
 
@@ -389,7 +392,7 @@ class Twin:
             node = self.nodes.get(pod.spec.node_name)
             if node is None or node.status.phase == "Lost":
                 self._finish_pod(
-                    pod, "Failed", now, reason="NodeLost", message=f"no node {pod.spec.node_name}"
+                    pod, "Failed", now, reason=evictions.NODE_LOST, message=f"no node {pod.spec.node_name}"
                 )
                 return
             at = now + self.config.pod_start_seconds

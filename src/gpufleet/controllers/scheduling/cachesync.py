@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from gpufleet.api import evictions
 from gpufleet.api.errors import GpuFleetError, NotFoundError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
@@ -142,7 +143,7 @@ class CacheSync:
         allocations: list[Allocation] = []
         for pod in pods:
             if pod.spec.node_name not in cache.fleet.index:
-                state.broken[key] = Broken("NodeLost", f"node {pod.spec.node_name} is gone")
+                state.broken[key] = Broken(evictions.NODE_LOST, f"node {pod.spec.node_name} is gone")
                 continue
             allocations.append(convert.allocation(pod, cache.fleet))
         counts = tuple(admission.counts) if admission else tuple(ps.count for ps in workload.pod_sets)
@@ -229,7 +230,9 @@ class CacheSync:
         if deleted:
             state.nodes.pop(node.name, None)
             if node.name in fleet.index:
-                self._detach_pods(node.name, reason="NodeLost", message=f"node {node.name} was removed")
+                self._detach_pods(
+                    node.name, reason=evictions.NODE_LOST, message=f"node {node.name} was removed"
+                )
                 fleet.remove_node(node.name)
             return
         if node.name not in fleet.index:
@@ -242,7 +245,7 @@ class CacheSync:
             self._add_node(node)
             return
         if node.status.phase == "Lost":
-            self._detach_pods(node.name, reason="NodeLost", message=f"node {node.name} was lost")
+            self._detach_pods(node.name, reason=evictions.NODE_LOST, message=f"node {node.name} was lost")
 
     def _detach_pods(self, node_name: str, *, reason: str, message: str) -> None:
         """Marks every gang with a pod on the node broken; with the node going, its pods leave the cache."""
