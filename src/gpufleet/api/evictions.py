@@ -26,8 +26,3 @@ NODE_LOST: Final = "NodeLost"
 """The node left the fleet under the workload."""
 GPU_FAILURE: Final = "GPUFailure"
 """A GPU the workload held failed."""
-
-# A fixed set: the reasons above are exported as a metric label, whose values must stay bounded.
-REASONS: Final = frozenset(
-    {PREEMPTED, SUSPENDED, SPOT_INTERRUPTION, NODE_UNHEALTHY, NODE_NOT_READY, NODE_LOST, GPU_FAILURE}
-)
