@@ -23,6 +23,8 @@ import numpy.typing as npt
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet import cuda
+from gpufleet.fleet.devices import DeviceId
+from gpufleet.fleet.dra_view import DeviceView
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
 from gpufleet.sharing import mig
@@ -95,6 +97,8 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     mig: MigSlot | None = None
+    devices: tuple[DeviceId, ...] = ()
+    """DRA devices (driver, pool, device) the pod's ResourceClaims were allocated."""
 
     @property
     def gpu_milli_total(self) -> int:
@@ -160,6 +164,7 @@ class FleetState:
         self.domain_keys: list[list[tuple[str, ...]]] = [[] for _ in self.levels]
         self._domain_index: list[dict[tuple[str, ...], int]] = [{} for _ in self.levels]
         self._members: dict[int, tuple[int, RowArray, IntArray]] = {}
+        self.devices = DeviceView()
         self._alloc_arrays()
 
     # ----------------------------------------------------------------- arrays
@@ -433,8 +438,9 @@ class FleetState:
         gpus: Sequence[int] = (),
         *,
         mig_gpu: int | None = None,
+        devices: Sequence[DeviceId] = (),
     ) -> Allocation:
-        """Records that `pod` holds `request` on node `row`, on the given GPUs.
+        """Records that `pod` holds `request` on node `row`, on the given GPUs (and DRA `devices`).
 
         For a MIG request the instance is chosen here (the first free one of that profile, on `mig_gpu`
         when given). Raises AllocationError, changing nothing, if anything would be over-committed.
@@ -470,7 +476,9 @@ class FleetState:
             slot = self._take_mig(pod, row, request.mig, mig_gpu)
         elif chosen:
             raise AllocationError(f"pod {pod}: asks for no GPU but was given {chosen}")
-        alloc = Allocation(pod, row, chosen, milli, request.cpu_milli, request.memory_mib, slot)
+        alloc = Allocation(
+            pod, row, chosen, milli, request.cpu_milli, request.memory_mib, slot, tuple(devices)
+        )
         self._record(alloc)
         return alloc
 
@@ -505,6 +513,8 @@ class FleetState:
 
     def _record(self, alloc: Allocation) -> None:
         row = alloc.node
+        if alloc.devices:
+            self.devices.hold(alloc.pod, alloc.devices)
         for gpu in alloc.gpus:
             self.gpu_free[row, gpu] -= alloc.milli
             self.gpu_pods[row, gpu] += 1
@@ -550,6 +560,8 @@ class FleetState:
             raise AllocationError(f"pod {pod} holds nothing")
         del self.allocations[pod]
         row = alloc.node
+        if alloc.devices:
+            self.devices.free(pod, alloc.devices)
         self.node_pods[row].discard(pod)
         self.cpu_free[row] += alloc.cpu_milli
         self.mem_free[row] += alloc.memory_mib
@@ -631,6 +643,7 @@ class FleetState:
         clone.domain_keys = [list(keys) for keys in self.domain_keys]
         clone._domain_index = [dict(index) for index in self._domain_index]
         clone._members = {}
+        clone.devices = self.devices.copy()
         return clone
 
     def check_invariants(self) -> None:

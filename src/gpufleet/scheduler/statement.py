@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from gpufleet.fleet.devices import DeviceId
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, FleetState
 
@@ -75,10 +76,11 @@ class Statement:
         gpus: Sequence[int] = (),
         *,
         mig_gpu: int | None = None,
+        devices: Sequence[DeviceId] = (),
     ) -> Allocation:
         """Allocates as `FleetState.allocate` does, and logs it."""
         self._check_open()
-        alloc = self.state.allocate(pod, row, request, gpus, mig_gpu=mig_gpu)
+        alloc = self.state.allocate(pod, row, request, gpus, mig_gpu=mig_gpu, devices=devices)
         self._log.append(Operation(OpKind.ALLOCATE, alloc))
         self._notify(row)
         return alloc

@@ -9,9 +9,13 @@ key and a snapshot never changes under the scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.fleet.request import PodRequest
+
+if TYPE_CHECKING:  # placement imports this module; the claim type is only named here
+    from gpufleet.scheduler.placement.dra.allocate import PodClaim
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,10 @@ class PodSet:
     count: int
     request: PodRequest
     min_count: int | None = None
+    claims: tuple[PodClaim, ...] = ()
+    """DRA: the ResourceClaims each pod makes from its ResourceClaimTemplates. Every pod gets its own
+    claim of each (`{key}-{index}`, see `placement.dra.gang`); `request` already counts their GPUs
+    (`dra.with_claims`), so quotas and flavors see them as any GPU."""
 
     def __post_init__(self) -> None:
         if self.count < 1:

@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet.request import GpuKind
+from gpufleet.scheduler.placement.dra import gang as dra
+from gpufleet.scheduler.placement.dra.result import ClaimAllocation
 from gpufleet.scheduler.placement.filters import capacity_ok
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.result import PodPlacement
@@ -77,18 +79,36 @@ def _place_one(
     rng: np.random.Generator,
 ) -> PodPlacement | None:
     rows = _candidates(statement, demand, scope)
+    state = statement.state
+    fits = None
+    if pod_set.claims and rows.size:
+        rows, fits = dra.claim_rows(state, dra.pod_claims(pod_set, index), rows)
     if not rows.size:
         return None
-    state = statement.state
     request = demand.request
     scored = policy.score(state, request, rows)
     chosen = pick(scored, rng)
     row = int(rows[chosen])
     proposed = scored.gpus[chosen] if request.kind in (GpuKind.WHOLE, GpuKind.SHARE) else ()
+    claimed: tuple[ClaimAllocation, ...] = ()
+    mig_gpu: int | None = None
+    if fits is not None:
+        # The claims' devices are the GPUs the pod gets: the fleet's arrays must name the same ones.
+        claimed = tuple(fits.fits[state.names[row]])
+        proposed, mig_gpu = dra.device_gpus(state.devices.nodes.get(state.names[row]), claimed)
+        if request.mig is not None and mig_gpu not in state.mig_gpus_with(row, request.mig):
+            mig_gpu = None  # the node's MIG layout has no free instance there: the fleet picks one
     choice = choose_gpus(state, row, request, proposed=proposed, allowed=scope.allowed)
     pod = workload.pod_name(pod_set.name, index)
-    alloc = statement.allocate(pod, row, request, choice.gpus, mig_gpu=choice.mig_gpu)
-    return PodPlacement(pod, pod_set.name, state.names[row], row, alloc.gpus, alloc.milli, alloc.mig)
+    alloc = statement.allocate(
+        pod,
+        row,
+        request,
+        choice.gpus,
+        mig_gpu=choice.mig_gpu if mig_gpu is None else mig_gpu,
+        devices=dra.held_devices(claimed),
+    )
+    return PodPlacement(pod, pod_set.name, state.names[row], row, alloc.gpus, alloc.milli, alloc.mig, claimed)
 
 
 def place_gang(

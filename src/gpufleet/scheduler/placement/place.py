@@ -22,6 +22,8 @@ import numpy as np
 
 from gpufleet.fleet.request import GpuKind
 from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement.dra import gang as dra
+from gpufleet.scheduler.placement.dra.nodes import FILTER_NAME as DRA_FILTER
 from gpufleet.scheduler.placement.filters import (
     CUDA_DRIVER,
     FILTER_ORDER,
@@ -116,7 +118,21 @@ def place_workload(
 
 
 def _filters_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{counts[name]} {name}" for name in FILTER_ORDER if name in counts)
+    return ", ".join(f"{counts[name]} {name}" for name in (*FILTER_ORDER, DRA_FILTER) if name in counts)
+
+
+def _claims_text(state: FleetState, pod_set: PodSet, result: FilterResult) -> str:
+    """For a pod set with DRA claims: the nodes that pass every other filter but cannot give the claims
+    their devices count under `DynamicResources`, and the allocator's reason is appended."""
+    if not pod_set.claims:
+        return ""
+    rows = result.rows
+    kept, answer = dra.claim_rows(state, dra.pod_claims(pod_set, 0), rows)
+    if kept.size < rows.size:
+        result.rejected[DRA_FILTER] = int(rows.size - kept.size)
+        result.feasible[rows] = False
+        result.feasible[kept] = True
+    return f"; {answer.message()}"
 
 
 def _nodes_text(state: FleetState, result: FilterResult, pod_set: str) -> str:
@@ -137,7 +153,8 @@ def _no_fit(
     topology: TopologyShortfall | None = None,
 ) -> PlacementResult:
     result = filter_nodes(state, pod_set.request, explain=True)
-    message = f"{message} ({_nodes_text(state, result, pod_set.name)})"
+    claims = _claims_text(state, pod_set, result)
+    message = f"{message} ({_nodes_text(state, result, pod_set.name)}){claims}"
     return PlacementResult(
         workload.name,
         no_fit=NoFit(message, pod_set.name, result.rejected, topology, never),
@@ -175,6 +192,7 @@ def _explain(
         return _no_fit(state, workload, workload.pod_sets[0], message, topology=gap)
     assert failed is not None
     counts = filter_nodes(state, failed.request, explain=True)
+    claims = _claims_text(state, failed, counts)
     feasible = int(np.count_nonzero(counts.feasible))
     alive = int(np.count_nonzero(state.alive[: state.n_rows]))
     if feasible == 0:
@@ -193,4 +211,5 @@ def _explain(
     if CUDA_DRIVER in counts.rejected:
         # The count alone does not say what driver the pod needs, nor what the fleet has.
         message += f"; {cuda_note(state, failed.request)}"
+    message += claims
     return PlacementResult(workload.name, no_fit=NoFit(message, failed.name, counts.rejected, topology))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.fleet.state import MigSlot
+from gpufleet.scheduler.placement.dra.result import ClaimAllocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,8 @@ class PodPlacement:
     gpus: tuple[int, ...] = ()
     milli: int = 0
     mig: MigSlot | None = None
+    claims: tuple[ClaimAllocation, ...] = ()
+    """DRA: each of the pod's claims with its devices, for the world to write to the claim's status."""
 
 
 @dataclass(frozen=True, slots=True)

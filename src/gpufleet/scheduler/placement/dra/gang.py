@@ -1,0 +1,91 @@
+"""DRA inside gang placement: which of a pod's candidate nodes can allocate its claims, what the chosen
+node gives them, and the `DynamicResources` count of a pod set that fits nowhere.
+
+The devices admitted pods hold are in the fleet's DeviceView and follow their allocations, so a gang's
+second pod never gets the first one's devices, and a rolled-back attempt gives them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from weakref import WeakKeyDictionary
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.fleet.devices import DeviceId, NodeDevices
+from gpufleet.fleet.dra_view import DeviceView
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement.dra.allocate import PodClaim, attribute_value
+from gpufleet.scheduler.placement.dra.cel import SelectorCache
+from gpufleet.scheduler.placement.dra.demand import TYPE_ATTRIBUTE
+from gpufleet.scheduler.placement.dra.nodes import DraFilterResult, filter_nodes
+from gpufleet.scheduler.placement.dra.result import ClaimAllocation
+from gpufleet.scheduler.workload import PodSet
+
+RowArray = npt.NDArray[np.intp]
+NO_DEVICES = "node publishes no devices"
+INDEX_ATTRIBUTE = "gpu.nvidia.com/index"
+PARENT_INDEX_ATTRIBUTE = "gpu.nvidia.com/parentIndex"
+
+# One selector cache per device view: a verdict is keyed by (driver, pool, generation, device), which
+# names a device's content within one cluster, not across fleets built side by side.
+_CACHES: WeakKeyDictionary[DeviceView, SelectorCache] = WeakKeyDictionary()
+
+
+def _cache(view: DeviceView) -> SelectorCache:
+    cache = _CACHES.get(view)
+    if cache is None:
+        cache = _CACHES[view] = SelectorCache()
+    return cache
+
+
+def pod_claims(pod_set: PodSet, index: int) -> tuple[PodClaim, ...]:
+    """The claims the `index`-th pod of the set makes from its templates: `{key}-{index}`."""
+    return tuple(replace(c, key=f"{c.key}-{index}") for c in pod_set.claims)
+
+
+def claim_rows(
+    state: FleetState, claims: Sequence[PodClaim], rows: RowArray
+) -> tuple[RowArray, DraFilterResult]:
+    """The rows whose devices can give `claims` theirs now, and the filter's answer for all of `rows`."""
+    view = state.devices
+    reachable = {state.names[r]: view.nodes[state.names[r]] for r in rows if state.names[r] in view.nodes}
+    result = filter_nodes(
+        claims, reachable, classes=view.classes, in_use=view.in_use.keys(), cache=_cache(view)
+    )
+    bare = len(rows) - len(reachable)
+    if bare:
+        result.rejected[NO_DEVICES] = bare
+    kept = np.array([r for r in rows if state.names[int(r)] in result.fits], dtype=np.intp)
+    return kept, result
+
+
+def held_devices(claimed: Sequence[ClaimAllocation]) -> tuple[DeviceId, ...]:
+    """The devices the pod takes: all it was allocated except admin access, which takes nothing."""
+    return tuple((d.driver, d.pool, d.device) for c in claimed for d in c.devices if not d.admin_access)
+
+
+def device_gpus(
+    node: NodeDevices | None, claimed: Sequence[ClaimAllocation]
+) -> tuple[tuple[int, ...], int | None]:
+    """The GPU indices the allocated devices are (`index` of a whole GPU) and the GPU a MIG device is
+    part of (`parentIndex`), so the fleet's GPU arrays record the very GPUs the claims got."""
+    if node is None:
+        return (), None
+    by_id = {d.id: d for d in node.devices()}
+    whole: list[int] = []
+    parent: int | None = None
+    for device_id in held_devices(claimed):
+        device = by_id.get(device_id)
+        if device is None:
+            continue
+        if attribute_value(device, TYPE_ATTRIBUTE) == "mig":
+            value = attribute_value(device, PARENT_INDEX_ATTRIBUTE)
+            parent = value if isinstance(value, int) and not isinstance(value, bool) else parent
+        else:
+            value = attribute_value(device, INDEX_ATTRIBUTE)
+            if isinstance(value, int) and not isinstance(value, bool):
+                whole.append(value)
+    return tuple(whole), parent

@@ -1,0 +1,132 @@
+"""DRA in gang placement: a workload whose pods carry ResourceClaims is placed only where the claims can
+be allocated, its devices are held in the snapshot (nothing is given twice), a failed or rolled-back
+attempt gives them back, and a pod set that fits nowhere says why under `DynamicResources`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from dra_builders import CLASSES, DRIVER, claim, gpu, request, slice_spec
+
+from gpufleet.fleet.devices import node_devices
+from gpufleet.fleet.node import NodeSpec
+from gpufleet.fleet.request import PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement import place_workload
+from gpufleet.scheduler.placement.scoring import Scored
+from gpufleet.scheduler.statement import Statement
+from gpufleet.scheduler.workload import PodSet, Workload
+
+A100_ONLY = 'device.attributes["gpu.nvidia.com"].productName == "A100"'
+
+
+class FirstFit:
+    """Lowest row first, no GPU proposal: what the test sees is the placer's own choice."""
+
+    name = "firstfit"
+
+    def score(self, state: FleetState, request: PodRequest, rows: Any) -> Scored:
+        return Scored(-rows.astype(np.float64), [()] * rows.size)
+
+    def observe(self, state: FleetState, row: int) -> None:
+        pass
+
+
+def indexed_gpus(n: int, **kwargs: Any) -> list[dict[str, Any]]:
+    devices = []
+    for i in range(n):
+        device = gpu(f"gpu-{i}", **kwargs)
+        device["attributes"]["index"] = {"int": i}
+        devices.append(device)
+    return devices
+
+
+def dra_fleet(published: dict[str, int]) -> FleetState:
+    """Nodes dra-* publish `published[name]` GPUs in ResourceSlices; node `ext` advertises
+    `nvidia.com/gpu` only (both paths in one fleet)."""
+    state = FleetState()
+    for name in (*published, "ext"):
+        state.add_node(NodeSpec(name, "H100-80GB", 8, 96_000, 1 << 20))
+    for name, count in published.items():
+        spec = slice_spec(name, indexed_gpus(count))
+        state.devices.set_node(name, node_devices([spec], node_name=name, labels={}))
+    state.devices.set_classes(CLASSES)
+    return state
+
+
+def claimed(name: str, pods: int, gpus: int, *selectors: str) -> Workload:
+    template = claim("gpus", request(count=gpus, selectors=list(selectors)))
+    pod_set = PodSet("main", pods, PodRequest(gpus=gpus), claims=(template,))
+    return Workload(name, (pod_set,))
+
+
+def place(state: FleetState, workload: Workload, statement: Statement | None = None) -> Any:
+    return place_workload(
+        state, workload, policy=FirstFit(), rng=np.random.default_rng(0), statement=statement
+    )
+
+
+def test_dra_gang_takes_distinct_devices_and_the_gpus_they_are() -> None:
+    state = dra_fleet({"dra-1": 8})
+    result = place(state, claimed("train", 2, 4))
+    assert result.no_fit is None
+    assert [p.node for p in result.placements] == ["dra-1", "dra-1"]
+    devices = [[d.device for d in p.claims[0].devices] for p in result.placements]
+    assert devices == [[f"gpu-{i}" for i in range(4)], [f"gpu-{i}" for i in range(4, 8)]]
+    assert [p.gpus for p in result.placements] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [p.claims[0].claim for p in result.placements] == ["team-a/gpus-0", "team-a/gpus-1"]
+    status = result.placements[0].claims[0].to_status()
+    assert status.node_selector is not None
+    assert len(state.devices.in_use) == 8
+    state.check_invariants()
+
+
+def test_dra_devices_held_are_not_allocated_again_and_the_pod_set_pends_with_the_reason() -> None:
+    state = dra_fleet({"dra-1": 8})
+    assert place(state, claimed("first", 1, 6)).no_fit is None
+    result = place(state, claimed("second", 1, 4))
+    assert result.no_fit is not None
+    # dra-1 has 2 free GPUs in its arrays and by its devices; ext has room but publishes no devices
+    assert result.no_fit.filters["InsufficientGPU"] == 1
+    assert result.no_fit.filters["DynamicResources"] == 1
+    assert "0/1 nodes have the devices" in result.no_fit.message
+    assert "node publishes no devices" in result.no_fit.message
+    # the extended-resource path beside it is unchanged
+    plain = Workload("plain", (PodSet("main", 1, PodRequest(gpus=8)),))
+    assert [p.node for p in place(state, plain).placements] == ["ext"]
+
+
+def test_dra_selector_rejection_is_counted_per_node() -> None:
+    state = dra_fleet({"dra-1": 8, "dra-2": 8})
+    result = place(state, claimed("a100", 1, 1, A100_ONLY))
+    assert result.no_fit is not None
+    assert result.no_fit.filters == {"DynamicResources": 3}
+    assert "2 claim team-a/gpus-0 request gpus: request selector 0" in result.no_fit.message
+
+
+def test_dra_failed_gang_and_rollback_give_the_devices_back() -> None:
+    state = dra_fleet({"dra-1": 8})
+    result = place(state, claimed("too-big", 3, 4))
+    assert result.no_fit is not None
+    assert state.devices.in_use == {}
+    statement = Statement(state)
+    assert place(state, claimed("tentative", 2, 4), statement).no_fit is None
+    assert len(state.devices.in_use) == 8
+    statement.discard()
+    assert state.devices.in_use == {}
+    state.check_invariants()
+
+
+def test_dra_released_pod_frees_its_devices_for_the_next_workload() -> None:
+    state = dra_fleet({"dra-1": 8})
+    first = place(state, claimed("low", 1, 8))
+    assert first.no_fit is None
+    statement = Statement(state)
+    statement.release(first.placements[0].pod)  # a preemption's eviction
+    again = place(state, claimed("high", 1, 8), statement)
+    assert again.no_fit is None
+    assert again.placements[0].claims[0].devices[0].device == "gpu-0"
+    statement.rollback(0)
+    assert set(state.devices.in_use.values()) == {first.placements[0].pod}
+    assert (DRIVER, "dra-1", "gpu-0") in state.devices.in_use
