@@ -27,6 +27,7 @@ import gpufleet.controllers.admission  # noqa: F401 - registers the MIG-layout a
 from gpufleet.api.documents import load_objects
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
+from gpufleet.cli import up_clusters
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir
 from gpufleet.cli.output import console
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
@@ -92,6 +93,15 @@ def up(
         str, typer.Option("--log-format", help="text (for a terminal) or json (one object a line).")
     ] = "text",
     otlp_endpoint: Annotated[str | None, typer.Option("--otlp-endpoint", help=tracing.OTLP_HELP)] = None,
+    clusters: Annotated[
+        int,
+        typer.Option(
+            "--clusters",
+            help="Run a management plane over this many embedded worker planes (federation); 0: one plane.",
+            min=0,
+            max=16,
+        ),
+    ] = 0,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     setup_logging(log_format, level=logging.WARNING)
@@ -106,7 +116,21 @@ def up(
     # Held until the process ends: a second `up` on this directory fails here, before it touches
     # the store, the clock file or `server.url`.
     with StateLock(directory):
-        _serve(directory, objects, out, state is not None, host, port, time_scale, runtime, config)
+        if clusters:
+            if not runtime:
+                raise ValidationError("--clusters needs the runtime (drop --no-runtime)", field="--clusters")
+            up_clusters.serve(
+                directory,
+                objects,
+                out,
+                host=host,
+                port=port,
+                time_scale=time_scale,
+                config=config,
+                clusters=clusters,
+            )
+        else:
+            _serve(directory, objects, out, state is not None, host, port, time_scale, runtime, config)
     out.print("stopped; the state is kept in " + str(directory))
 
 

@@ -1,0 +1,63 @@
+"""`gpufleet up --demo --clusters 3`: the manager plane and three worker planes the command wires, driven
+on a virtual clock. The demo's TrainingJobs, applied to the manager only, run in workers and their
+status shows in the manager; the workers report their capacity into their Clusters."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from gpufleet.api import Cluster
+from gpufleet.api.inference import InferenceService
+from gpufleet.api.training import TrainingJob
+from gpufleet.cli.up import demo_objects
+from gpufleet.cli.up_clusters import build, shut_down
+from gpufleet.federation.link import CLUSTER, MANAGED_BY
+from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.twin.clock import VirtualClock
+
+
+def test_demo_over_three_clusters(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    federation = build(
+        tmp_path, demo_objects(), clock=clock, config=SchedulerConfig(), clusters=3, host="127.0.0.1", port=0
+    )
+    stop = threading.Event()
+    for plane in federation.planes:  # the APIs serve; the runtimes are stepped here, on the virtual clock
+        thread = threading.Thread(target=plane.server.run, daemon=True)
+        thread.start()
+        plane.threads.append(thread)
+    try:
+        for plane in federation.planes:
+            assert plane.server.started.wait(30)
+        manager = federation.manager
+        assert not list(manager.store.list(InferenceService)), "services stay in the first worker"
+        assert {j.name for j in manager.store.list(TrainingJob)} == {
+            "llm-pretrain",
+            "finetune-7b",
+            "vision-sweep",
+            "moe-ablation",
+        }
+        for _ in range(20):
+            clock.advance_to(clock.now() + 1)
+            for plane in federation.planes:
+                assert plane.runtime is not None
+                plane.runtime.settle()
+
+        clusters = {c.name: c for c in manager.store.list(Cluster)}
+        assert sorted(clusters) == ["w1", "w2", "w3"]
+        assert all(c.status.capacity["H100-80GB"].gpus == 256 for c in clusters.values())
+        job = manager.store.get(TrainingJob, "llm-pretrain", "team-a")
+        held = job.metadata.annotations[CLUSTER]
+        worker = next(w for w in federation.workers if w.name == held)
+        copy = worker.store.get(TrainingJob, "llm-pretrain", "team-a")
+        assert copy.metadata.annotations[MANAGED_BY] == "manager"
+        assert copy.status.phase == "Running"
+        assert job.status.phase == "Running" and job.status.nodes == copy.status.nodes
+        assert (
+            sum(1 for w in federation.workers for j in w.store.list(TrainingJob) if j.name == job.name) == 1
+        )
+    finally:
+        for plane in federation.planes:
+            plane.server.stop()
+        shut_down(federation, stop)
