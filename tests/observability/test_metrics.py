@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from gpufleet.controllers import fleetmetrics, queuestatus
 from gpufleet.controllers.decisions import Carrier, run_cycles
@@ -225,3 +225,23 @@ def test_gpus_per_pool_and_model_by_state_and_fragmentation() -> None:
     assert (
         REGISTRY.get_sample_value("gpufleet_queue_pool_gpus", {"queue": "q", "pool": "metrics-mig"}) is None
     )
+
+
+def test_set_series_leaves_exactly_the_series_given_each_time() -> None:
+    """Series gone from one call to the next are removed, changed ones updated, others kept, as
+    a scrape between the calls sees; a series set by other means before the first call goes too."""
+    registry = CollectorRegistry()
+    gauge = Gauge("gpufleet_test_series", "test", ["queue"], registry=registry)
+    gauge.labels("old").set(9)
+
+    def scrape() -> dict[str, float]:
+        return {s.labels["queue"]: s.value for m in registry.collect() for s in m.samples}
+
+    metrics.set_series(gauge, {("a",): 1.0, ("b",): 2.0})
+    assert scrape() == {"a": 1.0, "b": 2.0}
+    metrics.set_series(gauge, {("a",): 1.0, ("c",): 3.0})
+    assert scrape() == {"a": 1.0, "c": 3.0}
+    metrics.set_series(gauge, {("a",): 4.0, ("c",): 3.0})
+    assert scrape() == {"a": 4.0, "c": 3.0}
+    metrics.set_series(gauge, {})
+    assert scrape() == {}

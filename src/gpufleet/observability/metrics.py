@@ -17,6 +17,7 @@ names. Names follow Prometheus' conventions: base units (seconds, GPUs), `_total
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -135,13 +136,29 @@ _JOB_GAUGES = (JOB_RESTARTS, JOB_LOST, JOB_CHECKPOINT_TIME, JOB_CHECKPOINT_INTER
 Labels = TypeVar("Labels", bound=tuple[str, ...])
 
 
+_series_lock = threading.Lock()
+_series: dict[Gauge, dict[tuple[str, ...], float]] = {}
+"""What `set_series` last set on each gauge it owns. The control plane sets its gauges after every
+scheduling pass and a pass changes one or two series; reading the gauge back (`collect()`) and
+setting every series again cost more than the pass itself on a busy simulated fleet."""
+
+
 def set_series(gauge: Gauge, values: Mapping[Labels, float]) -> None:
     """Sets `gauge` to exactly `values` (label values -> value): series not in it are removed, so a
-    queue or reason that is gone leaves no stale series behind."""
-    for labels in set(_label_values(gauge)) - values.keys():
-        gauge.remove(*labels)
-    for labels, value in values.items():
-        gauge.labels(*labels).set(value)
+    queue or reason that is gone leaves no stale series behind. Only the series that changed since
+    the last call are touched; the gauges it is given are set through it alone."""
+    with _series_lock:
+        before = _series.get(gauge)
+        if before is None:
+            # The first call reads what the gauge holds (nothing, unless set by other means).
+            before = {labels: float("nan") for labels in _label_values(gauge)}
+        for labels in before.keys() - values.keys():
+            gauge.remove(*labels)
+        for labels, value in values.items():
+            # A NaN before never equals: the series is set.
+            if before.get(labels) != value:
+                gauge.labels(*labels).set(value)
+        _series[gauge] = {tuple(labels): value for labels, value in values.items()}
 
 
 def _label_values(gauge: Gauge) -> Iterable[tuple[str, ...]]:
