@@ -791,5 +791,10 @@ _UNSEEN = Reason("", "")
 
 def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:
     """What placement sees of a workload, for the per-cycle memo of shapes that do not fit."""
-    sets = tuple((ps.request, count, ps.minimum) for ps, count in zip(workload.pod_sets, counts, strict=True))
+    # DRA claims (by key: one template, one spec) are part of it: two pod sets alike but for their
+    # claims' selectors may fit in different places.
+    sets = tuple(
+        (ps.request, count, ps.minimum, tuple(c.key for c in ps.claims))
+        for ps, count in zip(workload.pod_sets, counts, strict=True)
+    )
     return (model, sets, workload.topology)
