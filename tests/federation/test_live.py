@@ -75,7 +75,7 @@ spec:
 apiVersion: gpufleet.io/v1alpha1
 kind: Queue
 metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 16}}}
+spec: {quotas: {H100-80GB: {nominal: 24}}}
 """
         + clusters
     )
@@ -216,3 +216,29 @@ def test_a_job_runs_in_a_worker_and_moves_when_its_worker_is_lost(planes: dict[s
     planes["w1"].cut[0] = False  # w1 returns: its fenced copy never starts again
     run(planes, 5)
     assert running_in(planes) == ["w2"]
+
+
+def job(name: str, replicas: int) -> TrainingJob:
+    obj = load_objects(
+        JOB.replace("name: llm", f"name: {name}").replace("replicas: 1", f"replicas: {replicas}")
+    )[0]
+    assert isinstance(obj, TrainingJob)
+    return obj
+
+
+def test_a_queue_quota_spans_both_workers(planes: dict[str, Plane]) -> None:
+    """The queue's 24 GPUs count over both workers: 16 in w1 and 8 in w2 run, the next 8 wait with the
+    quota's reason although w2 still has 8 free."""
+    manager = planes["manager"]
+    run(planes, 3)
+    for name, replicas in (("big", 2), ("small", 1)):
+        manager.store.apply(job(name, replicas))
+        run(planes, 2)
+    manager.store.apply(job("over", 1))
+    run(planes, 3)
+    held = {j.name: j.metadata.annotations.get(CLUSTER) for j in manager.store.list(TrainingJob)}
+    assert held == {"big": "w1", "small": "w2", "over": None}
+    over = manager.store.get(TrainingJob, "over", "team")
+    assert over.status.phase == "Pending"
+    assert over.status.pending_reason is not None and over.status.pending_reason.type == "QuotaExceeded"
+    assert [j.name for j in planes["w2"].store.list(TrainingJob)] == ["small"], "nothing sent past the quota"
