@@ -34,6 +34,11 @@ class StatusWriter:
 
     def __init__(self, state: SchedulingState) -> None:
         self.state = state
+        self._reported: dict[str, tuple[Queue, queuestatus.QueueReport]] = {}
+        """Per queue, the object it had after the last pass and what that pass reported. Most
+        passes change one or two queues' numbers; a queue whose object and report are both as
+        they were already carries that report, and building its status again to compare it
+        was most of a pass's cost."""
 
     def write(self, key: str, obj: WorkloadObject, status: WorkloadStatus) -> None:
         """Writes a workload status computed from `obj`; on a conflict, once more on the fresh object."""
@@ -95,6 +100,9 @@ class StatusWriter:
         reports = queuestatus.reports(cache, state.queues, invalid=state.invalid_queues, pending=pending)
         for name, report in reports.items():
             queue = state.queues[name]
+            last = self._reported.get(name)
+            if last is not None and last[0] is queue and last[1] == report:
+                continue
             before = _validity(queue)
             status = queue.status.model_copy(
                 update={
@@ -105,12 +113,14 @@ class StatusWriter:
                 }
             )
             if status == queue.status:
+                self._reported[name] = (queue, report)
                 continue
             try:
                 state.queues[name] = state.store.update_status(queue.model_copy(update={"status": status}))
             except (ConflictError, NotFoundError):
                 state.queues_dirty = True  # a newer queue is on its way in; written next step
                 continue
+            self._reported[name] = (state.queues[name], report)
             if queuestatus.warns(before, report.valid):
                 events.record(
                     state.store,
