@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +46,9 @@ class LeaseState:
 
     acknowledged_at: float | None = None
     lease_seconds: float = 0.0
+
+    def ends(self) -> float | None:
+        return None if self.acknowledged_at is None else self.acknowledged_at + self.lease_seconds
 
     def valid(self, now: float) -> bool:
         return self.acknowledged_at is not None and now <= self.acknowledged_at + self.lease_seconds
@@ -79,6 +83,11 @@ class WorkerAgent:
             self.next_beat = now + self.heartbeat_seconds
             self._beat(now)
         self._enforce(now)
+        ends = self.lease.ends()
+        if ends is not None and ends >= now:
+            # Wake just after the lease lapses, so managed work is fenced then and not at the next
+            # heartbeat (what the manager's grace would otherwise have to cover).
+            return min(self.next_beat, math.nextafter(ends, math.inf))
         return self.next_beat
 
     def _managed(self) -> list[TrainingJob]:
