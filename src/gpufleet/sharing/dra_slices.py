@@ -1,0 +1,152 @@
+"""The ResourceSlice a node publishes for its GPUs under DRA, with the driver name and attribute names of
+NVIDIA's DRA driver for GPUs (`gpu.nvidia.com`), so DeviceClasses and selectors written for that driver
+select the same devices here.
+
+A GPU in exclusive use is one device (`type: gpu`). A MIG-enabled GPU is published as partitionable
+devices: the whole GPU and every MIG instance the catalogue allows at every start slot, all consuming
+the GPU's counter set (one counter per memory slice, and its compute slices), so an allocation can take
+the whole GPU or instances that do not overlap, never both. Unhealthy GPUs are left out: a GPU that fails
+disappears from the pool's next generation, and comes back when it recovers.
+
+The digital twin's nodes publish this; the node agent's `--dra` mode is meant to publish the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from gpufleet.api.dra_devices import ResourceSliceSpec
+from gpufleet.api.gpu_models import canonical_name, catalogue
+from gpufleet.sharing import mig
+
+DRIVER = "gpu.nvidia.com"
+COUNTER_SET = "gpu-{index}-counter-set"
+MAX_DEVICES = 128
+"""Devices one ResourceSlice may hold (Kubernetes' limit)."""
+
+# Architecture and compute capability by model family (the model's first letters), where known.
+_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("GB", "Blackwell", "10.0.0"),
+    ("B", "Blackwell", "10.0.0"),
+    ("GH", "Hopper", "9.0.0"),
+    ("H", "Hopper", "9.0.0"),
+    ("A100", "Ampere", "8.0.0"),
+    ("A", "Ampere", "8.6.0"),
+    ("L", "Ada Lovelace", "8.9.0"),
+)
+
+
+def product_name(gpu_model: str) -> str:
+    """The name NVML (and NVIDIA's driver) gives a model: `H100-80GB` -> `NVIDIA H100 80GB HBM3`."""
+    model = canonical_name(gpu_model)
+    aliases = catalogue().get(model, ())
+    return next((a for a in aliases if a.startswith("NVIDIA ")), model)
+
+
+def _family(model: str) -> tuple[str, str] | None:
+    return next(((arch, cc) for prefix, arch, cc in _FAMILIES if model.startswith(prefix)), None)
+
+
+def node_slices(
+    node_name: str,
+    *,
+    gpu_model: str,
+    gpus: int,
+    memory_gb: int,
+    mig_gpus: Collection[int] = (),
+    unhealthy: Collection[int] = (),
+    driver_version: str = "",
+    generation: int = 1,
+) -> list[ResourceSliceSpec]:
+    """The slices of the node's pool (named after the node) at `generation`: a GPU's devices and its
+    counter set stay together, and no slice holds more than Kubernetes' 128 devices."""
+    model = canonical_name(gpu_model)
+    base: dict[str, Any] = {"productName": {"string": product_name(model)}}
+    family = _family(model)
+    if family is not None:
+        base["architecture"] = {"string": family[0]}
+        base["cudaComputeCapability"] = {"version": family[1]}
+    if driver_version:
+        base["driverVersion"] = {"version": _semver(driver_version)}
+    groups: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+    for index in range(gpus):
+        if index in unhealthy:
+            continue
+        attributes = {
+            **base,
+            "type": {"string": "gpu"},
+            "index": {"int": index},
+            "uuid": {"string": f"GPU-{node_name}-{index}"},
+        }
+        device: dict[str, Any] = {
+            "name": f"gpu-{index}",
+            "attributes": attributes,
+            "capacity": {"memory": {"value": f"{memory_gb}Gi"}},
+        }
+        devices, counter_sets = [device], []
+        if index in mig_gpus and mig.mig_capable(model):
+            counter_set = COUNTER_SET.format(index=index)
+            counter_sets.append({"name": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)})
+            device["consumesCounters"] = [
+                {"counterSet": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)}
+            ]
+            devices.extend(_mig_devices(node_name, model, index, base, counter_set))
+        groups.append((devices, counter_sets))
+    packed: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [([], [])]
+    for devices, counter_sets in groups:
+        if packed[-1][0] and len(packed[-1][0]) + len(devices) > MAX_DEVICES:
+            packed.append(([], []))
+        packed[-1][0].extend(devices)
+        packed[-1][1].extend(counter_sets)
+    pool = {"name": node_name, "generation": generation, "resourceSliceCount": len(packed)}
+    return [
+        ResourceSliceSpec.model_validate(
+            {
+                "driver": DRIVER,
+                "nodeName": node_name,
+                "pool": pool,
+                "devices": devices,
+                "sharedCounters": counter_sets,
+            }
+        )
+        for devices, counter_sets in packed
+    ]
+
+
+def _mig_devices(
+    node_name: str, model: str, index: int, base: dict[str, Any], counter_set: str
+) -> list[dict[str, Any]]:
+    devices = []
+    for profile in mig.catalogue(model).values():
+        for start in profile.starts:
+            slices = range(start, start + profile.memory_slices)
+            devices.append(
+                {
+                    "name": f"gpu-{index}-mig-{profile.gi_profile_id}-{start}-{profile.memory_slices}",
+                    "attributes": {
+                        **base,
+                        "type": {"string": "mig"},
+                        "profile": {"string": profile.name},
+                        "parentIndex": {"int": index},
+                        "uuid": {"string": f"MIG-{node_name}-{index}-{profile.gi_profile_id}-{start}"},
+                    },
+                    "capacity": {"memory": {"value": f"{profile.memory_gb}Gi"}},
+                    "consumesCounters": [
+                        {"counterSet": counter_set, "counters": _counters(slices, profile.compute_slices)}
+                    ],
+                }
+            )
+    return devices
+
+
+def _counters(memory_slices: range, compute_slices: int) -> dict[str, dict[str, str]]:
+    counters = {f"memorySlice{k}": {"value": "1"} for k in memory_slices}
+    counters["computeSlices"] = {"value": str(compute_slices)}
+    return counters
+
+
+def _semver(version: str) -> str:
+    """A driver version as a semver: `550.54.15` stays, `550.54` gets `.0`."""
+    parts = [p for p in version.split(".") if p.isdigit()][:3]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
