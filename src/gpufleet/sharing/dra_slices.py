@@ -117,7 +117,7 @@ def node_slices(
 def _mig_devices(
     node_name: str, model: str, index: int, base: dict[str, Any], counter_set: str
 ) -> list[dict[str, Any]]:
-    devices = []
+    devices: list[dict[str, Any]] = []
     for profile in mig.catalogue(model).values():
         for start in profile.starts:
             slices = range(start, start + profile.memory_slices)
