@@ -14,6 +14,7 @@ from typing import Final
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.cluster import Cluster
+from gpufleet.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpufleet.api.inference import InferenceService
 from gpufleet.api.model_version import ModelVersion
 from gpufleet.api.pool import GPUPool
@@ -166,6 +167,17 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     # A what-if for `gpufleet scenario`: loaded from YAML, never stored.
     KindInfo.of(Scenario, plural="scenarios", crd=False),
+    # Dynamic Resource Allocation (resource.k8s.io/v1): Kubernetes' own kinds, stored by the embedded
+    # world (the twin's nodes publish slices; claims are allocated by the scheduler), never CRDs.
+    KindInfo.of(DeviceClass, plural="deviceclasses", crd=False),
+    KindInfo.of(
+        ResourceSlice,
+        plural="resourceslices",
+        printer_columns=(PrinterColumn("Node", ".spec.nodeName"), PrinterColumn("Driver", ".spec.driver")),
+        crd=False,
+    ),
+    KindInfo.of(ResourceClaim, plural="resourceclaims", crd=False),
+    KindInfo.of(ResourceClaimTemplate, plural="resourceclaimtemplates", crd=False),
 )
 
 _lock = threading.Lock()
