@@ -14,6 +14,9 @@ of `controllers.jobstate` that the Kubernetes operator follows too:
 - `lastCheckpoint`: the newest complete Checkpoint of the job, whose time is also handed to the
   workload so that preemption can prefer victims that lose little.
 
+What the store holds is read through `controllers.jobview`, a cache of jobs, workloads, pods and
+checkpoints kept from the store's events and caught up with its event log before each reconcile.
+
 Restarts resume from the last checkpoint: the workload is queued again after `backoffSeconds`, and
 the twin (or the real job) resumes from the checkpoint's step.
 """
@@ -36,11 +39,12 @@ from gpufleet.api.runtime import (
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import events, jobstate, lifecycle
+from gpufleet.controllers.jobview import JobView
 from gpufleet.controllers.manager import Key, Reconciler
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.observability import tracing
-from gpufleet.store.protocol import WatchEvent
+from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "job-"
 
@@ -53,6 +57,20 @@ class TrainingJobController(Reconciler):
     name = "trainingjob"
     kinds: tuple[str, ...] = ("TrainingJob", "Workload", "Pod", "Checkpoint")
     primary = "TrainingJob"
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.view = JobView(store)
+        """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
+
+    def resync(self, now: float) -> None:
+        self.view.relist()
+        super().resync(now)
+
+    def observe(self, event: WatchEvent, now: float) -> None:
+        # An event a catch-up already applied had its keys enqueued then.
+        if self.view.apply(event):
+            super().observe(event, now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -69,19 +87,18 @@ class TrainingJobController(Reconciler):
 
     def reconcile(self, key: Key, now: float) -> float | None:
         namespace, name = key
-        try:
-            job = self.store.get(TrainingJob, name, namespace)
-        except NotFoundError:
+        view = self.view
+        for event in view.catch_up():  # what was written since the manager's last dispatch
+            for later in self.keys_for(event):
+                self.enqueue(later, now)
+        job = view.jobs.get(key)
+        if job is None:
             self._collect(namespace, name)
             jobstate.forget_metrics(namespace, name)
             return None
         checkpoint = self._latest_checkpoint(job)
         workload = self._ensure_workload(job, checkpoint)
-        pods = [
-            p
-            for p in self.store.list(Pod, namespace=namespace, label_selector={JOB_LABEL: name})
-            if p.spec.attempt == workload.status.attempts
-        ]
+        pods = [p for p in view.pods_of(namespace, name) if p.spec.attempt == workload.status.attempts]
         status = self._status(job, workload, pods, checkpoint, now)
         interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
         jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
@@ -112,9 +129,8 @@ class TrainingJobController(Reconciler):
     def _ensure_workload(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadObject:
         namespace = job.namespace or "default"
         desired = self._desired_spec(job, checkpoint)
-        try:
-            workload = self.store.get(WorkloadObject, workload_name(job.name), namespace)
-        except NotFoundError:
+        workload = self.view.workloads.get((namespace, workload_name(job.name)))
+        if workload is None:
             return self.store.create(
                 WorkloadObject(
                     metadata=ObjectMeta(
@@ -138,7 +154,7 @@ class TrainingJobController(Reconciler):
         return workload
 
     def _latest_checkpoint(self, job: TrainingJob) -> Checkpoint | None:
-        return jobstate.latest_checkpoint(self.store.list(Checkpoint, namespace=job.namespace), job.name)
+        return jobstate.latest_checkpoint(self.view.checkpoints_of(job.namespace or "", job.name), job.name)
 
     def _collect(self, namespace: str, name: str) -> None:
         """The job is gone: so are its workload and pods (the scheduler frees their capacity)."""
