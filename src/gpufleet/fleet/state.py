@@ -23,7 +23,7 @@ import numpy.typing as npt
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet import cuda
-from gpufleet.fleet.devices import DeviceId
+from gpufleet.fleet.devices import DeviceId, NodeDevices
 from gpufleet.fleet.dra_view import DeviceView
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
@@ -370,6 +370,14 @@ class FleetState:
         """Cordon (False) or uncordon (True) a node; running pods stay."""
         self.schedulable[self.row_of(name)] = schedulable
         self.generation += 1
+
+    def set_node_devices(self, name: str, devices: NodeDevices | None) -> None:
+        """The pools a node's ResourceSlices publish (None: none); a change moves the generation, as what
+        a node offers changed (parked workloads look again)."""
+        devices = devices if devices is not None and devices.pools else None
+        if self.devices.nodes.get(name) != devices:
+            self.devices.set_node(name, devices)
+            self.generation += 1
 
     def set_taints(self, name: str, taints: Sequence[Taint]) -> None:
         """Replaces a node's taints; running pods stay (NoExecute eviction is the caller's decision)."""

@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 
 from gpufleet.api import evictions
+from gpufleet.api.dra import DeviceClass, ResourceSlice
 from gpufleet.api.errors import GpuFleetError, NotFoundError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import convert, jobstate, lifecycle, nodesync
+from gpufleet.controllers.scheduling.devicesync import DeviceSync
 from gpufleet.controllers.scheduling.state import (
     Broken,
     SchedulingState,
@@ -48,6 +50,7 @@ class CacheSync:
     def __init__(self, state: SchedulingState, status: StatusWriter) -> None:
         self.state = state
         self.status = status
+        self.devices = DeviceSync()
 
     def observe(self, event: WatchEvent, now: float) -> None:
         state = self.state
@@ -65,6 +68,9 @@ class CacheSync:
                 self._observe_workload(obj, deleted=event.type == "DELETED", now=now)
             elif isinstance(obj, Pod):
                 self._observe_pod(obj, deleted=event.type == "DELETED")
+            elif isinstance(obj, (ResourceSlice, DeviceClass)):
+                self.devices.observe(obj, deleted=event.type == "DELETED", fleet=state.cache.fleet)
+                state.dirty = True
         except (AllocationError, GpuFleetError, KeyError) as exc:
             log.warning("scheduler cache out of step on %s (%s); rebuilding", obj.describe(), exc)
             state.needs_rebuild = True
@@ -98,6 +104,7 @@ class CacheSync:
         state.broken.clear()
         for node in nodes:
             self._add_node(node)
+        self.devices.load(store, fleet)
         for pod in pods:
             state.pods.setdefault(convert.workload_key(pod.namespace, pod.spec.workload), {})[
                 convert.core_pod_name(pod)
@@ -218,6 +225,8 @@ class CacheSync:
             state.cache.fleet.add_node(convert.node_spec(node))
         except GpuFleetError as exc:
             log.warning("%s cannot join the fleet: %s", node.describe(), exc, extra={"node": node.name})
+            return
+        self.devices.refresh_node(state.cache.fleet, node.name)
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
         state = self.state
@@ -234,6 +243,7 @@ class CacheSync:
                     node.name, reason=evictions.NODE_LOST, message=f"node {node.name} was removed"
                 )
                 fleet.remove_node(node.name)
+                fleet.devices.set_node(node.name, None)
             return
         if node.name not in fleet.index:
             self._add_node(node)

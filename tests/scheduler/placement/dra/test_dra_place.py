@@ -130,3 +130,15 @@ def test_dra_released_pod_frees_its_devices_for_the_next_workload() -> None:
     statement.rollback(0)
     assert set(state.devices.in_use.values()) == {first.placements[0].pod}
     assert (DRIVER, "dra-1", "gpu-0") in state.devices.in_use
+
+
+def test_dra_nodes_hand_out_gpus_through_claims_only() -> None:
+    state = dra_fleet({"dra-1": 8})
+    plain = Workload("plain", (PodSet("main", 2, PodRequest(gpus=8)),))
+    result = place(state, plain)
+    assert result.no_fit is not None  # only `ext` advertises GPUs as extended resources
+    assert [
+        p.node for p in place(state, Workload("one", (PodSet("main", 1, PodRequest(gpus=8)),))).placements
+    ] == ["ext"]
+    cpu_only = Workload("cpu", (PodSet("main", 1, PodRequest(cpu_milli=1000)),))
+    assert [p.node for p in place(state, cpu_only).placements] == ["dra-1"]

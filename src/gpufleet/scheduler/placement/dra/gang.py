@@ -62,6 +62,14 @@ def claim_rows(
     return kept, result
 
 
+def extended_rows(state: FleetState, rows: RowArray) -> RowArray:
+    """The rows a pod asking GPUs as extended resources may use: not the nodes whose GPUs are published
+    in ResourceSlices, which (as in Kubernetes, where such a node advertises no `nvidia.com/gpu`) hand
+    their GPUs out through claims only, so a GPU is never held both ways."""
+    published = state.devices.nodes
+    return rows[[state.names[int(r)] not in published for r in rows]]
+
+
 def held_devices(claimed: Sequence[ClaimAllocation]) -> tuple[DeviceId, ...]:
     """The devices the pod takes: all it was allocated except admin access, which takes nothing."""
     return tuple((d.driver, d.pool, d.device) for c in claimed for d in c.devices if not d.admin_access)
