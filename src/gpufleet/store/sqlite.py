@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -55,6 +55,8 @@ FILE_NAME = "gpufleet.db"
 POLL_SECONDS = 0.5
 COMPACT_EVERY = 256
 """Writes between two automatic compactions of the event log."""
+PARSED_EVENTS = 8192
+"""How many of the latest events are kept parsed for the next reader (a settle round's worth)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -114,6 +116,12 @@ class SqliteStore:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
         self._head = self._counter("resource_version")
+        self._parsed: OrderedDict[int, WatchEvent] = OrderedDict()
+        """The latest events read, parsed: every watcher of a process (each controller, its views,
+        the twin, the simulator's recorder) reads the same new events, and parsing and validating
+        each once per reader was an eighth of a simulation's CPU. Readers share the objects, as
+        the controllers sharing one manager always did: none changes what it is handed."""
+        self._parsed_lock = threading.Lock()
 
     @classmethod
     def open(cls, state_dir: str | Path, **options: Any) -> SqliteStore:
@@ -462,10 +470,17 @@ class SqliteStore:
             rows = db.execute(query, params).fetchall()
         events = []
         for version, event, kind, body in rows:
-            info = _info(kind)
-            events.append(
-                WatchEvent(type=event, object=_load(info, json.loads(body)), resource_version=version)
-            )
+            with self._parsed_lock:
+                parsed = self._parsed.get(version)
+            if parsed is None:
+                parsed = WatchEvent(
+                    type=event, object=_load(_info(kind), json.loads(body)), resource_version=version
+                )
+                with self._parsed_lock:
+                    self._parsed[version] = parsed
+                    if len(self._parsed) > PARSED_EVENTS:
+                        self._parsed.popitem(last=False)
+            events.append(parsed)
         return events, head
 
     def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
