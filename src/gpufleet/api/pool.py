@@ -147,6 +147,11 @@ class GPUPoolSpec(ApiModel):
         description="Embedded world: the NVIDIA driver of the pool's nodes (e.g. 550.54.15); absent = "
         "unknown, which runs any CUDA version. Kubernetes nodes report their own driver (GFD labels).",
     )
+    dra: bool = Field(
+        default=False,
+        description="Embedded world: the pool's nodes publish their GPUs in ResourceSlices (driver "
+        "gpu.nvidia.com) and hand them out through ResourceClaims only.",
+    )
 
     @model_validator(mode="after")
     def _gpu_indices_exist(self) -> GPUPoolSpec:

@@ -77,6 +77,11 @@ class NodeSpec(ApiModel):
     driver_version: DriverVersion | None = Field(
         default=None, description="The node's NVIDIA driver; absent = unknown (runs any CUDA version)."
     )
+    dra: bool = Field(
+        default=False,
+        description="Its GPUs are published in ResourceSlices and handed out through ResourceClaims (DRA) "
+        "only, not as nvidia.com/gpu extended resources.",
+    )
 
 
 NodePhase = Literal["Provisioning", "Ready", "NotReady", "Lost"]

@@ -477,5 +477,6 @@ def _new_node(pool: GPUPool, name: str, rack: str | None) -> Node:
             capacity_type=spec.capacity_type,
             price_per_gpu_hour=spec.price_per_gpu_hour,
             driver_version=spec.driver_version,
+            dra=spec.dra,
         ),
     )

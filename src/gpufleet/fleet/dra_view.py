@@ -21,6 +21,8 @@ class DeviceView:
         self.nodes: dict[str, NodeDevices] = {}
         self.classes: dict[str, DeviceClassSpec] = {}
         self.in_use: dict[DeviceId, str] = {}
+        self.claims_only: set[str] = set()
+        """Nodes whose GPUs are handed out through claims only (DRA nodes), published yet or not."""
 
     def set_node(self, name: str, devices: NodeDevices | None) -> None:
         """The node's devices from its slices (None: it publishes none, or no longer exists)."""
@@ -52,4 +54,5 @@ class DeviceView:
         clone.nodes = dict(self.nodes)
         clone.classes = dict(self.classes)
         clone.in_use = dict(self.in_use)
+        clone.claims_only = set(self.claims_only)
         return clone

@@ -13,6 +13,7 @@ The digital twin's nodes publish this; the node agent's `--dra` mode is meant to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -53,7 +54,7 @@ def node_slices(
     *,
     gpu_model: str,
     gpus: int,
-    memory_gb: int,
+    memory_gb: int | None = None,
     mig_gpus: Collection[int] = (),
     unhealthy: Collection[int] = (),
     driver_version: str = "",
@@ -62,6 +63,10 @@ def node_slices(
     """The slices of the node's pool (named after the node) at `generation`: a GPU's devices and its
     counter set stay together, and no slice holds more than Kubernetes' 128 devices."""
     model = canonical_name(gpu_model)
+    if memory_gb is None:
+        # the model's name states it where the catalogue names models by memory (H100-80GB)
+        stated = re.search(r"(\d+)GB$", model)
+        memory_gb = int(stated.group(1)) if stated else None
     base: dict[str, Any] = {"productName": {"string": product_name(model)}}
     family = _family(model)
     if family is not None:
@@ -79,11 +84,9 @@ def node_slices(
             "index": {"int": index},
             "uuid": {"string": f"GPU-{node_name}-{index}"},
         }
-        device: dict[str, Any] = {
-            "name": f"gpu-{index}",
-            "attributes": attributes,
-            "capacity": {"memory": {"value": f"{memory_gb}Gi"}},
-        }
+        device: dict[str, Any] = {"name": f"gpu-{index}", "attributes": attributes}
+        if memory_gb is not None:
+            device["capacity"] = {"memory": {"value": f"{memory_gb}Gi"}}
         devices, counter_sets = [device], []
         if index in mig_gpus and mig.mig_capable(model):
             counter_set = COUNTER_SET.format(index=index)

@@ -39,6 +39,7 @@ from gpufleet.api.runtime import (
 )
 from gpufleet.api.training import TrainingJob
 from gpufleet.store.protocol import Store, WatchEvent
+from gpufleet.twin import draslices
 from gpufleet.twin import traffic as traffic_model
 from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS, TwinConfig
@@ -157,6 +158,12 @@ class Twin:
 
     # ======================================================================== nodes
     def _node_event(self, node: Node, *, deleted: bool, now: float) -> None:
+        if node.spec.dra:
+            # A DRA node's slices follow its phase and GPU health, which this event may have changed.
+            if deleted:
+                draslices.withdraw(self.store, node.name)
+            else:
+                draslices.publish(self.store, node)
         if deleted:
             self.nodes.pop(node.name, None)
             for timer in self.node_timers.pop(node.name, []):

@@ -226,6 +226,8 @@ class CacheSync:
         except GpuFleetError as exc:
             log.warning("%s cannot join the fleet: %s", node.describe(), exc, extra={"node": node.name})
             return
+        if node.spec.dra:
+            state.cache.fleet.devices.claims_only.add(node.name)
         self.devices.refresh_node(state.cache.fleet, node.name)
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
@@ -244,6 +246,7 @@ class CacheSync:
                 )
                 fleet.remove_node(node.name)
                 fleet.devices.set_node(node.name, None)
+                fleet.devices.claims_only.discard(node.name)
             return
         if node.name not in fleet.index:
             self._add_node(node)

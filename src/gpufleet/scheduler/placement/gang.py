@@ -83,7 +83,11 @@ def _place_one(
     fits = None
     if pod_set.claims and rows.size:
         rows, fits = dra.claim_rows(state, dra.pod_claims(pod_set, index), rows)
-    elif state.devices.nodes and demand.request.kind is not GpuKind.NONE and rows.size:
+    elif (
+        (state.devices.nodes or state.devices.claims_only)
+        and demand.request.kind is not GpuKind.NONE
+        and rows.size
+    ):
         rows = dra.extended_rows(state, rows)
     if not rows.size:
         return None

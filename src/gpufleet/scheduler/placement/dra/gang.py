@@ -66,8 +66,10 @@ def extended_rows(state: FleetState, rows: RowArray) -> RowArray:
     """The rows a pod asking GPUs as extended resources may use: not the nodes whose GPUs are published
     in ResourceSlices, which (as in Kubernetes, where such a node advertises no `nvidia.com/gpu`) hand
     their GPUs out through claims only, so a GPU is never held both ways."""
-    published = state.devices.nodes
-    return rows[[state.names[int(r)] not in published for r in rows]]
+    view = state.devices
+    return rows[
+        [(name := state.names[int(r)]) not in view.nodes and name not in view.claims_only for r in rows]
+    ]
 
 
 def held_devices(claimed: Sequence[ClaimAllocation]) -> tuple[DeviceId, ...]:
