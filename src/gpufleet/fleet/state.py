@@ -658,9 +658,12 @@ class FleetState:
         """Recomputes every aggregate from the allocations and raises AssertionError on any mismatch.
 
         Checked: nothing is held twice (a whole GPU by two pods, a GPU both whole and shared, a MIG
-        instance by two pods), nothing beyond capacity (milli, replicas, CPU, memory), and every kept
-        total (free milli, free whole GPUs per node and per domain, free MIG instances) equals a recount.
+        instance by two pods, a DRA device by two pods), nothing beyond capacity (milli, replicas, CPU,
+        memory), and every kept total (free milli, free whole GPUs per node and per domain, free MIG
+        instances, devices in use) equals a recount.
         """
+        held = [(d, a.pod) for a in self.allocations.values() for d in a.devices]
+        assert dict(held) == self.devices.in_use and len(held) == len(self.devices.in_use), "DRA devices"
         n = self.n_rows
         gpu_used = np.zeros((n, self.max_gpus), dtype=np.int64)
         gpu_pods = np.zeros((n, self.max_gpus), dtype=np.int64)
