@@ -87,6 +87,9 @@ def test_dra_claims_count_against_the_queue_quota_of_their_gpu_model() -> None:
     result = Scheduler().cycle(cache, now=100.0)
     assert [a.workload for a in result.admitted] == ["first"]
     assert result.pending["second"].reason.type == "QuotaExceeded"
+    (claims,) = result.admitted[0].claims  # one pod, its one claim's allocation for the claim's status
+    assert claims[0].claim == "team/first-gpus-0"
+    assert len(claims[0].to_status().devices.results) == 8
     apply_decisions(cache, result, now=100.0)
     held = {pod for pod in cache.fleet.devices.in_use.values()}
     assert held == {"first/main/0"} and len(cache.fleet.devices.in_use) == 8

@@ -503,7 +503,9 @@ class _Cycle:
         if isinstance(outcome, Admission):
             self.snapshot.assume(workload, outcome.assignment, list(outcome.allocations), now=self.now)
             self._learn(workload, outcome.assignment)
-            self.result.admitted.append(Admit(name, outcome.assignment, outcome.allocations, outcome.nodes))
+            self.result.admitted.append(
+                Admit(name, outcome.assignment, outcome.allocations, outcome.nodes, outcome.claims)
+            )
             self.fair.refresh(workload.queue)
             return False
         if isinstance(outcome, Preemption):
@@ -624,7 +626,10 @@ class _Cycle:
         assignment = Assignment(model, counts, usage_of(workload, model, counts))
         allocations = tuple(fleet.allocations[p.pod] for p in placed.placements)
         nodes = tuple(p.node for p in placed.placements)
-        return Admission(assignment, allocations, nodes)
+        claims = (
+            tuple(p.claims for p in placed.placements) if any(p.claims for p in placed.placements) else ()
+        )
+        return Admission(assignment, allocations, nodes, claims)
 
     def _place(self, workload: Workload, model: str | None, counts: tuple[int, ...]) -> PlacementResult:
         return place_workload(

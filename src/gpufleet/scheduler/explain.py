@@ -12,6 +12,7 @@ from typing import Any
 
 from gpufleet.fleet.state import Allocation
 from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.placement.dra.result import ClaimAllocation
 from gpufleet.scheduler.placement.result import NoFit
 from gpufleet.scheduler.quota import QuotaShortfall
 
@@ -115,6 +116,9 @@ class Admit:
     assignment: Assignment
     allocations: tuple[Allocation, ...]
     nodes: tuple[str, ...]
+    claims: tuple[tuple[ClaimAllocation, ...], ...] = ()
+    """DRA, per pod as `allocations`: each of its claims' allocation, for the claim's status (empty when
+    no pod has claims)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from gpufleet.fleet.state import Allocation
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.explain import Admit, Pending, Preempt, Reason
 from gpufleet.scheduler.flavors import Assignment
+from gpufleet.scheduler.placement.dra.result import ClaimAllocation
 from gpufleet.scheduler.preemption import VictimSet
 
 
@@ -39,6 +40,7 @@ class Admission:
     assignment: Assignment
     allocations: tuple[Allocation, ...]
     nodes: tuple[str, ...]
+    claims: tuple[tuple[ClaimAllocation, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
