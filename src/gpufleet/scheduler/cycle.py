@@ -78,7 +78,7 @@ from gpufleet.scheduler.preemption import (
     select_victims,
 )
 from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, queue_order, user_key
-from gpufleet.scheduler.workload import Workload
+from gpufleet.scheduler.workload import Workload, placement_shape
 
 # What a cycle returns and how in-memory worlds carry it out live in `outcome`, imported from here too.
 __all__ = ["CycleResult", "Scheduler", "apply_decisions"]
@@ -604,7 +604,7 @@ class _Cycle:
         counts = self._quota_counts(workload, model)
         if isinstance(counts, Reason):
             return Failure(counts)
-        shape = _shape(workload, model, counts)
+        shape = placement_shape(workload, model, counts)
         known = self.no_fit.get(shape)
         if known is not None:
             return Failure(known)
@@ -718,7 +718,7 @@ class _Cycle:
         at = workload.submitted_at if newer else None
         level = self._las_level(workload.queue)
         rank = level(workload) if level is not None else None
-        memo = (workload.queue, workload.priority, at, rank, _shape(workload, model, counts))
+        memo = (workload.queue, workload.priority, at, rank, placement_shape(workload, model, counts))
         if memo in self.no_victims:
             return None
         assignment = Assignment(model, counts, usage_of(workload, model, counts))
@@ -781,7 +781,7 @@ class _Cycle:
             placed = self._place(workload, model, counts)
             return self._admission(workload, model, placed) if placed.no_fit is None else None
 
-        return self.room.room(_shape(workload, model, counts), place)
+        return self.room.room(placement_shape(workload, model, counts), place)
 
     def _reserve(self, workload: Workload, room: Admission) -> None:
         """A waiter holds its quota now, and its place in the capacity to come for the rest of the cycle."""
@@ -792,14 +792,3 @@ class _Cycle:
 
 _UNSEEN = Reason("", "")
 """Marks a memo miss where None is a remembered answer."""
-
-
-def _shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:
-    """What placement sees of a workload, for the per-cycle memo of shapes that do not fit."""
-    # DRA claims (by key: one template, one spec) are part of it: two pod sets alike but for their
-    # claims' selectors may fit in different places.
-    sets = tuple(
-        (ps.request, count, ps.minimum, tuple(c.key for c in ps.claims))
-        for ps, count in zip(workload.pod_sets, counts, strict=True)
-    )
-    return (model, sets, workload.topology)

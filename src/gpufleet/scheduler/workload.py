@@ -99,3 +99,15 @@ class Workload:
     @property
     def elastic(self) -> bool:
         return self.min_pod_count < self.pod_count
+
+
+def placement_shape(workload: Workload, model: str | None, counts: tuple[int, ...]) -> tuple[object, ...]:
+    """What placement sees of a workload on flavor `model` with `counts` pods per pod set: the key of a
+    cycle's memo of shapes that do not fit."""
+    # DRA claims (by key: one template, one spec) are part of it: two pod sets alike but for their
+    # claims' selectors may fit in different places.
+    sets = tuple(
+        (ps.request, count, ps.minimum, tuple(c.key for c in ps.claims))
+        for ps, count in zip(workload.pod_sets, counts, strict=True)
+    )
+    return (model, sets, workload.topology)
