@@ -17,26 +17,25 @@ from __future__ import annotations
 from typing import TypeVar
 
 from gpufleet.api.checkpoint import Checkpoint
-from gpufleet.api.errors import GoneError
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.runtime import Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob
-from gpufleet.store.protocol import Store, WatchEvent
-
-KINDS = ("TrainingJob", "Workload", "Pod", "Checkpoint")
-CATCH_UP_BATCH = 2000
+from gpufleet.controllers.eventview import EventFedView
+from gpufleet.store.protocol import Store
 
 Key = tuple[str, str]
 """(namespace, name)."""
 Member = TypeVar("Member", Pod, Checkpoint)
 
 
-class JobView:
+class JobView(EventFedView):
     """TrainingJobs, Workloads, and per job its pods and checkpoints, from one list and then events."""
 
+    KINDS = ("TrainingJob", "Workload", "Pod", "Checkpoint")
+
     def __init__(self, store: Store) -> None:
-        self.store = store
+        super().__init__(store)
         self.jobs: dict[Key, TrainingJob] = {}
         self.workloads: dict[Key, WorkloadObject] = {}
         self._pods: dict[Key, dict[str, Pod]] = {}
@@ -45,14 +44,9 @@ class JobView:
         """Per pod, the job it is indexed under (a pod's label may change)."""
         self._checkpoints: dict[Key, dict[str, Checkpoint]] = {}
         self._checkpoint_job: dict[Key, Key] = {}
-        self.cursor: int | None = None
-        """The newest event applied (None: not listed yet)."""
 
     # ------------------------------------------------------------------ feeding
-    def relist(self) -> None:
-        """Lists every kind again; the events after the version read first are applied on top, so
-        nothing written meanwhile is missed (applying an event twice is harmless)."""
-        head = int(self.store.resource_version)
+    def _load(self) -> None:
         self.jobs = {(j.namespace or "", j.name): j for j in self.store.list(TrainingJob)}
         self.workloads = {(w.namespace or "", w.name): w for w in self.store.list(WorkloadObject)}
         self._pods, self._pod_job = {}, {}
@@ -61,17 +55,10 @@ class JobView:
         self._checkpoints, self._checkpoint_job = {}, {}
         for checkpoint in self.store.list(Checkpoint):
             self._put_checkpoint(checkpoint)
-        self.cursor = head
 
-    def apply(self, event: WatchEvent) -> bool:
-        """Applies one event unless already applied; True if it was new."""
-        if self.cursor is None:
-            self.relist()
-        assert self.cursor is not None
-        if event.resource_version <= self.cursor:
-            return False
-        self.cursor = event.resource_version
-        obj, deleted = event.object, event.type == "DELETED"
+    def _take(self, obj: object, *, deleted: bool) -> None:
+        if not isinstance(obj, TrainingJob | WorkloadObject | Pod | Checkpoint):
+            return
         key = (obj.namespace or "", obj.name)
         if isinstance(obj, TrainingJob):
             if deleted:
@@ -91,25 +78,6 @@ class JobView:
             self._drop(self._checkpoints, self._checkpoint_job, key)
             if not deleted:
                 self._put_checkpoint(obj)
-        return True
-
-    def catch_up(self) -> list[WatchEvent]:
-        """Applies the store's events the view has not seen yet; returns them (the caller enqueues
-        their keys). A log compacted past the cursor means listing again."""
-        if self.cursor is None:
-            self.relist()
-            return []
-        fresh: list[WatchEvent] = []
-        while True:
-            assert self.cursor is not None
-            try:
-                events = self.store.events_since(self.cursor, kinds=KINDS, limit=CATCH_UP_BATCH)
-            except GoneError:
-                self.relist()
-                return fresh
-            fresh += [event for event in events if self.apply(event)]
-            if len(events) < CATCH_UP_BATCH:
-                return fresh
 
     # ------------------------------------------------------------------ reads
     def pods_of(self, namespace: str, job: str) -> list[Pod]:

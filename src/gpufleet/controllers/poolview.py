@@ -18,14 +18,11 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 
-from gpufleet.api.errors import GoneError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.store.protocol import Store, WatchEvent
-
-KINDS = ("GPUPool", "Node", "Pod", "Workload")
-CATCH_UP_BATCH = 2000
+from gpufleet.controllers.eventview import EventFedView
+from gpufleet.store.protocol import Store
 
 PodKey = tuple[str, str]
 WorkloadKey = tuple[str, str]
@@ -60,11 +57,13 @@ class PoolNodes:
     """Member names in order, until a node comes or goes."""
 
 
-class PoolView:
+class PoolView(EventFedView):
     """Pools, nodes, live pods and node-demanding workloads, from one list and then from events."""
 
+    KINDS = ("GPUPool", "Node", "Pod", "Workload")
+
     def __init__(self, store: Store) -> None:
-        self.store = store
+        super().__init__(store)
         self.pools: dict[str, GPUPool] = {}
         self.nodes: dict[str, Node] = {}
         self.groups: dict[str, PoolNodes] = {}
@@ -77,14 +76,9 @@ class PoolView:
         """Live pods per node name (a node is busy while it holds one)."""
         self.node_milli: dict[str, int] = {}
         """GPU milli held by live pods per node name."""
-        self.cursor: int | None = None
-        """The newest event applied (None: not listed yet)."""
 
     # ------------------------------------------------------------------ feeding
-    def relist(self) -> None:
-        """Lists every kind again; the events after the version read first are applied on top, so
-        nothing written meanwhile is missed (applying an event twice is harmless)."""
-        head = int(self.store.resource_version)
+    def _load(self) -> None:
         self.pools = {p.name: p for p in self.store.list(GPUPool)}
         self.nodes, self.groups = {}, {}
         self.pods, self.node_pods, self.node_milli = {}, {}, {}
@@ -95,17 +89,8 @@ class PoolView:
         self.demanding = {}
         for workload in self.store.list(WorkloadObject):
             self._put_workload(workload, deleted=False)
-        self.cursor = head
 
-    def apply(self, event: WatchEvent) -> bool:
-        """Applies one event unless already applied; True if it was new."""
-        if self.cursor is None:
-            self.relist()
-        assert self.cursor is not None
-        if event.resource_version <= self.cursor:
-            return False
-        self.cursor = event.resource_version
-        obj, deleted = event.object, event.type == "DELETED"
+    def _take(self, obj: object, *, deleted: bool) -> None:
         if isinstance(obj, GPUPool):
             if deleted:
                 self.pools.pop(obj.name, None)
@@ -122,25 +107,6 @@ class PoolView:
                 self._put_pod(obj)
         elif isinstance(obj, WorkloadObject):
             self._put_workload(obj, deleted=deleted)
-        return True
-
-    def catch_up(self) -> list[WatchEvent]:
-        """Applies the store's events the view has not seen yet; returns them (the caller enqueues
-        their keys). A log compacted past the cursor means listing again."""
-        if self.cursor is None:
-            self.relist()
-            return []
-        fresh: list[WatchEvent] = []
-        while True:
-            assert self.cursor is not None
-            try:
-                events = self.store.events_since(self.cursor, kinds=KINDS, limit=CATCH_UP_BATCH)
-            except GoneError:
-                self.relist()
-                return fresh
-            fresh += [event for event in events if self.apply(event)]
-            if len(events) < CATCH_UP_BATCH:
-                return fresh
 
     # ------------------------------------------------------------------ own writes
     def created(self, node: Node) -> None:

@@ -1,0 +1,74 @@
+"""A controller's cache of stored objects: listed once, then fed by the store's events.
+
+The pool and TrainingJob controllers keep what they read this way (`poolview`, `jobview`) instead of
+listing the store on every reconcile. A view applies each event once, whether it came through the
+manager or through `catch_up` (the store's event log read up to now before a reconcile, so that the
+reconcile sees what other controllers wrote earlier in the same round); a log compacted past the
+view's cursor means listing again. A subclass says which kinds it follows, how it loads them from a
+list, and how it takes one changed object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from gpufleet.api.errors import GoneError
+from gpufleet.store.protocol import Store, WatchEvent
+
+CATCH_UP_BATCH = 2000
+"""Events read from the log per query while catching up."""
+
+
+class EventFedView:
+    """The cursor, the relist and the catch-up every event-fed view shares."""
+
+    KINDS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.cursor: int | None = None
+        """The newest event applied (None: not listed yet)."""
+
+    def relist(self) -> None:
+        """Lists every kind again; the events after the version read first are applied on top, so
+        nothing written meanwhile is missed (applying an event twice is harmless)."""
+        head = int(self.store.resource_version)
+        self._load()
+        self.cursor = head
+
+    def apply(self, event: WatchEvent) -> bool:
+        """Applies one event unless already applied; True if it was new."""
+        if self.cursor is None:
+            self.relist()
+        assert self.cursor is not None
+        if event.resource_version <= self.cursor:
+            return False
+        self.cursor = event.resource_version
+        self._take(event.object, deleted=event.type == "DELETED")
+        return True
+
+    def catch_up(self) -> list[WatchEvent]:
+        """Applies the store's events the view has not seen yet; returns them (the caller enqueues
+        their keys). A log compacted past the cursor means listing again."""
+        if self.cursor is None:
+            self.relist()
+            return []
+        fresh: list[WatchEvent] = []
+        while True:
+            assert self.cursor is not None
+            try:
+                events = self.store.events_since(self.cursor, kinds=self.KINDS, limit=CATCH_UP_BATCH)
+            except GoneError:
+                self.relist()
+                return fresh
+            fresh += [event for event in events if self.apply(event)]
+            if len(events) < CATCH_UP_BATCH:
+                return fresh
+
+    def _load(self) -> None:
+        """Replaces everything held with a fresh list of the kinds followed."""
+        raise NotImplementedError
+
+    def _take(self, obj: Any, *, deleted: bool) -> None:
+        """Takes in one changed (or deleted) object."""
+        raise NotImplementedError
