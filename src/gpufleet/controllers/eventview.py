@@ -10,9 +10,10 @@ list, and how it takes one changed object.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from gpufleet.api.errors import GoneError
+from gpufleet.controllers.manager import Reconciler
 from gpufleet.store.protocol import Store, WatchEvent
 
 CATCH_UP_BATCH = 2000
@@ -72,3 +73,29 @@ class EventFedView:
     def _take(self, obj: Any, *, deleted: bool) -> None:
         """Takes in one changed (or deleted) object."""
         raise NotImplementedError
+
+
+View = TypeVar("View", bound=EventFedView)
+
+
+class ViewedReconciler(Reconciler, Generic[View]):
+    """A reconciler that reads its view instead of the store: the view is listed again on a resync,
+    takes each event once, and is caught up at the start of a reconcile (`catch_up`)."""
+
+    view: View
+
+    def resync(self, now: float) -> None:
+        self.view.relist()
+        super().resync(now)
+
+    def observe(self, event: WatchEvent, now: float) -> None:
+        # An event a catch-up already applied had its keys enqueued then.
+        if self.view.apply(event):
+            super().observe(event, now)
+
+    def catch_up(self, now: float) -> None:
+        """Brings the view up to what was written since the manager's last dispatch, and enqueues the
+        keys those writes concern."""
+        for event in self.view.catch_up():
+            for later in self.keys_for(event):
+                self.enqueue(later, now)

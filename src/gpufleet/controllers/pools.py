@@ -45,7 +45,8 @@ from gpufleet.api.runtime import (
 )
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
-from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.eventview import ViewedReconciler
+from gpufleet.controllers.manager import Key
 from gpufleet.controllers.poolview import PoolView
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.observability import metrics
@@ -65,7 +66,7 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
 
 
-class PoolController(Reconciler):
+class PoolController(ViewedReconciler[PoolView]):
     name = "gpupool"
     kinds: tuple[str, ...] = ("GPUPool", "Node", "Pod", "Workload")
     primary = "GPUPool"
@@ -78,15 +79,6 @@ class PoolController(Reconciler):
         """Pools, nodes, live pods and node demands, kept from events instead of listed each time."""
         self.node_pool = self.view.node_pool
         """node -> pool, so that a pod event finds its pool without a read."""
-
-    def resync(self, now: float) -> None:
-        self.view.relist()
-        super().resync(now)
-
-    def observe(self, event: WatchEvent, now: float) -> None:
-        # An event a catch-up already applied had its keys enqueued then.
-        if self.view.apply(event):
-            super().observe(event, now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -108,9 +100,7 @@ class PoolController(Reconciler):
     def reconcile(self, key: Key, now: float) -> float | None:
         name = key[1]
         view = self.view
-        for event in view.catch_up():  # what was written since the manager's last dispatch
-            for later in self.keys_for(event):
-                self.enqueue(later, now)
+        self.catch_up(now)
         pools = view.pools
         pool = pools.get(name)
         if pool is None:

@@ -39,8 +39,9 @@ from gpufleet.api.runtime import (
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import events, jobstate, lifecycle
+from gpufleet.controllers.eventview import ViewedReconciler
 from gpufleet.controllers.jobview import JobView
-from gpufleet.controllers.manager import Key, Reconciler
+from gpufleet.controllers.manager import Key
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.observability import tracing
@@ -53,7 +54,7 @@ def workload_name(job: str) -> str:
     return f"{PREFIX}{job}"
 
 
-class TrainingJobController(Reconciler):
+class TrainingJobController(ViewedReconciler[JobView]):
     name = "trainingjob"
     kinds: tuple[str, ...] = ("TrainingJob", "Workload", "Pod", "Checkpoint")
     primary = "TrainingJob"
@@ -62,15 +63,6 @@ class TrainingJobController(Reconciler):
         super().__init__(store)
         self.view = JobView(store)
         """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
-
-    def resync(self, now: float) -> None:
-        self.view.relist()
-        super().resync(now)
-
-    def observe(self, event: WatchEvent, now: float) -> None:
-        # An event a catch-up already applied had its keys enqueued then.
-        if self.view.apply(event):
-            super().observe(event, now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -88,9 +80,7 @@ class TrainingJobController(Reconciler):
     def reconcile(self, key: Key, now: float) -> float | None:
         namespace, name = key
         view = self.view
-        for event in view.catch_up():  # what was written since the manager's last dispatch
-            for later in self.keys_for(event):
-                self.enqueue(later, now)
+        self.catch_up(now)
         job = view.jobs.get(key)
         if job is None:
             self._collect(namespace, name)
