@@ -57,9 +57,15 @@ class Plane:
 
 
 def _until(what: str, probe: Callable[[], T | None], seconds: float) -> T:
+    """Polls `probe` until it answers; an element the console redrew meanwhile counts as not yet."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + seconds
     while True:
-        found = probe()
+        try:
+            found = probe()
+        except StaleElementReferenceException:
+            found = None
         if found:
             return found
         if time.monotonic() > deadline:
@@ -148,9 +154,42 @@ def _sign_in(driver: Any, url: str, token: str) -> None:
     driver.find_element("css selector", "#signin-form button").click()
 
 
+# The console redraws its views every second, so an element found in one call may be gone by the
+# next: what a test reads, it reads in the browser in one script.
 def _text(driver: Any, selector: str) -> str:
-    found = driver.find_elements("css selector", selector)
-    return "\n".join(element.get_attribute("textContent") or "" for element in found)
+    return str(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent).join('\\n')",
+            selector,
+        )
+    )
+
+
+def _texts(driver: Any, selector: str) -> list[str]:
+    return list(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent)", selector
+        )
+    )
+
+
+def _attribute(driver: Any, selector: str, name: str) -> str | None:
+    found = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null",
+        selector,
+        name,
+    )
+    return None if found is None else str(found)
+
+
+def _attributes(driver: Any, selector: str, name: str) -> set[str]:
+    return set(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), e => e.getAttribute(arguments[1]))",
+            selector,
+            name,
+        )
+    )
 
 
 def test_the_admin_sees_the_fleet_a_failed_gpu_at_once_and_why_a_job_waits(
@@ -184,12 +223,12 @@ def test_the_admin_sees_the_fleet_a_failed_gpu_at_once_and_why_a_job_waits(
     nodes = [n for p in pools for r in p["racks"] for n in r["nodes"] if n["phase"] == "Ready"]
     node = next(n for n in nodes if n["gpus"] and n["gpus"][0]["state"] == "allocated")["name"]
     cell = f'[data-node="{node}"] [data-gpu="0"]'
-    assert browser.find_element("css selector", cell).get_attribute("data-state") != "failed"
+    assert _attribute(browser, cell, "data-state") not in (None, "failed")
     plane.cli("fault", "gpu-failure", node, "--gpu", "0")
     failed_at = time.monotonic()
     _until(
         "the failed GPU on the map",
-        lambda: browser.find_element("css selector", cell).get_attribute("data-state") == "failed",
+        lambda: _attribute(browser, cell, "data-state") == "failed",
         5,
     )
     assert time.monotonic() - failed_at <= 5
@@ -214,12 +253,8 @@ def test_a_queue_token_sees_only_its_queue(plane: Plane, browser: Any, shots: Pa
     _until("team-a's work", lambda: browser.find_elements("css selector", "#work-rows tr"), 10)
     _visit_all(browser, shots, "queue-team-a")
 
-    queues = {q.get_attribute("data-queue") for q in browser.find_elements("css selector", "#queue-rows tr")}
-    assert queues == {"team-a"}
-    work = [
-        row.get_attribute("textContent") or ""
-        for row in browser.find_elements("css selector", "#work-rows tr")
-    ]
+    assert _attributes(browser, "#queue-rows tr", "data-queue") == {"team-a"}
+    work = _texts(browser, "#work-rows tr")
     assert work and all("team-a" in row for row in work)
     assert "team-b" not in _text(browser, "main")
     assert browser.find_elements("css selector", "[data-node]") == []
