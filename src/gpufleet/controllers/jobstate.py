@@ -196,8 +196,12 @@ def limit_message(disruptions: int, last: Disruption | None) -> str:
 
 def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime) -> TrainingJobStatus:
     """The job's status now. A finished job keeps its phase, counters and conditions (only the
-    checkpoint and generation it reports follow), except that it never says it runs."""
-    status = previous.model_copy(deep=True)
+    checkpoint and generation it reports follow), except that it never says it runs.
+
+    `previous` is left as it was: below, every field is assigned anew (lists are rebuilt by
+    `set_condition` and `sorted`), never changed in place, so a copy of the top level is enough; a
+    deep copy of the conditions and their datetimes was a twentieth of a simulation's time."""
+    status = previous.model_copy()
     status.observed_generation = observed.generation
     if observed.checkpoint is not None:
         status.last_checkpoint = checkpoint_ref(observed.checkpoint)
