@@ -67,6 +67,20 @@ def test_double_bit_ecc_recovers_when_the_reset_clears_the_volatile_count(h100: 
     assert monitor.state.is_healthy(gpu)
 
 
+def test_a_double_bit_ecc_error_remaps_a_row_or_fails_to_as_a_real_gpu_reports(h100: RecordedNvml) -> None:
+    """What the exporter's remapped-rows series (and the uncorrectable-memory alert) read."""
+    five, six = h100.discover().gpus[5].uuid, h100.discover().gpus[6].uuid
+    h100.inject_ecc(five)
+    h100.inject_ecc(six, spare_rows=False)
+    h100.inject_ecc(six, double_bit=False)
+    assert h100.telemetry(five).uncorrectable_remapped_rows == 1.0
+    assert h100.telemetry(five).row_remap_failure == 0.0
+    assert h100.telemetry(six).uncorrectable_remapped_rows == 0.0
+    assert h100.telemetry(six).row_remap_failure == 1.0
+    h100.reset_gpu(five)  # a reset does not undo a remapping: the rows are gone for good
+    assert h100.telemetry(five).uncorrectable_remapped_rows == 1.0
+
+
 def test_wait_error_without_a_device_marks_every_gpu(h100: RecordedNvml) -> None:
     monitor = _monitor(h100, waitTimeoutMs=20)
     monitor.start()

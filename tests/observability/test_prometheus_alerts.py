@@ -11,18 +11,10 @@ expression is the shipped one, which the test checks.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from gpufleet.agent.config import parse_config
 from gpufleet.agent.exporter import DcgmCollector, MetricsServer
@@ -30,12 +22,20 @@ from gpufleet.agent.health import HealthMonitor, HealthState
 from gpufleet.agent.nvml import RecordedNvml
 from gpufleet.observability import dashboards
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "deploy" / "prometheus" / "gpufleet-rules.yaml"
-PROMETHEUS = shutil.which("prometheus")
-GPUFLEET = Path(sys.executable).with_name("gpufleet")
-# Safety net for each wait: every one of them ends within seconds when things work.
-DEADLINE_S = 45.0
+from .promharness import (
+    PROMETHEUS,
+    SKIP_REASON,
+    Firing,
+    Prometheus,
+    free_port,
+    gpufleet,
+    has,
+    reachable,
+    start_prometheus,
+    start_up,
+    stop,
+    wait,
+)
 
 FLEET = """
 apiVersion: gpufleet.io/v1alpha1
@@ -61,98 +61,12 @@ spec:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _fast(rules: dict[str, Any]) -> dict[str, Any]:
-    """The rules with every `for:` at one second, nothing else changed."""
-    copy = yaml.safe_load(yaml.safe_dump(rules))
-    for group in copy["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = "1s"
-    return copy
-
-
-def _wait(what: str, check: Callable[[], Any], log: Path) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; Prometheus' log:\n{log.read_text()[-3000:]}")
-
-
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.api = f"http://127.0.0.1:{port}/api/v1"
-
-    def _get(self, path: str, **params: str) -> Any:
-        try:
-            response = httpx.get(f"{self.api}/{path}", params=params, timeout=5)
-        except httpx.HTTPError:
-            return None
-        # While its storage starts, Prometheus answers 503 in plain text.
-        return response.json()["data"] if response.status_code == 200 else None
-
-    def value(self, query: str) -> float | None:
-        data = self._get("query", query=query)
-        results = data["result"] if data else []
-        return float(results[0]["value"][1]) if len(results) == 1 else None
-
-    def firing(self) -> dict[str, list[dict[str, str]]] | None:
-        """The labels of each firing alert, by alert name; None while Prometheus does not answer."""
-        data = self._get("alerts")
-        if data is None:
-            return None
-        out: dict[str, list[dict[str, str]]] = {}
-        for alert in data["alerts"]:
-            if alert["state"] == "firing":
-                out.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
-        return out
-
-
-@pytest.fixture
-def run_dir() -> Iterator[Path]:
-    # A short path: the twin's state directory holds unix sockets of its own.
-    path = Path(subprocess.check_output(["mktemp", "-d", "/tmp/gf-alerts-XXXX"], text=True).strip())
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _has(firing: dict[str, list[dict[str, str]]] | None, alert: str, **labels: str) -> bool:
-    return firing is not None and any(labels.items() <= got.items() for got in firing.get(alert, []))
-
-
 @pytest.mark.slow
 def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) -> None:
     if PROMETHEUS is None:
-        pytest.skip(
-            "prometheus not installed (Debian package 'prometheus'; make test installs it where it can)"
-        )
-    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    fast = _fast(rules)
-    shipped = [r["expr"] for g in rules["groups"] for r in g["rules"]]
-    assert [r["expr"] for g in fast["groups"] for r in g["rules"]] == shipped
-    (run_dir / "rules.yaml").write_text(yaml.safe_dump(fast), encoding="utf-8")
-    (run_dir / "fleet.yaml").write_text(FLEET, encoding="utf-8")
+        pytest.skip(SKIP_REASON)
     state = run_dir / "state"
-    api_port, web_port = _free_port(), _free_port()
+    api_port, web_port = free_port(), free_port()
     server = f"http://127.0.0.1:{api_port}"
     log = run_dir / "prometheus.log"
 
@@ -164,67 +78,29 @@ def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) 
     exporter = MetricsServer(
         [DcgmCollector(nvml, node, hostname="alerts-0", health=health)], port=0, address="127.0.0.1"
     )
-    up_log = (run_dir / "up.log").open("wb")
-    up = subprocess.Popen(
-        [str(GPUFLEET), "up", "-f", str(run_dir / "fleet.yaml"), "--state", str(state),
-         "--port", str(api_port), "--time-scale", "600"],
-        stdout=up_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    prom_log = log.open("wb")
-    prom: subprocess.Popen[bytes] | None = None
+    up = start_up(run_dir, FLEET, time_scale=600, port=api_port)
+    prom = None
     monitor.start()
     exporter.start()
     try:
-        _wait(
-            "gpufleet up", lambda: (state / "admin-token").exists() and _reachable(server), run_dir / "up.log"
+        wait(
+            "gpufleet up", lambda: (state / "admin-token").exists() and reachable(server), run_dir / "up.log"
         )
-        (run_dir / "prometheus.yml").write_text(
-            yaml.safe_dump(
-                {
-                    # A scrape may take over a second on a loaded machine; a timeout would read as
-                    # the target being down.
-                    "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
-                    "rule_files": [str(run_dir / "rules.yaml")],
-                    "scrape_configs": [
-                        {
-                            # The job names the rules' `up` matchers know.
-                            "job_name": "gpufleet-scheduler",
-                            "authorization": {"credentials_file": str(state / "admin-token")},
-                            "static_configs": [{"targets": [f"127.0.0.1:{api_port}"]}],
-                        },
-                        {
-                            "job_name": "gpufleet-agent",
-                            "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
-                        },
-                    ],
-                }
-            ),
-            encoding="utf-8",
-        )
-        prom = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={run_dir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={run_dir / 'data'}", f"--web.listen-address=127.0.0.1:{web_port}"],
-            stdout=prom_log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        prom = start_prometheus(run_dir, api_port=api_port, agent_port=exporter.port, web_port=web_port)
         p = Prometheus(web_port)
 
         # Healthy: the job runs on all 16 GPUs, both targets are up, and no alert fires.
-        _wait("the job's 16 GPUs", lambda: p.value('sum(gpufleet_gpus{state="allocated"})') == 16, log)
-        _wait("both targets up", lambda: p.value("sum(up)") == 2, log)
+        wait("the job's 16 GPUs", lambda: p.value('sum(gpufleet_gpus{state="allocated"})') == 16, log)
+        wait("both targets up", lambda: p.value("sum(up)") == 2, log)
         # (The job waited a moment at the start: what that raised clears at the next evaluations.)
-        _wait("no alert firing", lambda: p.firing() == {}, log)
+        wait("no alert firing", lambda: p.firing() == {}, log)
 
         # Faults: an XID and a GPU off the bus seen by the agent's health monitor, a GPU running hot,
         # and a failed GPU in the twin, whose 8-GPU workers then no longer fit on its node.
         nvml.inject_xid(node.gpus[2].uuid, 94)
         nvml.lose_gpu(node.gpus[1].uuid)
         nvml.set_telemetry(node.gpus[4].uuid, gpu_temp_c=91.0)
-        fault = subprocess.run(
-            [str(GPUFLEET), "fault", "gpu-failure", "alerts-1", "--gpu", "3", "--server", server,
-             "--state", str(state)],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert fault.returncode == 0, fault.stdout + fault.stderr
+        gpufleet("fault", "gpu-failure", "alerts-1", "--gpu", "3", server=server, state=state)
         expected = {
             "GpuXidError": {"Hostname": "alerts-0", "gpu": "2", "severity": "warning"},
             "GpuFallenOffTheBus": {"Hostname": "alerts-0", "gpu": "1", "severity": "critical"},
@@ -233,11 +109,11 @@ def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) 
             "GpufleetQueueStarved": {"queue": "team-a", "flavor": "H100-80GB"},
         }
 
-        def all_expected() -> dict[str, list[dict[str, str]]] | None:
+        def all_expected() -> Firing | None:
             firing = p.firing()
-            return firing if all(_has(firing, a, **ls) for a, ls in expected.items()) else None
+            return firing if all(has(firing, a, **ls) for a, ls in expected.items()) else None
 
-        firing = _wait(f"alerts {sorted(expected)}", all_expected, log)
+        firing = wait(f"alerts {sorted(expected)}", all_expected, log)
         assert set(firing) == set(expected), firing  # and nothing else
         assert p.value('sum(gpufleet_evictions_total{queue="team-a",reason="GPUFailure"})') == 1
         assert p.value('sum(gpufleet_gpus{state="unhealthy"})') == 1
@@ -247,23 +123,21 @@ def test_faults_in_a_twin_and_on_a_node_fire_the_expected_alerts(run_dir: Path) 
 
         # The agent and the control plane go away: their down alerts fire.
         exporter.stop()
-        _stop(up)
-        _wait(
+        stop(up)
+        wait(
             "the down alerts",
             lambda: (
-                _has(p.firing(), "GpufleetAgentDown", job="gpufleet-agent")
-                and _has(p.firing(), "GpufleetSchedulerDown", job="gpufleet-scheduler")
+                has(p.firing(), "GpufleetAgentDown", job="gpufleet-agent")
+                and has(p.firing(), "GpufleetSchedulerDown", job="gpufleet-scheduler")
             ),
             log,
         )
     finally:
         monitor.stop()
         exporter.stop()
-        _stop(up)
+        stop(up)
         if prom is not None:
-            _stop(prom)
-        up_log.close()
-        prom_log.close()
+            stop(prom)
 
 
 # The dashboards' variables as this fleet fills them.
@@ -308,10 +182,3 @@ def _dashboard_queries_without_data(p: Prometheus) -> set[str]:
                 if not response.json()["data"]["result"]:
                     empty.add(f"{stem}: {panel['title']}")
     return empty
-
-
-def _reachable(server: str) -> bool:
-    try:
-        return httpx.get(server, timeout=2).status_code < 500
-    except httpx.HTTPError:
-        return False

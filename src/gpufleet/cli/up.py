@@ -40,6 +40,7 @@ from gpufleet.server.app import FaultRequest, create_app
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.console import add_console
 from gpufleet.server.metrics import add_metrics_route
+from gpufleet.server.nodestate import NodeStateCollector
 from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
 from gpufleet.server.statelock import StateLock
@@ -186,7 +187,7 @@ def _serve(
             logs=None if twin is None else twin.logs,
             now=clock.datetime,
         )
-        add_metrics_route(app, tokens)
+        add_metrics_route(app, tokens, [NodeStateCollector(store)])
         add_console(app, store, tokens)
         server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed

@@ -91,12 +91,25 @@ class RecordedNvml:
             self._update_probe(uuid, recovery_action=1)
         self._events.put(DeviceEvent(self._parent(uuid), EVENT_XID_CRITICAL, xid, gi_id, ci_id))
 
-    def inject_ecc(self, uuid: str, *, double_bit: bool = True) -> None:
-        """A single- or double-bit ECC event; a double-bit error raises the volatile DBE count."""
+    def inject_ecc(self, uuid: str, *, double_bit: bool = True, spare_rows: bool = True) -> None:
+        """A single- or double-bit ECC event; a double-bit error raises the volatile DBE count.
+
+        On a GPU that remaps rows (A100, H100: its telemetry reports remapped rows), the driver remaps
+        the failing row as a real one does: one more row remapped for an uncorrectable error, or, with
+        no `spare_rows` left in its bank, a failed remapping.
+        """
         if double_bit:
+            parent = self._parent(uuid)
             with self._lock:
-                probe = self._probes[self._parent(uuid)]
-                self._probes[self._parent(uuid)] = replace(probe, volatile_dbe=(probe.volatile_dbe or 0) + 1)
+                probe = self._probes[parent]
+                self._probes[parent] = replace(probe, volatile_dbe=(probe.volatile_dbe or 0) + 1)
+                seen = self._telemetry.get(parent, Telemetry())
+                if seen.uncorrectable_remapped_rows is not None:
+                    self._telemetry[parent] = (
+                        replace(seen, uncorrectable_remapped_rows=seen.uncorrectable_remapped_rows + 1)
+                        if spare_rows
+                        else replace(seen, row_remap_failure=1.0)
+                    )
         bit = EVENT_DOUBLE_BIT_ECC if double_bit else EVENT_SINGLE_BIT_ECC
         self._events.put(DeviceEvent(self._parent(uuid), bit, 0))
 
