@@ -15,6 +15,9 @@ from pydantic_core import PydanticCustomError
 # Names whose YAML spelling is not plain camelCase of the Python name.
 _ALIAS_EXCEPTIONS = {"price_per_gpu_hour": "pricePerGPUHour"}
 
+REVEAL_SECRETS = "gpufleet.reveal-secrets"
+"""The serialization context key under which `to_dict(reveal_secrets=True)` asks for secret values."""
+
 
 def yaml_name(python_name: str) -> str:
     """The YAML (camelCase) name of a Python attribute name."""
@@ -32,9 +35,14 @@ class ApiModel(BaseModel):
         serialize_by_alias=True,
     )
 
-    def to_dict(self) -> dict[str, Any]:
-        """The YAML/JSON form: camelCase keys, unset optional fields left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+    def to_dict(self, *, reveal_secrets: bool = False) -> dict[str, Any]:
+        """The YAML/JSON form: camelCase keys, unset optional fields left out.
+
+        Secret values (`api.secret`) show as `**********` unless `reveal_secrets`: only the store and a
+        client sending the object ask for them, so nothing that prints an object can leak one.
+        """
+        context = {REVEAL_SECRETS: True} if reveal_secrets else None
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, context=context)
 
 
 def field_error(field: str, message: str) -> PydanticCustomError:

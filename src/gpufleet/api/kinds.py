@@ -22,6 +22,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.resource import KindInfo, PrinterColumn, Resource
 from gpufleet.api.runtime import Event, Node, Pod, ServiceLoad, Workload
 from gpufleet.api.scenario import Scenario
+from gpufleet.api.secret import Secret
 from gpufleet.api.training import TrainingJob
 
 _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
@@ -178,6 +179,10 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo.of(ResourceClaim, plural="resourceclaims", crd=False),
     KindInfo.of(ResourceClaimTemplate, plural="resourceclaimtemplates", crd=False),
+    # Credentials the embedded world keeps (a federation worker's token); Kubernetes has its own Secret.
+    KindInfo.of(
+        Secret, plural="secrets", printer_columns=(PrinterColumn("Type", ".spec.type"), _AGE), crd=False
+    ),
 )
 
 _lock = threading.Lock()

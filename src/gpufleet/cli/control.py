@@ -50,12 +50,13 @@ Files = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import accounting, describe, explain, logs, nodes, suspend, top, up, wait
+    from gpufleet.cli import accounting, cluster, describe, explain, logs, nodes, suspend, top, up, wait
 
     up.register(app)
     app.command("apply")(apply)
     app.command("get")(get)
     describe.register(app)
+    cluster.register(app)
     explain.register(app)
     wait.register(app)
     nodes.register(app)
@@ -136,7 +137,7 @@ def apply(
     if not filename:
         raise ValidationError("say which file to apply: -f FILE (or -f - for stdin)", field="-f")
     objects = read_objects(filename)
-    documents = [obj.to_dict() for obj in objects]
+    documents = [obj.to_dict(reveal_secrets=True) for obj in objects]
     if dry_run == "client":  # read and checked above, as the server would; nothing is sent
         _into_namespace(documents, namespace, _locally_namespaced)
         for document in documents:

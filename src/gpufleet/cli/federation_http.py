@@ -8,6 +8,7 @@ are the client's `GpuFleetError`s, an unreachable plane included.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.api.cluster import Cluster
@@ -15,6 +16,15 @@ from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.training import TrainingJob
 from gpufleet.api.validation import parse_object
 from gpufleet.cli.client import PREFIX, Client
+from gpufleet.controllers.manager import ControllerManager
+from gpufleet.controllers.scheduling import SchedulingController
+from gpufleet.federation.join import JoinedWorker, JoinSettings, worker_token
+from gpufleet.federation.link import ManagerLink, WorkerClient
+from gpufleet.fleet.state import FleetState
+from gpufleet.store.protocol import Store
+
+TIMEOUT_SECONDS = 5.0
+"""Of each request between planes: an unreachable plane must not stall a pass for long."""
 
 
 def _job_path(namespace: str, name: str) -> str:
@@ -35,7 +45,7 @@ class HttpWorker:
                 f"Cluster {cluster.name}: not an embedded worker (no URL to reach it over HTTP)",
                 field="spec.connection.embedded",
             )
-        return cls(Client(embedded.url, token, timeout=5.0))
+        return cls(Client(embedded.url, token, timeout=TIMEOUT_SECONDS))
 
     def create_job(self, job: TrainingJob) -> None:
         self.client.apply([job.to_dict()])
@@ -71,3 +81,27 @@ class HttpManager:
         self.client.request("PUT", f"{PREFIX}/clusters/{cluster.name}/status", json=body)
         # The status view carries no spec; the worker needs the lease from it, so read it back.
         return self.read_cluster(cluster.name)
+
+
+def connect_embedded(store: Store) -> Callable[[Cluster], WorkerClient]:
+    """The manager's `connect`: an embedded worker over HTTP, with the token its Cluster's Secret holds
+    in the manager's `store`."""
+
+    def connect(cluster: Cluster) -> WorkerClient:
+        return HttpWorker.for_cluster(cluster, worker_token(store, cluster))
+
+    return connect
+
+
+def manager_link(settings: JoinSettings) -> ManagerLink:
+    return HttpManager(Client(settings.url, settings.token, timeout=TIMEOUT_SECONDS))
+
+
+def joined_worker(store: Store, controllers: ControllerManager, *, heartbeat_seconds: float) -> JoinedWorker:
+    """The participant that makes a plane a worker once it is joined to a manager (`cluster join`)."""
+    scheduling = next(c for c in controllers.controllers if isinstance(c, SchedulingController))
+
+    def fleet() -> FleetState | None:
+        return None if scheduling.cache is None else scheduling.cache.fleet
+
+    return JoinedWorker(store, manager_link, fleet, heartbeat_seconds=heartbeat_seconds)

@@ -29,6 +29,7 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
 from gpufleet.cli import up_clusters
 from gpufleet.cli.client import DEFAULT_SERVER, state_dir
+from gpufleet.cli.federation_http import joined_worker
 from gpufleet.cli.output import console
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.cli.timescale import clock_for
@@ -103,6 +104,14 @@ def up(
             max=16,
         ),
     ] = 0,
+    manager: Annotated[
+        bool,
+        typer.Option(
+            "--manager",
+            help="Run a management plane (federation) that workers join with `gpufleet cluster join`; "
+            "with --clusters N it also runs N workers of its own.",
+        ),
+    ] = False,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     setup_logging(log_format, level=logging.WARNING)
@@ -117,9 +126,10 @@ def up(
     # Held until the process ends: a second `up` on this directory fails here, before it touches
     # the store, the clock file or `server.url`.
     with StateLock(directory):
-        if clusters:
+        if clusters or manager:
             if not runtime:
-                raise ValidationError("--clusters needs the runtime (drop --no-runtime)", field="--clusters")
+                flag = "--clusters" if clusters else "--manager"
+                raise ValidationError(f"{flag} needs the runtime (drop --no-runtime)", field=flag)
             up_clusters.serve(
                 directory,
                 objects,
@@ -218,8 +228,11 @@ def _serve(
 def _start_runtime(
     store: SqliteStore, clock: Clock, twin: Twin, stop: threading.Event, config: SchedulerConfig
 ) -> threading.Thread:
-    """The twin and the controllers on one driver, in a background thread."""
-    runtime = Runtime(store, clock=clock, participants=[twin, build_manager(store, config=config)])
+    """The twin and the controllers on one driver, in a background thread; the plane becomes a
+    federation worker once `gpufleet cluster join` names its manager (`federation.join`)."""
+    controllers = build_manager(store, config=config)
+    worker = joined_worker(store, controllers, heartbeat_seconds=up_clusters.HEARTBEAT_SECONDS)
+    runtime = Runtime(store, clock=clock, participants=[twin, controllers, worker])
     return runtime.start(stop)
 
 

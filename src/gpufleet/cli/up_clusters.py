@@ -1,16 +1,19 @@
-"""`gpufleet up --clusters N`: a management plane and N embedded worker planes in one process.
+"""`gpufleet up --clusters N`: a management plane and N embedded worker planes in one process;
+`gpufleet up --manager`: the management plane alone, for workers that run as their own `gpufleet up`
+and join it with `gpufleet cluster join` (cli/cluster.py).
 
 The manager plane is the one the user talks to (the state directory, `--port`): it holds the queues,
 the TrainingJobs and one `Cluster` per worker, and runs only the federation's controller
 (`federation.mirror`), never a scheduler of its own. Each worker plane (`STATE/clusters/wN`, its API on a
 free loopback port) has its own store, digital-twin nodes and controllers, plus the worker agent
 (`federation.worker`) that reports into its Cluster and keeps managed work inside the lease. The planes
-reach each other only over their HTTP APIs, as separate processes would.
+reach each other only over their HTTP APIs, with the tokens the join Secrets hold
+(`federation.join`), exactly as separate processes do.
 
-What goes where: TrainingJobs and Queues to the manager; pools, queues and model versions to every
-worker (each worker is a copy of the fleet file's pools); InferenceServices, which the manager does not
-dispatch yet, to the first worker. Worker prices are the pools' prices, 10% dearer per worker, so the
-dispatcher's choice is visible.
+What goes where: TrainingJobs, Queues, Clusters and Secrets to the manager; pools, queues and model
+versions to every worker (each worker is a copy of the fleet file's pools); InferenceServices, which the
+manager does not dispatch yet, to the first worker. Worker prices are the pools' prices, 10% dearer per
+worker, so the dispatcher's choice is visible.
 """
 
 from __future__ import annotations
@@ -34,16 +37,13 @@ from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.resource import Resource
+from gpufleet.api.secret import Secret
 from gpufleet.api.training import TrainingJob
-from gpufleet.cli.client import Client
-from gpufleet.cli.federation_http import HttpManager, HttpWorker
+from gpufleet.cli.federation_http import connect_embedded, joined_worker
 from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
-from gpufleet.controllers.scheduling import SchedulingController
-from gpufleet.federation.link import WorkerClient
+from gpufleet.federation.join import JoinSettings, join_secret, token_secret
 from gpufleet.federation.mirror import FederationController
-from gpufleet.federation.worker import WorkerAgent
-from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
@@ -53,6 +53,8 @@ from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.driver import Runtime
 from gpufleet.twin.twin import Twin
 
+MANAGER_KINDS = (TrainingJob, Queue, Cluster, Secret)
+"""What a fleet file gives the manager: the work it dispatches, the queues, joined workers' Clusters."""
 LEASE_SECONDS = 30.0
 HEARTBEAT_SECONDS = 5.0
 GRACE_SECONDS = 10.0
@@ -87,9 +89,9 @@ class Federation:
 
 def split(objects: list[Resource]) -> tuple[list[Resource], list[Resource], list[Resource]]:
     """(manager's, every worker's, first worker's only) objects of the fleet file."""
-    manager: list[Resource] = [o for o in objects if isinstance(o, (TrainingJob, Queue))]
+    manager: list[Resource] = [o for o in objects if isinstance(o, MANAGER_KINDS)]
     first: list[Resource] = [o for o in objects if isinstance(o, InferenceService)]
-    every = [o for o in objects if not isinstance(o, (TrainingJob, InferenceService))]
+    every = [o for o in objects if not isinstance(o, (TrainingJob, InferenceService, Cluster, Secret))]
     return manager, every, first
 
 
@@ -104,7 +106,7 @@ def _plane(name: str, directory: Path, clock: Clock, host: str, port: int) -> Pl
     return PlaneProcess(name, store, tokens, server)
 
 
-def _cluster(worker: PlaneProcess, index: int, pools: list[GPUPool]) -> Cluster:
+def _cluster(worker: PlaneProcess, index: int, pools: list[GPUPool], token: SecretKeyRef) -> Cluster:
     prices: dict[str, float] = {}
     for pool in pools:
         price = pool.spec.price_per_gpu_hour * (1 + 0.1 * index)
@@ -113,10 +115,7 @@ def _cluster(worker: PlaneProcess, index: int, pools: list[GPUPool]) -> Cluster:
         metadata=ObjectMeta(name=worker.name),
         spec=ClusterSpec(
             connection=ClusterConnection(
-                embedded=EmbeddedWorker(
-                    url=worker.server.url,
-                    token_secret_ref=SecretKeyRef(name=f"{worker.name}-token", key="token"),
-                )
+                embedded=EmbeddedWorker(url=worker.server.url, token_secret_ref=token)
             ),
             price_per_gpu_hour=prices,
             lease_seconds=LEASE_SECONDS,
@@ -146,26 +145,22 @@ def build(
     for index, worker in enumerate(workers):
         for obj in to_every + (to_first if index == 0 else []):
             worker.store.apply(obj)
-        manager.store.apply(_cluster(worker, index, pools))
+        # Joined as `gpufleet cluster join` joins a separate process: each side keeps the other's
+        # token in a Secret, and the Cluster names the manager's.
+        secret, ref = token_secret(worker.name, worker.tokens.admin_token)
+        manager.store.apply(secret)
+        manager.store.apply(_cluster(worker, index, pools, ref))
+        settings = JoinSettings(manager.server.url, manager.tokens.admin_token, worker.name)
+        worker.store.apply(join_secret(settings))
     for obj in to_manager:
         manager.store.apply(obj)
-    tokens = {w.name: w.tokens.admin_token for w in workers}
-
-    def connect(cluster: Cluster) -> WorkerClient:
-        # The in-process workers' tokens; a Secret store for tokenSecretRef is not there yet.
-        return HttpWorker.for_cluster(cluster, tokens.get(cluster.name))
-
-    controller = FederationController(manager.store, connect, grace_seconds=GRACE_SECONDS)
+    controller = FederationController(
+        manager.store, connect_embedded(manager.store), grace_seconds=GRACE_SECONDS
+    )
     manager.runtime = Runtime(manager.store, clock=clock, participants=[controller])
     for worker in workers:
         controllers = build_manager(worker.store, config=config)
-        scheduling = next(c for c in controllers.controllers if isinstance(c, SchedulingController))
-
-        def fleet(scheduling: SchedulingController = scheduling) -> FleetState | None:
-            return None if scheduling.cache is None else scheduling.cache.fleet
-
-        link = HttpManager(Client(manager.server.url, manager.tokens.admin_token, timeout=5.0))
-        agent = WorkerAgent(worker.store, worker.name, link, fleet, heartbeat_seconds=HEARTBEAT_SECONDS)
+        agent = joined_worker(worker.store, controllers, heartbeat_seconds=HEARTBEAT_SECONDS)
         twin = Twin(worker.store, clock=clock)
         worker.runtime = Runtime(worker.store, clock=clock, participants=[twin, controllers, agent])
     return Federation(manager, workers)
@@ -216,6 +211,9 @@ def serve(
     for worker in federation.workers:
         out.print(f"  cluster {worker.name:<4} worker plane at {worker.server.url}")
     out.print(f"  admin token  {manager.tokens.admin_token_path}")
+    if not federation.workers:
+        out.print("  no workers yet: start a `gpufleet up` and join it with")
+        out.print(f"    gpufleet cluster join NAME --manager {manager.server.url} --manager-token TOKEN")
     out.print("  TrainingJobs applied to the manager run in the cheapest worker that fits them;")
     out.print("  `gpufleet get clusters` shows each worker's capacity and heartbeat.\nCtrl-C stops it.")
     try:

@@ -158,8 +158,8 @@ class FederationController:
             # Suspended until the worker has checked its lease (federation.worker starts it).
             spec=job.spec.model_copy(update={"suspend": True}),
         )
-        client = self._client(cluster)
         try:
+            client = self._client(cluster)
             client.delete_job(copy.namespace or "default", copy.name)  # an older generation's leftover
             client.create_job(copy)
         except GpuFleetError as exc:
@@ -177,9 +177,12 @@ class FederationController:
         return True
 
     def _client(self, cluster: Cluster) -> WorkerClient:
-        if cluster.name not in self._clients:
-            self._clients[cluster.name] = self.connect(cluster)
-        return self._clients[cluster.name]
+        # Keyed by the URL too: a worker that joins again from another address is reached there.
+        embedded = cluster.spec.connection.embedded
+        key = f"{cluster.name} {embedded.url if embedded is not None else ''}"
+        if key not in self._clients:
+            self._clients[key] = self.connect(cluster)
+        return self._clients[key]
 
     # ------------------------------------------------------------------ writes
     def _set_meta(self, job: TrainingJob, annotations: dict[str, str]) -> TrainingJob:

@@ -90,6 +90,12 @@ class WorkerAgent:
             return min(self.next_beat, math.nextafter(ends, math.inf))
         return self.next_beat
 
+    def leave(self, now: float) -> None:
+        """The plane no longer reports to this manager: its managed work is fenced at once, as when
+        the lease lapses, so the manager takes it back rather than waiting out the lease."""
+        self.lease = LeaseState(acknowledged_at=-math.inf)
+        self._enforce(now)
+
     def _managed(self) -> list[TrainingJob]:
         return [job for job in self.store.list(TrainingJob) if MANAGED_BY in job.metadata.annotations]
 

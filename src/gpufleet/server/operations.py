@@ -140,7 +140,7 @@ class Operations:
         with self._writes:
             for attempt in range(STATUS_RETRIES):
                 current = self.store.get(info.kind, name, namespace)
-                data = current.to_dict()
+                data = current.to_dict(reveal_secrets=True)
                 data["status"] = merge_patch(data.get("status"), doc["status"]) if patch else doc["status"]
                 data["metadata"]["resourceVersion"] = given or current.metadata.resource_version
                 try:

@@ -380,7 +380,7 @@ class SqliteStore:
         if "status" in info.model.model_fields:
             data.pop("status", None)  # status is written through update_status, as in Kubernetes
         created = _load(info, data)
-        self._record(info, ns, name, "ADDED", version, created.to_dict())
+        self._record(info, ns, name, "ADDED", version, created.to_dict(reveal_secrets=True))
         return created
 
     def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
@@ -418,7 +418,9 @@ class SqliteStore:
         version = self._next_version()
         meta["resourceVersion"] = str(version)
         result = _load(info, changed)
-        self._record(info, ns, name, "DELETED" if remove else "MODIFIED", version, result.to_dict())
+        self._record(
+            info, ns, name, "DELETED" if remove else "MODIFIED", version, result.to_dict(reveal_secrets=True)
+        )
         return result
 
     def _record(self, info: KindInfo, ns: str, name: str, event: EventType, version: int, data: Json) -> None:
@@ -608,7 +610,7 @@ def _checked(obj: Resource) -> tuple[KindInfo, Json]:
     hold an invalid value; it is refused here rather than stored.
     """
     info = _info(type(obj))
-    data = obj.to_dict()
+    data = obj.to_dict(reveal_secrets=True)
     try:
         info.model.model_validate(data, context=_STORED)
     except pydantic.ValidationError as exc:

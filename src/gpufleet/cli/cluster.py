@@ -1,0 +1,175 @@
+"""`gpufleet cluster join|drain|resume`: worker clusters of a federation, from the command line.
+
+`join` makes a running `gpufleet up` plane (the one `--server`/`--token`/`--state` address, as for every
+command) a worker of the management plane at `--manager` (a `gpufleet up --manager`). It writes, in
+one go per plane:
+
+- in the manager, a Secret with the worker's token and a `Cluster` whose `embedded.tokenSecretRef`
+  names it, the worker's URL, and prices read from the worker's pools (the dearest pool of each model);
+- in the worker, the Secret `gpufleet-system/gpufleet-manager` with the manager's URL and token, which
+  the worker's runtime picks up within a second and starts reporting (`federation.join`).
+
+Tokens are never printed; the API shows Secret values as `**********`. Joining again (another URL, a
+new token) replaces both Secrets and the Cluster's connection.
+
+`drain` sets the Cluster's `spec.drain` in the manager: the dispatcher sends it no new work, and what
+runs there finishes. `resume` clears it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.api.cluster import (
+    Cluster,
+    ClusterConnection,
+    ClusterDrain,
+    ClusterSpec,
+    EmbeddedWorker,
+)
+from gpufleet.api.errors import ConflictError, ValidationError
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.cli.client import PREFIX, Client, server_url, state_dir
+from gpufleet.cli.client import token as token_of
+from gpufleet.cli.output import console
+from gpufleet.federation.join import JoinSettings, join_secret, token_secret
+
+Name = Annotated[str, typer.Argument(metavar="NAME", help="The cluster's name in the manager.")]
+Server = Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")]
+Token = Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")]
+State = Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")]
+
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(
+        name="cluster", help="Worker clusters of a federation: join, drain, resume.", no_args_is_help=True
+    )
+    group.command("join")(join)
+    group.command("drain")(drain)
+    group.command("resume")(resume)
+    app.add_typer(group)
+
+
+def join(
+    name: Name,
+    manager: Annotated[str, typer.Option("--manager", metavar="URL", help="The management plane's API URL.")],
+    manager_token: Annotated[
+        str,
+        typer.Option(
+            "--manager-token",
+            metavar="TOKEN",
+            envvar="GPUFLEET_MANAGER_TOKEN",
+            help="A token of the manager (its admin token) [env GPUFLEET_MANAGER_TOKEN].",
+        ),
+    ],
+    advertise: Annotated[
+        str | None,
+        typer.Option(
+            "--advertise-url",
+            metavar="URL",
+            help="The worker's URL as the manager reaches it [default: the --server this command uses].",
+        ),
+    ] = None,
+    region: Annotated[str, typer.Option("--region", help="The cluster's region.")] = "",
+    zone: Annotated[str, typer.Option("--zone", help="The cluster's zone.")] = "",
+    network: Annotated[str, typer.Option("--network", help="The cluster's network.")] = "",
+    lease_seconds: Annotated[
+        float,
+        typer.Option("--lease-seconds", min=1.0, help="How long the worker may go without a heartbeat."),
+    ] = DEFAULT_LEASE_SECONDS,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Joins the addressed `gpufleet up` plane to a manager as the worker cluster NAME."""
+    directory = state_dir(state)
+    worker_token = token_of(token, directory)
+    worker = Client(server_url(server, directory), worker_token)
+    if worker_token is None:
+        raise ValidationError(
+            "the manager needs a token of the worker: give --token or --state (its admin token)",
+            field="--token",
+        )
+    prices = pool_prices(worker.get(f"{PREFIX}/gpupools")["items"])  # also checks the worker answers
+    secret, ref = token_secret(name, worker_token)
+    cluster = Cluster(
+        metadata=ObjectMeta(name=name),
+        spec=ClusterSpec(
+            connection=ClusterConnection(
+                embedded=EmbeddedWorker(url=advertise or worker.server, token_secret_ref=ref)
+            ),
+            region=region,
+            zone=zone,
+            network=network,
+            price_per_gpu_hour=prices,
+            lease_seconds=lease_seconds,
+        ),
+    )
+    boss = Client(manager.rstrip("/"), manager_token)
+    boss.apply([secret.to_dict(reveal_secrets=True), cluster.to_dict()])
+    settings = JoinSettings(manager.rstrip("/"), manager_token, name)
+    worker.apply([join_secret(settings).to_dict(reveal_secrets=True)])
+    out = console()
+    out.print(f"cluster/{name} joined the manager at {settings.url}: {worker.server} reports into it")
+    out.print("  `gpufleet get clusters` on the manager shows its capacity and heartbeat")
+
+
+def pool_prices(pools: list[dict[str, Any]]) -> dict[str, float]:
+    """Price per GPU-hour per model from the worker's pools: the dearest pool of each model, so the
+    manager never counts a model cheaper than any of its GPUs."""
+    prices: dict[str, float] = {}
+    for pool in pools:
+        spec = pool.get("spec") or {}
+        model, price = spec.get("gpuModel"), float(spec.get("pricePerGPUHour") or 0.0)
+        if isinstance(model, str):
+            prices[model] = max(prices.get(model, 0.0), price)
+    return prices
+
+
+def drain(
+    name: Name,
+    reason: Annotated[str, typer.Option("--reason", help="Why, for people (a maintenance ticket).")] = "",
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Sends no new work to the cluster; what runs there finishes (on the manager)."""
+    _set_drain(name, {"running": "Finish", "reason": reason}, server, token, state)
+
+
+def resume(name: Name, server: Server = None, token: Token = None, state: State = None) -> None:
+    """Lets a drained cluster take new work again (on the manager)."""
+    _set_drain(name, None, server, token, state)
+
+
+def _set_drain(
+    name: str, value: dict[str, str] | None, server: str | None, token: str | None, state: str | None
+) -> None:
+    from gpufleet.cli.control import connect
+
+    if value is not None:
+        ClusterDrain.model_validate(value)  # refuses a bad value before anything is sent
+    client = connect(server, token, state)
+    rtype = client.resource_type("Cluster")
+    for _ in range(5):
+        obj = client.read(rtype, name, None)
+        spec = dict(obj.get("spec") or {})
+        if spec.get("drain") == value:
+            break
+        spec.pop("drain", None)
+        if value is not None:
+            spec["drain"] = value
+        body = {key: obj[key] for key in ("apiVersion", "kind", "metadata")}
+        try:
+            client.request("PUT", rtype.path(None, name), json={**body, "spec": spec})
+        except ConflictError:  # the controller wrote its conditions meanwhile: read it again
+            continue
+        break
+    else:
+        raise ConflictError("the cluster kept changing while it was being written; try again", obj=name)
+    verb = "draining: it takes no new work" if value is not None else "taking new work"
+    console().print(f"cluster/{name} {verb}")

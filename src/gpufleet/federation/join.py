@@ -1,0 +1,150 @@
+"""Planes joined over the network: the credentials each side keeps, and a worker that starts reporting
+once it is told its manager.
+
+`gpufleet cluster join` (cli/cluster.py) writes two Secrets (`api.secret`), one in each plane:
+
+- in the manager, the worker's API token, which its `Cluster.spec.connection.embedded.tokenSecretRef`
+  names; the manager's controller reads it here (`worker_token`) to reach the worker;
+- in the worker, `gpufleet-system/gpufleet-manager`: the manager's URL, a token for it and the
+  worker's cluster name. `JoinedWorker`, a participant of every `gpufleet up` plane, finds it and runs a
+  `WorkerAgent` against that manager from then on; without it the plane is a plain one.
+
+So a worker joins, or moves to another manager, while it runs; no credential is ever in a Cluster or a
+command line the API echoes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from gpufleet.api.cluster import Cluster, SecretKeyRef
+from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret, SecretSpec
+from gpufleet.federation.link import ManagerLink
+from gpufleet.federation.worker import WorkerAgent
+from gpufleet.fleet.state import FleetState
+from gpufleet.store.protocol import Store
+
+log = logging.getLogger(__name__)
+
+MANAGER_SECRET = "gpufleet-manager"
+"""The Secret (in `gpufleet-system`) of a joined worker: keys `url`, `token` and `cluster`."""
+JOIN_KEYS = ("url", "token", "cluster")
+
+
+def token_secret(cluster: str, token: str) -> tuple[Secret, SecretKeyRef]:
+    """The manager's Secret holding a worker's token, and the reference its Cluster carries."""
+    ref = SecretKeyRef(name=f"cluster-{cluster}-token", namespace=SYSTEM_NAMESPACE, key="token")
+    secret = Secret(
+        metadata=ObjectMeta(name=ref.name, namespace=ref.namespace),
+        spec=SecretSpec(type="gpufleet.io/worker-token", data={ref.key: SecretStr(token)}),
+    )
+    return secret, ref
+
+
+def join_secret(settings: JoinSettings) -> Secret:
+    """The worker's Secret that names its manager (what `read_join` reads)."""
+    data = {"url": settings.url, "token": settings.token, "cluster": settings.cluster}
+    return Secret(
+        metadata=ObjectMeta(name=MANAGER_SECRET, namespace=SYSTEM_NAMESPACE),
+        spec=SecretSpec(type="gpufleet.io/manager", data={k: SecretStr(v) for k, v in data.items()}),
+    )
+
+
+def worker_token(store: Store, cluster: Cluster) -> str:
+    """The API token of an embedded worker, from the Secret its Cluster names (in the manager's store)."""
+    embedded = cluster.spec.connection.embedded
+    if embedded is None:
+        raise ValidationError(
+            f"Cluster {cluster.name}: not an embedded worker, it has no token",
+            field="spec.connection.embedded",
+        )
+    ref = embedded.token_secret_ref
+    try:
+        secret = store.get(Secret, ref.name, ref.namespace)
+    except NotFoundError:
+        raise NotFoundError(
+            f"spec.connection.embedded.tokenSecretRef names Secret {ref.namespace}/{ref.name}, which does "
+            "not exist",
+            obj=cluster.describe(),
+        ) from None
+    return secret.value(ref.key)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSettings:
+    """What a joined worker knows of its manager."""
+
+    url: str
+    token: str
+    cluster: str
+
+    def __repr__(self) -> str:  # the token stays out of logs
+        return f"JoinSettings(url={self.url!r}, cluster={self.cluster!r})"
+
+
+def read_join(store: Store) -> JoinSettings | None:
+    """The worker's join settings, or None when it is not joined (or the Secret lacks a key)."""
+    try:
+        secret = store.get(Secret, MANAGER_SECRET, SYSTEM_NAMESPACE)
+    except NotFoundError:
+        return None
+    try:
+        url, token, cluster = (secret.value(key) for key in JOIN_KEYS)
+    except NotFoundError as exc:
+        log.warning("not joined to a manager: %s", exc)
+        return None
+    return JoinSettings(url, token, cluster)
+
+
+class JoinedWorker:
+    """A plane's participant: a `WorkerAgent` for the manager its join Secret names, while it names one."""
+
+    def __init__(
+        self,
+        store: Store,
+        link: Callable[[JoinSettings], ManagerLink],
+        fleet: Callable[[], FleetState | None],
+        *,
+        heartbeat_seconds: float = 5.0,
+        check_seconds: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.link = link
+        self.fleet = fleet
+        self.heartbeat_seconds = heartbeat_seconds
+        self.check_seconds = check_seconds
+        self.settings: JoinSettings | None = None
+        self.agent: WorkerAgent | None = None
+        self.next_check = -math.inf
+
+    def step(self, now: float) -> float | None:
+        if now >= self.next_check:
+            self.next_check = now + self.check_seconds
+            settings = read_join(self.store)
+            if settings != self.settings:
+                self.settings = settings
+                if self.agent is not None:
+                    self.agent.leave(now)
+                # A new manager (or none): a fresh agent, whose lease starts unacknowledged, so managed
+                # work waits for the new manager's first ack.
+                self.agent = None
+                if settings is not None:
+                    log.warning("cluster %s: reporting to the manager at %s", settings.cluster, settings.url)
+                    self.agent = WorkerAgent(
+                        self.store,
+                        settings.cluster,
+                        self.link(settings),
+                        self.fleet,
+                        heartbeat_seconds=self.heartbeat_seconds,
+                    )
+        if self.agent is None:
+            return self.next_check
+        wake = self.agent.step(now)
+        return self.next_check if wake is None else min(wake, self.next_check)

@@ -1,0 +1,147 @@
+"""Federation across processes: a `gpufleet up --manager` and two `gpufleet up` workers, each its own
+process on a free port, joined with `gpufleet cluster join`. A TrainingJob applied to the manager runs in
+the cheaper worker and its status shows in the manager; neither worker's token is ever shown by the
+manager's API nor written to a log; a drained cluster gets no new work."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.cli.client import PREFIX, Client
+from gpufleet.federation.link import CLUSTER, MANAGED_BY
+
+from .conftest import Plane, Result, start_plane, stop_plane
+
+WAIT_SECONDS = 60.0
+
+
+def worker_fleet(price: float) -> str:
+    return f"""
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {{name: h100}}
+spec: {{gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, pricePerGPUHour: {price}}}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {{name: team}}
+spec: {{quotas: {{H100-80GB: {{nominal: 64}}}}}}
+"""
+
+
+MANAGER_FLEET = """
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {name: team}
+spec: {quotas: {H100-80GB: {nominal: 32}}}
+"""
+
+
+def job(name: str) -> str:
+    return f"""
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}, namespace: team}}
+spec:
+  queue: team
+  replicas: 1
+  worker: {{gpus: 8, gpuModel: H100-80GB}}
+  durationSeconds: 36000
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[dict[str, Plane]]:
+    planes: dict[str, Plane] = {}
+    (tmp_path / "manager.yaml").write_text(MANAGER_FLEET)
+    args = {"manager": ("--manager", "-f", str(tmp_path / "manager.yaml"))}
+    for name, price in (("w1", 2.0), ("w2", 3.0)):
+        (tmp_path / f"{name}.yaml").write_text(worker_fleet(price))
+        args[name] = ("-f", str(tmp_path / f"{name}.yaml"))
+    try:
+        # The three processes start side by side: most of a start is importing.
+        with ThreadPoolExecutor(len(args)) as pool:
+            started = {name: pool.submit(start_plane, tmp_path / name, *a) for name, a in args.items()}
+        for name, future in started.items():
+            planes[name] = future.result()
+        yield planes
+    finally:
+        for plane in planes.values():
+            stop_plane(plane)
+
+
+def client(plane: Plane) -> Client:
+    return Client(plane.url, (plane.state / "admin-token").read_text().strip())
+
+
+def wait_for(what: str, check: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def held_job(manager: Client, name: str) -> dict[str, Any] | None:
+    data: dict[str, Any] = manager.get(f"{PREFIX}/namespaces/team/trainingjobs/{name}")
+    running = data["status"].get("phase") == "Running" and CLUSTER in data["metadata"].get("annotations", {})
+    return data if running else None
+
+
+def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
+    fleet: dict[str, Plane], cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    manager = client(fleet["manager"])
+    manager_token = (fleet["manager"].state / "admin-token").read_text().strip()
+    for name in ("w1", "w2"):
+        joined = cli(
+            "cluster", "join", name, "--manager", fleet["manager"].url, "--manager-token", manager_token,
+            "--lease-seconds", "20", "--state", str(fleet[name].state),
+        )  # fmt: skip
+        assert joined.code == 0, joined.err
+        assert manager_token not in joined.out
+    wait_for(
+        "both workers' heartbeats",
+        lambda: (
+            all(c["status"].get("heartbeatTime") for c in manager.get(f"{PREFIX}/clusters")["items"])
+            and len(manager.get(f"{PREFIX}/clusters")["items"]) == 2
+        ),
+    )
+    cluster = manager.get(f"{PREFIX}/clusters/w1")
+    assert cluster["spec"]["pricePerGPUHour"] == {"H100-80GB": 2.0}, "prices read from the worker's pools"
+    assert cluster["status"]["capacity"]["H100-80GB"]["gpus"] == 16
+
+    (tmp_path / "llm.yaml").write_text(job("llm"))
+    applied = cli("apply", "-f", str(tmp_path / "llm.yaml"), "--state", str(fleet["manager"].state))
+    assert applied.code == 0, applied.err
+    llm = wait_for("llm running", lambda: held_job(manager, "llm"))
+    assert llm["metadata"]["annotations"][CLUSTER] == "w1", "the cheaper worker"
+    copy = client(fleet["w1"]).get(f"{PREFIX}/namespaces/team/trainingjobs/llm")
+    assert copy["metadata"]["annotations"][MANAGED_BY] == "manager"
+    assert copy["status"]["phase"] == "Running" and llm["status"]["nodes"] == copy["status"]["nodes"]
+    assert client(fleet["w2"]).get(f"{PREFIX}/namespaces/team/trainingjobs")["items"] == []
+
+    drained = cli("cluster", "drain", "w1", "--reason", "maintenance", "--state", str(fleet["manager"].state))
+    assert drained.code == 0, drained.err
+    (tmp_path / "next.yaml").write_text(job("next"))
+    assert cli("apply", "-f", str(tmp_path / "next.yaml"), "--state", str(fleet["manager"].state)).code == 0
+    following = wait_for("next running", lambda: held_job(manager, "next"))
+    assert following["metadata"]["annotations"][CLUSTER] == "w2", "the drained cluster takes no new work"
+    assert held_job(manager, "llm") is not None, "what runs in the drained cluster goes on"
+
+    # The workers' tokens sit in the manager's Secrets, which its API never shows.
+    worker_tokens = [(fleet[n].state / "admin-token").read_text().strip() for n in ("w1", "w2")]
+    shown = cli("get", "secrets", "-A", "-o", "yaml", "--state", str(fleet["manager"].state))
+    assert shown.code == 0 and "cluster-w1-token" in shown.out, shown.err
+    for secret in (*worker_tokens, manager_token):
+        assert secret not in shown.out
+        for plane in fleet.values():
+            assert secret not in plane.log.read_text(), f"a token in {plane.log}"

@@ -1,0 +1,102 @@
+"""Joining over the network (`federation.join`): the manager finds a worker's token through the Secret
+its Cluster names, and a plane becomes a worker when its join Secret appears; when the Secret goes, its
+managed work is fenced at once rather than left running without a lease."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api import Cluster, load_objects
+from gpufleet.api.errors import NotFoundError
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
+from gpufleet.api.training import TrainingJob
+from gpufleet.federation.join import (
+    MANAGER_SECRET,
+    JoinedWorker,
+    JoinSettings,
+    join_secret,
+    token_secret,
+    worker_token,
+)
+from gpufleet.federation.link import FENCED, MANAGED_BY, ManagerLink
+from gpufleet.fleet.state import FleetState
+from gpufleet.store.sqlite import SqliteStore
+
+CLUSTER = """
+apiVersion: gpufleet.io/v1alpha1
+kind: Cluster
+metadata: {name: w1}
+spec:
+  connection: {embedded: {url: "http://127.0.0.1:1", tokenSecretRef: {name: cluster-w1-token, key: token}}}
+  leaseSeconds: 10
+"""
+
+MANAGED = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: llm, namespace: team, annotations: {gpufleet.io/managed-by: manager}}
+spec: {queue: team, replicas: 1, worker: {gpus: 8}, suspend: true}
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    return SqliteStore.open(tmp_path, synchronous="OFF")
+
+
+def cluster() -> Cluster:
+    obj = load_objects(CLUSTER)[0]
+    assert isinstance(obj, Cluster)
+    return obj
+
+
+def test_the_manager_reads_a_worker_token_from_the_secret_its_cluster_names(store: SqliteStore) -> None:
+    with pytest.raises(NotFoundError, match=r"Cluster w1.*Secret gpufleet-system/cluster-w1-token"):
+        worker_token(store, cluster())
+    secret, ref = token_secret("w1", "tok-1")
+    assert (ref.name, ref.key) == ("cluster-w1-token", "token"), "what `cluster join` writes is what it names"
+    store.apply(secret)
+    assert worker_token(store, cluster()) == "tok-1"
+
+
+class Manager:
+    """A manager that accepts every heartbeat."""
+
+    def __init__(self) -> None:
+        self.beats = 0
+
+    def read_cluster(self, name: str) -> Cluster:
+        return cluster()
+
+    def write_cluster_status(self, written: Cluster) -> Cluster:
+        self.beats += 1
+        return written
+
+
+def test_a_plane_reports_once_joined_and_fences_its_managed_work_when_unjoined(store: SqliteStore) -> None:
+    manager = Manager()
+    links: list[JoinSettings] = []
+
+    def link(settings: JoinSettings) -> ManagerLink:
+        links.append(settings)
+        return manager
+
+    worker = JoinedWorker(store, link, lambda: FleetState(), heartbeat_seconds=2.0)
+    store.apply(load_objects(MANAGED)[0])
+    worker.step(0.0)
+    assert manager.beats == 0 and links == [], "not joined: a plain plane"
+
+    settings = JoinSettings("http://manager:8080", "manager-token", "w1")
+    store.apply(join_secret(settings))
+    worker.step(1.0)
+    assert links == [settings] and manager.beats == 1
+    assert "manager-token" not in repr(settings)
+    assert not store.get(TrainingJob, "llm", "team").spec.suspend, "started inside the lease"
+
+    store.delete(Secret, MANAGER_SECRET, SYSTEM_NAMESPACE)
+    worker.step(2.0)  # well inside the lease: only leaving fences it now
+    job = store.get(TrainingJob, "llm", "team")
+    assert job.spec.suspend and job.metadata.annotations[FENCED] == "LeaseExpired"
+    assert job.metadata.annotations[MANAGED_BY] == "manager"
