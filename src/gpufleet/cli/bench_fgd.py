@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,6 +19,11 @@ from gpufleet.scheduler.placement.policies import POLICY_NAMES, get_policy
 from gpufleet.sim import datasets
 from gpufleet.sim.fgd import NODE_ORDER, TIE_BREAKS, Job, PolicySummary, RunResult, run_job, summarise
 from gpufleet.sim.openb import load_nodes, load_pods
+
+if TYPE_CHECKING:
+    from gpufleet.sim.fgd_bound import BoundSummary
+
+_R = TypeVar("_R")
 
 
 def _policies(spec: str) -> list[str]:
@@ -29,40 +36,64 @@ def _policies(spec: str) -> list[str]:
     return names
 
 
-def _run(jobs: list[Job], workers: int, quiet: bool) -> list[RunResult]:
+def _run(
+    jobs: list[Job],
+    workers: int,
+    quiet: bool,
+    work: Callable[[Job], _R] = run_job,  # type: ignore[assignment]
+    what: str = "FGD protocol runs",
+) -> list[_R]:
     console = Console(stderr=True)
-    results: list[RunResult] = []
+    results: list[_R] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=quiet, transient=True) as progress:
-        task = progress.add_task("FGD protocol runs", total=len(jobs))
+        task = progress.add_task(what, total=len(jobs))
         if workers <= 1:
             for job in jobs:
-                results.append(run_job(job))
+                results.append(work(job))
                 progress.advance(task)
             return results
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(run_job, job) for job in jobs]
+            futures = [pool.submit(work, job) for job in jobs]
             for future in as_completed(futures):
                 results.append(future.result())
                 progress.advance(task)
     return results
 
 
-def _table(trace: str, summaries: list[PolicySummary], published: dict[str, dict[int, float]]) -> Table:
+def _table(
+    trace: str,
+    summaries: list[PolicySummary],
+    published: dict[str, dict[int, float]],
+    bound: BoundSummary | None,
+) -> Table:
     table = Table(title=f"FGD protocol, trace {trace}: unallocated GPU % at 100% arrived (lower is better)")
-    for header in ("policy", "seeds", "ours", "published", "difference", "wall s"):
+    headers = ["policy", "seeds", "ours", "published", "difference", "wall s"]
+    if bound is not None:
+        headers += ["above bound"]
+    for header in headers:
         table.add_column(header, justify="left" if header == "policy" else "right")
     for s in summaries:
         ref = published.get(s.policy, {}).get(100)
         diff = "" if ref is None else f"{s.unallocated_pct - ref:+.2f}"
-        table.add_row(
+        row = [
             s.policy,
             str(s.seeds),
             f"{s.unallocated_pct:.2f} ± {s.unallocated_std:.2f}",
             "" if ref is None else f"{ref:.2f}",
             diff,
             f"{s.wall_s:.1f}",
-        )
+        ]
+        if bound is not None:
+            row.append(f"{bound.above(s.runs):+.2f}")
+        table.add_row(*row)
+    if bound is not None:
+        cells = [
+            "lower bound",
+            str(len(bound.results)),
+            f"{bound.unallocated_pct:.2f} ± {bound.unallocated_std:.2f}",
+        ]
+        table.add_row(*cells, "", "", f"{sum(r.solve_s for r in bound.results):.1f}", "")
     return table
 
 
@@ -84,6 +115,13 @@ def fgd(
         NODE_ORDER,
         help="Ties between equally scored nodes: 'node-order' (the paper's simulator) or 'random'.",
     ),
+    bound: bool = typer.Option(
+        False,
+        "--bound",
+        help="Also compute, per seed, a lower bound on the figure that no online policy can beat (a linear "
+        "relaxation of packing the arrived pods offline, solved with HiGHS), and each policy's distance "
+        "from it.",
+    ),
 ) -> None:
     """Runs the FGD placement protocol and compares with the published figures."""
     if tie_break not in TIE_BREAKS:
@@ -96,7 +134,15 @@ def fgd(
     jobs = [Job(str(files.pods), str(files.nodes), p, s, tie_break) for p in names for s in range(seeds)]
     count = workers if workers > 0 else (os.cpu_count() or 1)
     started = time.perf_counter()
-    results = _run(jobs, min(count, len(jobs)), quiet=json_out)
+    results: list[RunResult] = _run(jobs, min(count, len(jobs)), quiet=json_out)
+    bounds: BoundSummary | None = None
+    if bound:
+        # Only with --bound: the solver is not even imported otherwise.
+        from gpufleet.sim.fgd_bound import BoundSummary, run_bound_job
+
+        per_seed = [Job(str(files.pods), str(files.nodes), "bound", s) for s in range(seeds)]
+        work = min(count, len(per_seed))
+        bounds = BoundSummary(_run(per_seed, work, json_out, run_bound_job, "FGD lower bounds"))
     elapsed = time.perf_counter() - started
     summaries = summarise(names, results)
     published = datasets.load_published(files.name, data)
@@ -113,10 +159,17 @@ def fgd(
                 "published_pct": ref,
                 "wall_s": round(s.wall_s, 3),
             }
+            if bounds is not None:
+                record["bound_pct"] = round(bounds.unallocated_pct, 4)
+                record["bound_std"] = round(bounds.unallocated_std, 4)
+                record["above_bound"] = round(bounds.above(s.runs), 4)
+                record["bound_exact"] = bounds.exact
             print(json.dumps(record))
     else:
-        console.print(_table(files.name, summaries, published))
+        console.print(_table(files.name, summaries, published, bounds))
         console.print(f"{len(jobs)} runs in {elapsed:.1f} s wall ({min(count, len(jobs))} workers)")
+        if bounds is not None and not bounds.exact:
+            console.print("some bounds fell back on the trivial one: HiGHS found no optimum in time")
     if plot is not None:
         from gpufleet.sim.plots import plot_fgd
 
