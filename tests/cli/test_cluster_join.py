@@ -1,6 +1,7 @@
 """Federation across processes: a `gpufleet up --manager` and two `gpufleet up` workers, each its own
 process on a free port, joined with `gpufleet cluster join`. A TrainingJob applied to the manager runs in
-the cheaper worker and its status shows in the manager; neither worker's token is ever shown by the
+the cheaper worker, in a queue the manager made there with the quota it granted, and its status shows
+in the manager; neither worker's token is ever shown by the
 manager's API nor written to a log; a drained cluster gets no new work."""
 
 from __future__ import annotations
@@ -27,11 +28,6 @@ apiVersion: gpufleet.io/v1alpha1
 kind: GPUPool
 metadata: {{name: h100}}
 spec: {{gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, pricePerGPUHour: {price}}}
----
-apiVersion: gpufleet.io/v1alpha1
-kind: Queue
-metadata: {{name: team}}
-spec: {{quotas: {{H100-80GB: {{nominal: 64}}}}}}
 """
 
 
@@ -128,6 +124,9 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
     assert copy["metadata"]["annotations"][MANAGED_BY] == "manager"
     assert copy["status"]["phase"] == "Running" and llm["status"]["nodes"] == copy["status"]["nodes"]
     assert client(fleet["w2"]).get(f"{PREFIX}/namespaces/team/trainingjobs")["items"] == []
+    queue = client(fleet["w1"]).get(f"{PREFIX}/queues/team")
+    assert queue["metadata"]["annotations"][MANAGED_BY] == "manager", "the manager made the job's queue"
+    assert queue["spec"]["quotas"] == {"H100-80GB": {"nominal": 8, "borrowingLimit": 0}}
 
     drained = cli("cluster", "drain", "w1", "--reason", "maintenance", "--state", str(fleet["manager"].state))
     assert drained.code == 0, drained.err

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api import Cluster, load_objects
+from gpufleet.api.queue import Queue
 from gpufleet.api.training import TrainingJob
 from gpufleet.cli.client import Client, ServerUnreachableError
 from gpufleet.cli.federation_http import HttpManager, HttpWorker
@@ -36,12 +37,8 @@ apiVersion: gpufleet.io/v1alpha1
 kind: GPUPool
 metadata: {name: h100}
 spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2}
----
-apiVersion: gpufleet.io/v1alpha1
-kind: Queue
-metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 64}}}
 """
+# The workers have no queue of their own: the manager creates each job's queue there with its grant.
 
 JOB = """
 apiVersion: gpufleet.io/v1alpha1
@@ -242,3 +239,8 @@ def test_a_queue_quota_spans_both_workers(planes: dict[str, Plane]) -> None:
     assert over.status.phase == "Pending"
     assert over.status.pending_reason is not None and over.status.pending_reason.type == "QuotaExceeded"
     assert [j.name for j in planes["w2"].store.list(TrainingJob)] == ["small"], "nothing sent past the quota"
+    granted = {name: planes[name].store.get(Queue, "team") for name in ("w1", "w2")}
+    assert {n: q.spec.quotas["H100-80GB"].nominal for n, q in granted.items()} == {"w1": 16, "w2": 8}, (
+        "each worker's queue holds what the manager dispatched there"
+    )
+    assert all(q.metadata.annotations[MANAGED_BY] == "manager" for q in granted.values())

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.queue import Queue
 from gpufleet.api.training import TrainingJob
 from gpufleet.api.validation import parse_object
 from gpufleet.cli.client import PREFIX, Client
@@ -62,6 +63,17 @@ class HttpWorker:
     def delete_job(self, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFoundError):
             self.client.request("DELETE", _job_path(namespace, name))
+
+    def read_queue(self, name: str) -> Queue | None:
+        try:
+            queue = parse_object(self.client.get(f"{PREFIX}/queues/{name}"))
+        except NotFoundError:
+            return None
+        assert isinstance(queue, Queue)
+        return queue
+
+    def apply_queue(self, queue: Queue) -> None:
+        self.client.apply([queue.to_dict()])
 
 
 class HttpManager:

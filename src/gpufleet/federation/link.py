@@ -1,7 +1,7 @@
 """How the manager and its workers reach each other: two small protocols and the marks on managed work.
 
 - `WorkerClient`: what the manager does in a worker (create a managed TrainingJob, read it back for its
-  status, delete it when the work moves).
+  status, delete it when the work moves; give the job's queue its quota there).
 - `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
 
 The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gpufleet.api.cluster import Cluster
+from gpufleet.api.queue import Queue
 from gpufleet.api.training import TrainingJob
 
 MANAGED_BY = "gpufleet.io/managed-by"
@@ -41,6 +42,14 @@ class WorkerClient(Protocol):
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Removes the worker's copy; no error when it has none."""
+        ...
+
+    def read_queue(self, name: str) -> Queue | None:
+        """The worker's queue of that name, or None when it has none."""
+        ...
+
+    def apply_queue(self, queue: Queue) -> None:
+        """Creates the worker's queue, or replaces its spec."""
         ...
 
 

@@ -8,7 +8,8 @@ Each pass, at `now`:
    then, `federation.worker`) or when the worker reports its copy fenced or gone; otherwise copies the
    worker's status onto the manager's object and charges the job to its queue's fleet-wide quota;
 3. dispatches the waiting jobs, highest priority first and then oldest, with the dispatcher over the
-   Clusters' summaries (`manager_view`): the chosen worker gets a copy marked managed (suspended until
+   Clusters' summaries (`manager_view`): the chosen worker gets the job's queue with the quota the
+   manager grants it there (`federation.grants`) and a copy of the job marked managed (suspended until
    its lease lets it start), the manager's object records the cluster, the generation and the model;
    a job that fits nowhere keeps the dispatcher's reason as its `pendingReason`.
 
@@ -34,6 +35,7 @@ from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.controllers.training import workload_spec
 from gpufleet.federation.controller import ClusterConditions
 from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
+from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
 from gpufleet.federation.link import CLUSTER, FENCED, GENERATION, MANAGED_BY, MODEL, MOVED, WorkerClient
 from gpufleet.federation.manager import manager_view
 from gpufleet.scheduler.flavors import usage_of
@@ -72,7 +74,9 @@ class FederationController:
         when = to_datetime(now)
         self.conditions.reconcile(now=when)
         clusters = {c.name: c for c in self.store.list(Cluster)}
-        view = manager_view(clusters.values(), self.store.list(Queue), now=when)
+        queues = {q.name: q for q in self.store.list(Queue)}
+        view = manager_view(clusters.values(), queues.values(), now=when)
+        grants = Grants()
         waiting: list[tuple[TrainingJob, Workload]] = []
         for job in self.store.list(TrainingJob):
             if job.status.phase in ("Succeeded", "Failed"):
@@ -85,11 +89,17 @@ class FederationController:
             model = job.metadata.annotations.get(MODEL) or None
             counts = tuple(ps.minimum for ps in workload.pod_sets)
             view.dispatcher.quota.add(workload.queue, usage_of(workload, model, counts))
+            grants.add(held, workload.queue, full_usage(workload, model))
         waiting.sort(key=lambda pair: (-pair[1].priority, pair[1].submitted_at, pair[1].name))
         for job, workload in waiting:
             decision = view.dispatcher.dispatch(workload, view.choices.get(workload.queue, ANY_CLUSTER))
             if isinstance(decision, Dispatched):
-                if not self._send(job, decision, clusters[decision.cluster], now):
+                usage = full_usage(workload, decision.model)
+                grant = grants.with_(decision.cluster, workload.queue, usage)
+                queue = queues.get(workload.queue)
+                if self._send(job, decision, clusters[decision.cluster], queue, grant, now):
+                    grants.add(decision.cluster, workload.queue, usage)
+                else:
                     view.dispatcher.release(decision)
             else:
                 reason = PendingReason(type=decision.reason, message=decision.message)
@@ -146,7 +156,15 @@ class FederationController:
         self._set_status(job, status)
 
     # ------------------------------------------------------------------ dispatch
-    def _send(self, job: TrainingJob, decision: Dispatched, cluster: Cluster, now: float) -> bool:
+    def _send(
+        self,
+        job: TrainingJob,
+        decision: Dispatched,
+        cluster: Cluster,
+        queue: Queue | None,
+        grant: Grant,
+        now: float,
+    ) -> bool:
         generation = int(job.metadata.annotations.get(GENERATION, "0")) + 1
         copy = TrainingJob(
             metadata=ObjectMeta(
@@ -160,6 +178,8 @@ class FederationController:
         )
         try:
             client = self._client(cluster)
+            if queue is not None:
+                self._grant(client, worker_queue(queue, grant, manager=self.manager))
             client.delete_job(copy.namespace or "default", copy.name)  # an older generation's leftover
             client.create_job(copy)
         except GpuFleetError as exc:
@@ -175,6 +195,14 @@ class FederationController:
         )
         self._set_status(job, status)
         return True
+
+    def _grant(self, client: WorkerClient, wanted: Queue) -> None:
+        """Gives the job's queue in the worker the manager's grant, unless it is the worker's own."""
+        current = client.read_queue(wanted.name)
+        if current is not None and MANAGED_BY not in current.metadata.annotations:
+            return  # the worker's own queue: its owner's quota applies
+        if current is None or not same_grant(current, wanted):
+            client.apply_queue(wanted)
 
     def _client(self, cluster: Cluster) -> WorkerClient:
         # Keyed by the URL too: a worker that joins again from another address is reached there.
