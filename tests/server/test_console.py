@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from gpufleet.cli.up import _banner
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.console import add_console
-from gpufleet.server.console.view import fleet_map, gpu_cells, queue_rows
+from gpufleet.server.console.view import fleet_map, gpu_cells, job_cost_rows, queue_rows
 from gpufleet.store import SqliteStore
 
 from .helpers import job, job_path, queue
@@ -143,3 +144,49 @@ def test_the_banner_of_gpufleet_up_prints_the_consoles_url() -> None:
     assert any(
         line.split()[:2] == ["console", "http://127.0.0.1:9000/"] for line in out.export_text().splitlines()
     )
+
+
+def test_each_job_costs_its_gpu_hours_at_its_nodes_price_as_history_counts_them() -> None:
+    started = "2026-01-01T00:00:00Z"
+    jobs = [
+        {
+            "kind": "TrainingJob",
+            "metadata": {"name": "big", "namespace": "team-a", "creationTimestamp": started},
+            "spec": {"queue": "team-a", "replicas": 2, "worker": {"gpus": 4}},
+            "status": {"phase": "Running", "startTime": started, "lostGpuSeconds": 7200},
+        },
+        {
+            "kind": "TrainingJob",
+            "metadata": {"name": "waiting", "namespace": "team-a", "creationTimestamp": started},
+            "spec": {"queue": "team-a", "replicas": 1, "worker": {"gpus": 8}},
+            "status": {"phase": "Pending"},
+        },
+    ]
+    pods = [
+        {
+            "kind": "Pod",
+            "metadata": {"name": f"big-0-{i}", "namespace": "team-a"},
+            "spec": {"nodeName": "n1", "gpus": [0, 1, 2, 3], "owner": {"kind": "TrainingJob", "name": "big"}},
+            "status": {"phase": "Running"},
+        }
+        for i in range(2)
+    ]
+    nodes = [_node("n1", pricePerGPUHour=2.5)]
+    rows = job_cost_rows(jobs, pods, nodes, [], datetime(2026, 1, 1, 3, tzinfo=UTC))
+    assert [(r["name"], r["gpus"], r["pool"]) for r in rows] == [("big", 8.0, "p"), ("waiting", 8.0, None)]
+    assert rows[0]["gpuHours"] == pytest.approx(24.0)  # 8 GPUs for 3 hours
+    assert rows[0]["cost"] == pytest.approx(60.0)  # at 2.5 per GPU-hour
+    assert rows[0]["lostGpuHours"] == pytest.approx(2.0)
+    assert rows[1]["gpuHours"] == rows[1]["cost"] == 0.0
+
+
+def test_a_queue_token_gets_the_cost_of_its_own_jobs_only(console: TestClient, tokens: TokenRegistry) -> None:
+    applied = console.post(
+        "/v1/apply",
+        json=[queue("team-a"), queue("team-b"), job("a-job"), job("b-job", "team-b", queue_name="team-b")],
+    )
+    assert applied.status_code == 200, applied.text
+    assert {r["name"] for r in console.get("/v1/console").json()["cost"]["jobs"]} == {"a-job", "b-job"}
+    team = TestClient(console.app, raise_server_exceptions=False)
+    team.headers["Authorization"] = f"Bearer {tokens.create('team-a')}"
+    assert [r["name"] for r in team.get("/v1/console").json()["cost"]["jobs"]] == ["a-job"]

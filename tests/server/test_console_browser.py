@@ -2,12 +2,14 @@
 against `gpufleet up --demo`.
 
 Every page loads with no error in the browser's console; a GPU failed with `gpufleet fault` turns red
-on the map within 5 s; a pending job shows describe's reason; a queue's token sees only its queue.
+on the map within 5 s; a pending job shows describe's reason; the cost page shows each job's GPU-hours
+and cost as `gpufleet history` counts them; a queue's token sees only its queue.
 A screenshot of each page is written to $GPUFLEET_CONSOLE_SCREENSHOTS, or to the test's tmp dir.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -241,6 +243,42 @@ def test_the_admin_sees_the_fleet_a_failed_gpu_at_once_and_why_a_job_waits(
     assert _errors(browser) == []
 
 
+def _job_costs(driver: Any) -> dict[str, tuple[float, float, float]]:
+    """The cost page's per-job table: GPUs, GPU-hours and cost of each job, read in one script."""
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#cost-jobs tr'),"
+        " tr => [tr.getAttribute('data-job'), ...Array.from(tr.cells, c => c.textContent)])"
+    )
+    # Columns: job, queue, state, pool, GPUs, GPU-hours, cost, lost GPU-hours.
+    return {row[0]: (float(row[5]), float(row[6]), float(row[7])) for row in rows}
+
+
+def test_the_cost_page_shows_each_jobs_gpu_hours_and_cost_as_history_counts_them(
+    plane: Plane, browser: Any, shots: Path
+) -> None:
+    browser.get(plane.url + "/")
+    if not browser.find_element("id", "signout").is_displayed():
+        _sign_in(browser, plane.url, plane.admin)
+    _open(browser, "cost")
+    _until("some job running up a cost", lambda: any(c > 0 for _, _, c in _job_costs(browser).values()), 15)
+    started = time.monotonic()
+    shown = _job_costs(browser)
+    history = json.loads(plane.cli("history", "--all", "-o", "json"))["items"]
+    apart = time.monotonic() - started
+    browser.save_screenshot(str(shots / "admin-cost-jobs.png"))
+    assert set(shown) == {f"{r['namespace']}/{r['name']}" for r in history}
+    for record in history:
+        gpus, hours, cost = shown[f"{record['namespace']}/{record['name']}"]
+        assert gpus == pytest.approx(record["gpus"], abs=0.01)
+        # The two are read a moment apart, the page's figures up to one redraw (1.5 s) old and rounded
+        # to two digits: a running job's GPU-hours grow by its GPUs for every second in between.
+        slack = record["gpus"] * (apart + 3.0) / 3600 + 0.01
+        assert record["gpuHours"] - slack <= hours <= record["gpuHours"] + 0.01, (record, hours)
+        price = record["cost"] / record["gpuHours"] if record["gpuHours"] else 0.0
+        assert record["cost"] - slack * price - 0.01 <= cost <= record["cost"] + 0.01, (record, cost)
+    assert _errors(browser) == []
+
+
 def test_a_queue_token_sees_only_its_queue(plane: Plane, browser: Any, shots: Path) -> None:
     with plane.api() as api:
         answer = api.post("/v1/tokens", json={"queue": "team-a"})
@@ -258,5 +296,7 @@ def test_a_queue_token_sees_only_its_queue(plane: Plane, browser: Any, shots: Pa
     assert work and all("team-a" in row for row in work)
     assert "team-b" not in _text(browser, "main")
     assert browser.find_elements("css selector", "[data-node]") == []
+    costs = _job_costs(browser)
+    assert costs and all(job.startswith("team-a/") for job in costs), costs
     events = _text(browser, "#event-rows")
     assert "team-b" not in events and "moe-ablation" not in events

@@ -198,7 +198,7 @@ def _serve(
             now=clock.datetime,
         )
         add_metrics_route(app, tokens, [NodeStateCollector(store)])
-        add_console(app, store, tokens)
+        add_console(app, store, tokens, now=clock.datetime)
         server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed
         if objects:

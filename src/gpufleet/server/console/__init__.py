@@ -2,7 +2,8 @@
 
 GET /                     the page (HTML, CSS and JS shipped in this package: nothing from the internet)
 GET /console/{file}       its script and style
-GET /v1/console           what it shows, as JSON: fleet map, queues, jobs and services, cost
+GET /v1/console           what it shows, as JSON: fleet map, queues, jobs and services, cost (per pool,
+                          per queue, and per job as `gpufleet history` accounts it)
 
 The page signs in with a bearer token like the CLI and sends it with every request, so it sees what
 the CLI would: the admin everything; a queue's token its queue and its work only, with no map of the
@@ -10,6 +11,8 @@ fleet (nodes and pools are not its to read). Events come live from `/v1/changes`
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at run time.
+from collections.abc import Callable
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -40,8 +43,15 @@ def _static_dir() -> str:
     return str(resources.files("gpufleet.server.console").joinpath(_STATIC))
 
 
-def add_console(app: FastAPI, store: Store, tokens: TokenRegistry) -> None:
-    """Adds the page at `/`, its files under `/console/` and its data at `/v1/console`."""
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def add_console(
+    app: FastAPI, store: Store, tokens: TokenRegistry, now: Callable[[], datetime] = _wall_clock
+) -> None:
+    """Adds the page at `/`, its files under `/console/` and its data at `/v1/console`. `now` is the
+    world's clock (the twin's, which may run faster than real time): running jobs' GPU-hours count to it."""
     static = _static_dir()
     app.mount("/console", StaticFiles(directory=static), name="console")
 
@@ -60,14 +70,14 @@ def add_console(app: FastAPI, store: Store, tokens: TokenRegistry) -> None:
     )
     async def console_view(request: Request) -> JSONResponse:
         who = tokens.authenticate(request.headers.get("authorization"))
-        return JSONResponse(await run_in_threadpool(_view, store, who))
+        return JSONResponse(await run_in_threadpool(_view, store, who, now()))
 
 
 def _listed(store: Store, kind: str) -> list[Resource]:
     return list(store.list(kind).items) if kind_info(kind) is not None else []
 
 
-def _view(store: Store, who: Principal) -> dict[str, Any]:
+def _view(store: Store, who: Principal, now: datetime) -> dict[str, Any]:
     """The view for `who`: every object it shows is one the token may read through the API."""
 
     def readable(kind: str) -> list[dict[str, Any]]:
@@ -75,6 +85,7 @@ def _view(store: Store, who: Principal) -> dict[str, Any]:
 
     queues = readable("Queue")
     work = [obj for kind in _WORK for obj in readable(kind)]
+    jobs = [obj for obj in work if obj.get("kind") == "TrainingJob"]
     answer: dict[str, Any] = {
         "who": {"admin": who.admin, "queue": who.queue},
         "queues": view.queue_rows(queues),
@@ -86,11 +97,15 @@ def _view(store: Store, who: Principal) -> dict[str, Any]:
     pods = [obj.to_dict() for obj in _listed(store, "Pod")]
     pools = [obj.to_dict() for obj in _listed(store, "GPUPool")]
     workloads = [obj.to_dict() for obj in _listed(store, "Workload")]
-    cost = view.cost_rows(pools, nodes, pods, workloads)
+    cost: dict[str, Any] = dict(view.cost_rows(pools, nodes, pods, workloads))
+    # Only the jobs the token may read are accounted: a queue's token gets its own.
+    cost["jobs"] = view.job_cost_rows(jobs, pods, nodes, pools, now)
     if who.admin:
         answer["map"] = view.fleet_map(pools, nodes, pods)
         answer["cost"] = cost
     else:
         answer["map"] = None
-        answer["cost"] = {"pools": [], "queues": [q for q in cost["queues"] if q["name"] == who.queue]}
+        mine = [q for q in cost["queues"] if q["name"] == who.queue]
+        jobs_cost = [dict(row, pool=None) for row in cost["jobs"]]  # pools are not its to read
+        answer["cost"] = {"pools": [], "queues": mine, "jobs": jobs_cost}
     return answer

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from gpufleet.api.accounting import job_records
 from gpufleet.api.reasons import pending_lines
 from gpufleet.api.runtime import RACK_LABEL
 
@@ -225,6 +227,28 @@ def cost_rows(
         for name, (gpus, money) in sorted(per_queue.items())
     ]
     return {"pools": pool_rows, "queues": queue_rows_}
+
+
+def job_cost_rows(
+    jobs: Sequence[Obj], pods: Sequence[Obj], nodes: Sequence[Obj], pools: Sequence[Obj], now: datetime
+) -> list[dict[str, Any]]:
+    """Each TrainingJob's GPUs, GPU-hours and cost so far, by the rule `gpufleet history` and
+    `gpufleet cost` use (`gpufleet.api.accounting`); the most expensive first."""
+    records = sorted(job_records(jobs, pods, nodes, pools, now), key=lambda r: (-r.cost, r.namespace, r.name))
+    return [
+        {
+            "namespace": r.namespace,
+            "name": r.name,
+            "queue": r.queue,
+            "state": r.state,
+            "gpus": r.gpus,
+            "pool": r.pool,
+            "gpuHours": r.gpu_hours,
+            "cost": r.cost,
+            "lostGpuHours": r.lost_gpu_hours,
+        }
+        for r in records
+    ]
 
 
 def _pod_gpus(spec: Mapping[str, Any]) -> float:

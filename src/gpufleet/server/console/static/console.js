@@ -144,6 +144,15 @@ function drawCost(cost) {
     el("td", { text: queue.name }),
     el("td", { class: "number", text: number(queue.gpus) }),
     el("td", { class: "number", text: number(queue.costPerHour) }))));
+  document.getElementById("cost-jobs").replaceChildren(...cost.jobs.map((job) => el("tr", { "data-job": job.namespace + "/" + job.name },
+    el("td", { text: job.namespace + "/" + job.name }),
+    el("td", { text: job.queue }),
+    el("td", { text: job.state }),
+    el("td", { text: job.pool || "" }),
+    el("td", { class: "number", text: number(job.gpus) }),
+    el("td", { class: "number", text: number(job.gpuHours) }),
+    el("td", { class: "number", text: number(job.cost) }),
+    el("td", { class: "number", text: number(job.lostGpuHours) }))));
 }
 
 function drawEvents() {
