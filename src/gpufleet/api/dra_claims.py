@@ -9,12 +9,15 @@ refused rather than ignored, so a claim is never allocated something it did not 
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.dra_devices import DeviceSelector, NodeSelector, OpaqueDeviceConfiguration
+from gpufleet.api.errors import ValidationError
 
 AllocationMode = Literal["ExactCount", "All"]
 
@@ -155,3 +158,56 @@ class ResourceClaimTemplateSpec(ApiModel):
         default=None, description="Labels and annotations for the claims."
     )
     spec: ResourceClaimSpec = Field(description="The spec every claim made from the template gets.")
+
+
+class PodResourceClaim(ApiModel):
+    """One entry of a pod's `spec.resourceClaims`: a claim by name (shared) or a template (one claim per
+    pod), under a name the pod's containers refer to."""
+
+    name: str = Field(min_length=1, description="The entry's name, unique in the pod (a DNS label).")
+    resource_claim_name: str | None = Field(
+        default=None, description="A ResourceClaim in the pod's namespace, shared by the pods naming it."
+    )
+    resource_claim_template_name: str | None = Field(
+        default=None, description="A ResourceClaimTemplate: each pod gets a claim made from it."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodResourceClaim:
+        if (self.resource_claim_name is None) == (self.resource_claim_template_name is None):
+            raise field_error(
+                "resourceClaimName", "exactly one of resourceClaimName and resourceClaimTemplateName"
+            )
+        return self
+
+
+class PodResourceClaimStatus(ApiModel):
+    """Which ResourceClaim a pod's `resourceClaims` entry resolved to (Kubernetes'
+    `status.resourceClaimStatuses`)."""
+
+    name: str = Field(min_length=1, description="The pod's `resourceClaims` entry.")
+    resource_claim_name: str = Field(min_length=1, description="The ResourceClaim it uses.")
+
+
+def template_resource_claims(template: Mapping[str, Any] | None) -> list[PodResourceClaim]:
+    """The `spec.resourceClaims` of a PodTemplateSpec (empty when it has none).
+
+    Raises ValidationError naming `template.spec.resourceClaims[i]` for an entry that is not one."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    raw = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValidationError("must be a list", field="template.spec.resourceClaims")
+    entries: list[PodResourceClaim] = []
+    for index, item in enumerate(raw):
+        where = f"template.spec.resourceClaims[{index}]"
+        try:
+            entry = PodResourceClaim.model_validate(item)
+        except PydanticValidationError as exc:
+            first = exc.errors()[0]
+            raise ValidationError(str(first["msg"]), field=where) from None
+        if entry.name in {e.name for e in entries}:
+            raise ValidationError(f"entry {entry.name!r} is listed twice", field=f"{where}.name")
+        entries.append(entry)
+    return entries

@@ -37,6 +37,12 @@ WORKLOAD_CLASS_LABEL = "gpufleet.io/workload-class"
 CORDONED_BY_ANNOTATION = "gpufleet.io/cordoned-by"
 """On a Node gpufleet cordoned: why (`health`, `gpu-health`, `spot-interruption`), so that it uncordons
 only the nodes it cordoned itself."""
+CLAIM_POD_LABEL = "gpufleet.io/pod"
+"""On a ResourceClaim the embedded world made from a template: the pod it was made for, which it is
+deleted with."""
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+"""On a ResourceClaim made from a template: the pod's `resourceClaims` entry it is for (as Kubernetes'
+resource-claim controller writes it)."""
 BENCH_RUN_LABEL = "gpufleet.io/bench-run"
 """On what a benchmark creates (on a server or a cluster): its run, so the run cleans up only its own."""
 

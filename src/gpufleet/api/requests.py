@@ -8,6 +8,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error, yaml_name
+from gpufleet.api.dra_claims import PodResourceClaim, template_resource_claims
+from gpufleet.api.errors import ValidationError
 from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
 from gpufleet.api.gpu_models import canonical_name, is_known_model, unknown_model_message
 from gpufleet.api.quantity import cpu_milli, memory_mib
@@ -103,6 +105,21 @@ class PodRequest(ApiModel):
             canonical = [canonical_name(model) if model else model for model in self.gpu_models]
             self.gpu_model = canonical[0] if single else canonical
         return self
+
+    @model_validator(mode="after")
+    def _template_claims_are_entries(self) -> PodRequest:
+        # DRA: the pod template's resourceClaims are what the controllers make claims from; a malformed
+        # entry is refused when the object is written, not when its pods are placed.
+        try:
+            template_resource_claims(self.template)
+        except ValidationError as exc:
+            raise field_error(exc.field or "template", exc.detail) from None
+        return self
+
+    @property
+    def resource_claims(self) -> list[PodResourceClaim]:
+        """DRA: the pod template's `spec.resourceClaims` entries."""
+        return template_resource_claims(self.template)
 
     def device_resources(self) -> dict[str, int]:
         """What the pod asks of the device plugins, by resource name: `nvidia.com/gpu` for whole GPUs,

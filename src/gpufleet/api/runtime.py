@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field
 
 from gpufleet.api.base import ApiModel
+from gpufleet.api.dra_claims import PodResourceClaimStatus
 from gpufleet.api.gpu_models import CanonicalGpuModel
 from gpufleet.api.pool import Sharing
 from gpufleet.api.requests import PodRequest
@@ -164,6 +165,11 @@ class PodSpec(ApiModel):
     cpu_milli: int = Field(default=0, ge=0, description="Its CPU, in milli-cores.")
     memory_mib: int = Field(default=0, ge=0, description="Its memory, in MiB.")
     attempt: int = Field(default=1, ge=1, description="Which admission of the workload made this pod.")
+    resource_claims: list[PodResourceClaimStatus] = Field(
+        default_factory=list,
+        description="DRA: the ResourceClaim each `resourceClaims` entry of its template uses (allocated and "
+        "reserved for the pod before it was bound).",
+    )
 
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]

@@ -4,14 +4,32 @@ devices admitted pods hold.
 It lives beside FleetState's arrays so that holding a device follows the allocation that holds it: a pod
 allocated (or reinstated) takes its devices, a pod released (an eviction, a statement's rollback, a
 finished workload) gives them back. Nothing is allocated twice, and a what-if leaves no trace.
+
+A shared claim (one ResourceClaim several pods name) is held by the claim, not by a pod: the first pod
+using it brings its allocation, the others join it, and its devices are free again when the last user
+leaves, as Kubernetes deallocates a claim whose `reservedFor` is empty.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpufleet.api.dra_devices import DeviceClassSpec
 from gpufleet.fleet.devices import DeviceId, NodeDevices
+from gpufleet.fleet.dra_claims import ClaimAllocation
+
+if TYPE_CHECKING:  # state.py imports this module
+    from gpufleet.fleet.state import Allocation
+
+
+@dataclass(slots=True)
+class SharedClaim:
+    """A shared claim's allocation and the pods using it (its `reservedFor`)."""
+
+    allocation: ClaimAllocation
+    users: set[str] = field(default_factory=set)
 
 
 class DeviceView:
@@ -23,6 +41,8 @@ class DeviceView:
         self.in_use: dict[DeviceId, str] = {}
         self.claims_only: set[str] = set()
         """Nodes whose GPUs are handed out through claims only (DRA nodes), published yet or not."""
+        self.shared: dict[str, SharedClaim] = {}
+        """Shared claims in use, by claim key; their devices are in `in_use` held by the claim key."""
 
     def set_node(self, name: str, devices: NodeDevices | None) -> None:
         """The node's devices from its slices (None: it publishes none, or no longer exists)."""
@@ -49,10 +69,59 @@ class DeviceView:
             if self.in_use.get(device) == pod:
                 del self.in_use[device]
 
+    def take(self, alloc: Allocation) -> None:
+        """The pod takes its own claims' devices and joins its shared claims; a conflict (a device held
+        by another pod or claim, a shared claim allocated differently) is refused changing nothing."""
+        for claim in alloc.shared:
+            known = self.shared.get(claim.claim)
+            if known is not None and known.allocation.devices != claim.devices:
+                raise RuntimeError(f"pod {alloc.pod}: claim {claim.claim} is allocated other devices")
+            if known is None:
+                for device in claim.held:
+                    if device in self.in_use:
+                        raise RuntimeError(
+                            f"claim {claim.claim}: device {'/'.join(device)} is held by {self.in_use[device]}"
+                        )
+        self.hold(alloc.pod, alloc.devices)
+        for claim in alloc.shared:
+            entry = self.shared.setdefault(claim.claim, SharedClaim(claim))
+            if not entry.users:
+                for device in claim.held:
+                    self.in_use[device] = claim.claim
+            entry.users.add(alloc.pod)
+
+    def give_back(self, alloc: Allocation) -> None:
+        """The pod gives its own devices back and leaves its shared claims; a claim left without users
+        frees its devices (it is deallocated)."""
+        self.free(alloc.pod, alloc.devices)
+        for claim in alloc.shared:
+            entry = self.shared.get(claim.claim)
+            if entry is None:
+                continue
+            entry.users.discard(alloc.pod)
+            if not entry.users:
+                del self.shared[claim.claim]
+                self.free(claim.claim, entry.allocation.held)
+
+    def check(self, allocations: Iterable[Allocation]) -> None:
+        """Raises AssertionError unless `in_use` and the shared claims are exactly what `allocations`
+        hold: each device held once, by one pod or one claim."""
+        held: list[tuple[DeviceId, str]] = []
+        users: dict[str, set[str]] = {}
+        for alloc in allocations:
+            held.extend((d, alloc.pod) for d in alloc.devices)
+            for claim in alloc.shared:
+                users.setdefault(claim.claim, set()).add(alloc.pod)
+                assert self.shared[claim.claim].allocation == claim, f"claim {claim.claim} differs"
+        assert users == {k: v.users for k, v in self.shared.items()}, "DRA shared claims"
+        held.extend((d, key) for key, entry in self.shared.items() for d in entry.allocation.held)
+        assert dict(held) == self.in_use and len(held) == len(self.in_use), "DRA devices"
+
     def copy(self) -> DeviceView:
         clone = DeviceView()
         clone.nodes = dict(self.nodes)
         clone.classes = dict(self.classes)
         clone.in_use = dict(self.in_use)
         clone.claims_only = set(self.claims_only)
+        clone.shared = {k: SharedClaim(v.allocation, set(v.users)) for k, v in self.shared.items()}
         return clone

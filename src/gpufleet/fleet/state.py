@@ -24,6 +24,7 @@ from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet import cuda
 from gpufleet.fleet.devices import DeviceId, NodeDevices
+from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.dra_view import DeviceView
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
@@ -98,7 +99,9 @@ class Allocation:
     memory_mib: int
     mig: MigSlot | None = None
     devices: tuple[DeviceId, ...] = ()
-    """DRA devices (driver, pool, device) the pod's ResourceClaims were allocated."""
+    """DRA devices (driver, pool, device) the pod's own ResourceClaims were allocated."""
+    shared: tuple[ClaimAllocation, ...] = ()
+    """DRA: the shared ResourceClaims the pod uses (held by the claim while any of its pods runs)."""
 
     @property
     def gpu_milli_total(self) -> int:
@@ -447,8 +450,10 @@ class FleetState:
         *,
         mig_gpu: int | None = None,
         devices: Sequence[DeviceId] = (),
+        shared: Sequence[ClaimAllocation] = (),
     ) -> Allocation:
-        """Records that `pod` holds `request` on node `row`, on the given GPUs (and DRA `devices`).
+        """Records that `pod` holds `request` on node `row`, on the given GPUs (and DRA `devices`, and
+        the `shared` claims it uses).
 
         For a MIG request the instance is chosen here (the first free one of that profile, on `mig_gpu`
         when given). Raises AllocationError, changing nothing, if anything would be over-committed.
@@ -484,9 +489,8 @@ class FleetState:
             slot = self._take_mig(pod, row, request.mig, mig_gpu)
         elif chosen:
             raise AllocationError(f"pod {pod}: asks for no GPU but was given {chosen}")
-        alloc = Allocation(
-            pod, row, chosen, milli, request.cpu_milli, request.memory_mib, slot, tuple(devices)
-        )
+        cpu, memory = request.cpu_milli, request.memory_mib
+        alloc = Allocation(pod, row, chosen, milli, cpu, memory, slot, tuple(devices), tuple(shared))
         self._record(alloc)
         return alloc
 
@@ -521,8 +525,8 @@ class FleetState:
 
     def _record(self, alloc: Allocation) -> None:
         row = alloc.node
-        if alloc.devices:
-            self.devices.hold(alloc.pod, alloc.devices)
+        if alloc.devices or alloc.shared:
+            self.devices.take(alloc)
         for gpu in alloc.gpus:
             self.gpu_free[row, gpu] -= alloc.milli
             self.gpu_pods[row, gpu] += 1
@@ -568,8 +572,8 @@ class FleetState:
             raise AllocationError(f"pod {pod} holds nothing")
         del self.allocations[pod]
         row = alloc.node
-        if alloc.devices:
-            self.devices.free(pod, alloc.devices)
+        if alloc.devices or alloc.shared:
+            self.devices.give_back(alloc)
         self.node_pods[row].discard(pod)
         self.cpu_free[row] += alloc.cpu_milli
         self.mem_free[row] += alloc.memory_mib
@@ -662,8 +666,7 @@ class FleetState:
         memory), and every kept total (free milli, free whole GPUs per node and per domain, free MIG
         instances, devices in use) equals a recount.
         """
-        held = [(d, a.pod) for a in self.allocations.values() for d in a.devices]
-        assert dict(held) == self.devices.in_use and len(held) == len(self.devices.in_use), "DRA devices"
+        self.devices.check(self.allocations.values())
         n = self.n_rows
         gpu_used = np.zeros((n, self.max_gpus), dtype=np.int64)
         gpu_pods = np.zeros((n, self.max_gpus), dtype=np.int64)

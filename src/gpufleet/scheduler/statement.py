@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Protocol
 
 from gpufleet.fleet.devices import DeviceId
+from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, FleetState
 
@@ -77,10 +78,11 @@ class Statement:
         *,
         mig_gpu: int | None = None,
         devices: Sequence[DeviceId] = (),
+        shared: Sequence[ClaimAllocation] = (),
     ) -> Allocation:
         """Allocates as `FleetState.allocate` does, and logs it."""
         self._check_open()
-        alloc = self.state.allocate(pod, row, request, gpus, mig_gpu=mig_gpu, devices=devices)
+        alloc = self.state.allocate(pod, row, request, gpus, mig_gpu=mig_gpu, devices=devices, shared=shared)
         self._log.append(Operation(OpKind.ALLOCATE, alloc))
         self._notify(row)
         return alloc

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 
 from gpufleet.api import evictions
-from gpufleet.api.errors import GpuFleetError
+from gpufleet.api.dra_claims import PodResourceClaimStatus
+from gpufleet.api.errors import ConflictError, GpuFleetError
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL, WORKLOAD_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.runtime import Admission, Eviction, MigAssignment, Pod, PodSpec
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, events, lifecycle
+from gpufleet.controllers import claims, convert, events, lifecycle
 from gpufleet.controllers.scheduling.cachesync import CacheSync
 from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone, restart_decision
 from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
+from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import Allocation
 from gpufleet.observability import metrics
 from gpufleet.scheduler.explain import Admit, Preempt
@@ -61,9 +64,17 @@ class Actions:
         attempt = obj.status.attempts + 1
         created: list[Pod] = []
         try:
-            for alloc in admit.allocations:
+            for index, alloc in enumerate(admit.allocations):
                 started = time.perf_counter()
-                created.append(state.store.create(self._pod_for(obj, alloc, attempt)))
+                pod = self._pod_for(obj, alloc, attempt)
+                if pod.spec.resource_claims:
+                    # DRA: the claims are allocated and reserved for the pod before it is bound.
+                    self._reserve(obj, pod, admit.claims[index])
+                try:
+                    created.append(state.store.create(pod))
+                except GpuFleetError:
+                    state.delete_pod(pod)  # releases the claims just reserved
+                    raise
                 metrics.BIND_SECONDS.observe(time.perf_counter() - started)  # a pod created bound
             status = obj.status.model_copy(deep=True)
             status.phase = "Admitted"
@@ -103,6 +114,24 @@ class Actions:
         state.stats.admitted += 1
         events.record(state.store, written, reason="Admitted", message=_where(admit), now=now, source=SOURCE)
 
+    def _reserve(self, obj: WorkloadObject, pod: Pod, allocations: tuple[ClaimAllocation, ...]) -> None:
+        """Writes the pod's claims (allocation and reservedFor) before the pod exists. A device still
+        allocated to another claim in the store (one whose pods left, not yet deallocated) fails the
+        admission, as a failed write does: it is tried again."""
+        state = self.state
+        conflict = state.claims.conflict(allocations)
+        if conflict is not None:
+            raise ConflictError(conflict, obj=f"Pod {pod.namespace}/{pod.name}")
+        pod_set = next(ps for ps in obj.spec.pod_sets if ps.name == pod.spec.pod_set)
+        for written in claims.reserve(
+            state.store,
+            pod,
+            pod_set.request.resource_claims,
+            allocations,
+            templates=state.claims.templates,
+        ):
+            state.claims.written(written.claim)
+
     def _pod_for(self, obj: WorkloadObject, alloc: Allocation, attempt: int) -> Pod:
         assert self.state.cache is not None
         fleet = self.state.cache.fleet
@@ -118,9 +147,15 @@ class Actions:
         mig = None
         if alloc.mig is not None:
             mig = MigAssignment(gpu=alloc.mig.gpu, profile=alloc.mig.profile, start=alloc.mig.start)
+        entries = next(ps.request.resource_claims for ps in obj.spec.pod_sets if ps.name == pod_set)
+        names = claims.claim_names(obj.name, pod_set, index, entries)
         return Pod(
             metadata=ObjectMeta(
-                name=convert.pod_object_name(obj.name, pod_set, index), namespace=obj.namespace, labels=labels
+                name=convert.pod_object_name(obj.name, pod_set, index),
+                namespace=obj.namespace,
+                labels=labels,
+                # known before the pod exists, so that its claims are reserved for it first
+                uid=str(uuid.uuid4()) if entries else None,
             ),
             spec=PodSpec(
                 workload=obj.name,
@@ -134,6 +169,10 @@ class Actions:
                 cpu_milli=alloc.cpu_milli,
                 memory_mib=alloc.memory_mib,
                 attempt=attempt,
+                resource_claims=[
+                    PodResourceClaimStatus(name=e.name, resource_claim_name=n)
+                    for e, n in zip(entries, names, strict=True)
+                ],
             ),
         )
 

@@ -14,15 +14,17 @@ two writes leaves nothing half-applied.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from gpufleet.api import evictions
-from gpufleet.api.dra import DeviceClass, ResourceSlice
+from gpufleet.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpufleet.api.errors import GpuFleetError, NotFoundError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import convert, jobstate, lifecycle, nodesync
+from gpufleet.controllers import claims, convert, jobstate, lifecycle, nodesync
+from gpufleet.controllers.scheduling.claimsync import ClaimsNotReady
 from gpufleet.controllers.scheduling.devicesync import DeviceSync
 from gpufleet.controllers.scheduling.state import (
     Broken,
@@ -39,6 +41,7 @@ from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import QuotaTree
+from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import WatchEvent
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,10 @@ class CacheSync:
             elif isinstance(obj, (ResourceSlice, DeviceClass)):
                 self.devices.observe(obj, deleted=event.type == "DELETED", fleet=state.cache.fleet)
                 state.dirty = True
+                self._claims_changed(now)
+            elif isinstance(obj, (ResourceClaim, ResourceClaimTemplate)):
+                state.claims.observe(obj, deleted=event.type == "DELETED")
+                self._claims_changed(now)
         except (AllocationError, GpuFleetError, KeyError) as exc:
             log.warning("scheduler cache out of step on %s (%s); rebuilding", obj.describe(), exc)
             state.needs_rebuild = True
@@ -105,6 +112,8 @@ class CacheSync:
         for node in nodes:
             self._add_node(node)
         self.devices.load(store, fleet)
+        state.claims.load(store)
+        state.claim_workloads.clear()
         for pod in pods:
             state.pods.setdefault(convert.workload_key(pod.namespace, pod.spec.workload), {})[
                 convert.core_pod_name(pod)
@@ -117,6 +126,10 @@ class CacheSync:
             else:
                 self.sync_workload(key, now)
         self._delete_orphans()
+        for claim, deleted in claims.collect(
+            store, list(state.claims.claims.values()), [p for ps in state.pods.values() for p in ps.values()]
+        ):
+            state.claims.observe(claim, deleted=deleted)
         state.needs_rebuild = False
         state.dirty = True
 
@@ -146,13 +159,22 @@ class CacheSync:
         if admission is None:
             state.broken[key] = Broken("AdmissionLost", "admitted without an admission record")
             pods = []
-        workload = convert.core_workload(obj)
+        workload = self._core(key, obj, admitted=True) or convert.core_workload(obj)
         allocations: list[Allocation] = []
         for pod in pods:
             if pod.spec.node_name not in cache.fleet.index:
                 state.broken[key] = Broken(evictions.NODE_LOST, f"node {pod.spec.node_name} is gone")
                 continue
-            allocations.append(convert.allocation(pod, cache.fleet))
+            allocation = convert.allocation(pod, cache.fleet)
+            if pod.spec.resource_claims:
+                # The devices its claims hold, from their stored status: after a restart no device a
+                # running pod holds is handed out again.
+                try:
+                    devices, shared = state.claims.pod_devices(pod)
+                    allocation = replace(allocation, devices=devices, shared=shared)
+                except NotFoundError as exc:
+                    state.broken[key] = Broken("ClaimLost", f"pod {pod.name}: {exc}")
+            allocations.append(allocation)
         counts = tuple(admission.counts) if admission else tuple(ps.count for ps in workload.pod_sets)
         assignment = Assignment(
             admission.gpu_model if admission else None, counts, dict(admission.usage) if admission else {}
@@ -348,10 +370,40 @@ class CacheSync:
             cache.pending.pop(key, None)
             state.backoff[key] = decision.at
             return
-        workload = convert.core_workload(obj)
+        workload = self._core(key, obj)
+        if workload is None:
+            cache.pending.pop(key, None)
+            return
         if cache.pending.get(key) != workload:
             cache.pending[key] = workload
             state.dirty = True
+
+    def _core(self, key: str, obj: WorkloadObject, *, admitted: bool = False) -> Workload | None:
+        """The core workload, with its pods' claims; None while it waits for its claims (its pending
+        reason then says why)."""
+        state = self.state
+        assert state.cache is not None
+        if not any(ps.request.resource_claims for ps in obj.spec.pod_sets):
+            state.claim_workloads.discard(key)
+            return convert.core_workload(obj)
+        state.claim_workloads.add(key)
+        try:
+            return state.claims.core_workload(obj, state.cache.fleet)
+        except GpuFleetError as exc:
+            if not admitted:
+                kind = (
+                    "ClaimsNotReady" if isinstance(exc, (ClaimsNotReady, NotFoundError)) else "InvalidClaims"
+                )
+                self.status.claims_waiting(key, obj, kind, str(exc))
+            return None
+
+    def _claims_changed(self, now: float) -> None:
+        """Claims, templates, classes or devices changed: workloads whose pods name claims are derived
+        again (a template now there, a flavor now known, an allocation to respect)."""
+        assert self.state.cache is not None
+        for key in sorted(self.state.claim_workloads):
+            if key not in self.state.cache.admitted:
+                self.sync_workload(key, now)
 
     def _working(self, key: str) -> bool:
         """Whether the workload is admitted and some pod of it has not finished: deactivating it then
@@ -380,6 +432,10 @@ class CacheSync:
         assert state.cache is not None
         key = convert.workload_key(pod.namespace, pod.spec.workload)
         core = convert.core_pod_name(pod)
+        if pod.spec.resource_claims and (deleted or pod.terminated):
+            # A pod deleted or finished gives its claims back (the resource-claim controller's part).
+            for claim, gone_claim in claims.release_pod(state.store, pod):
+                state.claims.observe(claim, deleted=gone_claim)
         pods = state.pods.setdefault(key, {})
         known = pods.get(core)
         same = known is not None and known.metadata.uid == pod.metadata.uid

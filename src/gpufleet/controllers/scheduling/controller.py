@@ -27,7 +27,17 @@ class SchedulingController:
     """Owns the scheduler cache and is the only writer of Workload status and of Pod creation."""
 
     name = "scheduling"
-    kinds: tuple[str, ...] = ("Node", "Pod", "Workload", "Queue", "GPUPool", "ResourceSlice", "DeviceClass")
+    kinds: tuple[str, ...] = (
+        "Node",
+        "Pod",
+        "Workload",
+        "Queue",
+        "GPUPool",
+        "ResourceSlice",
+        "DeviceClass",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+    )
 
     def __init__(
         self,

@@ -16,7 +16,8 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import jobstate
+from gpufleet.controllers import claims, jobstate
+from gpufleet.controllers.scheduling.claimsync import ClaimSync
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
@@ -65,6 +66,10 @@ class SchedulingState:
     """Admitted gangs to evict whole at the next step, with why."""
     reasons: dict[str, dict[str, object]] = field(default_factory=dict)
     """The pending reason last written per workload (written again only when it changes)."""
+    claims: ClaimSync = field(default_factory=ClaimSync)
+    """The stored ResourceClaims and templates (DRA)."""
+    claim_workloads: set[str] = field(default_factory=set)
+    """Workloads whose pods name ResourceClaims: derived again when claims, templates or devices change."""
     grow: set[str] = field(default_factory=set)
     """Elastic workloads running short that just checkpointed: candidates to restart larger."""
     dirty: bool = True
@@ -77,8 +82,13 @@ class SchedulingState:
         return obj.status.attempts if obj is not None else 0
 
     def delete_pod(self, pod: Pod) -> None:
+        """Deletes the pod, and releases its ResourceClaims at once (as the resource-claim controller
+        would), so their devices are free in the store when the scheduler frees them in its cache."""
         with contextlib.suppress(NotFoundError):
             self.store.delete(Pod, pod.name, pod.namespace)
+        if pod.spec.resource_claims:
+            for claim, deleted in claims.release_pod(self.store, pod):
+                self.claims.observe(claim, deleted=deleted)
 
 
 def restart_decision(obj: WorkloadObject, now: float) -> jobstate.RestartDecision:

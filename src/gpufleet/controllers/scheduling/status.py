@@ -81,6 +81,18 @@ class StatusWriter:
         status.requeue_at = None
         self.write(key, obj, status)
 
+    def claims_waiting(self, key: str, obj: WorkloadObject, reason: str, message: str) -> None:
+        """Pending, out of the queue, because of its pods' ResourceClaims (`ClaimsNotReady`: a claim,
+        template or class that does not exist; `InvalidClaims`: claims the scheduler cannot count);
+        written only when it changes. It is looked at again when claims, templates or devices change."""
+        entry: dict[str, object] = {"type": reason, "message": message}
+        if self.state.reasons.get(key) == entry:
+            return
+        status = obj.status.model_copy(deep=True)
+        status.pending_reason = PendingReason(type=reason, message=message)
+        self.write(key, obj, status)
+        self.state.reasons[key] = entry
+
     def queues(self) -> None:
         """Per queue: its `Valid` condition, waiting and admitted workloads and GPUs in use per flavor,
         its subtree included (what `gpufleet get queues` and `top` show beside the nominal quota), by

@@ -81,8 +81,14 @@ def _place_one(
     rows = _candidates(statement, demand, scope)
     state = statement.state
     fits = None
-    if pod_set.claims and rows.size:
-        rows, fits = dra.claim_rows(state, dra.pod_claims(pod_set, index), rows)
+    claims = dra.pod_claims(pod_set, index)
+    joined: dict[str, ClaimAllocation] = {}
+    if claims and rows.size:
+        joined = dra.allocated_shared(state, claims)
+        rows = dra.joinable_rows(state, joined, rows) if joined else rows
+        unallocated = tuple(c for c in claims if c.key not in joined)
+        if unallocated and rows.size:
+            rows, fits = dra.claim_rows(state, unallocated, rows)
     elif (
         (state.devices.nodes or state.devices.claims_only)
         and demand.request.kind is not GpuKind.NONE
@@ -97,13 +103,19 @@ def _place_one(
     row = int(rows[chosen])
     proposed = scored.gpus[chosen] if request.kind in (GpuKind.WHOLE, GpuKind.SHARE) else ()
     claimed: tuple[ClaimAllocation, ...] = ()
+    own: tuple[ClaimAllocation, ...] = ()
     mig_gpu: int | None = None
     if fits is not None:
-        # The claims' devices are the GPUs the pod gets: the fleet's arrays must name the same ones.
-        claimed = tuple(fits.fits[state.names[row]])
-        proposed, mig_gpu = dra.device_gpus(state.devices.nodes.get(state.names[row]), claimed)
+        # The pod's own claims' devices are the GPUs it gets: the fleet's arrays must name the same
+        # ones. A shared claim's devices are held by the claim, counted in no pod's request.
+        made = {c.claim: c for c in fits.fits[state.names[row]]}
+        claimed = tuple(joined.get(c.key) or made[c.key] for c in claims)
+        own = tuple(made[c.key] for c in claims if not c.shared)
+        proposed, mig_gpu = dra.device_gpus(state.devices.nodes.get(state.names[row]), own)
         if request.mig is not None and mig_gpu not in state.mig_gpus_with(row, request.mig):
             mig_gpu = None  # the node's MIG layout has no free instance there: the fleet picks one
+    elif joined:
+        claimed = tuple(joined[c.key] for c in claims)
     choice = choose_gpus(state, row, request, proposed=proposed, allowed=scope.allowed)
     pod = workload.pod_name(pod_set.name, index)
     alloc = statement.allocate(
@@ -112,7 +124,8 @@ def _place_one(
         request,
         choice.gpus,
         mig_gpu=choice.mig_gpu if mig_gpu is None else mig_gpu,
-        devices=dra.held_devices(claimed),
+        devices=dra.held_devices(own),
+        shared=tuple(c for c, claim in zip(claimed, claims, strict=False) if claim.shared),
     )
     return PodPlacement(pod, pod_set.name, state.names[row], row, alloc.gpus, alloc.milli, alloc.mig, claimed)
 

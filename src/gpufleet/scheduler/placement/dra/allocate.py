@@ -48,6 +48,12 @@ class PodClaim:
     """`namespace/name`, as results and reasons name the claim."""
     namespace: str
     spec: ResourceClaimSpec
+    shared: bool = False
+    """A ResourceClaim the pods name (`resourceClaimName`), the same claim for each of them: allocated
+    once, by the first pod placed, and the others follow it to its node. Otherwise each pod gets its own
+    claim made from a template (`placement.dra.gang.pod_claims`)."""
+    allocation: ClaimAllocation | None = None
+    """A shared claim already allocated (its stored `status.allocation`): respected, never redone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +326,7 @@ def _allocations(
             for slot, device in zip(slots, chosen, strict=True)
             if slot.claim_index == index
         )
-        out.append(ClaimAllocation(claim.key, devices, selector, _config(claim, classes)))
+        out.append(ClaimAllocation(claim.key, devices, selector, _config(claim, classes), node_name))
     return out
 
 

@@ -42,8 +42,34 @@ def _cache(view: DeviceView) -> SelectorCache:
 
 
 def pod_claims(pod_set: PodSet, index: int) -> tuple[PodClaim, ...]:
-    """The claims the `index`-th pod of the set makes from its templates: `{key}-{index}`."""
-    return tuple(replace(c, key=f"{c.key}-{index}") for c in pod_set.claims)
+    """The claims of the `index`-th pod of the set: its own, made from templates (`{key}-{index}`), and
+    the shared ones, the same for every pod."""
+    return tuple(c if c.shared else replace(c, key=f"{c.key}-{index}") for c in pod_set.claims)
+
+
+def allocated_shared(state: FleetState, claims: Sequence[PodClaim]) -> dict[str, ClaimAllocation]:
+    """The pod's shared claims that are allocated already: by a pod placed before (in the view), else
+    as the claim's stored status says. They are joined as they are, never allocated again."""
+    known: dict[str, ClaimAllocation] = {}
+    for claim in claims:
+        if not claim.shared:
+            continue
+        entry = state.devices.shared.get(claim.key)
+        allocation = entry.allocation if entry is not None else claim.allocation
+        if allocation is not None:
+            known[claim.key] = allocation
+    return known
+
+
+def joinable_rows(state: FleetState, known: dict[str, ClaimAllocation], rows: RowArray) -> RowArray:
+    """The rows a pod using the allocated shared claims `known` may go to: the node their devices are
+    local to, and none if another pod or claim holds one of their devices."""
+    in_use = state.devices.in_use
+    for claim in known.values():
+        if any(in_use.get(d, claim.claim) != claim.claim for d in claim.held):
+            return rows[:0]
+        rows = rows[[state.names[int(r)] == claim.node for r in rows]]
+    return rows
 
 
 def claim_rows(
@@ -74,7 +100,7 @@ def extended_rows(state: FleetState, rows: RowArray) -> RowArray:
 
 def held_devices(claimed: Sequence[ClaimAllocation]) -> tuple[DeviceId, ...]:
     """The devices the pod takes: all it was allocated except admin access, which takes nothing."""
-    return tuple((d.driver, d.pool, d.device) for c in claimed for d in c.devices if not d.admin_access)
+    return tuple(d for c in claimed for d in c.held)
 
 
 def device_gpus(

@@ -5,51 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.api.dra_claims import (
-    AllocationResult,
-    DeviceAllocationConfiguration,
-    DeviceAllocationResult,
-    DeviceRequestAllocationResult,
-)
-from gpufleet.api.dra_devices import NodeSelector
+from gpufleet.fleet.dra_claims import AllocatedDevice, ClaimAllocation
 
-
-@dataclass(frozen=True, slots=True)
-class AllocatedDevice:
-    request: str
-    driver: str
-    pool: str
-    device: str
-    admin_access: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimAllocation:
-    """One claim's allocation on the node: what is written to its `status.allocation`."""
-
-    claim: str
-    """`namespace/name` of the claim."""
-    devices: tuple[AllocatedDevice, ...]
-    node_selector: NodeSelector
-    config: tuple[DeviceAllocationConfiguration, ...] = ()
-
-    def to_status(self) -> AllocationResult:
-        return AllocationResult(
-            devices=DeviceAllocationResult(
-                results=[
-                    DeviceRequestAllocationResult(
-                        request=d.request,
-                        driver=d.driver,
-                        pool=d.pool,
-                        device=d.device,
-                        admin_access=True if d.admin_access else None,
-                    )
-                    for d in self.devices
-                ],
-                config=list(self.config),
-            ),
-            node_selector=self.node_selector,
-        )
+__all__ = ["AllocatedDevice", "ClaimAllocation", "DraUnsatisfied"]
 
 
 @dataclass(frozen=True, slots=True)
