@@ -2,7 +2,8 @@
 process on a free port, joined with `gpufleet cluster join`. A TrainingJob applied to the manager runs in
 the cheaper worker, in a queue the manager made there with the quota it granted, and its status shows
 in the manager; neither worker's token is ever shown by the
-manager's API nor written to a log; a drained cluster gets no new work."""
+manager's API nor written to a log; a drained cluster gets no new work; the worker's events show in
+`describe` on the manager, and deleting the job there deletes it in its worker."""
 
 from __future__ import annotations
 
@@ -135,6 +136,22 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
     following = wait_for("next running", lambda: held_job(manager, "next"))
     assert following["metadata"]["annotations"][CLUSTER] == "w2", "the drained cluster takes no new work"
     assert held_job(manager, "llm") is not None, "what runs in the drained cluster goes on"
+
+    # What happened to `next` in w2 is told by `describe` on the manager.
+    def w2_events() -> bool:
+        events = manager.get(f"{PREFIX}/namespaces/team/events")["items"]
+        return any(
+            e["spec"]["involvedName"] == "next" and e["spec"]["source"].startswith("w2") for e in events
+        )
+
+    wait_for("w2's events in the manager", w2_events)
+    described = cli("describe", "tj", "next", "-n", "team", "--state", str(fleet["manager"].state))
+    assert described.code == 0 and "Dispatched" in described.out and "[w2] " in described.out, described.out
+
+    deleted = cli("delete", "tj", "llm", "-n", "team", "--state", str(fleet["manager"].state))
+    assert deleted.code == 0, deleted.err
+    jobs_in_w1 = f"{PREFIX}/namespaces/team/trainingjobs"
+    wait_for("llm gone from w1", lambda: client(fleet["w1"]).get(jobs_in_w1)["items"] == [])
 
     # The workers' tokens sit in the manager's Secrets, which its API never shows.
     worker_tokens = [(fleet[n].state / "admin-token").read_text().strip() for n in ("w1", "w2")]

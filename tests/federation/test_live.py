@@ -15,6 +15,7 @@ import pytest
 
 from gpufleet.api import Cluster, load_objects
 from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
 from gpufleet.cli.client import Client, ServerUnreachableError
 from gpufleet.cli.federation_http import HttpManager, HttpWorker
@@ -244,3 +245,40 @@ def test_a_queue_quota_spans_both_workers(planes: dict[str, Plane]) -> None:
         "each worker's queue holds what the manager dispatched there"
     )
     assert all(q.metadata.annotations[MANAGED_BY] == "manager" for q in granted.values())
+
+
+def test_a_job_deleted_in_the_manager_goes_from_its_worker_and_the_workers_events_show_in_the_manager(
+    planes: dict[str, Plane],
+) -> None:
+    manager = planes["manager"]
+    run(planes, 3)
+    manager.store.apply(job("llm", 1))
+    run(planes, 12)  # running in w1, and past the event mirror's period
+    assert copy_in(planes["w1"]) is not None and running_in(planes) == ["w1"]
+    in_worker = {
+        (e.spec.reason, e.spec.message)
+        for e in planes["w1"].store.list(Event)
+        if (e.spec.involved_kind, e.spec.involved_name) == ("TrainingJob", "llm")
+    }
+    about = [e for e in manager.store.list(Event) if e.spec.involved_name == "llm"]
+    assert in_worker, "the worker recorded what happened to its copy"
+    mirrored = {(e.spec.reason, e.spec.message) for e in about if e.spec.source.startswith("w1")}
+    assert mirrored == {(reason, f"[w1] {message}") for reason, message in in_worker}
+    assert any(e.spec.source == "federation" and e.spec.reason == "Dispatched" for e in about)
+
+    manager.store.apply(job("other", 1))
+    run(planes, 3)
+    assert copy_in(planes["w1"]) is not None
+    assert [j.name for j in planes["w1"].store.list(TrainingJob)] == ["llm", "other"]
+
+    manager.store.delete(TrainingJob, "llm", "team")
+    run(planes, 2)
+    assert copy_in(planes["w1"]) is None, "deleted in the manager, deleted in the worker"
+
+    planes["w1"].cut[0] = True  # a delete while the worker is away waits for it to answer again
+    manager.store.delete(TrainingJob, "other", "team")
+    run(planes, 2)
+    assert [j.name for j in planes["w1"].store.list(TrainingJob)] == ["other"]
+    planes["w1"].cut[0] = False
+    run(planes, 3)
+    assert not list(planes["w1"].store.list(TrainingJob)), "and it is deleted once it answers"

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.queue import Queue
+from gpufleet.api.resource import Resource
+from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
 from gpufleet.api.validation import parse_object
 from gpufleet.cli.client import PREFIX, Client
@@ -24,12 +26,20 @@ from gpufleet.federation.link import ManagerLink, WorkerClient
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.protocol import Store
 
+R = TypeVar("R", bound=Resource)
+
 TIMEOUT_SECONDS = 5.0
 """Of each request between planes: an unreachable plane must not stall a pass for long."""
 
 
 def _job_path(namespace: str, name: str) -> str:
     return f"{PREFIX}/namespaces/{namespace}/trainingjobs/{name}"
+
+
+def _parsed(data: dict[str, Any], kind: type[R]) -> R:
+    obj = parse_object(data)
+    assert isinstance(obj, kind)
+    return obj
 
 
 class HttpWorker:
@@ -51,18 +61,16 @@ class HttpWorker:
     def create_job(self, job: TrainingJob) -> None:
         self.client.apply([job.to_dict()])
 
-    def read_job(self, namespace: str, name: str) -> TrainingJob | None:
-        try:
-            data: dict[str, Any] = self.client.get(_job_path(namespace, name))
-        except NotFoundError:
-            return None
-        job = parse_object(data)
-        assert isinstance(job, TrainingJob)
-        return job
-
     def delete_job(self, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFoundError):
             self.client.request("DELETE", _job_path(namespace, name))
+
+    def list_jobs(self) -> list[TrainingJob]:
+        return [_parsed(item, TrainingJob) for item in self.client.get(f"{PREFIX}/trainingjobs")["items"]]
+
+    def list_events(self, namespace: str) -> list[Event]:
+        answer = self.client.get(f"{PREFIX}/namespaces/{namespace}/events")
+        return [_parsed(item, Event) for item in answer["items"]]
 
     def read_queue(self, name: str) -> Queue | None:
         try:

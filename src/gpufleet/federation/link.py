@@ -1,7 +1,8 @@
 """How the manager and its workers reach each other: two small protocols and the marks on managed work.
 
-- `WorkerClient`: what the manager does in a worker (create a managed TrainingJob, read it back for its
-  status, delete it when the work moves; give the job's queue its quota there).
+- `WorkerClient`: what the manager does in a worker (create a managed TrainingJob, list the copies for their
+  status, delete it when the work moves or the job is deleted; give the job's queue its quota there;
+  read the worker's Events).
 - `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
 
 The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
@@ -15,6 +16,7 @@ from typing import Protocol
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.queue import Queue
+from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
 
 MANAGED_BY = "gpufleet.io/managed-by"
@@ -36,12 +38,16 @@ class WorkerClient(Protocol):
 
     def create_job(self, job: TrainingJob) -> None: ...
 
-    def read_job(self, namespace: str, name: str) -> TrainingJob | None:
-        """The worker's copy, or None when it has none."""
-        ...
-
     def delete_job(self, namespace: str, name: str) -> None:
         """Removes the worker's copy; no error when it has none."""
+        ...
+
+    def list_jobs(self) -> list[TrainingJob]:
+        """Every TrainingJob of the worker (all namespaces)."""
+        ...
+
+    def list_events(self, namespace: str) -> list[Event]:
+        """The worker's Events in a namespace."""
         ...
 
     def read_queue(self, name: str) -> Queue | None:

@@ -21,7 +21,7 @@ until its lease says otherwise.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from gpufleet.api.cluster import Cluster
@@ -31,6 +31,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers.convert import core_workload
+from gpufleet.controllers.events import record
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.controllers.training import workload_spec
 from gpufleet.federation.controller import ClusterConditions
@@ -38,12 +39,15 @@ from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
 from gpufleet.federation.link import CLUSTER, FENCED, GENERATION, MANAGED_BY, MODEL, MOVED, WorkerClient
 from gpufleet.federation.manager import manager_view
+from gpufleet.federation.sync import EventMirror, Key, key_of, read_copies, stale_copies
 from gpufleet.scheduler.flavors import usage_of
 from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
+SOURCE = "federation"
+"""The source of the manager's own Events (the workers' mirrored ones name their cluster)."""
 DISPATCHED = "Dispatched"
 """The manager's condition on a job: True with the cluster that holds it, False while it waits."""
 
@@ -68,6 +72,7 @@ class FederationController:
         self.grace_seconds = grace_seconds
         self.period_seconds = period_seconds
         self.conditions = ClusterConditions(store)
+        self.events = EventMirror(store)
         self._clients: dict[str, WorkerClient] = {}
 
     def step(self, now: float) -> float | None:
@@ -77,13 +82,15 @@ class FederationController:
         queues = {q.name: q for q in self.store.list(Queue)}
         view = manager_view(clusters.values(), queues.values(), now=when)
         grants = Grants()
+        jobs = {key_of(job): job for job in self.store.list(TrainingJob)}
+        copies = self._read_workers(clusters.values(), jobs, now)
         waiting: list[tuple[TrainingJob, Workload]] = []
-        for job in self.store.list(TrainingJob):
+        for job in jobs.values():
             if job.status.phase in ("Succeeded", "Failed"):
                 continue
             workload = _workload_of(job)
             held = job.metadata.annotations.get(CLUSTER)
-            if held is None or not self._still_held(job, clusters.get(held), now):
+            if held is None or not self._still_held(job, clusters.get(held), copies.get(held), now):
                 waiting.append((job, workload))
                 continue
             model = job.metadata.annotations.get(MODEL) or None
@@ -107,16 +114,42 @@ class FederationController:
         return now + self.period_seconds
 
     # ------------------------------------------------------------------ held work
-    def _still_held(self, job: TrainingJob, cluster: Cluster | None, now: float) -> bool:
+    def _read_workers(
+        self, clusters: Iterable[Cluster], jobs: Mapping[Key, TrainingJob], now: float
+    ) -> dict[str, dict[Key, TrainingJob]]:
+        """Each answering worker's copies, read once; copies the manager no longer holds there are
+        deleted, and the worker's Events about those it holds are mirrored."""
+        found: dict[str, dict[Key, TrainingJob]] = {}
+        for cluster in clusters:
+            if self._lease_lost(cluster, now):
+                continue  # silent: not worth a timeout each pass; cleaned up once it reports again
+            try:
+                client = self._client(cluster)
+                copies = read_copies(client, self.manager)
+                for namespace, name in stale_copies(cluster.name, copies, jobs):
+                    client.delete_job(namespace, name)
+                    del copies[(namespace, name)]
+            except GpuFleetError as exc:
+                log.warning("cluster %s: cannot read its jobs: %s", cluster.name, exc)
+                continue
+            self.events.mirror(cluster.name, client, copies, now)
+            found[cluster.name] = copies
+        return found
+
+    def _still_held(
+        self,
+        job: TrainingJob,
+        cluster: Cluster | None,
+        copies: Mapping[Key, TrainingJob] | None,
+        now: float,
+    ) -> bool:
         """Mirrors the worker's copy onto `job`; False when the work came back to the manager."""
         if cluster is None or self._lease_lost(cluster, now):
             self._take_back(job, cluster, "LeaseExpired", "its cluster's lease expired", now)
             return False
-        try:
-            copy = self._client(cluster).read_job(job.namespace or "default", job.name)
-        except GpuFleetError as exc:
-            log.warning("cluster %s: cannot read %s: %s", cluster.name, job.describe(), exc)
+        if copies is None:
             return True  # out of touch, but its lease holds: it is still there
+        copy = copies.get(key_of(job))
         if copy is None or FENCED in copy.metadata.annotations:
             self._take_back(job, cluster, "StoppedInCluster", "its cluster stopped it", now)
             return False
@@ -150,6 +183,9 @@ class FederationController:
             status.restarts += 1
             annotations[MOVED] = str(int(annotations.get(MOVED, "0")) + 1)
         self._set_meta(job, annotations)
+        where = cluster.name if cluster is not None else job.metadata.annotations.get(CLUSTER, "?")
+        record(self.store, job, reason=reason, message=f"taken back from cluster {where}: {why}", now=now,
+               type="Warning", source=SOURCE)  # fmt: skip
         status.phase, status.replicas, status.ready_replicas, status.nodes = "Pending", 0, 0, []
         status.start_time = None
         status.conditions = _dispatched(job, "False", reason, why, now)
@@ -188,11 +224,11 @@ class FederationController:
         annotations = dict(job.metadata.annotations)
         annotations.update({CLUSTER: cluster.name, GENERATION: str(generation), MODEL: decision.model or ""})
         job = self._set_meta(job, annotations)
+        message = f"dispatched to cluster {cluster.name} (generation {generation})"
+        record(self.store, job, reason=DISPATCHED, message=message, now=now, source=SOURCE)
         status = job.status.model_copy(deep=True)
         status.phase, status.pending_reason = "Admitted", None
-        status.conditions = _dispatched(
-            job, "True", cluster.name, f"dispatched to cluster {cluster.name} (generation {generation})", now
-        )
+        status.conditions = _dispatched(job, "True", cluster.name, message, now)
         self._set_status(job, status)
         return True
 

@@ -1,0 +1,92 @@
+"""What the manager reads from each worker once a pass, and what it keeps in step there.
+
+- `read_copies`: one list of a worker's TrainingJobs per pass (not one read per held job); the copies
+  this manager made there, by (namespace, name). None when the worker does not answer.
+- `stale_copies`: the copies the manager no longer holds in that worker (the job was deleted in the
+  manager, or it moved while the worker was out of reach). The manager deletes them, so deleting a job
+  in the manager deletes its copy, also in a worker that was away when it happened.
+- `EventMirror`: the worker's Events about the jobs it holds, copied into the manager under the job's
+  name (so `gpufleet describe` on the manager tells what happened in the worker), each once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+
+from gpufleet.api.errors import ConflictError, GpuFleetError
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.runtime import Event
+from gpufleet.api.training import TrainingJob
+from gpufleet.federation.link import CLUSTER, MANAGED_BY, WorkerClient
+from gpufleet.store.protocol import Store
+
+Key = tuple[str, str]
+"""(namespace, name) of a job."""
+
+
+def key_of(job: TrainingJob) -> Key:
+    return (job.namespace or "default", job.name)
+
+
+def read_copies(client: WorkerClient, manager: str) -> dict[Key, TrainingJob]:
+    """The worker's copies of this manager's jobs; raises `GpuFleetError` when it does not answer."""
+    return {
+        key_of(job): job for job in client.list_jobs() if job.metadata.annotations.get(MANAGED_BY) == manager
+    }
+
+
+def stale_copies(cluster: str, copies: Iterable[Key], jobs: Mapping[Key, TrainingJob]) -> list[Key]:
+    """The copies in `cluster` whose job the manager no longer has there."""
+    return sorted(
+        key
+        for key in copies
+        if (job := jobs.get(key)) is None or job.metadata.annotations.get(CLUSTER) != cluster
+    )
+
+
+class EventMirror:
+    """Copies workers' Events about the jobs they hold into the manager, at most every `period_seconds`
+    per worker. A copy is named `CLUSTER.EVENT`; its source and its message (`[w1] ...`, for
+    `describe`, which shows no source) say the cluster. What was copied is
+    remembered per held job, and forgotten once the job is no longer held there."""
+
+    def __init__(self, store: Store, *, period_seconds: float = 5.0) -> None:
+        self.store = store
+        self.period_seconds = period_seconds
+        self._next: dict[str, float] = {}
+        self._copied: dict[tuple[str, Key], set[str]] = {}
+
+    def mirror(self, cluster: str, client: WorkerClient, held: Iterable[Key], now: float) -> None:
+        held = set(held)
+        for known in [k for k in self._copied if k[0] == cluster and k[1] not in held]:
+            del self._copied[known]
+        if not held or now < self._next.get(cluster, -1.0):
+            return
+        self._next[cluster] = now + self.period_seconds
+        for namespace in sorted({ns for ns, _ in held}):
+            try:
+                events = client.list_events(namespace)
+            except GpuFleetError:
+                return  # out of touch: the next period tries again
+            for event in events:
+                key = (namespace, event.spec.involved_name)
+                if event.spec.involved_kind == "TrainingJob" and key in held:
+                    self._copy(cluster, key, event)
+
+    def _copy(self, cluster: str, key: Key, event: Event) -> None:
+        copied = self._copied.setdefault((cluster, key), set())
+        if event.name in copied:
+            return
+        source = f"{cluster}/{event.spec.source}" if event.spec.source else cluster
+        mirrored = Event(
+            metadata=ObjectMeta(
+                name=f"{cluster}.{event.name}"[:253], namespace=key[0], annotations={CLUSTER: cluster}
+            ),
+            spec=event.spec.model_copy(
+                update={"source": source, "message": f"[{cluster}] {event.spec.message}"}
+            ),
+        )
+        with contextlib.suppress(ConflictError):  # copied before this process started
+            self.store.create(mirrored)
+        copied.add(event.name)
