@@ -69,6 +69,14 @@ def simulate(
         str | None,
         typer.Option("--checkpoint-interval", help="Every job checkpoints this often (e.g. 30m)."),
     ] = None,
+    restart_time: Annotated[
+        str | None,
+        typer.Option(
+            "--restart-time",
+            help="Every start and restart of a pod takes this long before it computes (container start, "
+            "checkpoint load), its GPUs held meanwhile (e.g. 5m) [default: 0].",
+        ),
+    ] = None,
     policy: Annotated[
         str | None,
         typer.Option(
@@ -126,6 +134,7 @@ def simulate(
             "--spot": spot,
             "--checkpoint-interval": checkpoint_interval,
             "--gang-slowdown": gang_slowdown,
+            "--restart-time": restart_time,
         }
         given = [name for name, value in per_run.items() if value is not None]
         if not compare or not configs:
@@ -162,6 +171,7 @@ def simulate(
         ),
         gpu_mtbf_seconds=gpu_mtbf,
         node_mtbf_seconds=node_mtbf,
+        restart_seconds=parse_duration(restart_time, "--restart-time") if restart_time else 0.0,
         spot_interruptions_per_day=parse_spot(spot) if spot else 0.0,
         seed=seed,
         gang_slowdown=parse_slowdown(gang_slowdown) if gang_slowdown else {},

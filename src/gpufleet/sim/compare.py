@@ -10,6 +10,7 @@ policy: las                    # gpufleet | fifo | las
 queues: queues.yaml            # gpufleet only: a Queues file, relative to this file
 placement: bestfit             # the scheduler's placement policy for every workload class
 checkpointInterval: 30m
+restartTime: 5m                # every pod start and restart takes this long before it computes
 failures: mtbf=2h,node-mtbf=3d
 spot: interruptions-per-day=2
 leastAttainedService: {thresholdsGpuHours: [1, 16], promoteFactor: 4}   # las only
@@ -55,6 +56,7 @@ class RunConfig(ApiModel):
     queues: str | None = None
     placement: str | None = None
     checkpoint_interval: str | None = None
+    restart_time: str | None = None
     failures: str | None = None
     spot: str | None = None
     least_attained_service: LeastAttainedService | None = None
@@ -114,6 +116,7 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
     failures = config.failures
     gpu_mtbf, node_mtbf = parsed("failures", lambda: parse_failures(failures)) if failures else (None, None)
     spot = config.spot
+    restart = config.restart_time
     options = SimOptions(
         policy=config.policy,
         checkpoint_interval=(
@@ -123,6 +126,9 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
         ),
         gpu_mtbf_seconds=gpu_mtbf,
         node_mtbf_seconds=node_mtbf,
+        restart_seconds=(
+            parsed("restartTime", lambda: parse_duration(restart, "restartTime")) if restart else 0.0
+        ),
         spot_interruptions_per_day=parsed("spot", lambda: parse_spot(spot)) if spot else 0.0,
         seed=seed,
         scheduler=SchedulerConfig(placement=config.placement, seed=seed) if config.placement else None,

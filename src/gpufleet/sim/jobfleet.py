@@ -21,7 +21,8 @@ from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
 from gpufleet.api.queue import FlavorQuota, LeastAttainedService, Queue, QueuePreemption, QueueSpec
 from gpufleet.api.resource import Resource
-from gpufleet.sim.philly import Trace
+from gpufleet.sharing.mig import COMPUTE_SLICES, find_profile, mig_models
+from gpufleet.sim.philly import Trace, TraceJob
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 32
@@ -94,11 +95,51 @@ def queue_name(cluster: str, policy: str = "gpufleet") -> str:
 
 
 def fleet_gpus(pools: Sequence[GPUPool]) -> dict[str, int]:
-    """GPUs the pools start with, per GPU model."""
+    """GPUs the pools start with, per GPU model, and MIG instances per profile (a MIG request is
+    counted in its profile's flavor, one per instance): what the queues' quotas are made of."""
     out: dict[str, int] = {}
     for pool in pools:
         out[pool.spec.gpu_model] = out.get(pool.spec.gpu_model, 0) + pool.spec.nodes * pool.spec.gpus_per_node
+        for profile, count in mig_instances(pool).items():
+            out[profile] = out.get(profile, 0) + count
     return out
+
+
+def mig_instances(pool: GPUPool) -> dict[str, int]:
+    """MIG instances per profile on the pool's starting nodes (its layout per GPU index, `*` for the
+    GPUs not named)."""
+    sharing = pool.spec.sharing
+    layouts = sharing.mig if sharing is not None and sharing.mig is not None else {}
+    out: dict[str, int] = {}
+    for gpu in range(pool.spec.gpus_per_node):
+        for profile in layouts.get(str(gpu), layouts.get("*", [])):
+            out[profile] = out.get(profile, 0) + pool.spec.nodes
+    return out
+
+
+def fits(job: TraceJob, pools: Sequence[GPUPool]) -> bool:
+    """Whether the fleet could ever run the job: a MIG job needs a pool with instances of its profile,
+    a whole-GPU job no more GPUs than the GPUs no MIG layout partitions. A job that cannot is left
+    out of the run (and counted), as it would otherwise wait for ever."""
+    if job.mig is not None:
+        return any(job.mig in mig_instances(pool) for pool in pools)
+    whole = 0
+    for pool in pools:
+        sharing = pool.spec.sharing
+        layouts = sharing.mig if sharing is not None and sharing.mig is not None else {}
+        split = sum(1 for gpu in range(pool.spec.gpus_per_node) if layouts.get(str(gpu), layouts.get("*")))
+        whole += pool.spec.nodes * (pool.spec.gpus_per_node - split)
+    return job.gpus <= whole
+
+
+def mig_share(profile: str) -> float:
+    """The part of a GPU's compute a MIG instance of `profile` holds (1g.10gb: 1/7): what a MIG pod
+    counts for in utilisation, as a whole-GPU pod counts 1 a GPU."""
+    for model in mig_models():
+        found = find_profile(model, profile)
+        if found is not None:
+            return found.compute_slices / COMPUTE_SLICES
+    raise ValueError(f"unknown MIG profile {profile!r}")
 
 
 def proportional(total: int, weights: Mapping[str, float]) -> dict[str, int]:

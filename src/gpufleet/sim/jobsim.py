@@ -39,7 +39,7 @@ from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
 from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
-from gpufleet.sim.jobfleet import GPUS_PER_NODE, queue_name
+from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
 from gpufleet.sim.philly import Trace, TraceJob
 from gpufleet.store.protocol import ObjectRef
 from gpufleet.store.sqlite import SqliteStore
@@ -64,6 +64,9 @@ class SimOptions:
     gpu_mtbf_seconds: float | None = None
     """The fleet's mean time between GPU failures (None: no failures)."""
     gpu_repair_seconds: float = 3600.0
+    restart_seconds: float = 0.0
+    """From a pod's placement to its computing (container start, checkpoint load, collective set-up):
+    paid by every start and restart, with the GPUs held but doing no work (the twin's pod start)."""
     node_mtbf_seconds: float | None = None
     """The fleet's mean time between node losses (None: none); a lost node is replaced at once."""
     spot_interruptions_per_day: float = 0.0
@@ -94,6 +97,7 @@ def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
 
 def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NODE) -> TrainingJob:
     replicas, size = shape(job.gpus, per_node)
+    worker = PodRequest(mig=job.mig) if job.mig else PodRequest(gpus=size)
     queue = queue_name(job.cluster, options.policy)
     return TrainingJob(
         metadata=ObjectMeta(name=job.name, namespace=queue),
@@ -101,7 +105,7 @@ def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NO
             queue=queue,
             priority_class="research",
             replicas=replicas,
-            worker=PodRequest(gpus=size),
+            worker=worker,
             checkpoint=(
                 CheckpointPolicy(interval_seconds=options.checkpoint_interval)
                 if options.checkpoint_interval
@@ -200,7 +204,7 @@ class SimResult:
     series: Series
     buckets: int
     unplaceable: list[TraceJob]
-    """Jobs larger than the fleet: never submitted."""
+    """Jobs the fleet can never run (larger than it, or a MIG profile it has none of): never submitted."""
     faults: dict[str, int] = field(default_factory=dict)
     cycles: int = 0
     peak_allocated: float = 0.0
@@ -337,8 +341,9 @@ class Recorder:
     def _pod(self, pod: Pod, deleted: bool, now: float) -> None:
         key = (pod.namespace or "", pod.name)
         old = self.pods.pop(key, None)
+        whole = pod.spec.mig is None and pod.spec.gpu_milli in (0, 1000)
         if old is not None:
-            for index in pod.spec.gpus if pod.spec.gpu_milli in (0, 1000) else ():
+            for index in pod.spec.gpus if whole else ():
                 if self.held.get((pod.spec.node_name, index)) == key:
                     del self.held[(pod.spec.node_name, index)]
             gpus, running, queue = old
@@ -348,11 +353,15 @@ class Recorder:
                 self.series.add("running", now, -gpus)
         if deleted or pod.terminated:
             return
-        gpus = len(pod.spec.gpus) * (pod.spec.gpu_milli or 1000) / 1000
+        gpus = (
+            mig_share(pod.spec.mig.profile)  # a MIG instance counts as its part of the GPU's compute
+            if pod.spec.mig is not None
+            else len(pod.spec.gpus) * (pod.spec.gpu_milli or 1000) / 1000
+        )
         running = pod.status.phase == "Running"
         queue = pod.namespace or ""
         self.pods[key] = (gpus, running, queue)
-        for index in pod.spec.gpus if pod.spec.gpu_milli in (0, 1000) else ():
+        for index in pod.spec.gpus if whole else ():
             holder = self.held.setdefault((pod.spec.node_name, index), key)
             if holder != key:
                 self.double_booked.append(f"GPU {index} of {pod.spec.node_name}: {holder} and {key}")
@@ -430,8 +439,8 @@ def simulate(
     capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
     nodes = sum(p.spec.nodes for p in pools)
     per_node = max(p.spec.gpus_per_node for p in pools)
-    jobs = [j for j in window.jobs if j.gpus <= capacity]
-    unplaceable = [j for j in window.jobs if j.gpus > capacity]
+    jobs = [j for j in window.jobs if fits(j, pools)]
+    unplaceable = [j for j in window.jobs if not fits(j, pools)]
     origin = trace.start
     start = origin + begin
     clock = VirtualClock(start)
@@ -457,6 +466,7 @@ def simulate(
             config=TwinConfig(
                 faults=faults,
                 metrics_interval_seconds=QUIET_SECONDS,
+                pod_start_seconds=options.restart_seconds,
                 gang_slowdown=dict(options.gang_slowdown),
             ),
         )

@@ -6,7 +6,9 @@ other column are ignored):
 - `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC), rows in any order;
 - `duration`: seconds the job computes with all its GPUs (> 0);
 - `num_gpus`: whole GPUs it asks for (>= 1);
-- `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue.
+- `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue;
+- `mig` (optional): a MIG profile (`1g.10gb`): the job is one pod holding one instance of it instead of
+  whole GPUs (`num_gpus` must then be 1); empty for whole GPUs. It runs on MIG pools only.
 
 Every row that cannot be read fails with a DataError naming the file, the line and the column.
 Jobs come back sorted by submission (then by line), with `submit` in seconds from the first one.
@@ -25,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.api.errors import DataError
+from gpufleet.sharing.mig import is_known_profile
 from gpufleet.sim.csvrows import csv_rows
 from gpufleet.sim.datasets import data_dirs
 
@@ -46,6 +49,8 @@ class TraceJob:
     duration: float
     gpus: int
     cluster: str
+    mig: str | None = None
+    """A MIG profile: the job is one pod holding one instance of it (None: `gpus` whole GPUs)."""
 
     @property
     def name(self) -> str:
@@ -119,13 +124,13 @@ def load(path: str | Path) -> Trace:
     start = min(r[1] for r in raw)
     raw.sort(key=lambda r: (r[1], r[0]))
     jobs = tuple(
-        TraceJob(line, submit - start, duration, gpus, cluster)
-        for line, submit, duration, gpus, cluster in raw
+        TraceJob(line, submit - start, duration, gpus, cluster, mig)
+        for line, submit, duration, gpus, cluster, mig in raw
     )
     return Trace(path, start, jobs)
 
 
-def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, float, int, str]:
+def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, float, int, str, str | None]:
     text = values["timestamp"]
     try:
         submit = datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
@@ -154,4 +159,11 @@ def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, 
     cluster = values["cluster"]
     if not cluster:
         raise DataError("empty virtual cluster", path=where, line=line, field="cluster")
-    return line, submit, duration, gpus, cluster
+    mig = values.get("mig") or None
+    if mig is not None:
+        if not is_known_profile(mig):
+            raise DataError(f"not a MIG profile: {mig!r}", path=where, line=line, field="mig")
+        if gpus != 1:
+            message = f"a MIG job is one instance: num_gpus must be 1, got {gpus}"
+            raise DataError(message, path=where, line=line, field="mig")
+    return line, submit, duration, gpus, cluster, mig
