@@ -45,6 +45,7 @@ from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sour
 from gpufleet.kube.config import QUEUE_LABEL, KubeConfig
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, resource_for
+from gpufleet.kube.runends import RunEnds
 from gpufleet.kube.scheduler_informers import scheduler_informers
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.observability import metrics, tracing
@@ -159,7 +160,15 @@ class KubeScheduler:
         """Whether the last pass ran while the pods were still being listed (see `_cycles`)."""
         self._changed = threading.Event()
         self.binder = Binder(self.actions, workers=bind_workers, on_done=self._changed.set)
+        self.run_ends = RunEnds(
+            self.config,
+            pods=self.pods.items,
+            node=self.nodes.get,
+            jobs=lambda: _Items(self.jobs),
+        )
+        """Runs of its gangs (not TrainingJobs') ended by a drain, a lost node or a failed GPU."""
         self.nodes.add_handler(self._note(self.kcache.node_changed))
+        self.pods.add_handler(self.run_ends.pod_changed)
         self.pods.add_handler(self._note(self.kcache.pod_changed))
         self.jobs.add_handler(self._note(self.kcache.job_changed))
         self.queues.add_handler(self._note(self.kcache.queues_changed))
@@ -182,6 +191,7 @@ class KubeScheduler:
             if lost.is_set():
                 return
         self.kcache.queues_changed()  # a new term starts from a full picture
+        self.run_ends.clear()
         try:
             self._loop(lost)
         finally:
@@ -208,6 +218,7 @@ class KubeScheduler:
         if self.kcache.behind:
             self._changed.set()  # what this pass left is the next one's
         self._retry_binds()
+        self.run_ends.count()
         self.refused = {}
         outcome = self._cycles(cache, now, listing=listing)
         for name, workload in self.refused.items():
@@ -362,6 +373,7 @@ class KubeScheduler:
         for pod in chosen:
             if not (kube_pods.is_bound(pod) or key_of(pod) in self.kcache.assumed):
                 continue
+            self.run_ends.preempting(pod)
             if self.actions.evict(pod, reason=evictions.PREEMPTED, message=preempt.message):
                 self.stats.evicted += 1
                 evicted += 1
