@@ -74,6 +74,7 @@ from gpufleet.scheduler.preemption import (
     VictimSet,
     apply_victims,
     candidates,
+    choose_count,
     reaches_other_queues,
     select_victims,
 )
@@ -681,21 +682,13 @@ class _Cycle:
 
     def _preempt_for(self, workload: Workload, model: str | None) -> Preemption | None:
         """The cheapest victims after which the workload fits at its full count; an elastic workload
-        for which none exist tries fewer pods, down to its minimum: the most pods some victim set makes
-        room for, with that count's cheapest set (decision 30)."""
-        counts = counts_at(workload, 0)
-        victims = self._victims_at(workload, model, counts)
-        low, high = 0, shrink_steps(workload)  # the fewest steps with a set: none at low, one at high
-        if victims is None and high and (got := self._victims_at(workload, model, counts_at(workload, high))):
-            counts, victims = counts_at(workload, high), got
-            while high - low > 1:
-                mid = (low + high) // 2
-                if got := self._victims_at(workload, model, counts_at(workload, mid)):
-                    high, counts, victims = mid, counts_at(workload, mid), got
-                else:
-                    low = mid
-        if victims is None:
+        may take fewer pods, down to its minimum, where their victims rank better (decision 30)."""
+        chosen = choose_count(
+            shrink_steps(workload), lambda step: self._victims_at(workload, model, counts_at(workload, step))
+        )
+        if chosen is None:
             return None
+        counts, victims = counts_at(workload, chosen[0]), chosen[1]
         self.parking.capacity.lower(
             self.snapshot.fleet, [a.node for c in victims.victims for a in c.admitted.pods.values()]
         )

@@ -24,10 +24,13 @@ Steps (ARCHITECTURE.md, Scheduling cycle step 4):
    be split); then the cheapest set over all scopes wins, scopes taken cheapest first by their lower
    bounds (`bounds`) after the cheap tests of `feasibility`.
 
+An elastic preemptor may be admitted at fewer pods where their victims rank better (`counts`).
+
 Everything is tried on the snapshot and rolled back; the caller re-applies the chosen set. A preemption
 is proposed only when the preemptor then fits: no loops of evictions that admit nobody.
 """
 
+from gpufleet.scheduler.preemption.counts import choose_count
 from gpufleet.scheduler.preemption.greedy import apply_victims
 from gpufleet.scheduler.preemption.order import (
     BORROW,
@@ -52,6 +55,7 @@ __all__ = [
     "VictimSet",
     "apply_victims",
     "candidates",
+    "choose_count",
     "reaches_other_queues",
     "select_victims",
     "victim_order",

@@ -168,6 +168,11 @@ class Bounds:
         return self.options.shrink_steps(shrink)[0].lost_gpu_seconds
 
     @property
+    def capacity_bound(self) -> bool:
+        """`_capacity_bound`, for a one-pod whole-GPU preemptor: whether no node has room for it now."""
+        return self.shape is not None and self.code is not None and self._capacity_bound
+
+    @property
     def _capacity_bound(self) -> bool:
         """Whether no node of the preemptor's GPU model has room for it now: a set that lets it fit must
         then free GPUs on the node it goes to (else quota alone may be what a set frees)."""

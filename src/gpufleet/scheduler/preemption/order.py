@@ -124,6 +124,9 @@ def victim_order(candidate: Candidate) -> VictimOrder:
 class VictimSet:
     preemptor: str
     victims: tuple[Candidate, ...]
+    below_nominal: int = 0
+    """`SetRank.below_nominal` of the set as `select_victims` chose it: 1 when it pushes another queue
+    below its nominal quota (decision 8), which an elastic preemptor's choice of counts reads."""
 
     def cost(self) -> SetCost:
         """How much the set costs, cheapest first: `victim_order`'s rules for a set of victims.

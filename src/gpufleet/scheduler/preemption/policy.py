@@ -92,23 +92,29 @@ def candidates(
     root = tree.root_of(preemptor.queue)
     guarantor = _guarantor(snapshot, preemptor, assignment)
     borrowing = guarantor is None
+    # Decision 29: judged with its own queue's victims gone, a preemptor that borrows may stay within
+    # nominal and reclaim (the search then keeps only sets after which it does). Under
+    # `borrowWithinCohort: LowerPriority` it keeps that rule's candidates too, unconditionally (`both`).
+    both = False
     if borrowing:
-        # Decision 29: judged with its own queue's victims gone, it may stay within nominal and reclaim
-        # (the search then keeps only sets after which it does).
         guarantor = guarantor_after_own(snapshot, preemptor, assignment)
+        both = guarantor is not None and own_settings.preemption.borrow_within_cohort != "Never"
         borrowing = guarantor is None
     flavors = set(assignment.usage)
     parts: list[PoolPart] = []
-    queues = []
+    queues: list[tuple[str, str]] = []
     if own_settings.preemption.within_queue != "Never":
-        queues.append(preemptor.queue)
+        queues.append((preemptor.queue, WITHIN_QUEUE))
     if _reaches_others(own_settings, borrowing):
-        others = [q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue]
+        every_borrower = [q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue]
+        others = every_borrower
         if guarantor is not None and guarantor != preemptor.queue:
             # Within an inner queue's quota (decision 27): it reclaims what that queue lends outside
             # its subtree, not what the subtree's own members share of it.
             others = [q for q in others if guarantor not in tree.paths[q]]
-        queues.extend(others)
+        if both:
+            queues.extend((q, BORROW) for q in every_borrower)
+        queues.extend((q, BORROW if borrowing else RECLAIM) for q in others)
     reclaim_any = own_settings.preemption.reclaim_within_cohort == "Any"
     held = cache.admitted.get(preemptor.name)
     charges = cache.charges
@@ -116,10 +122,10 @@ def candidates(
     # found so: at the same charge count and stamp, taken again at once.
     whole = _whole_parts(snapshot, root, flavors, now)
     rank = las_rank(snapshot, preemptor, own_settings, now)
-    for queue in queues:
-        kind = WITHIN_QUEUE if queue == preemptor.queue else BORROW if borrowing else RECLAIM
-        # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check.
-        every = kind == RECLAIM and reclaim_any
+    for queue, kind in queues:
+        # Reclaim with `Any` takes every workload of a borrowing queue: no per-victim rule to check
+        # (unless the same queue's `borrowWithinCohort` candidates come first: `both`).
+        every = kind == RECLAIM and reclaim_any and not both
         if every and (held is None or held.queue != queue):
             known = whole.get(queue)
             if (
@@ -149,8 +155,18 @@ def candidates(
             ):
                 continue
             if every or kind == _cause(
-                victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=borrowing, rank=rank
+                victim=admitted,
+                preemptor=preemptor,
+                settings=own_settings,
+                borrowing=kind == BORROW,
+                rank=rank,
             ):
+                if (
+                    both
+                    and kind == RECLAIM
+                    and _cause(victim=admitted, preemptor=preemptor, settings=own_settings, borrowing=True)
+                ):
+                    continue  # already a `borrowWithinCohort` candidate, taken without condition
                 out.append(candidate)
         if out:
             parts.append(PoolPart(out))
@@ -264,18 +280,14 @@ def guarantor_after_own(snapshot: Snapshot, preemptor: Workload, assignment: Ass
     """For a preemptor that would borrow: the queue whose nominal quota would hold it once every
     workload of its own queue that its `withinQueue` policy lets it take is gone, or None (decision 29).
 
-    None as well when its policy takes nothing of its own queue, reaches other queues only through
-    `reclaimWithinCohort: Never`, or reaches them while borrowing (`borrowWithinCohort` other than
-    Never: those rules stand as they are). Preemptibility and minimum runtimes are not looked at: this
+    None as well when its policy takes nothing of its own queue or has `reclaimWithinCohort: Never`.
+    With `borrowWithinCohort: LowerPriority` the rule applies too: its borrowing candidates stay, the
+    reclaim ones are added (`candidates`). Preemptibility and minimum runtimes are not looked at: this
     only opens the door to reclaim candidates; the search keeps only sets after which the preemptor is
     within its nominal quota (`Search`)."""
     cache = snapshot.cache
     policy = cache.settings[preemptor.queue].preemption
-    if (
-        policy.within_queue == "Never"
-        or policy.reclaim_within_cohort == "Never"
-        or policy.borrow_within_cohort != "Never"
-    ):
+    if policy.within_queue == "Never" or policy.reclaim_within_cohort == "Never":
         return None
     settings = cache.settings[preemptor.queue]
     usage = cache.usage

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
@@ -41,6 +42,8 @@ EXACT_STEPS = 2_000
 """Sets the exact search may look at in one scope before it gives up for the greedy search."""
 EXACT_TRIES = 16
 """Placements the exact search may try in one scope (its sets pass quota and a capacity bound first)."""
+OUTSIDE_HEAD = 64
+"""The pool's first candidates in victim order that `Search.outside` takes its workloads from."""
 
 
 def select_victims(
@@ -61,18 +64,28 @@ def select_victims(
     those, `VictimSet.cost` decides."""
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
+    found: VictimSet | None = None
     if isinstance(pool, CandidatePool) and _reclaims(pool) and borrows_now(snapshot, preemptor, assignment):
         # Decision 29: reclaim candidates of a preemptor that borrows now are looked at only when its
         # own queue's candidates give no set: those searches are as before.
         own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
         found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, own)
-        if found is not None:
-            return found
-    return _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    if found is None:
+        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    if found is None or keeps_nominal(snapshot, Options(snapshot, preemptor, assignment, now), found.victims):
+        return found
+    return VictimSet(found.preemptor, found.victims, below_nominal=1)
 
 
 CROSS_CANDIDATES = 24
-"""Decision 31: a one-pod preemptor's pool this small is also searched exactly over the whole fleet."""
+"""Decision 31: a pool this small is also searched exactly over the whole fleet (a preemptor tried node
+by node or domain by domain)."""
+QUOTA_EXTRA = 4
+"""Decision 31: the workloads outside a node or domain scope, cheapest first, whose candidates join the
+scope's in its search when quota is short (victims that free quota may be anywhere)."""
+QUOTA_SCOPE = 1 << 40
+"""The position of the fleet scope of the pool's cheapest workloads (decision 31): after every node's and
+domain's, so that equal bounds keep the scopes' order as before."""
 
 
 def _select_across(
@@ -84,11 +97,11 @@ def _select_across(
     max_scopes: int,
     pool: Sequence[Candidate],
 ) -> VictimSet | None:
-    """The scopes' cheapest set, or, for a one-pod preemptor with a small pool, a cheaper set whose
-    victims are on several nodes (decision 31): the victims that free quota may be anywhere in the tree,
-    only those that free room must be on the node it is placed on, which `fits` checks."""
+    """The scopes' cheapest set, or, for a preemptor tried node by node or domain by domain with a small
+    pool, a cheaper set whose victims are anywhere (decision 31): the victims that free quota may be
+    anywhere in the tree, only those that free room must be where it is placed, which `fits` checks."""
     found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
-    if not pool or len(pool) > CROSS_CANDIDATES or scope_level(preemptor) not in ("host", "nvlink"):
+    if not pool or len(pool) > CROSS_CANDIDATES or scope_level(preemptor) is None:
         return found
     search = Search(snapshot, preemptor, assignment, fits, now, pool)
     scope = Scope(sorted(pool, key=order_of))
@@ -151,6 +164,20 @@ def _select(
             scope_entry(quick_bound(scope.candidates), tight=0, position=i, scope=scope)
             for i, scope in enumerate(scopes_of(snapshot, preemptor, pool))
         ]
+    if (
+        search.quota_short
+        and scope_level(preemptor) is not None
+        and not (one_pod_whole_gpus(preemptor) is not None and search.bounds.capacity_bound)
+    ):
+        # Decision 31: quota victims need not be where the preemptor is placed. The pool's cheapest
+        # workloads make one more scope, over the fleet: a set of them frees quota wherever they run
+        # and `fits` places the preemptor where there is room. For a one-pod preemptor only while a
+        # node has room already: else a set frees room on a node, whose scope, joined by the cheapest
+        # workloads outside it (`Search.scope`), has it.
+        cheapest = search.outside(set(), EXACT_WORKLOADS)
+        if cheapest:
+            quota_scope = Scope(cheapest)
+            heap.append(scope_entry(quick_bound(cheapest), tight=0, position=QUOTA_SCOPE, scope=quota_scope))
     heapq.heapify(heap)
     searched = at = 0
     while searched < max_scopes:
@@ -220,6 +247,46 @@ class Search:
         # Decision 29: a preemptor that borrows now has reclaim candidates only because its own queue's
         # victims would bring it within nominal; it may take them only in sets that do bring it there.
         self.conditional = _reclaims(pool) and borrows_now(snapshot, preemptor, assignment)
+        self.pool = pool
+        self._head: list[Candidate] | None = None
+        # Decision 31: while quota does not fit (or only sets that bring it within nominal may reclaim),
+        # victims anywhere may free it: a node's or domain's scope is searched with the pool's cheapest
+        # workloads outside it as well. Otherwise victims elsewhere free nothing it needs.
+        self.quota_short = self.conditional or (
+            snapshot.cache.usage.fits(preemptor.queue, assignment.usage) is not None
+        )
+
+    def outside(self, inside: set[str], workloads: int) -> list[Candidate]:
+        """The candidates, in victim order, of the pool's first `workloads` workloads not in `inside`,
+        among the pool's first `OUTSIDE_HEAD` candidates (merged once per search; a workload's evict,
+        which may come later than its shrink, is taken when it is among them)."""
+        head = self._head
+        if head is None:
+            pool = self.pool
+            ordered = pool.in_order() if isinstance(pool, CandidatePool) else iter(sorted(pool, key=order_of))
+            head = self._head = list(islice(ordered, OUTSIDE_HEAD))
+        names: set[str] = set()
+        out: list[Candidate] = []
+        for candidate in head:
+            name = candidate.name
+            if name in inside:
+                continue
+            if name not in names:
+                if len(names) == workloads:
+                    continue
+                names.add(name)
+            out.append(candidate)
+        return out
+
+    def _extra(self, scope: Scope, units: int) -> list[Candidate]:
+        """The cheapest workloads' candidates outside a node or domain scope that join its search while
+        quota is short (decision 31), in victim order; none otherwise."""
+        if not self.quota_short or (scope.node is None and scope.level_no is None):
+            return []
+        room = QUOTA_EXTRA if units > EXACT_WORKLOADS else min(QUOTA_EXTRA, EXACT_WORKLOADS - units)
+        if room <= 0:
+            return []
+        return self.outside({c.name for c in scope.candidates}, room)
 
     def _within(self) -> bool:
         """Whether the preemptor, admitted on the usage as it is now, would not borrow."""
@@ -260,14 +327,22 @@ class Search:
     def scope(self, scope: Scope) -> VictimSet | None:
         """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
         units = self._units(scope.candidates)
+        candidates = scope.candidates
+        extra = self._extra(scope, len(units))
+        if extra:
+            # The scope's own workloads first, then those outside it: these free no room there, so the
+            # walk looks at them only after sets of the scope's own that free room but not quota (every
+            # minimal set is still a leaf of the walk, whatever the order).
+            units = units + self._units(extra)
+            candidates = sorted([*candidates, *extra], key=order_of)
         if len(units) <= EXACT_WORKLOADS:
             found = self._exact(scope, units)
             if found is not None:
                 return VictimSet(self.preemptor.name, tuple(found))
-        greedy = self._greedy(scope.candidates)
+        greedy = self._greedy(candidates)
         if greedy is not None and not self.keeps_nominal(greedy):
             # Decision 8: a set that keeps every other queue at nominal first, if the scope has one.
-            greedy = self._greedy(scope.candidates, self._leaves_queue_at_nominal) or greedy
+            greedy = self._greedy(candidates, self._leaves_queue_at_nominal) or greedy
         return None if greedy is None else VictimSet(self.preemptor.name, tuple(self._trim(greedy)))
 
     def _leaves_queue_at_nominal(self, candidate: Candidate) -> bool:
@@ -430,21 +505,27 @@ class Search:
 
     def keeps_nominal(self, victims: Sequence[Candidate]) -> bool:
         """Whether taking `victims` leaves every other queue at or above its nominal quota."""
-        cache = self.snapshot.cache
-        taken: dict[tuple[str, str], int] = {}
-        for candidate in victims:
-            if candidate.cause == WITHIN_QUEUE:
-                continue
-            amounts = self.options.option(candidate).amounts
-            for flavor in self.flavors:
-                amount = amounts.get(flavor, 0)
-                if amount:
-                    key = (candidate.admitted.queue, flavor)
-                    taken[key] = taken.get(key, 0) + amount
-        return all(
-            cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
-            for (q, flavor), amount in taken.items()
-        )
+        return keeps_nominal(self.snapshot, self.options, victims)
+
+
+def keeps_nominal(snapshot: Snapshot, options: Options, victims: Sequence[Candidate]) -> bool:
+    """Whether taking `victims` (on the snapshot as it is) leaves every other queue at or above its
+    nominal quota in the preemptor's flavors."""
+    cache = snapshot.cache
+    taken: dict[tuple[str, str], int] = {}
+    for candidate in victims:
+        if candidate.cause == WITHIN_QUEUE:
+            continue
+        amounts = options.option(candidate).amounts
+        for flavor in options.flavors:
+            amount = amounts.get(flavor, 0)
+            if amount:
+                key = (candidate.admitted.queue, flavor)
+                taken[key] = taken.get(key, 0) + amount
+    return all(
+        cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
+        for (q, flavor), amount in taken.items()
+    )
 
 
 def _leaf_key(leaf: tuple[SetRank, list[Candidate]]) -> SetRank:
