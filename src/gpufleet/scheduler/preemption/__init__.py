@@ -11,7 +11,9 @@ Steps (ARCHITECTURE.md, Scheduling cycle step 4):
    domain (the candidates with pods in that domain), so victims free one domain rather than scattered
    capacity; a one-pod workload is tried node by node; any other workload over the whole fleet (node
    scopes are bounded from the queues' kept candidates grouped per node, and built only when the
-   search comes to them);
+   search comes to them); while quota is short, victims that free quota may be anywhere: a node's or
+   domain's search also takes the pool's cheapest workloads outside it, and those workloads make one
+   more scope over the fleet;
 3. in each scope (`search`), the cheapest sufficient set (`order.VictimSet.cost`): while the scope
    holds few workloads, an exact search over its minimal sets that pass quota and a free-GPU bound,
    each workload untouched, shrunk by 1, 2, ... pods (elastic: only the pods the preemptor needs) or
