@@ -208,3 +208,24 @@ def test_why_a_pod_stopped_in_the_shared_words(pod_status: dict, node_state: str
         assert where is not None
         where["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
     assert run_end_reason(stopped, where) == reason
+
+
+def test_a_training_job_worker_failed_on_a_broken_gpu_restarts_it_as_gpu_failure(
+    api: FakeApiServer, world: tuple[Operator, KubeScheduler, Clock]
+) -> None:
+    op, sched, _ = world
+    make_job(api, replicas=2)
+    sync_jobs(op)
+    run(sched)
+    for i in range(2):
+        set_phase(api, f"llm-0-{i}", "Running")
+    sync_jobs(op)
+    before = counted(evictions.GPU_FAILURE)
+    fail_gpu(api, bound(api)["llm-0-0"])
+    set_phase(api, "llm-0-0", "Failed", message="CUDA error: an illegal memory access")
+    op.nodes.relist()  # the operator sees the node's GPU gone before it drains it
+    sync_jobs(op)
+    passes(sched)
+    assert counted(evictions.GPU_FAILURE) == before + 1  # the operator's count; the scheduler's none
+    [restart] = [e["message"] for e in api.objects["/v1/events"].values() if e["reason"] == "Restarting"]
+    assert "after llm-0-0 GPUFailure: CUDA error" in restart, restart

@@ -255,7 +255,10 @@ class Operator:
             jobstate.forget_metrics(namespace, name)
             return None
         checkpoints = [c for c in self.checkpoints.items() if c["metadata"].get("namespace") == namespace]
-        return self.training.reconcile(job, pods, checkpoints, service=self.services.get(key), now=now)
+        node = self.nodes.get if self.fleet is not None else None
+        return self.training.reconcile(
+            job, pods, checkpoints, service=self.services.get(key), now=now, node=node
+        )
 
     def _serving(self, key: str, now: float) -> float | None:
         namespace, _, name = key.partition("/")

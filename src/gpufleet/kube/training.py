@@ -36,7 +36,7 @@ import copy
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic_core import PydanticCustomError
@@ -314,11 +314,19 @@ class TrainingJobOperator:
         self.jobs = resource_for("TrainingJob")
 
     def reconcile(
-        self, raw: Json, pods: list[Json], checkpoints: list[Json], *, service: Json | None, now: float
+        self,
+        raw: Json,
+        pods: list[Json],
+        checkpoints: list[Json],
+        *,
+        service: Json | None,
+        now: float,
+        node: Callable[[str], Json | None] | None = None,
     ) -> float | None:
         """Brings pods, Service and status in line; returns when to look again (a backoff), if ever.
 
-        `service` is the job's Service as the informer holds it: only a missing one is created."""
+        `service` is the job's Service as the informer holds it: only a missing one is created. `node`
+        finds a Node by name (the operator's informer), to say why a worker broke (`_cause`)."""
         info = kind_info("TrainingJob")
         assert info is not None
         job = from_json(info, raw)
@@ -354,8 +362,9 @@ class TrainingJobOperator:
         if previous.phase not in jobstate.FINISHED and broken:
             # The bare reason: the one in the status names the worker, an unbounded label value. The
             # operator counts every attempt's end, preemptions included (`kube.disruptions`).
-            metrics.record_eviction(job.spec.queue, _cause(broken[0])[0])
-            return self._restart(raw, job, checkpoint, current, _why(broken[0]), now)
+            where = node(str(broken[0]["spec"].get("nodeName") or "")) if node is not None else None
+            metrics.record_eviction(job.spec.queue, _cause(broken[0], where)[0])
+            return self._restart(raw, job, checkpoint, current, _why(broken[0], where), now)
         if previous.phase in jobstate.FINISHED:
             self._write(raw, previous, _observed(job, checkpoint, current), now)
             self._drop_unbound(current)
@@ -505,19 +514,30 @@ def _broken(pod: Json) -> bool:
     return jobstate.worker_broken(phase=phase, deleted=bool(pod["metadata"].get("deletionTimestamp")))
 
 
-def _why(pod: Json) -> jobstate.Disruption:
+def _why(pod: Json, node: Json | None = None) -> jobstate.Disruption:
     """What ended the attempt, from the worker that broke it, named in the reason."""
-    reason, message = _cause(pod)
+    reason, message = _cause(pod, node)
     return jobstate.Disruption(f"{pod['metadata']['name']} {reason}", message)
 
 
-def _cause(pod: Json) -> tuple[str, str]:
-    """Why a worker broke, and how: its disruption condition's reason (set by whoever evicted it) in the
-    words both worlds share (`kube.disruptions`), else its status' reason, else `Deleted` or `Failed`."""
+def _cause(pod: Json, node: Json | None = None) -> tuple[str, str]:
+    """Why a worker broke, and how, in the words both worlds share (`kube.disruptions`): with its node
+    known, what `run_end_reason` reads from both (a lost node, a failed GPU, a drain); else its
+    disruption condition's reason (set by whoever evicted it); else its status' reason, else
+    `Deleted` or `Failed`."""
     status = pod.get("status") or {}
-    for c in status.get("conditions") or []:
-        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-            return disruptions.eviction_reason(str(c.get("reason"))), c.get("message", "")
+    targets = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+    ]
+    said = str(targets[0].get("message", "")) if targets else str(status.get("message", ""))
+    if node is not None:
+        reason = disruptions.run_end_reason(pod, node)
+        if reason is not None:
+            return reason, said
+    if targets:
+        return disruptions.eviction_reason(str(targets[0].get("reason"))), said
     reason = status.get("reason") or ("Deleted" if pod["metadata"].get("deletionTimestamp") else "Failed")
     return reason, status.get("message", "")
 
