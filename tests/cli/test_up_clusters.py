@@ -1,6 +1,6 @@
 """`gpufleet up --demo --clusters 3`: the manager plane and three worker planes the command wires, driven
-on a virtual clock. The demo's TrainingJobs, applied to the manager only, run in workers and their
-status shows in the manager; the workers report their capacity into their Clusters."""
+on a virtual clock. The demo's TrainingJobs and InferenceServices, applied to the manager only, run in
+workers and their status shows in the manager; the workers report their capacity into their Clusters."""
 
 from __future__ import annotations
 
@@ -31,14 +31,15 @@ def test_demo_over_three_clusters(tmp_path: Path) -> None:
         for plane in federation.planes:
             assert plane.server.started.wait(30)
         manager = federation.manager
-        assert not list(manager.store.list(InferenceService)), "services stay in the first worker"
+        assert {s.name for s in manager.store.list(InferenceService)} == {"chat", "embed"}
+        assert all(not list(w.store.list(InferenceService)) for w in federation.workers), "dispatched later"
         assert {j.name for j in manager.store.list(TrainingJob)} == {
             "llm-pretrain",
             "finetune-7b",
             "vision-sweep",
             "moe-ablation",
         }
-        for _ in range(20):
+        for _ in range(45):  # a service replica is ready once its model has loaded (about 30 s)
             clock.advance_to(clock.now() + 1)
             for plane in federation.planes:
                 assert plane.runtime is not None
@@ -56,6 +57,15 @@ def test_demo_over_three_clusters(tmp_path: Path) -> None:
         assert job.status.phase == "Running" and job.status.nodes == copy.status.nodes
         assert (
             sum(1 for w in federation.workers for j in w.store.list(TrainingJob) if j.name == job.name) == 1
+        )
+        chat = manager.store.get(InferenceService, "chat", "serving")
+        holder = next(w for w in federation.workers if w.name == chat.metadata.annotations[CLUSTER])
+        served = holder.store.get(InferenceService, "chat", "serving")
+        assert served.metadata.annotations[MANAGED_BY] == "manager" and served.status.ready_replicas >= 2
+        assert chat.status.phase == "Running" and chat.status.ready_replicas == served.status.ready_replicas
+        assert (
+            sum(1 for w in federation.workers for s in w.store.list(InferenceService) if s.name == "chat")
+            == 1
         )
     finally:
         for plane in federation.planes:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.inference import InferenceService
 from gpufleet.api.queue import Queue
 from gpufleet.api.resource import Resource
 from gpufleet.api.runtime import Event
@@ -22,7 +23,7 @@ from gpufleet.cli.client import PREFIX, Client
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.federation.join import JoinedWorker, JoinSettings, worker_token
-from gpufleet.federation.link import ManagerLink, WorkerClient
+from gpufleet.federation.link import Managed, ManagerLink, WorkerClient
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.protocol import Store
 
@@ -32,8 +33,7 @@ TIMEOUT_SECONDS = 5.0
 """Of each request between planes: an unreachable plane must not stall a pass for long."""
 
 
-def _job_path(namespace: str, name: str) -> str:
-    return f"{PREFIX}/namespaces/{namespace}/trainingjobs/{name}"
+PLURALS = {"TrainingJob": "trainingjobs", "InferenceService": "inferenceservices"}
 
 
 def _parsed(data: dict[str, Any], kind: type[R]) -> R:
@@ -58,15 +58,20 @@ class HttpWorker:
             )
         return cls(Client(embedded.url, token, timeout=TIMEOUT_SECONDS))
 
-    def create_job(self, job: TrainingJob) -> None:
-        self.client.apply([job.to_dict()])
+    def create(self, obj: Managed) -> None:
+        self.client.apply([obj.to_dict()])
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFoundError):
-            self.client.request("DELETE", _job_path(namespace, name))
+            self.client.request("DELETE", f"{PREFIX}/namespaces/{namespace}/{PLURALS[kind]}/{name}")
 
-    def list_jobs(self) -> list[TrainingJob]:
-        return [_parsed(item, TrainingJob) for item in self.client.get(f"{PREFIX}/trainingjobs")["items"]]
+    def list_managed(self) -> list[Managed]:
+        jobs = self.client.get(f"{PREFIX}/{PLURALS['TrainingJob']}")["items"]
+        services = self.client.get(f"{PREFIX}/{PLURALS['InferenceService']}")["items"]
+        return [
+            *(_parsed(item, TrainingJob) for item in jobs),
+            *(_parsed(item, InferenceService) for item in services),
+        ]
 
     def list_events(self, namespace: str) -> list[Event]:
         answer = self.client.get(f"{PREFIX}/namespaces/{namespace}/events")

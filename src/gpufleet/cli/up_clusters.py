@@ -3,17 +3,17 @@
 and join it with `gpufleet cluster join` (cli/cluster.py).
 
 The manager plane is the one the user talks to (the state directory, `--port`): it holds the queues,
-the TrainingJobs and one `Cluster` per worker, and runs only the federation's controller
+the TrainingJobs and InferenceServices and one `Cluster` per worker, and runs only the federation's controller
 (`federation.mirror`), never a scheduler of its own. Each worker plane (`STATE/clusters/wN`, its API on a
 free loopback port) has its own store, digital-twin nodes and controllers, plus the worker agent
 (`federation.worker`) that reports into its Cluster and keeps managed work inside the lease. The planes
 reach each other only over their HTTP APIs, with the tokens the join Secrets hold
 (`federation.join`), exactly as separate processes do.
 
-What goes where: TrainingJobs, Queues, Clusters and Secrets to the manager; pools, queues and model
-versions to every worker (each worker is a copy of the fleet file's pools); InferenceServices, which the
-manager does not dispatch yet, to the first worker. Worker prices are the pools' prices, 10% dearer per
-worker, so the dispatcher's choice is visible.
+What goes where: TrainingJobs, InferenceServices, Queues, Clusters and Secrets to the manager, which
+dispatches the work and makes each one's queue in its worker with the quota it grants there; pools and
+model versions to every worker (each worker is a copy of the fleet file's pools). Worker prices are the pools' prices, 10% dearer per worker, so the dispatcher's
+choice is visible.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.driver import Runtime
 from gpufleet.twin.twin import Twin
 
-MANAGER_KINDS = (TrainingJob, Queue, Cluster, Secret)
+MANAGER_KINDS = (TrainingJob, InferenceService, Queue, Cluster, Secret)
 """What a fleet file gives the manager: the work it dispatches, the queues, joined workers' Clusters."""
 LEASE_SECONDS = 30.0
 HEARTBEAT_SECONDS = 5.0
@@ -87,12 +87,11 @@ class Federation:
             plane.store.close()
 
 
-def split(objects: list[Resource]) -> tuple[list[Resource], list[Resource], list[Resource]]:
-    """(manager's, every worker's, first worker's only) objects of the fleet file."""
+def split(objects: list[Resource]) -> tuple[list[Resource], list[Resource]]:
+    """(manager's, every worker's) objects of the fleet file."""
     manager: list[Resource] = [o for o in objects if isinstance(o, MANAGER_KINDS)]
-    first: list[Resource] = [o for o in objects if isinstance(o, InferenceService)]
-    every = [o for o in objects if not isinstance(o, (TrainingJob, InferenceService, Cluster, Secret))]
-    return manager, every, first
+    every = [o for o in objects if not isinstance(o, MANAGER_KINDS)]
+    return manager, every
 
 
 def _plane(name: str, directory: Path, clock: Clock, host: str, port: int) -> PlaneProcess:
@@ -140,10 +139,10 @@ def build(
         _plane(f"w{i + 1}", directory / "clusters" / f"w{i + 1}", clock, "127.0.0.1", 0)
         for i in range(clusters)
     ]
-    to_manager, to_every, to_first = split(objects)
+    to_manager, to_every = split(objects)
     pools = [o for o in objects if isinstance(o, GPUPool)]
     for index, worker in enumerate(workers):
-        for obj in to_every + (to_first if index == 0 else []):
+        for obj in to_every:
             worker.store.apply(obj)
         # Joined as `gpufleet cluster join` joins a separate process: each side keeps the other's
         # token in a Secret, and the Cluster names the manager's.

@@ -1,8 +1,8 @@
 """How the manager and its workers reach each other: two small protocols and the marks on managed work.
 
-- `WorkerClient`: what the manager does in a worker (create a managed TrainingJob, list the copies for their
-  status, delete it when the work moves or the job is deleted; give the job's queue its quota there;
-  read the worker's Events).
+- `WorkerClient`: what the manager does in a worker (create a managed TrainingJob or InferenceService,
+  list the copies for their status, delete one when the work moves or is deleted in the manager; give
+  the work's queue its quota there; read the worker's Events).
 - `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
 
 The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
@@ -15,9 +15,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from gpufleet.api.cluster import Cluster
+from gpufleet.api.inference import InferenceService
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
+
+Managed = TrainingJob | InferenceService
+"""What a manager dispatches to workers (`federation.managed` says how each kind differs)."""
 
 MANAGED_BY = "gpufleet.io/managed-by"
 """On a worker's copy: the manager that dispatched it. Only such work follows the lease rule."""
@@ -36,14 +40,16 @@ FENCED = "gpufleet.io/fenced"
 class WorkerClient(Protocol):
     """The manager's reach into one worker. Errors raise `GpuFleetError` (unreachable included)."""
 
-    def create_job(self, job: TrainingJob) -> None: ...
+    def create(self, obj: Managed) -> None:
+        """Creates the worker's copy (a TrainingJob or an InferenceService)."""
+        ...
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str) -> None:
         """Removes the worker's copy; no error when it has none."""
         ...
 
-    def list_jobs(self) -> list[TrainingJob]:
-        """Every TrainingJob of the worker (all namespaces)."""
+    def list_managed(self) -> list[Managed]:
+        """Every TrainingJob and InferenceService of the worker (all namespaces)."""
         ...
 
     def list_events(self, namespace: str) -> list[Event]:

@@ -26,18 +26,32 @@ from typing import Literal
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import ConflictError, GpuFleetError
+from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.meta import Condition, ObjectMeta, PendingReason, set_condition
 from gpufleet.api.queue import Queue
-from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
-from gpufleet.controllers.convert import core_workload
 from gpufleet.controllers.events import record
 from gpufleet.controllers.timeutil import to_datetime
-from gpufleet.controllers.training import workload_spec
 from gpufleet.federation.controller import ClusterConditions
 from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
-from gpufleet.federation.link import CLUSTER, FENCED, GENERATION, MANAGED_BY, MODEL, MOVED, WorkerClient
+from gpufleet.federation.link import (
+    CLUSTER,
+    FENCED,
+    GENERATION,
+    MANAGED_BY,
+    MODEL,
+    MOVED,
+    Managed,
+    WorkerClient,
+)
+from gpufleet.federation.managed import (
+    ENDED,
+    mirrored_status,
+    suspended_copy,
+    taken_back_status,
+    workload_of,
+)
 from gpufleet.federation.manager import manager_view
 from gpufleet.federation.sync import EventMirror, Key, key_of, read_copies, stale_copies
 from gpufleet.scheduler.flavors import usage_of
@@ -82,13 +96,14 @@ class FederationController:
         queues = {q.name: q for q in self.store.list(Queue)}
         view = manager_view(clusters.values(), queues.values(), now=when)
         grants = Grants()
-        jobs = {key_of(job): job for job in self.store.list(TrainingJob)}
+        managed: list[Managed] = [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
+        jobs = {key_of(obj): obj for obj in managed}
         copies = self._read_workers(clusters.values(), jobs, now)
-        waiting: list[tuple[TrainingJob, Workload]] = []
+        waiting: list[tuple[Managed, Workload]] = []
         for job in jobs.values():
-            if job.status.phase in ("Succeeded", "Failed"):
+            if job.status.phase in ENDED:
                 continue
-            workload = _workload_of(job)
+            workload = workload_of(job)
             held = job.metadata.annotations.get(CLUSTER)
             if held is None or not self._still_held(job, clusters.get(held), copies.get(held), now):
                 waiting.append((job, workload))
@@ -115,20 +130,20 @@ class FederationController:
 
     # ------------------------------------------------------------------ held work
     def _read_workers(
-        self, clusters: Iterable[Cluster], jobs: Mapping[Key, TrainingJob], now: float
-    ) -> dict[str, dict[Key, TrainingJob]]:
+        self, clusters: Iterable[Cluster], jobs: Mapping[Key, Managed], now: float
+    ) -> dict[str, dict[Key, Managed]]:
         """Each answering worker's copies, read once; copies the manager no longer holds there are
         deleted, and the worker's Events about those it holds are mirrored."""
-        found: dict[str, dict[Key, TrainingJob]] = {}
+        found: dict[str, dict[Key, Managed]] = {}
         for cluster in clusters:
             if self._lease_lost(cluster, now):
                 continue  # silent: not worth a timeout each pass; cleaned up once it reports again
             try:
                 client = self._client(cluster)
                 copies = read_copies(client, self.manager)
-                for namespace, name in stale_copies(cluster.name, copies, jobs):
-                    client.delete_job(namespace, name)
-                    del copies[(namespace, name)]
+                for key in stale_copies(cluster.name, copies, jobs):
+                    client.delete(*key)
+                    del copies[key]
             except GpuFleetError as exc:
                 log.warning("cluster %s: cannot read its jobs: %s", cluster.name, exc)
                 continue
@@ -138,9 +153,9 @@ class FederationController:
 
     def _still_held(
         self,
-        job: TrainingJob,
+        job: Managed,
         cluster: Cluster | None,
-        copies: Mapping[Key, TrainingJob] | None,
+        copies: Mapping[Key, Managed] | None,
         now: float,
     ) -> bool:
         """Mirrors the worker's copy onto `job`; False when the work came back to the manager."""
@@ -153,8 +168,7 @@ class FederationController:
         if copy is None or FENCED in copy.metadata.annotations:
             self._take_back(job, cluster, "StoppedInCluster", "its cluster stopped it", now)
             return False
-        status = copy.status.model_copy(deep=True)
-        status.restarts += int(job.metadata.annotations.get(MOVED, "0"))
+        status = mirrored_status(job, copy, int(job.metadata.annotations.get(MOVED, "0")))
         status.conditions = _dispatched(job, "True", cluster.name, f"runs in cluster {cluster.name}", now)
         self._set_status(job, status)
         return True
@@ -165,36 +179,31 @@ class FederationController:
             return True
         return now > heard.timestamp() + cluster.spec.lease_seconds + self.grace_seconds
 
-    def _take_back(
-        self, job: TrainingJob, cluster: Cluster | None, reason: str, why: str, now: float
-    ) -> None:
+    def _take_back(self, job: Managed, cluster: Cluster | None, reason: str, why: str, now: float) -> None:
         if cluster is not None:
             try:
-                self._client(cluster).delete_job(job.namespace or "default", job.name)
+                self._client(cluster).delete(*key_of(job))
             except GpuFleetError as exc:
                 # Unreachable: it fenced the copy itself when its lease lapsed; the copy is removed
                 # when it comes back (what is left there is marked with an older generation).
                 log.warning("cluster %s: cannot remove %s: %s", cluster.name, job.describe(), exc)
         annotations = {k: v for k, v in job.metadata.annotations.items() if k not in (CLUSTER, MODEL)}
-        status = job.status.model_copy(deep=True)
-        if status.start_time is not None:
+        status, restarted = taken_back_status(job)
+        if restarted:
             # It ran there and restarts elsewhere from its last checkpoint: a restart the next
             # worker does not know of, kept beside the worker's own count.
-            status.restarts += 1
             annotations[MOVED] = str(int(annotations.get(MOVED, "0")) + 1)
         self._set_meta(job, annotations)
         where = cluster.name if cluster is not None else job.metadata.annotations.get(CLUSTER, "?")
         record(self.store, job, reason=reason, message=f"taken back from cluster {where}: {why}", now=now,
                type="Warning", source=SOURCE)  # fmt: skip
-        status.phase, status.replicas, status.ready_replicas, status.nodes = "Pending", 0, 0, []
-        status.start_time = None
         status.conditions = _dispatched(job, "False", reason, why, now)
         self._set_status(job, status)
 
     # ------------------------------------------------------------------ dispatch
     def _send(
         self,
-        job: TrainingJob,
+        job: Managed,
         decision: Dispatched,
         cluster: Cluster,
         queue: Queue | None,
@@ -202,22 +211,22 @@ class FederationController:
         now: float,
     ) -> bool:
         generation = int(job.metadata.annotations.get(GENERATION, "0")) + 1
-        copy = TrainingJob(
-            metadata=ObjectMeta(
+        # Suspended until the worker has checked its lease (federation.worker starts it).
+        copy = suspended_copy(
+            job,
+            ObjectMeta(
                 name=job.name,
                 namespace=job.namespace or "default",
                 labels=dict(job.metadata.labels),
                 annotations={MANAGED_BY: self.manager, GENERATION: str(generation)},
             ),
-            # Suspended until the worker has checked its lease (federation.worker starts it).
-            spec=job.spec.model_copy(update={"suspend": True}),
         )
         try:
             client = self._client(cluster)
             if queue is not None:
                 self._grant(client, worker_queue(queue, grant, manager=self.manager))
-            client.delete_job(copy.namespace or "default", copy.name)  # an older generation's leftover
-            client.create_job(copy)
+            client.delete(*key_of(copy))  # an older generation's leftover
+            client.create(copy)
         except GpuFleetError as exc:
             log.warning("cluster %s: cannot create %s: %s", cluster.name, job.describe(), exc)
             return False
@@ -227,7 +236,9 @@ class FederationController:
         message = f"dispatched to cluster {cluster.name} (generation {generation})"
         record(self.store, job, reason=DISPATCHED, message=message, now=now, source=SOURCE)
         status = job.status.model_copy(deep=True)
-        status.phase, status.pending_reason = "Admitted", None
+        # A service has no Admitted phase: it shows Pending until its replicas run there.
+        status.phase = "Admitted" if isinstance(status, TrainingJobStatus) else "Pending"
+        status.pending_reason = None
         status.conditions = _dispatched(job, "True", cluster.name, message, now)
         self._set_status(job, status)
         return True
@@ -249,7 +260,7 @@ class FederationController:
         return self._clients[key]
 
     # ------------------------------------------------------------------ writes
-    def _set_meta(self, job: TrainingJob, annotations: dict[str, str]) -> TrainingJob:
+    def _set_meta(self, job: Managed, annotations: dict[str, str]) -> Managed:
         if annotations == job.metadata.annotations:
             return job
         metadata = job.metadata.model_copy(update={"annotations": annotations})
@@ -257,7 +268,7 @@ class FederationController:
         job.metadata = updated.metadata
         return updated
 
-    def _set_status(self, job: TrainingJob, status: TrainingJobStatus) -> None:
+    def _set_status(self, job: Managed, status: TrainingJobStatus | InferenceServiceStatus) -> None:
         if status == job.status:
             return
         try:
@@ -267,21 +278,16 @@ class FederationController:
         job.metadata, job.status = written.metadata, written.status
 
 
-def _workload_of(job: TrainingJob) -> Workload:
-    """The gang the dispatcher places, read as the worker's scheduler will read it."""
-    namespace = job.namespace or "default"
-    meta = ObjectMeta(name=job.name, namespace=namespace, creation_timestamp=job.metadata.creation_timestamp)
-    return core_workload(WorkloadObject(metadata=meta, spec=workload_spec(job, None)))
-
-
 def _dispatched(
-    job: TrainingJob, state: Literal["True", "False"], reason: str, message: str, now: float
+    job: Managed, state: Literal["True", "False"], reason: str, message: str, now: float
 ) -> list[Condition]:
     condition = Condition(type=DISPATCHED, status=state, reason=reason, message=message)
     return set_condition(list(job.status.conditions), condition, now=to_datetime(now))
 
 
-def _waiting_status(job: TrainingJob, reason: PendingReason, now: float) -> TrainingJobStatus:
+def _waiting_status(
+    job: Managed, reason: PendingReason, now: float
+) -> TrainingJobStatus | InferenceServiceStatus:
     status = job.status.model_copy(deep=True)
     status.phase, status.pending_reason = "Pending", reason
     status.conditions = _dispatched(job, "False", reason.type, reason.message, now)

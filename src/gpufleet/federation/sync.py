@@ -1,12 +1,12 @@
 """What the manager reads from each worker once a pass, and what it keeps in step there.
 
-- `read_copies`: one list of a worker's TrainingJobs per pass (not one read per held job); the copies
-  this manager made there, by (namespace, name). None when the worker does not answer.
+- `read_copies`: one list of a worker's TrainingJobs and InferenceServices per pass (not one read per
+  held object); the copies this manager made there, by (kind, namespace, name).
 - `stale_copies`: the copies the manager no longer holds in that worker (the job was deleted in the
   manager, or it moved while the worker was out of reach). The manager deletes them, so deleting a job
   in the manager deletes its copy, also in a worker that was away when it happened.
-- `EventMirror`: the worker's Events about the jobs it holds, copied into the manager under the job's
-  name (so `gpufleet describe` on the manager tells what happened in the worker), each once.
+- `EventMirror`: the worker's Events about the work it holds, copied into the manager under the
+  object's name (so `gpufleet describe` on the manager tells what happened in the worker), each once.
 """
 
 from __future__ import annotations
@@ -17,26 +17,27 @@ from collections.abc import Iterable, Mapping
 from gpufleet.api.errors import ConflictError, GpuFleetError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.runtime import Event
-from gpufleet.api.training import TrainingJob
-from gpufleet.federation.link import CLUSTER, MANAGED_BY, WorkerClient
+from gpufleet.federation.link import CLUSTER, MANAGED_BY, Managed, WorkerClient
 from gpufleet.store.protocol import Store
 
-Key = tuple[str, str]
-"""(namespace, name) of a job."""
+Key = tuple[str, str, str]
+"""(kind, namespace, name) of a job or service."""
 
 
-def key_of(job: TrainingJob) -> Key:
-    return (job.namespace or "default", job.name)
+def key_of(obj: Managed) -> Key:
+    return (obj.kind, obj.namespace or "default", obj.name)
 
 
-def read_copies(client: WorkerClient, manager: str) -> dict[Key, TrainingJob]:
-    """The worker's copies of this manager's jobs; raises `GpuFleetError` when it does not answer."""
+def read_copies(client: WorkerClient, manager: str) -> dict[Key, Managed]:
+    """The worker's copies of this manager's work; raises `GpuFleetError` when it does not answer."""
     return {
-        key_of(job): job for job in client.list_jobs() if job.metadata.annotations.get(MANAGED_BY) == manager
+        key_of(obj): obj
+        for obj in client.list_managed()
+        if obj.metadata.annotations.get(MANAGED_BY) == manager
     }
 
 
-def stale_copies(cluster: str, copies: Iterable[Key], jobs: Mapping[Key, TrainingJob]) -> list[Key]:
+def stale_copies(cluster: str, copies: Iterable[Key], jobs: Mapping[Key, Managed]) -> list[Key]:
     """The copies in `cluster` whose job the manager no longer has there."""
     return sorted(
         key
@@ -64,14 +65,14 @@ class EventMirror:
         if not held or now < self._next.get(cluster, -1.0):
             return
         self._next[cluster] = now + self.period_seconds
-        for namespace in sorted({ns for ns, _ in held}):
+        for namespace in sorted({ns for _, ns, _ in held}):
             try:
                 events = client.list_events(namespace)
             except GpuFleetError:
                 return  # out of touch: the next period tries again
             for event in events:
-                key = (namespace, event.spec.involved_name)
-                if event.spec.involved_kind == "TrainingJob" and key in held:
+                key = (event.spec.involved_kind, namespace, event.spec.involved_name)
+                if key in held:
                     self._copy(cluster, key, event)
 
     def _copy(self, cluster: str, key: Key, event: Event) -> None:
@@ -81,7 +82,7 @@ class EventMirror:
         source = f"{cluster}/{event.spec.source}" if event.spec.source else cluster
         mirrored = Event(
             metadata=ObjectMeta(
-                name=f"{cluster}.{event.name}"[:253], namespace=key[0], annotations={CLUSTER: cluster}
+                name=f"{cluster}.{event.name}"[:253], namespace=key[1], annotations={CLUSTER: cluster}
             ),
             spec=event.spec.model_copy(
                 update={"source": source, "message": f"[{cluster}] {event.spec.message}"}

@@ -2,7 +2,7 @@
 
 Each step it (a) reports the worker's summary and a heartbeat into its Cluster in the manager
 (`ManagerLink`) every `heartbeat_seconds`, and (b) enforces the lease rule (`federation.lease`) on the
-managed TrainingJobs the manager created here:
+managed TrainingJobs and InferenceServices the manager created here:
 
 - the manager creates them suspended, so nothing starts before the worker has checked its lease;
 - while the lease holds (the newest heartbeat the manager accepted was sent less than
@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import ConflictError, GpuFleetError
+from gpufleet.api.inference import InferenceService
 from gpufleet.api.training import TrainingJob
 from gpufleet.controllers.timeutil import to_datetime
-from gpufleet.federation.link import FENCED, MANAGED_BY, ManagerLink
+from gpufleet.federation.link import FENCED, MANAGED_BY, Managed, ManagerLink
 from gpufleet.federation.manager import worker_status
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.protocol import Store
@@ -96,8 +97,9 @@ class WorkerAgent:
         self.lease = LeaseState(acknowledged_at=-math.inf)
         self._enforce(now)
 
-    def _managed(self) -> list[TrainingJob]:
-        return [job for job in self.store.list(TrainingJob) if MANAGED_BY in job.metadata.annotations]
+    def _managed(self) -> list[Managed]:
+        found: list[Managed] = [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
+        return [obj for obj in found if MANAGED_BY in obj.metadata.annotations]
 
     def _beat(self, now: float) -> None:
         fleet = self.fleet()
@@ -137,7 +139,7 @@ class WorkerAgent:
                 # was no lease to lapse, and a job still suspended simply waits for one.
                 self._write(job, suspend=True, fenced=True)
 
-    def _write(self, job: TrainingJob, *, suspend: bool, fenced: bool) -> None:
+    def _write(self, job: Managed, *, suspend: bool, fenced: bool) -> None:
         annotations = dict(job.metadata.annotations)
         if fenced:
             annotations[FENCED] = "LeaseExpired"

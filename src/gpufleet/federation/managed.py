@@ -1,0 +1,89 @@
+"""The kinds a manager dispatches to workers, and what differs between them.
+
+TrainingJobs and InferenceServices both go to one worker cluster at a time, start there suspended
+until the worker's lease lets them run (both have `spec.suspend`), and mirror their status back. They
+differ in the gang the dispatcher places and in what moving them costs:
+
+- a TrainingJob is its gang (`controllers.training.workload_spec`, as the worker's scheduler reads it);
+  a move after it started is a restart from its last checkpoint, counted in the manager;
+- an InferenceService is dispatched as one unit of `replicas.max` replicas of which `replicas.min` must
+  fit now (the dispatcher checks an elastic gang's `minCount`), with no topology: the worker spreads
+  and autoscales them inside the quota the manager grants (all `max` replicas). A move is a fresh
+  start, not a restart: a service keeps no state to lose.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpufleet.api.fields import priority_value
+from gpufleet.api.inference import InferenceService, InferenceServiceStatus
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.runtime import OwnerRef, WorkloadPodSet, WorkloadSpec
+from gpufleet.api.runtime import Workload as WorkloadObject
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
+from gpufleet.controllers.convert import core_workload
+from gpufleet.controllers.training import workload_spec
+from gpufleet.controllers.workload_class import workload_class
+from gpufleet.federation.link import Managed
+from gpufleet.scheduler.workload import Workload
+
+ENDED: Final = ("Succeeded", "Failed")
+
+
+def workload_of(obj: Managed) -> Workload:
+    """The gang the dispatcher places, read as the worker's scheduler will read it."""
+    namespace = obj.namespace or "default"
+    meta = ObjectMeta(name=obj.name, namespace=namespace, creation_timestamp=obj.metadata.creation_timestamp)
+    spec = workload_spec(obj, None) if isinstance(obj, TrainingJob) else _service_spec(obj)
+    return core_workload(WorkloadObject(metadata=meta, spec=spec))
+
+
+def _service_spec(service: InferenceService) -> WorkloadSpec:
+    spec = service.spec
+    owner = OwnerRef(kind="InferenceService", name=service.name)
+    return WorkloadSpec(
+        owner=owner,
+        workload_class=workload_class([owner.kind]),
+        queue=spec.queue,
+        priority=priority_value(spec.priority_class),
+        pod_sets=[
+            WorkloadPodSet(
+                name="server",
+                count=max(spec.replicas.max, 1),
+                min_count=max(spec.replicas.min, 1),
+                request=spec.replica,
+            )
+        ],
+        preemptible=spec.preemptible,
+    )
+
+
+def suspended_copy(obj: Managed, metadata: ObjectMeta) -> Managed:
+    """The worker's copy: the same spec, suspended until the worker's lease lets it start."""
+    if isinstance(obj, TrainingJob):
+        return TrainingJob(metadata=metadata, spec=obj.spec.model_copy(update={"suspend": True}))
+    return InferenceService(metadata=metadata, spec=obj.spec.model_copy(update={"suspend": True}))
+
+
+def mirrored_status(obj: Managed, copy: Managed, moves: int) -> TrainingJobStatus | InferenceServiceStatus:
+    """The manager's status from the worker's copy; a job's restarts include its `moves`."""
+    status = copy.status.model_copy(deep=True)
+    if isinstance(status, TrainingJobStatus):
+        status.restarts += moves
+    return status
+
+
+def taken_back_status(obj: Managed) -> tuple[TrainingJobStatus | InferenceServiceStatus, bool]:
+    """The status of work back in the manager, waiting for a cluster, and whether moving it restarts
+    it (a job that had started; never a service)."""
+    status = obj.status.model_copy(deep=True)
+    status.phase = "Pending"
+    status.ready_replicas = 0
+    if isinstance(status, InferenceServiceStatus):
+        return status, False
+    started = status.start_time is not None
+    if started:
+        status.restarts += 1
+    status.replicas, status.nodes, status.start_time = 0, [], None
+    return status, started
