@@ -742,7 +742,7 @@ class _Cycle:
             pool = candidates(self.snapshot, workload, assignment, now=self.now)
             own_only, any_candidates = self._searched.get(workload.name, (True, False))
             self._searched[workload.name] = (
-                own_only and not reaches_other_queues(self.snapshot, workload, assignment),
+                own_only and not reaches_other_queues(self.snapshot, workload, assignment, now=self.now),
                 any_candidates or bool(pool),
             )
             return select_victims(self.snapshot, workload, assignment, fits, now=self.now, pool=pool)

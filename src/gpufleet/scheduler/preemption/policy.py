@@ -97,7 +97,7 @@ def candidates(
     # `borrowWithinCohort: LowerPriority` it keeps that rule's candidates too, unconditionally (`both`).
     both = False
     if borrowing:
-        guarantor = guarantor_after_own(snapshot, preemptor, assignment)
+        guarantor = guarantor_after_own(snapshot, preemptor, assignment, now=now)
         both = guarantor is not None and own_settings.preemption.borrow_within_cohort != "Never"
         borrowing = guarantor is None
     flavors = set(assignment.usage)
@@ -276,7 +276,9 @@ def borrows_now(snapshot: Snapshot, preemptor: Workload, assignment: Assignment)
     return _is_borrowing(snapshot, preemptor, assignment)
 
 
-def guarantor_after_own(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> str | None:
+def guarantor_after_own(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
+) -> str | None:
     """For a preemptor that would borrow: the queue whose nominal quota would hold it once every
     workload of its own queue that its `withinQueue` policy lets it take is gone, or None (decision 29).
 
@@ -290,13 +292,17 @@ def guarantor_after_own(snapshot: Snapshot, preemptor: Workload, assignment: Ass
     if policy.within_queue == "Never" or policy.reclaim_within_cohort == "Never":
         return None
     settings = cache.settings[preemptor.queue]
+    rank = las_rank(snapshot, preemptor, settings, now)  # a least-attained-service queue's levels count
     usage = cache.usage
     freed: dict[str, int] = {}
     for name in cache.by_queue.get(preemptor.queue, ()):
         admitted = cache.admitted.get(name)
         if admitted is None or name == preemptor.name or not admitted.workload.preemptible:
             continue
-        if _cause(victim=admitted, preemptor=preemptor, settings=settings, borrowing=True) != WITHIN_QUEUE:
+        if (
+            _cause(victim=admitted, preemptor=preemptor, settings=settings, borrowing=True, rank=rank)
+            != WITHIN_QUEUE
+        ):
             continue
         for flavor, amount in admitted.assignment.usage.items():
             if flavor in assignment.usage:
@@ -319,10 +325,12 @@ def _reaches_others(settings: QueueSettings, borrowing: bool) -> bool:
     return policy.reclaim_within_cohort != "Never"
 
 
-def reaches_other_queues(snapshot: Snapshot, preemptor: Workload, assignment: Assignment) -> bool:
+def reaches_other_queues(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, *, now: float
+) -> bool:
     """Whether the preemptor's policy lets it take from queues other than its own right now."""
     borrowing = _is_borrowing(snapshot, preemptor, assignment)
-    if borrowing and guarantor_after_own(snapshot, preemptor, assignment) is not None:
+    if borrowing and guarantor_after_own(snapshot, preemptor, assignment, now=now) is not None:
         borrowing = False
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
 
