@@ -29,6 +29,7 @@ CASES = [
     "kueue-preempt-own-and-borrowing-cohort",
     "reclaim-own-victims-with-borrow-within-cohort",
     "kueue-borrow-threshold-preempt-from-all-cohort",
+    "reclaim-own-victims-least-attained-service",
     # Rule 2: quota victims are not placement victims.
     "quota-victims-two-borrowers-two-nodes",
     "quota-victims-on-other-nodes",
@@ -78,7 +79,13 @@ def _replay(api: FakeApiServer, scenario: Scenario) -> tuple[set[str], dict[str,
     spec = scenario.spec
     store = KubeStore(api)
     for q in spec.queues:
-        queue_spec = QueueSpec(parent=q.parent, quotas=q.quotas, preemption=q.preemption)
+        queue_spec = QueueSpec(
+            parent=q.parent,
+            quotas=q.quotas,
+            preemption=q.preemption,
+            queueing_strategy=q.queueing_strategy,
+            least_attained_service=q.least_attained_service,
+        )
         store.create(Queue(metadata=ObjectMeta(name=q.name), spec=queue_spec))
     names = []
     for n in spec.nodes:
