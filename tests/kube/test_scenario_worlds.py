@@ -36,6 +36,7 @@ CASES = [
     "quota-victims-on-other-nodes-large-pool",
     # Rule 5: elastic preemptors.
     "kai-elastic-preemptor-at-fewer-pods",
+    "kai-reclaim-only-over-quota-task-from-elastic-job",
     "elastic-preemptor-fewer-pods-keeps-lender-at-nominal",
     "elastic-preemptor-fewer-pods-by-shrinking",
 ]
