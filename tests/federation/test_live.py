@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api import Cluster, load_objects
+from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.cluster import ClusterDrain
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
@@ -282,3 +284,30 @@ def test_a_job_deleted_in_the_manager_goes_from_its_worker_and_the_workers_event
     planes["w1"].cut[0] = False
     run(planes, 3)
     assert not list(planes["w1"].store.list(TrainingJob)), "and it is deleted once it answers"
+
+
+def test_a_cluster_drained_with_move_at_checkpoint_lets_its_job_go_after_its_next_checkpoint(
+    planes: dict[str, Plane],
+) -> None:
+    manager = planes["manager"]
+    run(planes, 3)
+    manager.store.apply(load_objects(JOB.replace("intervalSeconds: 60", "intervalSeconds: 20"))[0])
+    run(planes, 30)  # running in w1 since about t=5, its first checkpoint at about 20 s of work
+    assert running_in(planes) == ["w1"]
+    cluster = manager.store.get(Cluster, "w1")
+    drain = ClusterDrain(running="MoveAtCheckpoint", reason="kernel upgrade")
+    manager.store.update(
+        cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"drain": drain})})
+    )
+    run(planes, 2)
+    assert running_in(planes) == ["w1"], "it runs on until its next checkpoint"
+    checkpointed = manager.store.get(TrainingJob, "llm", "team").status.last_checkpoint
+    assert checkpointed is not None and checkpointed.step is not None
+
+    run(planes, 25)  # its next checkpoint in w1, then the move
+    moved = manager.store.get(TrainingJob, "llm", "team")
+    assert moved.metadata.annotations[CLUSTER] == "w2" and running_in(planes) == ["w2"]
+    assert copy_in(planes["w1"]) is None
+    carried = [c for c in planes["w2"].store.list(Checkpoint) if c.spec.job == "llm"]
+    assert [c.spec.step for c in carried] == [checkpointed.step + 20], "it resumes from the latest step"
+    assert any(e.spec.reason == "Drained" for e in manager.store.list(Event) if e.spec.involved_name == "llm")

@@ -13,7 +13,8 @@ Tokens are never printed; the API shows Secret values as `**********`. Joining a
 new token) replaces both Secrets and the Cluster's connection.
 
 `drain` sets the Cluster's `spec.drain` in the manager: the dispatcher sends it no new work, and what
-runs there finishes. `resume` clears it.
+runs there finishes, or with `--move-at-checkpoint` moves to other clusters, each job right after its
+next checkpoint (`federation.managed.moves_for_drain`). `resume` clears it.
 """
 
 from __future__ import annotations
@@ -133,12 +134,21 @@ def pool_prices(pools: list[dict[str, Any]]) -> dict[str, float]:
 def drain(
     name: Name,
     reason: Annotated[str, typer.Option("--reason", help="Why, for people (a maintenance ticket).")] = "",
+    move_at_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--move-at-checkpoint",
+            help="Move running work to other clusters, each job after its next checkpoint (services and "
+            "work not started at once), instead of letting it finish here.",
+        ),
+    ] = False,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
-    """Sends no new work to the cluster; what runs there finishes (on the manager)."""
-    _set_drain(name, {"running": "Finish", "reason": reason}, server, token, state)
+    """Sends no new work to the cluster; what runs there finishes, or moves (on the manager)."""
+    running = "MoveAtCheckpoint" if move_at_checkpoint else "Finish"
+    _set_drain(name, {"running": running, "reason": reason}, server, token, state)
 
 
 def resume(name: Name, server: Server = None, token: Token = None, state: State = None) -> None:

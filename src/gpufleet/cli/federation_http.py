@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.inference import InferenceService
@@ -64,6 +65,11 @@ class HttpWorker:
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFoundError):
             self.client.request("DELETE", f"{PREFIX}/namespaces/{namespace}/{PLURALS[kind]}/{name}")
+
+    def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.client.apply([checkpoint.to_dict()])
+        path = f"{PREFIX}/namespaces/{checkpoint.namespace}/checkpoints/{checkpoint.name}/status"
+        self.client.request("PUT", path, json={"metadata": {}, "status": {"phase": "Complete"}})
 
     def list_managed(self) -> list[Managed]:
         jobs = self.client.get(f"{PREFIX}/{PLURALS['TrainingJob']}")["items"]

@@ -12,8 +12,8 @@ reach each other only over their HTTP APIs, with the tokens the join Secrets hol
 
 What goes where: TrainingJobs, InferenceServices, Queues, Clusters and Secrets to the manager, which
 dispatches the work and makes each one's queue in its worker with the quota it grants there; pools and
-model versions to every worker (each worker is a copy of the fleet file's pools). Worker prices are the pools' prices, 10% dearer per worker, so the dispatcher's
-choice is visible.
+model versions to every worker (each worker is a copy of the fleet file's pools). Worker prices are the
+pools' prices, 10% dearer per worker, so the dispatcher's choice is visible.
 """
 
 from __future__ import annotations

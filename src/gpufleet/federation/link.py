@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.inference import InferenceService
 from gpufleet.api.queue import Queue
@@ -46,6 +47,10 @@ class WorkerClient(Protocol):
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         """Removes the worker's copy; no error when it has none."""
+        ...
+
+    def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Writes a complete Checkpoint into the worker (a moved job resumes from it there)."""
         ...
 
     def list_managed(self) -> list[Managed]:

@@ -10,12 +10,18 @@ differ in the gang the dispatcher places and in what moving them costs:
   fit now (the dispatcher checks an elastic gang's `minCount`), with no topology: the worker spreads
   and autoscales them inside the quota the manager grants (all `max` replicas). A move is a fresh
   start, not a restart: a service keeps no state to lose.
+
+A job that moves takes its latest checkpoint along (`carried_checkpoint`), so it resumes from it in
+the next worker; a cluster drained with `MoveAtCheckpoint` lets its work go at the moment that loses
+least (`moves_for_drain`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from gpufleet.api.checkpoint import Checkpoint, CheckpointSpec
+from gpufleet.api.cluster import DRAINING, Cluster
 from gpufleet.api.fields import priority_value
 from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.meta import ObjectMeta
@@ -87,3 +93,31 @@ def taken_back_status(obj: Managed) -> tuple[TrainingJobStatus | InferenceServic
         status.restarts += 1
     status.replicas, status.nodes, status.start_time = 0, [], None
     return status, started
+
+
+def carried_checkpoint(obj: Managed) -> Checkpoint | None:
+    """The job's latest checkpoint as a Checkpoint object for the worker it goes to, so it resumes
+    there from that step (a checkpoint's URI is storage every cluster reaches); None when it has none."""
+    if not isinstance(obj, TrainingJob):
+        return None
+    ref = obj.status.last_checkpoint
+    if ref is None or ref.name is None or ref.step is None or ref.uri is None:
+        return None
+    return Checkpoint(
+        metadata=ObjectMeta(name=ref.name, namespace=obj.namespace or "default"),
+        spec=CheckpointSpec(job=obj.name, step=ref.step, uri=ref.uri, time=ref.time),
+    )
+
+
+def moves_for_drain(obj: Managed, cluster: Cluster) -> bool:
+    """Whether work held by a cluster drained with `running: MoveAtCheckpoint` leaves it now: a service
+    at once (it keeps no state), a job that has not started there at once, a running job once it has
+    checkpointed since the drain began (the Draining condition's transition), so it loses nothing."""
+    drain = cluster.spec.drain
+    if drain is None or drain.running != "MoveAtCheckpoint":
+        return False
+    if isinstance(obj, InferenceService) or obj.status.start_time is None:
+        return True
+    since = next((c.last_transition_time for c in cluster.status.conditions if c.type == DRAINING), None)
+    taken = obj.status.last_checkpoint.time if obj.status.last_checkpoint is not None else None
+    return since is not None and taken is not None and taken >= since

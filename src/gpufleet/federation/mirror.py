@@ -47,7 +47,9 @@ from gpufleet.federation.link import (
 )
 from gpufleet.federation.managed import (
     ENDED,
+    carried_checkpoint,
     mirrored_status,
+    moves_for_drain,
     suspended_copy,
     taken_back_status,
     workload_of,
@@ -171,6 +173,9 @@ class FederationController:
         status = mirrored_status(job, copy, int(job.metadata.annotations.get(MOVED, "0")))
         status.conditions = _dispatched(job, "True", cluster.name, f"runs in cluster {cluster.name}", now)
         self._set_status(job, status)
+        if moves_for_drain(job, cluster):
+            self._take_back(job, cluster, "Drained", "its cluster is drained for maintenance", now)
+            return False
         return True
 
     def _lease_lost(self, cluster: Cluster, now: float) -> bool:
@@ -226,6 +231,9 @@ class FederationController:
             if queue is not None:
                 self._grant(client, worker_queue(queue, grant, manager=self.manager))
             client.delete(*key_of(copy))  # an older generation's leftover
+            checkpoint = carried_checkpoint(job)
+            if checkpoint is not None:
+                client.put_checkpoint(checkpoint)
             client.create(copy)
         except GpuFleetError as exc:
             log.warning("cluster %s: cannot create %s: %s", cluster.name, job.describe(), exc)
