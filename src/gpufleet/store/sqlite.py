@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,7 @@ from gpufleet.api.labels import LabelSelector
 from gpufleet.api.meta import DEFAULT_NAMESPACE
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.api.validation import translate_error
+from gpufleet.store.eventtail import EventTail, TailEvent
 from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
 
 R = TypeVar("R", bound=Resource)
@@ -57,6 +58,8 @@ COMPACT_EVERY = 256
 """Writes between two automatic compactions of the event log."""
 PARSED_EVENTS = 8192
 """How many of the latest events are kept parsed for the next reader (a settle round's worth)."""
+TAIL_EVENTS = 16384
+"""How many of the latest events this connection committed are kept to answer reads without SQL."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -116,6 +119,12 @@ class SqliteStore:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
         self._head = self._counter("resource_version")
+        self._compacted = self._counter("compacted_through")
+        self._tail = EventTail(TAIL_EVENTS)
+        self._tail.reset(self._head)
+        self._data_version: int | None = self._foreign_writes()
+        """SQLite's count of other connections' commits when `_head`, `_compacted` and the tail were
+        last known complete; None when they must be read again (after a rollback)."""
         self._parsed: OrderedDict[int, WatchEvent] = OrderedDict()
         """The latest events read, parsed: every watcher of a process (each controller, its views,
         the twin, the simulator's recorder) reads the same new events, and parsing and validating
@@ -222,16 +231,20 @@ class SqliteStore:
 
     # ---------------------------------------------------------------------------------- writes
 
+    # A single object's write validates what it stores once, inside its transaction (`_load` of the
+    # object as written), and translates a refusal as `_checked` does; validating the object before
+    # the transaction as well was a tenth of a write's cost. A batch is checked whole beforehand.
+
     def create(self, obj: R) -> R:
-        info, data = _checked(obj)
-        with self._transaction():
+        info, data = _dumped(obj)
+        with _translated(obj), self._transaction():
             created = self._create_locked(info, data)
         return _same_kind(obj, created)
 
     def update(self, obj: R) -> R:
-        info, data = _checked(obj)
+        info, data = _dumped(obj)
         ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
-        with self._transaction():
+        with _translated(obj), self._transaction():
             current = self._current(info, ns, name)
             _check_version(info, obj, current)
             changed = _with_spec_and_meta(info, current, data, finalizers=True)
@@ -239,11 +252,11 @@ class SqliteStore:
         return _same_kind(obj, result)
 
     def update_status(self, obj: R) -> R:
-        info, data = _checked(obj)
+        info, data = _dumped(obj)
         if "status" not in info.model.model_fields:
             raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
         ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
-        with self._transaction():
+        with _translated(obj), self._transaction():
             current = self._current(info, ns, name)
             _check_version(info, obj, current)
             changed = _shallow(current)
@@ -252,8 +265,8 @@ class SqliteStore:
         return _same_kind(obj, result)
 
     def apply(self, obj: R) -> R:
-        info, data = _checked(obj)
-        with self._transaction():
+        info, data = _dumped(obj)
+        with _translated(obj), self._transaction():
             result = self._apply_locked(info, data)
         return _same_kind(obj, result)
 
@@ -307,18 +320,39 @@ class SqliteStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            start = self._counter("resource_version")
             try:
+                self._sync_locked()
+                start = self._head
                 yield self._db
-                written = self._counter("resource_version") - start
+                written = self._head - start
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                self._tail.pending.clear()
+                self._data_version = None  # head, compaction and tail are read again before use
                 self._head = self._counter("resource_version")
                 raise
+            self._tail.commit()
             self._own.writes = self.writes_by_this_thread() + written
             self._changed.notify_all()
+
+    def _foreign_writes(self) -> int:
+        """SQLite's `data_version`: it changes when another connection commits to the file, never
+        for this connection's own commits."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def _sync_locked(self) -> None:
+        """Inside a write transaction: if another connection committed since this one last looked
+        (or a rollback left the in-memory head unsure), reads the head and compaction floor again
+        and starts the event tail afresh from the head."""
+        version = self._foreign_writes()
+        if version == self._data_version:
+            return
+        self._head = self._counter("resource_version")
+        self._compacted = self._counter("compacted_through")
+        self._tail.reset(self._head)
+        self._data_version = version
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -436,6 +470,7 @@ class SqliteStore:
         self._db.execute(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)", (version, event, info.kind, ns, name, body)
         )
+        self._tail.pending.append(TailEvent(version, event, info.kind, ns, body))
         if version % COMPACT_EVERY == 0:
             self._compact_locked(self._retention)
 
@@ -443,11 +478,24 @@ class SqliteStore:
         floor = max(self._counter("compacted_through"), self._counter("resource_version") - max(keep, 0))
         self._db.execute("DELETE FROM events WHERE resource_version <= ?", (floor,))
         self._db.execute("UPDATE counters SET value = ? WHERE name = 'compacted_through'", (floor,))
+        self._compacted = floor
         return floor
 
     def _read_events(
         self, since: int, kinds: Sequence[str] | None, namespace: str | None, limit: int | None
     ) -> tuple[builtins.list[WatchEvent], int]:
+        # While no other connection has committed, the events after `since` are in the tail
+        # (eventtail's docstring); else, or when `since` is older than the tail, SQLite answers.
+        tail: builtins.list[TailEvent] | None = None
+        with self._lock:
+            known = self._data_version is not None and self._tail.covers(since)
+            if known and self._foreign_writes() == self._data_version:
+                if since < self._compacted:
+                    raise _gone(since, self._compacted)
+                tail = self._tail.after(since, kinds, namespace, limit)
+                head = self._head
+        if tail is not None:
+            return self._parse((e.version, e.type, e.kind, e.body) for e in tail), head
         query = "SELECT resource_version, type, kind, body FROM events WHERE resource_version > ?"
         params: builtins.list[Any] = [since]
         if kinds:
@@ -464,12 +512,12 @@ class SqliteStore:
             compacted = self._counter("compacted_through")
             head = self._counter("resource_version")
             if since < compacted:
-                raise GoneError(
-                    f"resourceVersion {since} is too old: events up to {compacted} were compacted; "
-                    "list again",
-                    field="resourceVersion",
-                )
+                raise _gone(since, compacted)
             rows = db.execute(query, params).fetchall()
+        return self._parse(rows), head
+
+    def _parse(self, rows: Iterable[tuple[int, EventType, str, str]]) -> builtins.list[WatchEvent]:
+        """Events from stored rows, each parsed once per process (the latest `PARSED_EVENTS`)."""
         events = []
         for version, event, kind, body in rows:
             with self._parsed_lock:
@@ -483,7 +531,7 @@ class SqliteStore:
                     if len(self._parsed) > PARSED_EVENTS:
                         self._parsed.popitem(last=False)
             events.append(parsed)
-        return events, head
+        return events
 
     def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
         with self._changed:
@@ -591,6 +639,13 @@ def _version(value: str | int) -> int:
     return version
 
 
+def _gone(since: int, compacted: int) -> GoneError:
+    return GoneError(
+        f"resourceVersion {since} is too old: events up to {compacted} were compacted; list again",
+        field="resourceVersion",
+    )
+
+
 def _load(info: KindInfo, data: Json) -> Resource:
     return info.model.model_validate(data, context=_STORED)
 
@@ -603,19 +658,30 @@ class _RolledBack(Exception):
         self.results = results
 
 
+def _dumped(obj: Resource) -> tuple[KindInfo, Json]:
+    """The registration of the object's kind and its JSON form (not validated yet)."""
+    return _info(type(obj)), obj.to_dict(reveal_secrets=True)
+
+
 def _checked(obj: Resource) -> tuple[KindInfo, Json]:
     """The registration of the object's kind and its JSON form, validated again.
 
     Models do not validate attribute assignments, so an object changed after it was built could
     hold an invalid value; it is refused here rather than stored.
     """
-    info = _info(type(obj))
-    data = obj.to_dict(reveal_secrets=True)
-    try:
+    info, data = _dumped(obj)
+    with _translated(obj):
         info.model.model_validate(data, context=_STORED)
+    return info, data
+
+
+@contextmanager
+def _translated(obj: Resource) -> Iterator[None]:
+    """A refusal by the model's validation as a ValidationError naming `obj` and the field."""
+    try:
+        yield
     except pydantic.ValidationError as exc:
         raise translate_error(exc, obj=obj.describe()) from None
-    return info, data
 
 
 def _check_version(info: KindInfo, obj: Resource, current: Json) -> None:
