@@ -1,0 +1,100 @@
+"""Claim (c): how much more small-inference work a fleet does with MIG pools than with whole GPUs.
+
+The same stream of small jobs (a trace with a `mig` column, from make_traces.py) runs twice through
+`gpufleet simulate`'s engine (`sim.jobsim.simulate`: the controllers and scheduling core of
+`gpufleet up` on the twin) on 16 H100s for the trace's 8 hours:
+
+- MIG: 2 nodes whose GPUs are partitioned with LAYOUT; each job holds the one instance it asks for;
+- whole GPUs: 2 plain nodes; each job holds a whole GPU, of which it uses its instance's share.
+
+Useful utilisation = the GPU compute jobs use (a job's instance's share of a GPU: 1g = 1/7, while it
+runs) over the fleet's compute, over the window. With MIG it is what the simulator measures (a MIG pod
+counts its share); with whole GPUs the simulator measures allocation (1 a job) and the useful part is
+each job's share of it. The factor is MIG's over whole GPUs'. The stream is more than whole GPUs can
+take, so a queue grows there; the run stops at the window's end (jobs left waiting are not run).
+
+Run from the repository root: `.venv/bin/python benchmarks/claims/mig_factor.py [--json]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.pool import GPUPool, GPUPoolSpec, Sharing
+from gpufleet.sim import jobfleet, jobreport, jobsim, philly
+
+HERE = Path(__file__).parent
+NODES = 2
+CASES = {
+    "mig-1g.csv": ["1g.10gb"] * 7,
+    "mig-mix.csv": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+}
+"""Trace -> the MIG layout of every GPU of the MIG fleet (valid H100 layouts of 7 compute slices)."""
+
+
+def mig_fleet(layout: list[str]) -> list[GPUPool]:
+    sharing = Sharing(mig={"*": layout})
+    spec = GPUPoolSpec(gpu_model="H100-80GB", gpus_per_node=8, nodes=NODES, sharing=sharing)
+    return [GPUPool(metadata=ObjectMeta(name="mig"), spec=spec)]
+
+
+def useful(result: jobsim.SimResult, share: dict[str, float]) -> float:
+    """GPU compute used by the jobs over the fleet's, over the window: each job's share while it ran."""
+    end = result.window_end
+    used = 0.0
+    for name, record in result.jobs.items():
+        if record.start is None:
+            continue
+        stop = min(record.end if record.end is not None else end, end)
+        used += max(0.0, stop - record.start) * share[name]
+    return used / ((end - result.begin) * result.capacity)
+
+
+def run(trace: philly.Trace, pools: list[GPUPool], share: dict[str, float]) -> dict[str, float]:
+    queues = jobfleet.queues_for("gpufleet", pools, trace)
+    days = (trace.jobs[-1].submit + 1) / 86400  # the window: up to the last submission
+    clock = time.process_time()
+    result = jobsim.simulate(trace, pools, queues, days=days, options=jobsim.SimOptions(drain=False))
+    summary = jobreport.summarise(result)
+    waited = [r.start - r.submit for r in result.jobs.values() if r.start is not None]
+    return {
+        "jobs": len(trace.jobs),
+        "finished_in_window": sum(1 for r in result.jobs.values() if r.end is not None),
+        "never_started": sum(1 for r in result.jobs.values() if r.start is None),
+        "mean_wait_h_of_started": sum(waited) / len(waited) / 3600 if waited else 0.0,
+        "allocated": summary.utilisation,
+        "useful": useful(result, share),
+        "cpu_s": time.process_time() - clock,
+    }
+
+
+def main(as_json: bool) -> None:
+    for name, layout in CASES.items():
+        trace = philly.load(HERE / "traces" / name)
+        share = {j.name: jobfleet.mig_share(j.mig or "7g.80gb") for j in trace.jobs}
+        whole = dataclasses.replace(trace, jobs=tuple(dataclasses.replace(j, mig=None) for j in trace.jobs))
+        rows = {
+            "mig": run(trace, mig_fleet(layout), share),
+            "whole": run(whole, jobfleet.fleet_of_gpus(NODES * 8), share),
+        }
+        factor = rows["mig"]["useful"] / rows["whole"]["useful"]
+        if as_json:
+            print(json.dumps({"trace": name, "layout": layout, **rows, "factor": factor}))
+            continue
+        print(f"{name}: layout {layout}, {len(trace.jobs)} jobs in {trace.jobs[-1].submit / 3600:.1f} h")
+        for kind, r in rows.items():
+            print(
+                f"  {kind:5}: useful {r['useful']:.1%}, allocated {r['allocated']:.1%}, "
+                f"{r['finished_in_window']} finished in the window, {r['never_started']} never started, "
+                f"mean wait of started {r['mean_wait_h_of_started']:.2f} h ({r['cpu_s']:.0f} s CPU)"
+            )
+        print(f"  factor (useful, MIG over whole GPUs): {factor:.2f}")
+
+
+if __name__ == "__main__":
+    main("--json" in sys.argv[1:])
