@@ -212,6 +212,8 @@ def test_a_job_runs_in_a_worker_and_moves_when_its_worker_is_lost(planes: dict[s
     assert moved.metadata.annotations[GENERATION] == "2"
     assert running_in(planes) == ["w2"]
     assert moved.status.phase == "Running" and moved.status.restarts == 1
+    # It ran about 20 s in w1 (never checkpointed) until w1 fenced it when its lease lapsed: all lost.
+    assert 8 * 10 <= moved.status.lost_gpu_seconds <= 8 * 30, moved.status.lost_gpu_seconds
 
     planes["w1"].cut[0] = False  # w1 returns: its fenced copy never starts again
     run(planes, 5)
@@ -308,6 +310,7 @@ def test_a_cluster_drained_with_move_at_checkpoint_lets_its_job_go_after_its_nex
     moved = manager.store.get(TrainingJob, "llm", "team")
     assert moved.metadata.annotations[CLUSTER] == "w2" and running_in(planes) == ["w2"]
     assert copy_in(planes["w1"]) is None
+    assert moved.status.restarts == 1 and moved.status.lost_gpu_seconds <= 8 * 2, "moved after a checkpoint"
     carried = [c for c in planes["w2"].store.list(Checkpoint) if c.spec.job == "llm"]
     assert [c.spec.step for c in carried] == [checkpointed.step + 20], "it resumes from the latest step"
     assert any(e.spec.reason == "Drained" for e in manager.store.list(Event) if e.spec.involved_name == "llm")

@@ -1,14 +1,17 @@
 """What differs between the kinds a manager dispatches: the gang placed for a service, and what a move
-costs (a job that had started restarts; a service starts afresh)."""
+costs (a job that had started restarts and loses what it ran since its checkpoint; a service starts
+afresh)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from gpufleet.api import load_objects
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.status import CheckpointRef
 from gpufleet.api.training import TrainingJob
-from gpufleet.federation.managed import taken_back_status, workload_of
+from gpufleet.federation.link import LOST, MOVED
+from gpufleet.federation.managed import taken_back, workload_of
 
 SERVICE = """
 apiVersion: gpufleet.io/v1alpha1
@@ -37,15 +40,25 @@ def test_a_service_is_dispatched_as_max_replicas_of_which_min_must_fit() -> None
     assert workload_of(service).queue == "serving"
 
 
-def test_moving_a_started_job_is_a_restart_and_moving_a_service_is_not() -> None:
+def test_a_move_counts_a_restart_and_the_work_since_the_checkpoint_and_a_service_loses_nothing() -> None:
     job = load_objects(JOB)[0]
     service = load_objects(SERVICE)[0]
     assert isinstance(job, TrainingJob) and isinstance(service, InferenceService)
-    job.status.phase, job.status.start_time, job.status.nodes = "Running", datetime.now(UTC), ["n1"]
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    job.status.phase, job.status.start_time, job.status.replicas = "Running", start, 4
+    job.status.restarts, job.status.lost_gpu_seconds = 2, 10.0  # what its worker counted
+    job.status.last_checkpoint = CheckpointRef(name="llm-100", step=100, time=start + timedelta(seconds=100))
+    status, carried = taken_back(job, stopped_at=(start + timedelta(seconds=160)).timestamp())
+    assert status.phase == "Pending" and status.nodes == [] and status.start_time is None
+    assert (status.restarts, status.lost_gpu_seconds) == (3, 10.0 + 32 * 60), "4 workers x 8 GPUs x 60 s"
+    assert carried == {MOVED: "3", LOST: "1930"}, "the next worker's counts are added to these"
+
     service.status.phase, service.status.ready_replicas = "Running", 2
-    status, restarted = taken_back_status(job)
-    assert restarted and status.restarts == 1 and status.phase == "Pending" and status.nodes == []
-    status, restarted = taken_back_status(service)
-    assert not restarted and status.phase == "Pending" and status.ready_replicas == 0
-    job.status.start_time = None
-    assert taken_back_status(job)[1] is False, "never started: nothing lost"
+    status, carried = taken_back(service, stopped_at=start.timestamp())
+    assert status.phase == "Pending" and status.ready_replicas == 0 and carried == {}
+
+    never = load_objects(JOB)[0]
+    assert isinstance(never, TrainingJob)
+    assert taken_back(never, stopped_at=start.timestamp()) == (never.status, {}), (
+        "never started: nothing lost"
+    )

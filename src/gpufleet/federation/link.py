@@ -33,7 +33,11 @@ CLUSTER = "gpufleet.io/cluster"
 MODEL = "gpufleet.io/charged-gpu-model"
 """On the manager's object: the GPU model its quota was charged on."""
 MOVED = "gpufleet.io/restarts-in-other-clusters"
-"""On the manager's object: restarts from moving the job between clusters, added to the worker's count."""
+"""On the manager's object: restarts counted before its present cluster (in earlier clusters, and one for
+each move after it started), added to the worker's count."""
+LOST = "gpufleet.io/lost-gpu-seconds-in-other-clusters"
+"""On the manager's object: GPU-seconds of work lost before its present cluster (in earlier clusters,
+and by each move: what ran since the last checkpoint), added to the worker's count."""
 FENCED = "gpufleet.io/fenced"
 """On a worker's copy: the worker stopped it because its lease lapsed; it never starts again there."""
 

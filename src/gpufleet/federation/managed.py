@@ -11,6 +11,9 @@ differ in the gang the dispatcher places and in what moving them costs:
   and autoscales them inside the quota the manager grants (all `max` replicas). A move is a fresh
   start, not a restart: a service keeps no state to lose.
 
+A job's restarts and lost GPU-seconds are counted over all the clusters it ran in: what earlier
+workers counted, and each move, is kept in annotations and added to what its present worker counts.
+
 A job that moves takes its latest checkpoint along (`carried_checkpoint`), so it resumes from it in
 the next worker; a cluster drained with `MoveAtCheckpoint` lets its work go at the moment that loses
 least (`moves_for_drain`).
@@ -18,6 +21,7 @@ least (`moves_for_drain`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from gpufleet.api.checkpoint import Checkpoint, CheckpointSpec
@@ -31,7 +35,9 @@ from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers.convert import core_workload
 from gpufleet.controllers.training import workload_spec
 from gpufleet.controllers.workload_class import workload_class
-from gpufleet.federation.link import Managed
+from gpufleet.federation.link import LOST, MOVED, Managed
+from gpufleet.scheduler.flavors import pod_gpu_milli
+from gpufleet.scheduler.lostwork import lost_gpu_seconds
 from gpufleet.scheduler.workload import Workload
 
 ENDED: Final = ("Succeeded", "Failed")
@@ -72,27 +78,47 @@ def suspended_copy(obj: Managed, metadata: ObjectMeta) -> Managed:
     return InferenceService(metadata=metadata, spec=obj.spec.model_copy(update={"suspend": True}))
 
 
-def mirrored_status(obj: Managed, copy: Managed, moves: int) -> TrainingJobStatus | InferenceServiceStatus:
-    """The manager's status from the worker's copy; a job's restarts include its `moves`."""
+def mirrored_status(
+    obj: Managed, copy: Managed, before: Mapping[str, str]
+) -> TrainingJobStatus | InferenceServiceStatus:
+    """The manager's status from the worker's copy; a job's restarts and lost GPU-seconds include those
+    counted before this worker (`before`: the annotations `taken_back` wrote)."""
     status = copy.status.model_copy(deep=True)
     if isinstance(status, TrainingJobStatus):
-        status.restarts += moves
+        status.restarts += int(before.get(MOVED, "0"))
+        status.lost_gpu_seconds = round(status.lost_gpu_seconds + float(before.get(LOST, "0")), 3)
     return status
 
 
-def taken_back_status(obj: Managed) -> tuple[TrainingJobStatus | InferenceServiceStatus, bool]:
-    """The status of work back in the manager, waiting for a cluster, and whether moving it restarts
-    it (a job that had started; never a service)."""
+def taken_back(
+    obj: Managed, stopped_at: float
+) -> tuple[TrainingJobStatus | InferenceServiceStatus, dict[str, str]]:
+    """The status of work back in the manager, waiting for a cluster, and the annotations that carry a
+    job's history to its next worker (which counts from zero).
+
+    A job that had started there restarts elsewhere from its last checkpoint: one restart, and the
+    GPU-seconds it ran since that checkpoint until it stopped at `stopped_at` are lost
+    (`scheduler.lostwork`, as for an eviction). A service keeps no state: nothing is lost.
+    """
     status = obj.status.model_copy(deep=True)
     status.phase = "Pending"
     status.ready_replicas = 0
-    if isinstance(status, InferenceServiceStatus):
-        return status, False
-    started = status.start_time is not None
-    if started:
+    if isinstance(status, InferenceServiceStatus) or isinstance(obj, InferenceService):
+        return status, {}
+    if status.start_time is not None:
         status.restarts += 1
+        checkpoint = status.last_checkpoint.time if status.last_checkpoint is not None else None
+        milli = sum(pod_gpu_milli(ps.request) for ps in workload_of(obj).pod_sets) * max(status.replicas, 1)
+        lost = lost_gpu_seconds(
+            milli,
+            status.start_time.timestamp(),
+            checkpoint.timestamp() if checkpoint is not None else None,
+            stopped_at,
+        )
+        status.lost_gpu_seconds = round(status.lost_gpu_seconds + lost, 3)
     status.replicas, status.nodes, status.start_time = 0, [], None
-    return status, started
+    carried = {MOVED: str(status.restarts), LOST: f"{status.lost_gpu_seconds:g}"}
+    return status, {k: v for k, v in carried.items() if v != "0"}
 
 
 def carried_checkpoint(obj: Managed) -> Checkpoint | None:

@@ -39,6 +39,7 @@ from gpufleet.federation.link import (
     CLUSTER,
     FENCED,
     GENERATION,
+    LOST,
     MANAGED_BY,
     MODEL,
     MOVED,
@@ -51,7 +52,7 @@ from gpufleet.federation.managed import (
     mirrored_status,
     moves_for_drain,
     suspended_copy,
-    taken_back_status,
+    taken_back,
     workload_of,
 )
 from gpufleet.federation.manager import manager_view
@@ -162,19 +163,23 @@ class FederationController:
     ) -> bool:
         """Mirrors the worker's copy onto `job`; False when the work came back to the manager."""
         if cluster is None or self._lease_lost(cluster, now):
-            self._take_back(job, cluster, "LeaseExpired", "its cluster's lease expired", now)
+            # The worker stopped it when its lease lapsed (or it was never heard from at all).
+            lapsed = now
+            if cluster is not None and cluster.status.heartbeat_time is not None:
+                lapsed = min(now, cluster.status.heartbeat_time.timestamp() + cluster.spec.lease_seconds)
+            self._take_back(job, cluster, "LeaseExpired", "its cluster's lease expired", lapsed, now)
             return False
         if copies is None:
             return True  # out of touch, but its lease holds: it is still there
         copy = copies.get(key_of(job))
         if copy is None or FENCED in copy.metadata.annotations:
-            self._take_back(job, cluster, "StoppedInCluster", "its cluster stopped it", now)
+            self._take_back(job, cluster, "StoppedInCluster", "its cluster stopped it", now, now)
             return False
-        status = mirrored_status(job, copy, int(job.metadata.annotations.get(MOVED, "0")))
+        status = mirrored_status(job, copy, job.metadata.annotations)
         status.conditions = _dispatched(job, "True", cluster.name, f"runs in cluster {cluster.name}", now)
         self._set_status(job, status)
         if moves_for_drain(job, cluster):
-            self._take_back(job, cluster, "Drained", "its cluster is drained for maintenance", now)
+            self._take_back(job, cluster, "Drained", "its cluster is drained for maintenance", now, now)
             return False
         return True
 
@@ -184,7 +189,11 @@ class FederationController:
             return True
         return now > heard.timestamp() + cluster.spec.lease_seconds + self.grace_seconds
 
-    def _take_back(self, job: Managed, cluster: Cluster | None, reason: str, why: str, now: float) -> None:
+    def _take_back(
+        self, job: Managed, cluster: Cluster | None, reason: str, why: str, stopped_at: float, now: float
+    ) -> None:
+        """Ends the cluster's hold: its copy is deleted where it can be, and the job waits for a cluster
+        again with its history (restarts, lost work until `stopped_at`) carried in annotations."""
         if cluster is not None:
             try:
                 self._client(cluster).delete(*key_of(job))
@@ -192,12 +201,9 @@ class FederationController:
                 # Unreachable: it fenced the copy itself when its lease lapsed; the copy is removed
                 # when it comes back (what is left there is marked with an older generation).
                 log.warning("cluster %s: cannot remove %s: %s", cluster.name, job.describe(), exc)
-        annotations = {k: v for k, v in job.metadata.annotations.items() if k not in (CLUSTER, MODEL)}
-        status, restarted = taken_back_status(job)
-        if restarted:
-            # It ran there and restarts elsewhere from its last checkpoint: a restart the next
-            # worker does not know of, kept beside the worker's own count.
-            annotations[MOVED] = str(int(annotations.get(MOVED, "0")) + 1)
+        status, carried = taken_back(job, stopped_at)
+        dropped = (CLUSTER, MODEL, MOVED, LOST)
+        annotations = {k: v for k, v in job.metadata.annotations.items() if k not in dropped} | carried
         self._set_meta(job, annotations)
         where = cluster.name if cluster is not None else job.metadata.annotations.get(CLUSTER, "?")
         record(self.store, job, reason=reason, message=f"taken back from cluster {where}: {why}", now=now,
