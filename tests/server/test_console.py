@@ -18,6 +18,7 @@ from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.console import add_console
 from gpufleet.server.console.view import fleet_map, gpu_cells, job_cost_rows, queue_rows
 from gpufleet.store import SqliteStore
+from gpufleet.store.console import StoreSource
 
 from .helpers import job, job_path, queue
 
@@ -25,7 +26,7 @@ from .helpers import job, job_path, queue
 @pytest.fixture
 def console(store: SqliteStore, tokens: TokenRegistry) -> Iterator[TestClient]:
     app = create_app(store, tokens)
-    add_console(app, store, tokens)
+    add_console(app, StoreSource(store), tokens)
     with TestClient(app, raise_server_exceptions=False) as test_client:
         test_client.headers["Authorization"] = f"Bearer {tokens.admin_token}"
         yield test_client

@@ -281,4 +281,7 @@ def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) 
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
+    from gpufleet.cli import kube_console
+
+    kube_console.register(kube_app)
     app.add_typer(kube_app, name="kube")

@@ -46,6 +46,7 @@ from gpufleet.server.operations import Operations
 from gpufleet.server.serve import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
 from gpufleet.server.statelock import StateLock
 from gpufleet.store import SqliteStore
+from gpufleet.store.console import StoreSource
 from gpufleet.store.permissions import make_private
 from gpufleet.twin import twin as twin_faults
 from gpufleet.twin.clock import Clock
@@ -198,7 +199,7 @@ def _serve(
             now=clock.datetime,
         )
         add_metrics_route(app, tokens, [NodeStateCollector(store)])
-        add_console(app, store, tokens, now=clock.datetime)
+        add_console(app, StoreSource(store), tokens, now=clock.datetime)
         server = ApiServer(app, state_dir=directory, host=host, port=port)
         server.bind()  # a port in use fails here, before anything is changed
         if objects:

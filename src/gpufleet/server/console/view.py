@@ -32,10 +32,6 @@ def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
 
-def _key(obj: Obj) -> tuple[str, str]:
-    return str(obj["metadata"].get("namespace") or ""), _name(obj)
-
-
 def _sharing_mode(sharing: Mapping[str, Any] | None) -> str:
     for key in ("mig", "timeSlicing", "mps"):
         if (sharing or {}).get(key):
@@ -192,18 +188,17 @@ def work_rows(work: Sequence[Obj]) -> list[dict[str, Any]]:
 
 
 def cost_rows(
-    pools: Sequence[Obj], nodes: Sequence[Obj], pods: Sequence[Obj], workloads: Sequence[Obj]
+    pools: Sequence[Obj], nodes: Sequence[Obj], pods: Sequence[Obj]
 ) -> dict[str, list[dict[str, Any]]]:
-    """What GPUs cost now, per pool and per queue, at the nodes' prices per GPU-hour; and the pools'
-    idle GPU-hours and their cost so far, as the pool controller keeps them (`gpufleet cost`)."""
+    """What GPUs cost now, per pool and per queue (the one whose quota a pod holds, its `spec.queue`),
+    at the nodes' prices per GPU-hour; and the pools' idle GPU-hours and their cost so far, as the pool
+    controller keeps them (`gpufleet cost`), None where the world keeps no such figure."""
     price = {_name(n): float(_spec(n).get("pricePerGPUHour") or 0) for n in nodes}
-    queue_of = {_key(w): str(_spec(w).get("queue") or "default") for w in workloads}
     per_queue: dict[str, list[float]] = {}
     for pod in _live(pods):
         pspec = _spec(pod)
         gpus = _pod_gpus(pspec)
-        queue = queue_of.get((str(pod["metadata"].get("namespace") or ""), str(pspec.get("workload"))))
-        figures = per_queue.setdefault(queue or "-", [0.0, 0.0])
+        figures = per_queue.setdefault(str(pspec.get("queue") or "-"), [0.0, 0.0])
         figures[0] += gpus
         figures[1] += gpus * price.get(str(pspec.get("nodeName")), 0.0)
     pool_rows = []
@@ -218,8 +213,8 @@ def cost_rows(
                 "gpus": int(status.get("gpus") or 0),
                 "allocatedGpus": allocated,
                 "costPerHour": allocated * each,
-                "idleGpuHours": float(status.get("idleGpuHours") or 0),
-                "idleCost": float(status.get("idleCost") or 0),
+                "idleGpuHours": _figure(status.get("idleGpuHours")),
+                "idleCost": _figure(status.get("idleCost")),
             }
         )
     queue_rows_ = [
@@ -258,3 +253,7 @@ def _pod_gpus(spec: Mapping[str, Any]) -> float:
         profile = str(mig.get("profile") or "")
         return int(profile[0]) / 7 if profile[:1].isdigit() else 0.0
     return len(spec.get("gpus") or []) * float(spec.get("gpuMilli") or 1000) / 1000
+
+
+def _figure(value: Any) -> float | None:
+    return None if value is None else float(value)

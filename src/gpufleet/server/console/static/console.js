@@ -22,6 +22,7 @@ function el(tag, attrs, ...children) {
 }
 
 function number(value, digits) {
+  if (value === null || value === undefined) return "-"; // a figure this world does not keep
   return Number.isInteger(value) ? String(value) : value.toFixed(digits === undefined ? 2 : digits);
 }
 

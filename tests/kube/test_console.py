@@ -1,0 +1,137 @@
+"""The web console of a cluster (`gpufleet kube console`): the page's JSON and events, read through the
+API server, in the shape `gpufleet up` serves; what it shows is what the scheduler decided there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpufleet.api.reasons import pending_lines
+from gpufleet.kube.console import KubeConsoleSource
+from gpufleet.kube.console_events import KubeEvents
+from gpufleet.kube.scheduler import KubeScheduler
+from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.console.standalone import console_app
+
+from .fakeapi import FakeApiServer
+from .fixtures import pod
+from .test_scheduler import add_node, add_pods, add_queues, run
+
+GROUP = "/apis/gpufleet.io/v1alpha1"
+
+
+@pytest.fixture
+def console(api: FakeApiServer, tmp_path: Path) -> Iterator[TestClient]:
+    tokens = TokenRegistry(tmp_path)
+    app = console_app(KubeConsoleSource(api), tokens, KubeEvents(api))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {tokens.admin_token}"
+        yield client
+
+
+def _cluster(api: FakeApiServer) -> KubeScheduler:
+    """Two GPU nodes of one pool in rack r1 (one with a failed GPU), a CPU node; the scheduler binds a
+    pod, another scheduler's pod holds GPUs without saying which, and a pod too big waits."""
+    add_queues(api, "default", "team-a")
+    pool = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "GPUPool",
+        "metadata": {"name": "h100"},
+        "spec": {"gpuModel": "H100-80GB", "gpusPerNode": 8, "pricePerGPUHour": 2.5,
+                 "nodeSelector": {"pool": "h100"}},
+    }  # fmt: skip
+    api.put(f"{GROUP}/gpupools", pool)
+    rack = {"pool": "h100", "gpufleet.io/rack": "r1"}
+    add_node(api, "gpu-1", labels=rack)
+    add_node(api, "gpu-2", labels=rack, annotations={"gpufleet.io/unhealthy-gpus": "7"}, allocatable_gpus=7)
+    add_node(api, "cpu-1", gpus=0)
+    labels = {"gpufleet.io/queue": "team-a"}
+    add_pods(api, [pod("p", gpus=8, labels=labels), pod("huge", gpus=16, labels=labels)])
+    theirs = pod("theirs", gpus=2, scheduler="default-scheduler", node_name="gpu-2", phase="Running")
+    add_pods(api, [theirs])
+    sched = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
+    run(sched)
+    return sched
+
+
+def _by_node(view: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    (pool,) = view["map"]
+    assert pool["name"] == "h100" and pool["gpuModel"] == "H100-80GB"
+    (rack,) = pool["racks"]
+    assert rack["name"] == "r1"
+    return {node["name"]: node["gpus"] for node in rack["nodes"]}
+
+
+def test_the_map_shows_the_gpus_the_scheduler_bound_the_failed_ones_and_others_pods(
+    api: FakeApiServer, console: TestClient
+) -> None:
+    _cluster(api)
+    view = console.get("/v1/console").json()
+    assert view["who"] == {"admin": True, "queue": None}
+    gpus = _by_node(view)  # the CPU node is not on the map
+    assert set(gpus) == {"gpu-1", "gpu-2"}
+    assert [g["state"] for g in gpus["gpu-1"]] == ["allocated"] * 8
+    assert gpus["gpu-1"][0]["holders"] == ["p"]
+    states = [g["state"] for g in gpus["gpu-2"]]
+    assert states == ["allocated"] * 2 + ["idle"] * 5 + ["failed"]
+    assert gpus["gpu-2"][0]["holders"] == ["theirs"]
+    assert gpus["gpu-2"][7]["problem"] == "nvidia.com/gpu: 7 of 8 allocatable"
+
+
+def test_a_waiting_pod_shows_the_scheduler_s_reason_in_describe_s_words(
+    api: FakeApiServer, console: TestClient
+) -> None:
+    _cluster(api)
+    (row,) = console.get("/v1/console").json()["work"]
+    assert (row["kind"], row["namespace"], row["name"]) == ("Pod", "team-a", "huge")
+    assert (row["queue"], row["phase"]) == ("team-a", "Pending")
+    condition = next(
+        c for c in api.objects["/v1/pods"][("team-a", "huge")]["status"]["conditions"]
+        if c["type"] == "PodScheduled"
+    )  # fmt: skip
+    kind, _, message = condition["message"].partition(": ")
+    assert row["pending"] == {"type": kind, "lines": pending_lines({"type": kind, "message": message})[1]}
+    assert row["pending"]["type"] == "NoFit"
+
+
+def test_queues_and_costs_come_from_the_queues_status_and_the_pods_on_the_pools_nodes(
+    api: FakeApiServer, console: TestClient
+) -> None:
+    _cluster(api)
+    view = console.get("/v1/console").json()
+    assert {q["name"] for q in view["queues"]} == {"default", "team-a"}
+    (pool,) = view["cost"]["pools"]
+    assert (pool["name"], pool["allocatedGpus"], pool["costPerHour"]) == ("h100", 10.0, 25.0)
+    assert pool["idleGpuHours"] is None  # this world keeps no idle GPU-hours: none are made up
+    per_queue = {q["name"]: (q["gpus"], q["costPerHour"]) for q in view["cost"]["queues"]}
+    assert per_queue == {"team-a": (8.0, 20.0), "default": (2.0, 5.0)}
+
+
+def test_the_cluster_s_events_are_served_as_the_page_reads_them_then_live(
+    api: FakeApiServer, console: TestClient
+) -> None:
+    sched = _cluster(api)
+    first = console.get("/v1/changes", params={"kind": "Event", "limit": 100}).json()
+    reasons = {(c["object"]["spec"]["reason"], c["object"]["spec"]["involvedName"]) for c in first["items"]}
+    assert ("FailedScheduling", "huge") in reasons
+    event = next(c["object"] for c in first["items"] if c["object"]["spec"]["involvedName"] == "huge")
+    assert event["spec"]["involvedKind"] == "Pod" and event["spec"]["type"] == "Warning"
+    assert event["spec"]["source"] == "gpufleet-scheduler" and event["spec"]["time"]
+    add_pods(api, [pod("later", gpus=16, labels={"gpufleet.io/queue": "team-a"})])
+    run(sched)
+    cursor = {"kind": "Event", "resourceVersion": first["resourceVersion"], "timeoutSeconds": 1}
+    fresh = console.get("/v1/changes", params=cursor).json()
+    assert {c["object"]["spec"]["involvedName"] for c in fresh["items"]} == {"later"}
+    assert int(fresh["resourceVersion"]) > int(first["resourceVersion"])
+
+
+def test_the_page_is_served_and_every_read_needs_the_token(console: TestClient) -> None:
+    assert "gpufleet console" in console.get("/").text
+    assert console.get("/console/console.js").status_code == 200
+    for path in ("/v1/console", "/v1/changes?kind=Event"):
+        assert console.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert console.get("/v1/changes", params={"kind": "Pod"}).status_code == 422
