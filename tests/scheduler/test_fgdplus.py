@@ -39,7 +39,7 @@ def racked_fleet(nodes: int, per_rack: int) -> FleetState:
 def afresh(policy: AdaptiveFgdPolicy) -> AdaptiveFgdPolicy:
     """The same policy (same typical workload and CPU ratio) with nothing kept per node."""
     fresh = copy.deepcopy(policy)
-    fresh.model = FragmentationModel(policy.model.typical)
+    fresh.model = FragmentationModel(policy.model.typical, by_capacity=policy.model.by_capacity)
     fresh._scores = {}
     fresh._state = None
     return fresh

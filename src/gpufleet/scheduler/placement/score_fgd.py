@@ -100,12 +100,22 @@ class TypicalWorkload:
 
 
 class FragmentationModel:
-    """Per-node fragmentation against one typical workload, cached and refreshed row by row."""
+    """Per-node fragmentation against one typical workload, cached and refreshed row by row.
 
-    def __init__(self, typical: TypicalWorkload) -> None:
+    With `by_capacity`, a shape weighs its frequency times the fleet's GPUs over the GPUs of the nodes
+    it may use (its GPU models): its demand per GPU it can use. A shape that may use every node keeps
+    its frequency (fleets where no pod names a model are scored as before). A shape restricted to a
+    model that few nodes have weighs more, so the idle milli of those nodes, which it needs, counts more
+    than pods of other shapes taking it: pods that may go elsewhere leave the scarce model to those that
+    cannot (FGD's own weights, the frequencies, let any-model pods fill a scarce model first).
+    """
+
+    def __init__(self, typical: TypicalWorkload, *, by_capacity: bool = False) -> None:
         self.typical = typical
         shapes = typical.shapes
-        self.weights = np.array(typical.weights, dtype=np.float64)
+        self.frequencies = np.array(typical.weights, dtype=np.float64)
+        self.weights = self.frequencies.copy()
+        self.by_capacity = by_capacity
         self.cpu = np.array([s.cpu_milli for s in shapes], dtype=np.int64)
         self.milli = np.array([s.gpu_milli for s in shapes], dtype=np.int64)
         self.count = np.array([s.gpus for s in shapes], dtype=np.int64)
@@ -164,9 +174,25 @@ class FragmentationModel:
                 self._grow(max(n, 2 * self.idle.size), state.gpu_free.shape[1])
             new = np.arange(self._rows, n, dtype=np.intp)
             self.access[new] = self._access(state, new)
+            if self.by_capacity and self._reweigh(state, n):
+                # Every row's fragmentation changes with the weights.
+                new = np.arange(n, dtype=np.intp)
+                changed = None
             self._refresh(state, new)
             self._rows = n
         return changed
+
+    def _reweigh(self, state: FleetState, n: int) -> bool:
+        """Weights by demand per usable GPU (see the class); whether they changed."""
+        gpus = np.where(state.alive[:n], state.gpu_count[:n], 0).astype(np.float64)
+        usable = (self.access[:n] * gpus[:, None]).sum(axis=0)
+        # A shape no node can host changes no node's ranking; it keeps its frequency.
+        scale = np.where(usable > 0, gpus.sum() / np.maximum(usable, 1.0), 1.0)
+        weights = self.frequencies * scale
+        if np.array_equal(weights, self.weights):
+            return False
+        self.weights = weights
+        return True
 
     def recheck(self) -> None:
         """The fleet may have changed without `refresh` (between two scheduling cycles): the next `sync`

@@ -1,6 +1,6 @@
 """`fgd+`: fragmentation gradient descent that learns its workload online and counts CPU-stranded GPUs.
 
-Three changes to FGD, each a general rule rather than a fit to one trace:
+Four changes to FGD, each a general rule rather than a fit to one trace:
 
 1. The typical workload is estimated online from the pods the scheduler has placed so far (a scheduler
    does not know its trace in advance; `learn`), starting from a weak prior of generic shapes and
@@ -13,6 +13,11 @@ Three changes to FGD, each a general rule rather than a fit to one trace:
    nodes equal on both, the one in the fuller rack (per node, the finest topology level at which it has
    a domain), so that pods without a topology request leave empty racks whole for gangs that require
    one.
+4. Where pods name GPU models, a typical shape weighs its demand per GPU it may use (its frequency
+   times the fleet's GPUs over the GPUs of its models; `FragmentationModel(by_capacity=True)`), not its
+   frequency: the idle milli of a model that restricted pods need counts for them as much as their
+   demand on it, so pods that accept other models leave it to them. Fleets where no pod names a model
+   are scored exactly as before (every weight keeps its frequency).
 
 The CPU-per-GPU ratio is taken at each refit, and scores are kept per request and node row until the
 row changes (`RowScores`), so a pod costs the rescoring of the few nodes changed since the last one.
@@ -136,7 +141,7 @@ class AdaptiveFgdPolicy:
         self._refit()
 
     def _refit(self) -> None:
-        self.model = FragmentationModel(self.estimate.typical())
+        self.model = FragmentationModel(self.estimate.typical(), by_capacity=True)
         # GPU milli one CPU milli can feed, at the CPU-per-GPU ratio of the pods seen so far.
         self._feed = GPU_MILLI / self.estimate.cpu_per_gpu
         self._scores.clear()
