@@ -3,7 +3,8 @@ process on a free port, joined with `gpufleet cluster join`. A TrainingJob appli
 the cheaper worker, in a queue the manager made there with the quota it granted, and its status shows
 in the manager; neither worker's token is ever shown by the
 manager's API nor written to a log; a drained cluster gets no new work; the worker's events show in
-`describe` on the manager, and deleting the job there deletes it in its worker."""
+`describe` on the manager, and deleting the job there deletes it in its worker; a worker that leaves
+hands its work to the other one first."""
 
 from __future__ import annotations
 
@@ -152,6 +153,19 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
     assert deleted.code == 0, deleted.err
     jobs_in_w1 = f"{PREFIX}/namespaces/team/trainingjobs"
     wait_for("llm gone from w1", lambda: client(fleet["w1"]).get(jobs_in_w1)["items"] == [])
+
+    # w2 leaves: its work moves to w1 (taking work again) before its Cluster goes.
+    m_state = str(fleet["manager"].state)
+    assert cli("cluster", "resume", "w1", "--state", m_state).code == 0
+    left = cli(
+        "cluster", "leave", "w2", "--manager", fleet["manager"].url, "--manager-token", manager_token,
+        "--state", str(fleet["w2"].state),
+    )  # fmt: skip
+    assert left.code == 0, left.err
+    assert [c["metadata"]["name"] for c in manager.get(f"{PREFIX}/clusters")["items"]] == ["w1"]
+    moved = wait_for("next running in w1", lambda: held_job(manager, "next"))
+    assert moved["metadata"]["annotations"][CLUSTER] == "w1" and moved["status"]["restarts"] == 1
+    assert client(fleet["w2"]).get(f"{PREFIX}/namespaces/team/trainingjobs")["items"] == []
 
     # The workers' tokens sit in the manager's Secrets, which its API never shows.
     worker_tokens = [(fleet[n].state / "admin-token").read_text().strip() for n in ("w1", "w2")]

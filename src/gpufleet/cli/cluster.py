@@ -1,4 +1,4 @@
-"""`gpufleet cluster join|drain|resume`: worker clusters of a federation, from the command line.
+"""`gpufleet cluster join|leave|drain|resume`: worker clusters of a federation, from the command line.
 
 `join` makes a running `gpufleet up` plane (the one `--server`/`--token`/`--state` address, as for every
 command) a worker of the management plane at `--manager` (a `gpufleet up --manager`). It writes, in
@@ -12,6 +12,10 @@ one go per plane:
 Tokens are never printed; the API shows Secret values as `**********`. Joining again (another URL, a
 new token) replaces both Secrets and the Cluster's connection.
 
+`leave` takes a joined plane out: it drains the Cluster, removes the worker's join Secret (the worker
+fences its managed work at once, and the manager takes that work back and dispatches it elsewhere),
+waits until the manager holds nothing there, then deletes the Cluster and its token Secret.
+
 `drain` sets the Cluster's `spec.drain` in the manager: the dispatcher sends it no new work, and what
 runs there finishes, or with `--move-at-checkpoint` moves to other clusters, each job right after its
 next checkpoint (`federation.managed.moves_for_drain`). `resume` clears it.
@@ -19,6 +23,8 @@ next checkpoint (`federation.managed.moves_for_drain`). `resume` clears it.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Annotated, Any
 
 import typer
@@ -30,14 +36,26 @@ from gpufleet.api.cluster import (
     ClusterSpec,
     EmbeddedWorker,
 )
-from gpufleet.api.errors import ConflictError, ValidationError
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.secret import SYSTEM_NAMESPACE
 from gpufleet.cli.client import PREFIX, Client, server_url, state_dir
 from gpufleet.cli.client import token as token_of
 from gpufleet.cli.output import console
-from gpufleet.federation.join import JoinSettings, join_secret, token_secret
+from gpufleet.federation.join import MANAGER_SECRET, JoinSettings, join_secret, token_secret
+from gpufleet.federation.link import CLUSTER
 
 Name = Annotated[str, typer.Argument(metavar="NAME", help="The cluster's name in the manager.")]
+ManagerUrl = Annotated[str, typer.Option("--manager", metavar="URL", help="The management plane's API URL.")]
+ManagerToken = Annotated[
+    str,
+    typer.Option(
+        "--manager-token",
+        metavar="TOKEN",
+        envvar="GPUFLEET_MANAGER_TOKEN",
+        help="A token of the manager (its admin token) [env GPUFLEET_MANAGER_TOKEN].",
+    ),
+]
 Server = Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")]
 Token = Annotated[str | None, typer.Option("--token", metavar="TOKEN", help="Bearer token.")]
 State = Annotated[str | None, typer.Option("--state", metavar="DIR", help="State directory.")]
@@ -47,26 +65,21 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
-        name="cluster", help="Worker clusters of a federation: join, drain, resume.", no_args_is_help=True
+        name="cluster",
+        help="Worker clusters of a federation: join, leave, drain, resume.",
+        no_args_is_help=True,
     )
     group.command("join")(join)
     group.command("drain")(drain)
     group.command("resume")(resume)
+    group.command("leave")(leave)
     app.add_typer(group)
 
 
 def join(
     name: Name,
-    manager: Annotated[str, typer.Option("--manager", metavar="URL", help="The management plane's API URL.")],
-    manager_token: Annotated[
-        str,
-        typer.Option(
-            "--manager-token",
-            metavar="TOKEN",
-            envvar="GPUFLEET_MANAGER_TOKEN",
-            help="A token of the manager (its admin token) [env GPUFLEET_MANAGER_TOKEN].",
-        ),
-    ],
+    manager: ManagerUrl,
+    manager_token: ManagerToken,
     advertise: Annotated[
         str | None,
         typer.Option(
@@ -147,23 +160,22 @@ def drain(
     state: State = None,
 ) -> None:
     """Sends no new work to the cluster; what runs there finishes, or moves (on the manager)."""
+    from gpufleet.cli.control import connect
+
     running = "MoveAtCheckpoint" if move_at_checkpoint else "Finish"
-    _set_drain(name, {"running": running, "reason": reason}, server, token, state)
+    _set_drain(connect(server, token, state), name, {"running": running, "reason": reason})
 
 
 def resume(name: Name, server: Server = None, token: Token = None, state: State = None) -> None:
     """Lets a drained cluster take new work again (on the manager)."""
-    _set_drain(name, None, server, token, state)
-
-
-def _set_drain(
-    name: str, value: dict[str, str] | None, server: str | None, token: str | None, state: str | None
-) -> None:
     from gpufleet.cli.control import connect
 
+    _set_drain(connect(server, token, state), name, None)
+
+
+def _set_drain(client: Client, name: str, value: dict[str, str] | None) -> None:
     if value is not None:
         ClusterDrain.model_validate(value)  # refuses a bad value before anything is sent
-    client = connect(server, token, state)
     rtype = client.resource_type("Cluster")
     for _ in range(5):
         obj = client.read(rtype, name, None)
@@ -183,3 +195,52 @@ def _set_drain(
         raise ConflictError("the cluster kept changing while it was being written; try again", obj=name)
     verb = "draining: it takes no new work" if value is not None else "taking new work"
     console().print(f"cluster/{name} {verb}")
+
+
+def leave(
+    name: Name,
+    manager: ManagerUrl,
+    manager_token: ManagerToken,
+    wait_seconds: Annotated[
+        float, typer.Option("--wait-seconds", min=1.0, help="How long to wait for its work to move.")
+    ] = 120.0,
+    server: Server = None,
+    token: Token = None,
+    state: State = None,
+) -> None:
+    """Takes the addressed plane out of the manager's fleet, its work moved elsewhere first."""
+    directory = state_dir(state)
+    worker = Client(server_url(server, directory), token_of(token, directory))
+    boss = Client(manager.rstrip("/"), manager_token)
+    # No new work first: else the manager could send more while the worker lets go of what it has.
+    _set_drain(boss, name, {"running": "Finish", "reason": "leaving the federation"})
+    # The worker stops reporting and fences its managed work at once (federation.join); the manager
+    # sees the fenced copies and takes them back at its next pass, to dispatch them elsewhere.
+    with contextlib.suppress(NotFoundError):
+        worker.request("DELETE", f"{PREFIX}/namespaces/{SYSTEM_NAMESPACE}/secrets/{MANAGER_SECRET}")
+    deadline = time.monotonic() + wait_seconds
+    while (held := held_in(boss, name)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if held:
+        raise ConflictError(
+            f"the manager still holds {', '.join(held)} there after {wait_seconds:g}s; the cluster stays "
+            "(drained) in the manager: run leave again",
+            obj=f"Cluster {name}",
+        )
+    secret, _ = token_secret(name, "")
+    boss.request("DELETE", f"{PREFIX}/clusters/{name}")
+    with contextlib.suppress(NotFoundError):
+        boss.request("DELETE", f"{PREFIX}/namespaces/{secret.namespace}/secrets/{secret.name}")
+    console().print(f"cluster/{name} left the manager at {boss.server}; its work runs elsewhere")
+
+
+def held_in(client: Client, cluster: str) -> list[str]:
+    """The unfinished jobs and services the manager holds in `cluster`."""
+    held = []
+    for plural in ("trainingjobs", "inferenceservices"):
+        for item in client.get(f"{PREFIX}/{plural}")["items"]:
+            meta = item["metadata"]
+            phase = (item.get("status") or {}).get("phase")
+            if meta.get("annotations", {}).get(CLUSTER) == cluster and phase not in ("Succeeded", "Failed"):
+                held.append(f"{meta.get('namespace')}/{meta['name']}")
+    return held

@@ -90,12 +90,19 @@ class FederationController:
         self.period_seconds = period_seconds
         self.conditions = ClusterConditions(store)
         self.events = EventMirror(store)
+        self._lease_ends: dict[str, float] = {}
+        """Per cluster, when the lease of its newest heartbeat ends: kept when the Cluster is deleted."""
         self._clients: dict[str, WorkerClient] = {}
 
     def step(self, now: float) -> float | None:
         when = to_datetime(now)
         self.conditions.reconcile(now=when)
         clusters = {c.name: c for c in self.store.list(Cluster)}
+        for cluster in clusters.values():
+            if cluster.status.heartbeat_time is not None:
+                self._lease_ends[cluster.name] = (
+                    cluster.status.heartbeat_time.timestamp() + cluster.spec.lease_seconds
+                )
         queues = {q.name: q for q in self.store.list(Queue)}
         view = manager_view(clusters.values(), queues.values(), now=when)
         grants = Grants()
@@ -108,7 +115,7 @@ class FederationController:
                 continue
             workload = workload_of(job)
             held = job.metadata.annotations.get(CLUSTER)
-            if held is None or not self._still_held(job, clusters.get(held), copies.get(held), now):
+            if held is None or not self._still_held(job, held, clusters.get(held), copies.get(held), now):
                 waiting.append((job, workload))
                 continue
             model = job.metadata.annotations.get(MODEL) or None
@@ -157,17 +164,26 @@ class FederationController:
     def _still_held(
         self,
         job: Managed,
+        held: str,
         cluster: Cluster | None,
         copies: Mapping[Key, Managed] | None,
         now: float,
     ) -> bool:
         """Mirrors the worker's copy onto `job`; False when the work came back to the manager."""
+        ends = self._lease_ends.get(held)
+        if cluster is None and ends is not None and now <= ends + self.grace_seconds:
+            # Its Cluster was deleted, but the worker may still run it until its lease lapses: the same
+            # wait as for a silent cluster. (A manager restarted meanwhile has no such memory.)
+            return True
         if cluster is None or self._lease_lost(cluster, now):
             # The worker stopped it when its lease lapsed (or it was never heard from at all).
-            lapsed = now
-            if cluster is not None and cluster.status.heartbeat_time is not None:
-                lapsed = min(now, cluster.status.heartbeat_time.timestamp() + cluster.spec.lease_seconds)
-            self._take_back(job, cluster, "LeaseExpired", "its cluster's lease expired", lapsed, now)
+            lapsed = now if ends is None else min(now, ends)
+            reason, why = (
+                ("LeaseExpired", "its cluster's lease expired")
+                if cluster is not None
+                else ("ClusterRemoved", "its Cluster was deleted")
+            )
+            self._take_back(job, cluster, reason, why, lapsed, now)
             return False
         if copies is None:
             return True  # out of touch, but its lease holds: it is still there
