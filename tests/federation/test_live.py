@@ -314,3 +314,23 @@ def test_a_cluster_drained_with_move_at_checkpoint_lets_its_job_go_after_its_nex
     carried = [c for c in planes["w2"].store.list(Checkpoint) if c.spec.job == "llm"]
     assert [c.spec.step for c in carried] == [checkpointed.step + 20], "it resumes from the latest step"
     assert any(e.spec.reason == "Drained" for e in manager.store.list(Event) if e.spec.involved_name == "llm")
+
+
+def test_work_in_a_cluster_deleted_by_hand_moves_only_once_its_lease_has_lapsed(
+    planes: dict[str, Plane],
+) -> None:
+    manager = planes["manager"]
+    run(planes, 3)
+    manager.store.apply(load_objects(JOB)[0])
+    run(planes, 5)
+    assert running_in(planes) == ["w1"]
+    manager.store.delete(Cluster, "w1")  # w1 still runs the job, and its heartbeats now fail
+    run(planes, 5)
+    assert manager.store.get(TrainingJob, "llm", "team").metadata.annotations[CLUSTER] == "w1"
+    assert copy_in(planes["w2"]) is None, "not moved while w1 may still run it"
+    run(planes, 12)  # past w1's lease (10 s) and the grace (5 s): w1 fenced it, the manager moves it
+    moved = manager.store.get(TrainingJob, "llm", "team")
+    assert moved.metadata.annotations[CLUSTER] == "w2" and running_in(planes) == ["w2"]
+    assert any(
+        e.spec.reason == "ClusterRemoved" for e in manager.store.list(Event) if e.spec.involved_name == "llm"
+    )
