@@ -21,9 +21,15 @@ def console(
     context: str | None = CONTEXT,
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback: this machine only)."),
     port: int = typer.Option(8766, help="Port to listen on (0: any free one)."),
+    name: str = typer.Option(
+        "gpufleet",
+        "--scheduler-name",
+        help="The scheduler's name: its waiting pods are shown with their reasons.",
+    ),
 ) -> None:
     """Serves the web console of the cluster: fleet map, queues, work, events and cost."""
     from gpufleet.api.errors import NotFoundError
+    from gpufleet.kube.config import KubeConfig
     from gpufleet.kube.console import KubeConsoleSource
     from gpufleet.kube.console_events import KubeEvents
     from gpufleet.server.auth import TokenRegistry
@@ -31,7 +37,7 @@ def console(
     from gpufleet.server.serve import ApiServer
 
     api = _transport(kubeconfig, context)
-    source = KubeConsoleSource(api)
+    source = KubeConsoleSource(api, KubeConfig(scheduler_name=name))
     try:
         source.resources("Queue")  # the cluster answers and serves gpufleet's kinds, or it is said now
     except ApiError as exc:
