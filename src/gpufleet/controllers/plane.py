@@ -25,11 +25,14 @@ def build_manager(
     config: SchedulerConfig | None = None,
     autoscaler: AutoscalerConfig | None = None,
     pool_status_seconds: float = STATUS_PERIOD,
+    queue_status_seconds: float = 0.0,
 ) -> ControllerManager:
     """`pool_status_seconds`: how often an unchanged pool's status (idle GPU-hours) is brought up to
-    date; the job simulator, whose pools change with every pod, looks less often."""
+    date; the job simulator, whose pools change with every pod, looks less often.
+    `queue_status_seconds`: the least time between two writes of queue status (0: after every
+    change); the job simulator, where nothing reads it, writes it at most hourly."""
     controllers: list[Controller] = [
-        SchedulingController(store, config=config),
+        SchedulingController(store, config=config, queue_status_seconds=queue_status_seconds),
         HealthController(store),
         TrainingJobController(store),
         PoolController(store, status_period=pool_status_seconds),

@@ -52,7 +52,8 @@ DRAIN_LIMIT = 10 * 365 * 86400.0
 """Virtual time a drained run may take at most (a job that can never run would otherwise hold it)."""
 QUIET_SECONDS = 3600.0
 """How often the twin publishes service metrics (the trace has no services) and an unchanged pool's
-status is brought up to date; `gpufleet up` does both every minute, which would be most of the work."""
+status is brought up to date; `gpufleet up` does both every minute, which would be most of the work.
+Queue status (read by no decision) is written at most this often too, with all its changes."""
 MAX_RESTARTS = 1_000_000
 """A trace job is never given up on: preemptions and failures restart it from its checkpoint."""
 
@@ -470,7 +471,12 @@ def simulate(
                 gang_slowdown=dict(options.gang_slowdown),
             ),
         )
-        manager = build_manager(store, config=options.scheduler, pool_status_seconds=QUIET_SECONDS)
+        manager = build_manager(
+            store,
+            config=options.scheduler,
+            pool_status_seconds=QUIET_SECONDS,
+            queue_status_seconds=QUIET_SECONDS,
+        )
         series = Series(start, options.bucket_seconds)
         recorder = Recorder(store, series, options.policy)
         feeder = Feeder(store, jobs, origin, options, recorder.submitted, per_node)

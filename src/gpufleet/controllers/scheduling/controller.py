@@ -2,8 +2,9 @@
 
 Each step: the cache is rebuilt if it must be, workloads whose backoff ended are queued again, broken
 gangs are evicted, cycles run and their decisions are carried out (with the pending reasons written),
-elastic workloads that checkpointed may grow, and queue status is written. It returns when it wants to
-be stepped again: the end of the next backoff, or the periodic cycle while anything is pending.
+elastic workloads that checkpointed may grow, and queue status is written (at most once every
+`queue_status_seconds`, when set). It returns when it wants to be stepped again: the end of the next
+backoff, the periodic cycle while anything is pending, or a deferred queue status pass.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ class SchedulingController:
         *,
         config: SchedulerConfig | None = None,
         resync_seconds: float = 30.0,
+        queue_status_seconds: float = 0.0,
     ) -> None:
+        """`queue_status_seconds`: the least time between two passes that write queue status (0:
+        after every step that changed a queue's numbers, as `gpufleet up` does)."""
         self.store = store
         self.config = config or SchedulerConfig()
         self.scheduler = Scheduler(self.config)
@@ -56,6 +60,8 @@ class SchedulingController:
         self.actions = Actions(self.state, self.sync, self.status)
         self.growth = Growth(self.state, self.scheduler, self.actions, self.status)
         self.next_periodic = 0.0
+        self.queue_status_seconds = queue_status_seconds
+        self.next_queue_status = 0.0
 
     @property
     def cache(self) -> ClusterCache | None:
@@ -97,9 +103,13 @@ class SchedulingController:
             self._schedule(now)
         if state.grow:
             self.growth.grow(now)
-        if state.queues_dirty:
-            self.status.queues()
         wakes = list(state.backoff.values())
+        if state.queues_dirty:
+            if now >= self.next_queue_status:
+                self.status.queues()
+                self.next_queue_status = now + self.queue_status_seconds
+            else:  # written at the end of the interval, with every change made meanwhile
+                wakes.append(self.next_queue_status)
         assert state.cache is not None
         if state.cache.pending:
             wakes.append(self.next_periodic)
