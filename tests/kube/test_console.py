@@ -135,3 +135,15 @@ def test_the_page_is_served_and_every_read_needs_the_token(console: TestClient) 
     for path in ("/v1/console", "/v1/changes?kind=Event"):
         assert console.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert console.get("/v1/changes", params={"kind": "Pod"}).status_code == 422
+
+
+def test_a_cursor_the_server_compacted_away_starts_the_events_again_from_a_list(api: FakeApiServer) -> None:
+    sched = _cluster(api)
+    events = KubeEvents(api)
+    _, cursor = events.changes(None, limit=100, wait=0)
+    add_pods(api, [pod("later", gpus=16, labels={"gpufleet.io/queue": "team-a"})])
+    run(sched)
+    api.compact()  # the history behind the cursor is gone: the watch answers 410 Expired
+    items, fresh = events.changes(cursor, limit=100, wait=1)
+    assert {c["object"]["spec"]["involvedName"] for c in items} >= {"huge", "later"}
+    assert int(fresh) > int(cursor)

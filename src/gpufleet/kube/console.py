@@ -13,7 +13,8 @@ form the embedded world's console reads (`gpufleet.store.console`), so one build
   (the device plugin says which to the kubelet only). A pod's holder is the gpufleet object that owns
   it, else its gang, else the pod; its queue is its `gpufleet.io/queue` label
   (else the scheduler's default queue).
-- A GPUPool's allocated GPUs are those its nodes' pods hold; this world keeps no idle GPU-hours.
+- A GPUPool's GPUs are its nodes' on the map, its allocated GPUs those their pods hold; this world
+  keeps no idle GPU-hours.
 - Loose work: our pods that no gpufleet object owns, while they wait, with the reason the scheduler
   wrote into their `PodScheduled` condition (`Type: message`), in describe's words.
 """
@@ -196,8 +197,10 @@ def waiting_pod(raw: Json, config: KubeConfig) -> Json | None:
 
 
 def _with_use(pool: Json, nodes: Sequence[Json], pods: Sequence[Json]) -> Json:
-    """The pool with the GPUs its nodes' pods hold now, and no idle figures (none are kept here)."""
-    mine = {n["metadata"]["name"] for n in nodes if n["spec"]["pool"] == pool["metadata"]["name"]}
+    """The pool with its nodes' GPUs and those their pods hold now (as the map counts them, whether or
+    not the operator has written its status yet), and no idle figures (none are kept here)."""
+    members = [n for n in nodes if n["spec"]["pool"] == pool["metadata"]["name"]]
+    mine = {n["metadata"]["name"] for n in members}
     milli = 0
     for pod in pods:
         spec: dict[str, Any] = pod["spec"]
@@ -207,5 +210,8 @@ def _with_use(pool: Json, nodes: Sequence[Json], pods: Sequence[Json]) -> Json:
             milli += round(gpus_per_worker({"mig": spec["mig"]["profile"]}) * 1000)
         else:
             milli += len(spec.get("gpus") or []) * int(spec.get("gpuMilli") or 1000)
-    status = dict(pool.get("status") or {}, allocatedGpuMilli=milli, idleGpuHours=None, idleCost=None)
+    gpus = sum(int(n["spec"]["gpus"]) for n in members)
+    status = dict(
+        pool.get("status") or {}, gpus=gpus, allocatedGpuMilli=milli, idleGpuHours=None, idleCost=None
+    )
     return dict(pool, status=status)
