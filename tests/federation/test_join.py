@@ -16,11 +16,13 @@ from gpufleet.federation.join import (
     MANAGER_SECRET,
     JoinedWorker,
     JoinSettings,
+    connection_version,
     join_secret,
     token_secret,
     worker_token,
 )
 from gpufleet.federation.link import FENCED, MANAGED_BY, ManagerLink
+from gpufleet.federation.worker import WorkerAgent
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.sqlite import SqliteStore
 
@@ -100,3 +102,27 @@ def test_a_plane_reports_once_joined_and_fences_its_managed_work_when_unjoined(s
     job = store.get(TrainingJob, "llm", "team")
     assert job.spec.suspend and job.metadata.annotations[FENCED] == "LeaseExpired"
     assert job.metadata.annotations[MANAGED_BY] == "manager"
+
+
+def test_a_short_lease_is_renewed_four_times_over(store: SqliteStore) -> None:
+    """A 10 s lease with 5 s heartbeats would lapse after one lost heartbeat; the agent beats every
+    2.5 s instead, once it has learnt the lease from the manager's first ack."""
+    manager = Manager()
+    agent = WorkerAgent(store, "w1", manager, lambda: FleetState(), heartbeat_seconds=5.0)
+    wakes = [agent.step(0.0)]
+    assert manager.beats == 1 and wakes == [2.5]
+    for now in (1.0, 2.5, 4.0, 5.0, 7.5):
+        agent.step(now)
+    assert manager.beats == 4, "at 0, 2.5, 5 and 7.5 s"
+
+
+def test_a_new_token_or_url_is_a_new_connection(store: SqliteStore) -> None:
+    first, _ = token_secret("w1", "tok-1")
+    store.apply(first)
+    before = connection_version(store, cluster())
+    store.apply(token_secret("w1", "tok-2")[0])  # the worker joined again with a new token
+    assert connection_version(store, cluster()) != before
+    moved = cluster()
+    assert moved.spec.connection.embedded is not None
+    moved.spec.connection.embedded.url = "http://127.0.0.1:2"
+    assert connection_version(store, moved) != connection_version(store, cluster())

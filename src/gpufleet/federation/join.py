@@ -77,6 +77,20 @@ def worker_token(store: Store, cluster: Cluster) -> str:
     return secret.value(ref.key)
 
 
+def connection_version(store: Store, cluster: Cluster) -> str:
+    """What a client of the worker depends on: its URL and the version of its token's Secret, so a
+    worker that joins again (a new URL or a new token) gets a new client."""
+    embedded = cluster.spec.connection.embedded
+    if embedded is None:
+        return ""
+    ref = embedded.token_secret_ref
+    try:
+        version = store.get(Secret, ref.name, ref.namespace).metadata.resource_version or ""
+    except NotFoundError:
+        version = ""
+    return f"{embedded.url} {version}"
+
+
 @dataclass(frozen=True, slots=True)
 class JoinSettings:
     """What a joined worker knows of its manager."""

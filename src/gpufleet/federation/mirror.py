@@ -35,6 +35,7 @@ from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.federation.controller import ClusterConditions
 from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
+from gpufleet.federation.join import connection_version
 from gpufleet.federation.link import (
     CLUSTER,
     FENCED,
@@ -282,9 +283,8 @@ class FederationController:
             client.apply_queue(wanted)
 
     def _client(self, cluster: Cluster) -> WorkerClient:
-        # Keyed by the URL too: a worker that joins again from another address is reached there.
-        embedded = cluster.spec.connection.embedded
-        key = f"{cluster.name} {embedded.url if embedded is not None else ''}"
+        # A worker that joins again (another URL, a new token) is reached with what it joined with.
+        key = f"{cluster.name} {connection_version(self.store, cluster)}"
         if key not in self._clients:
             self._clients[key] = self.connect(cluster)
         return self._clients[key]

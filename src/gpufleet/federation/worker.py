@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 5
 """Status writes tried per heartbeat before a conflict waits for the next one."""
 ENDED = ("Succeeded", "Failed")
+BEATS_PER_LEASE = 4
 
 
 @dataclass(slots=True)
@@ -79,10 +80,19 @@ class WorkerAgent:
         self.lease = LeaseState()
         self.next_beat = 0.0
 
+    def period(self) -> float:
+        """Seconds between heartbeats: `heartbeat_seconds`, or a quarter of the lease when that is
+        shorter (a kubelet renews its node Lease as often), so a short lease does not lapse between
+        two heartbeats that both arrive."""
+        if self.lease.lease_seconds > 0:
+            return min(self.heartbeat_seconds, self.lease.lease_seconds / BEATS_PER_LEASE)
+        return self.heartbeat_seconds
+
     def step(self, now: float) -> float | None:
         if now >= self.next_beat:
-            self.next_beat = now + self.heartbeat_seconds
+            self.next_beat = now + self.period()
             self._beat(now)
+            self.next_beat = min(self.next_beat, now + self.period())  # the lease the ack gave
         self._enforce(now)
         ends = self.lease.ends()
         if ends is not None and ends >= now:
