@@ -8,11 +8,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import server.test_console_browser as page_test
 from gpufleet.api.reasons import pending_lines
 from gpufleet.kube.transport import MERGE_PATCH, Transport
 
@@ -20,12 +22,18 @@ from .conftest import RUN, Cluster, wait_for
 
 pytestmark = pytest.mark.k8s
 
+# The embedded console's browser test drives Debian's Chromium; the same page is driven here with its
+# fixtures: `browser` (Selenium on that Chromium) and `shots` (the screenshots' folder).
+browser = page_test.browser
+shots = page_test.shots
+NO_BROWSER = page_test.CHROMIUM is None or page_test.CHROMEDRIVER is None
+
 
 class Console:
     """The command, run as a user runs it; its URL and token as it prints them."""
 
     def __init__(self, process: subprocess.Popen[str], url: str, token: str) -> None:
-        self.process, self.url = process, url
+        self.process, self.url, self.token = process, url, token
         self.client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
     def view(self) -> dict[str, Any]:
@@ -113,3 +121,29 @@ def test_the_console_shows_the_cluster_as_the_scheduler_left_it(
         return any(c["object"]["spec"]["involvedName"] == "con-later" for c in page["items"])
 
     wait_for("the later pod's event, live", later_event, timeout=30)
+
+
+@pytest.mark.skipif(NO_BROWSER, reason="chromium and chromedriver are not installed")
+def test_the_page_in_a_browser_shows_the_cluster_with_no_error(
+    cluster: Cluster, scheduler: Any, console: Console, browser: Any, shots: Path
+) -> None:
+    node = cluster.node("web-0", labels={"gpufleet.io/rack": f"r-{RUN}"})
+    cluster.pod("web-a", gpus=4)
+    cluster.pod("web-big", gpus=16)
+    wait_for("web-a bound", lambda: cluster.node_of("web-a"))
+    wait_for("web-big's reason", lambda: cluster.condition("web-big", "PodScheduled"))
+    browser.get(f"{console.url}/#token={console.token}")  # the URL the command prints signs in
+    held = f'[data-node="{node}"] [data-state="allocated"]'
+    page_test._until(
+        "the node's GPUs on the map", lambda: len(browser.find_elements("css selector", held)) == 4, 15
+    )
+    page_test._visit_all(browser, shots, "kube")
+    page_test._open(browser, "work")
+    row = f'tr[data-work="{cluster.namespace}/web-big"] pre.reason'
+    shown = page_test._until("the waiting pod's reason", lambda: page_test._text(browser, row), 5)
+    assert shown.startswith("Pending: NoFit")
+    page_test._open(browser, "events")
+    page_test._until(
+        "the scheduler's event", lambda: "FailedScheduling" in page_test._text(browser, "#event-rows"), 10
+    )
+    assert page_test._errors(browser) == []
