@@ -158,6 +158,23 @@ class CandidatePool(Sequence[Candidate]):
             return iter(self.parts[0].ordered)
         return self._merged()
 
+    def head(self, n: int) -> list[Candidate]:
+        """The first `n` candidates in order: a heap over the parts' firsts, a part sorted only once its
+        first is taken (no part is copied, unlike the merge of `in_order` past its first few)."""
+        if self._items is not None:
+            return self._items[:n]
+        parts = self.parts
+        heap = [(order_of(part.first), j, 0) for j, part in enumerate(parts) if part.kept]
+        heapq.heapify(heap)
+        out: list[Candidate] = []
+        while heap and len(out) < n:
+            _, j, i = heapq.heappop(heap)
+            ordered = parts[j].ordered
+            out.append(ordered[i])
+            if i + 1 < len(ordered):
+                heapq.heappush(heap, (order_of(ordered[i + 1]), j, i + 1))
+        return out
+
     def _merged(self) -> Iterator[Candidate]:
         """The parts merged: the first few by scanning the parts' heads (`quota_feasible` mostly stops
         after the first evict, and a heap over hundreds of parts costs more to set up than a scan; a

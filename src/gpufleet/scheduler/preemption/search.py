@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
-from itertools import islice
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
@@ -263,8 +262,10 @@ class Search:
         head = self._head
         if head is None:
             pool = self.pool
-            ordered = pool.in_order() if isinstance(pool, CandidatePool) else iter(sorted(pool, key=order_of))
-            head = self._head = list(islice(ordered, OUTSIDE_HEAD))
+            if isinstance(pool, CandidatePool):
+                head = self._head = pool.head(OUTSIDE_HEAD)
+            else:
+                head = self._head = sorted(pool, key=order_of)[:OUTSIDE_HEAD]
         names: set[str] = set()
         out: list[Candidate] = []
         for candidate in head:
