@@ -3,6 +3,8 @@ API server, in the shape `gpufleet up` serves; what it shows is what the schedul
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,3 +149,33 @@ def test_a_cursor_the_server_compacted_away_starts_the_events_again_from_a_list(
     items, fresh = events.changes(cursor, limit=100, wait=1)
     assert {c["object"]["spec"]["involvedName"] for c in items} >= {"huge", "later"}
     assert int(fresh) > int(cursor)
+
+
+def test_once_watching_the_view_follows_the_cluster_from_the_informers_caches(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    _cluster(api)
+    source = KubeConsoleSource(api)
+    stop = threading.Event()
+    try:
+        assert source.watch(stop, timeout=10)
+        tokens = TokenRegistry(tmp_path)
+        client = TestClient(console_app(source, tokens, KubeEvents(api)))
+        client.headers["Authorization"] = f"Bearer {tokens.admin_token}"
+        listed = len(api.requests)
+        assert [g["state"] for g in _by_node(client.get("/v1/console").json())["gpu-1"]][:2] == [
+            "allocated"
+        ] * 2
+        assert len(api.requests) == listed  # read from the caches, not listed again
+        note = {"metadata": {"annotations": {"gpufleet.io/unhealthy-gpus": "1"}}}
+        api.request("PATCH", "/api/v1/nodes/gpu-1", body=note, content_type="application/merge-patch+json")
+
+        def failed() -> bool:
+            return _by_node(client.get("/v1/console").json())["gpu-1"][1]["state"] == "failed"
+
+        deadline = time.monotonic() + 5
+        while not failed():
+            assert time.monotonic() < deadline, "the failed GPU did not reach the view"
+            time.sleep(0.05)
+    finally:
+        stop.set()

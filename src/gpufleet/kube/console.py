@@ -1,8 +1,9 @@
 """The web console's source in the Kubernetes world: the cluster read through the API server, in the
 form the embedded world's console reads (`gpufleet.store.console`), so one builder serves both.
 
-- Queues, TrainingJobs and InferenceServices are gpufleet's custom resources, read with `KubeStore`
-  (their status is the scheduler's and the operator's: quota use, `pendingReason`, restarts).
+- Queues, TrainingJobs and InferenceServices are gpufleet's custom resources, read into their models
+  as `KubeStore` reads them (their status is the scheduler's and the operator's: quota use,
+  `pendingReason`, restarts).
 - Nodes with GPUs become map nodes by the rule the scheduler reads them with (`kube.nodes.node_spec`:
   GPU count and model, sharing, unhealthy GPUs from the agent's annotation or the device plugin's
   allocatable, the `rack` topology level); their pool is the operator's `gpufleet.io/pool` label or the
@@ -21,11 +22,13 @@ form the embedded world's console reads (`gpufleet.store.console`), so one build
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from gpufleet.api.accounting import gpus_per_worker
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import POOL_LABEL
 from gpufleet.api.resource import GROUP, Resource
 from gpufleet.api.runtime import RACK_LABEL
@@ -34,33 +37,56 @@ from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
 from gpufleet.kube.config import GANG_LABEL, QUEUE_LABEL, KubeConfig
 from gpufleet.kube.fleet import pool_of, unhealthy_reason
+from gpufleet.kube.informer import Informers
 from gpufleet.kube.nodes import GPU_RESOURCE, node_spec, ready
-from gpufleet.kube.store import KubeStore
+from gpufleet.kube.resources import resource_for
+from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.store.console import Fleet
 
 _SHARING = {SharingMode.TIME_SLICING: "timeSlicing", SharingMode.MPS: "mps"}
 
 
+WATCHED = ("Queue", "TrainingJob", "InferenceService", "GPUPool", "Node", "Pod")
+"""What the console reads: gpufleet's kinds, then Nodes and Pods."""
+
+
 class KubeConsoleSource:
-    """What the console shows, read from one API server at each call (nothing is cached)."""
+    """What the console shows, read from one API server: from informers' caches once `watch` has
+    started them (what `gpufleet kube console` does: the page asks every 1.5 s, and a list of every
+    pod that often would weigh on the API server of a large cluster), else listed at each call."""
 
     def __init__(self, api: Transport, config: KubeConfig | None = None) -> None:
         self._api = api
-        self._store = KubeStore(api)
         self._config = config or KubeConfig()
+        self._informers: Informers | None = None
+
+    def watch(self, stop: threading.Event, *, timeout: float = 60.0) -> bool:
+        """Starts an informer per kind read; whether they all listed within `timeout` seconds."""
+        informers = Informers(self._api)
+        for kind in WATCHED:
+            informers.informer(resource_for(kind))
+        informers.start(stop)
+        self._informers = informers
+        return informers.wait_for_sync(timeout)
+
+    def _items(self, kind: str) -> list[Json]:
+        resource = resource_for(kind)
+        if self._informers is not None:
+            return self._informers.informer(resource).items()
+        return list(self._api.request("GET", resource.collection()).get("items") or [])
 
     def resources(self, kind: str) -> Sequence[Resource]:
-        return list(self._store.list(kind).items)
+        info = kind_info(kind)
+        if info is None:
+            return []
+        # The models KubeStore reads them into (metadata the API adds and the models lack left out).
+        return [from_json(info, raw) for raw in self._items(kind)]
 
     def fleet(self) -> Fleet:
-        pools = [p.to_dict() for p in self._store.list("GPUPool").items]
-        nodes = [
-            made
-            for raw in self._api.request("GET", "/api/v1/nodes").get("items") or []
-            if (made := console_node(raw, pools, self._config)) is not None
-        ]
-        raw_pods = self._api.request("GET", "/api/v1/pods").get("items") or []
+        pools = [p.to_dict() for p in self.resources("GPUPool")]
+        nodes = [made for raw in self._items("Node") if (made := console_node(raw, pools, self._config))]
+        raw_pods = self._items("Pod")
         pods = holding_pods(raw_pods, nodes, self._config)
         return Fleet(
             nodes=nodes,
