@@ -68,13 +68,14 @@ class Manager:
 
     def __init__(self) -> None:
         self.beats = 0
+        self.lease: float | None = None
 
     def read_cluster(self, name: str) -> Cluster:
         return cluster()
 
-    def write_cluster_status(self, written: Cluster) -> Cluster:
+    def write_cluster_status(self, written: Cluster) -> None:
         self.beats += 1
-        return written
+        self.lease = written.status.lease_seconds
 
 
 def test_a_plane_reports_once_joined_and_fences_its_managed_work_when_unjoined(store: SqliteStore) -> None:
@@ -114,6 +115,7 @@ def test_a_short_lease_is_renewed_four_times_over(store: SqliteStore) -> None:
     for now in (1.0, 2.5, 4.0, 5.0, 7.5):
         agent.step(now)
     assert manager.beats == 4, "at 0, 2.5, 5 and 7.5 s"
+    assert manager.lease == 10, "each heartbeat says the lease the worker counts it with"
 
 
 def test_a_new_token_or_url_is_a_new_connection(store: SqliteStore) -> None:

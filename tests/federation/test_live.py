@@ -334,3 +334,21 @@ def test_work_in_a_cluster_deleted_by_hand_moves_only_once_its_lease_has_lapsed(
     assert any(
         e.spec.reason == "ClusterRemoved" for e in manager.store.list(Event) if e.spec.involved_name == "llm"
     )
+
+
+def test_a_lease_shortened_in_the_spec_counts_only_from_the_next_heartbeat(planes: dict[str, Plane]) -> None:
+    """The manager counts a heartbeat's lease as the worker reported it with that heartbeat: shortening
+    spec.leaseSeconds while the worker is cut off must not move work the worker still runs."""
+    manager = planes["manager"]
+    run(planes, 3)
+    manager.store.apply(load_objects(JOB)[0])
+    run(planes, 5)
+    assert running_in(planes) == ["w1"]
+    planes["w1"].cut[0] = True
+    cluster = manager.store.get(Cluster, "w1")
+    spec = cluster.spec.model_copy(update={"lease_seconds": 3.0})
+    manager.store.update(cluster.model_copy(update={"spec": spec}))
+    run(planes, 9)  # past 3 s + the 5 s grace, inside the 10 s lease w1 counts with: it still runs it
+    assert manager.store.get(TrainingJob, "llm", "team").metadata.annotations[CLUSTER] == "w1"
+    run(planes, 8)  # past 10 s + the grace: w1 fenced it, and it moves
+    assert running_in(planes) == ["w2"]

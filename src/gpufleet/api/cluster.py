@@ -220,6 +220,19 @@ class ClusterStatus(ObjectStatus):
         "freeDomains besides nvlink and host, in the order a gang inside one rack is inside one block.",
     )
     running_workloads: int = Field(default=0, ge=0, description="Managed workloads running there.")
+    lease_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="The lease the worker runs under since its last heartbeat (spec.leaseSeconds as it "
+        "read it then): the manager moves its work only once this lease has lapsed, whatever the spec "
+        "says now.",
+    )
+
+    def lease_end(self) -> float | None:
+        """When the lease of the last heartbeat ends (epoch seconds); None before any heartbeat."""
+        if self.heartbeat_time is None or self.lease_seconds is None:
+            return None
+        return self.heartbeat_time.timestamp() + self.lease_seconds
 
 
 class Cluster(Resource):

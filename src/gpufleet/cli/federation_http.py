@@ -106,12 +106,10 @@ class HttpManager:
         assert isinstance(cluster, Cluster)
         return cluster
 
-    def write_cluster_status(self, cluster: Cluster) -> Cluster:
+    def write_cluster_status(self, cluster: Cluster) -> None:
         data = cluster.to_dict()
         body = {"metadata": {"resourceVersion": cluster.metadata.resource_version}, "status": data["status"]}
         self.client.request("PUT", f"{PREFIX}/clusters/{cluster.name}/status", json=body)
-        # The status view carries no spec; the worker needs the lease from it, so read it back.
-        return self.read_cluster(cluster.name)
 
 
 def connect_embedded(store: Store) -> Callable[[Cluster], WorkerClient]:

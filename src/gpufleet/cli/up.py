@@ -113,6 +113,15 @@ def up(
             "with --clusters N it also runs N workers of its own.",
         ),
     ] = False,
+    lease_grace: Annotated[
+        float,
+        typer.Option(
+            "--lease-grace",
+            min=0.0,
+            help="Manager: seconds past a worker's lease before its work moves; it must cover the clock "
+            "skew between the machines and a heartbeat in flight.",
+        ),
+    ] = up_clusters.GRACE_SECONDS,
 ) -> None:
     """Runs the control plane: the API, the digital-twin nodes and the controllers."""
     setup_logging(log_format, level=logging.WARNING)
@@ -140,6 +149,7 @@ def up(
                 time_scale=time_scale,
                 config=config,
                 clusters=clusters,
+                grace_seconds=lease_grace,
             )
         else:
             _serve(directory, objects, out, state is not None, host, port, time_scale, runtime, config)

@@ -131,6 +131,7 @@ def build(
     clusters: int,
     host: str,
     port: int,
+    grace_seconds: float = GRACE_SECONDS,
 ) -> Federation:
     """Opens every plane's store, binds every API port, applies the objects and wires the runtimes;
     nothing runs yet (`start` runs it)."""
@@ -154,7 +155,7 @@ def build(
     for obj in to_manager:
         manager.store.apply(obj)
     controller = FederationController(
-        manager.store, connect_embedded(manager.store), grace_seconds=GRACE_SECONDS
+        manager.store, connect_embedded(manager.store), grace_seconds=grace_seconds
     )
     manager.runtime = Runtime(manager.store, clock=clock, participants=[controller])
     for worker in workers:
@@ -197,11 +198,19 @@ def serve(
     time_scale: float,
     config: SchedulerConfig,
     clusters: int,
+    grace_seconds: float = GRACE_SECONDS,
 ) -> None:
-    """`gpufleet up --clusters N` in the foreground until Ctrl-C."""
+    """`gpufleet up --clusters N` (or `--manager`) in the foreground until Ctrl-C."""
     clock = clock_for(directory, time_scale)
     federation = build(
-        directory, objects, clock=clock, config=config, clusters=clusters, host=host, port=port
+        directory,
+        objects,
+        clock=clock,
+        config=config,
+        clusters=clusters,
+        host=host,
+        port=port,
+        grace_seconds=grace_seconds,
     )
     stop = threading.Event()
     start(federation, stop)

@@ -79,6 +79,6 @@ class ManagerLink(Protocol):
 
     def read_cluster(self, name: str) -> Cluster: ...
 
-    def write_cluster_status(self, cluster: Cluster) -> Cluster:
+    def write_cluster_status(self, cluster: Cluster) -> None:
         """Replaces the status if `cluster`'s resourceVersion is current, else raises ConflictError."""
         ...

@@ -100,10 +100,8 @@ class FederationController:
         self.conditions.reconcile(now=when)
         clusters = {c.name: c for c in self.store.list(Cluster)}
         for cluster in clusters.values():
-            if cluster.status.heartbeat_time is not None:
-                self._lease_ends[cluster.name] = (
-                    cluster.status.heartbeat_time.timestamp() + cluster.spec.lease_seconds
-                )
+            if (ends := _lease_end(cluster)) is not None:
+                self._lease_ends[cluster.name] = ends
         queues = {q.name: q for q in self.store.list(Queue)}
         view = manager_view(clusters.values(), queues.values(), now=when)
         grants = Grants()
@@ -201,10 +199,8 @@ class FederationController:
         return True
 
     def _lease_lost(self, cluster: Cluster, now: float) -> bool:
-        heard = cluster.status.heartbeat_time
-        if heard is None:
-            return True
-        return now > heard.timestamp() + cluster.spec.lease_seconds + self.grace_seconds
+        ends = _lease_end(cluster)
+        return ends is None or now > ends + self.grace_seconds
 
     def _take_back(
         self, job: Managed, cluster: Cluster | None, reason: str, why: str, stopped_at: float, now: float
@@ -306,6 +302,16 @@ class FederationController:
         except ConflictError:
             return  # the next pass works on the fresh object
         job.metadata, job.status = written.metadata, written.status
+
+
+def _lease_end(cluster: Cluster) -> float | None:
+    """When the lease of the cluster's last heartbeat ends: under the lease the worker reported with it
+    (a worker of an older release reports none: then the spec's)."""
+    ends = cluster.status.lease_end()
+    heard = cluster.status.heartbeat_time
+    if ends is None and heard is not None:
+        ends = heard.timestamp() + cluster.spec.lease_seconds
+    return ends
 
 
 def _dispatched(

@@ -121,15 +121,20 @@ class WorkerAgent:
             for attempt in range(ATTEMPTS):
                 current: Cluster = self.manager.read_cluster(self.cluster)
                 # The manager owns the conditions; the worker replaces only what it reports.
-                current.status = status.model_copy(update={"conditions": current.status.conditions})
+                # The lease is the spec's as read now, reported with the heartbeat: the manager counts
+                # this heartbeat's lease exactly as the worker does, even if the spec changes later.
+                lease = current.spec.lease_seconds
+                current.status = status.model_copy(
+                    update={"conditions": current.status.conditions, "lease_seconds": lease}
+                )
                 try:
-                    written = self.manager.write_cluster_status(current)
+                    self.manager.write_cluster_status(current)
                 except ConflictError:
                     if attempt == ATTEMPTS - 1:
                         raise
                     continue
                 self.lease.acknowledged_at = now
-                self.lease.lease_seconds = written.spec.lease_seconds
+                self.lease.lease_seconds = lease
                 return
         except GpuFleetError as exc:
             # Out of touch: the lease runs out on its own; the next heartbeat tries again.
