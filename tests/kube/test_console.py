@@ -179,3 +179,30 @@ def test_once_watching_the_view_follows_the_cluster_from_the_informers_caches(
             time.sleep(0.05)
     finally:
         stop.set()
+
+
+def test_a_mig_node_s_gpus_are_mig_and_a_share_pod_s_gpu_is_shared(
+    api: FakeApiServer, console: TestClient
+) -> None:
+    quotas = {"H100-80GB": {"nominal": 8}, "3g.40gb": {"nominal": 2}}
+    queue = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Queue", "metadata": {"name": "default"},
+             "spec": {"quotas": quotas}}  # fmt: skip
+    api.put(f"{GROUP}/queues", queue)
+    mig = {"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-2g.20gb": "2", "nvidia.com/mig-1g.10gb": "4"}
+    add_node(api, "m", gpus=0, extra=mig, labels={"nvidia.com/gpu.count": "2"})
+    sliced = {
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+        "nvidia.com/gpu.count": "8",
+    }
+    add_node(api, "t", gpus=32, labels=sliced)
+    add_pods(api, [pod("mp", gpus=None, resources={"nvidia.com/mig-3g.40gb": "1"}),
+                   pod("sp", gpus=1, annotations={"gpufleet.io/gpu-milli": "250"})])  # fmt: skip
+    run(KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0))
+    (pool,) = console.get("/v1/console").json()["map"]
+    gpus = {node["name"]: node["gpus"] for rack in pool["racks"] for node in rack["nodes"]}
+    assert {g["state"] for g in gpus["m"]} == {"mig"} and len(gpus["m"]) == 2
+    assert [g["holders"] for g in gpus["m"] if g["holders"]] == [["mp"]]
+    shared = [g for g in gpus["t"] if g["state"] != "idle"]
+    assert [(g["state"], g["holders"]) for g in shared] == [("shared", ["sp"])] and len(gpus["t"]) == 8
