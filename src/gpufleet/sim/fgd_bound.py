@@ -237,16 +237,19 @@ class _Program:
 
 def _quiet_highs() -> highspy.Highs:
     """A HiGHS instance that logs nothing. Its constructor prints a banner on the process's standard
-    output whatever the options (HiGHS issue 1932), which would break `--json`: it goes to stderr."""
+    output whatever the options (HiGHS issue 1932), once per process, which would break `--json` and
+    clutter the table: it is discarded."""
     sys.stdout.flush()
     saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(2, 1)
+        os.dup2(null, 1)
         h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.silent()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(null)
     return h
 
 
