@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from gpufleet.api.reasons import pending_lines
@@ -92,3 +93,17 @@ def test_a_running_job_costs_its_gpu_hours_at_its_nodes_pool_price(
         if gpu["holders"]
     }
     assert holders == {"llm"}
+
+
+def test_a_job_its_model_refuses_is_left_out_and_the_rest_is_shown(
+    api: FakeApiServer, world, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_job(api)
+    bad = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": "bad", "namespace": "team-a"},
+           "spec": {"queue": "team-a", "replicas": 1, "minReplicas": 4, "worker": {"gpus": 8}}}  # fmt: skip
+    api.put("/apis/gpufleet.io/v1alpha1/namespaces/team-a/trainingjobs", bad)  # kubectl takes it
+    answer = _client(api, tmp_path, NOW).get("/v1/console")
+    assert answer.status_code == 200
+    assert [w["name"] for w in answer.json()["work"]] == ["llm"]
+    assert "TrainingJob team-a/bad left out" in caplog.text and "spec.minReplicas" in caplog.text

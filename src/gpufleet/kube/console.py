@@ -22,9 +22,12 @@ form the embedded world's console reads (`gpufleet.store.console`), so one build
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+import pydantic
 
 from gpufleet.api.accounting import gpus_per_worker
 from gpufleet.api.errors import ValidationError
@@ -32,18 +35,20 @@ from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import POOL_LABEL
 from gpufleet.api.resource import GROUP, Resource
 from gpufleet.api.runtime import RACK_LABEL
+from gpufleet.api.validation import translate_error
 from gpufleet.fleet.node import SharingMode
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
 from gpufleet.kube.config import GANG_LABEL, QUEUE_LABEL, KubeConfig
 from gpufleet.kube.fleet import pool_of, unhealthy_reason
-from gpufleet.kube.informer import Informers
+from gpufleet.kube.informer import Informers, key_of
 from gpufleet.kube.nodes import GPU_RESOURCE, node_spec, ready
 from gpufleet.kube.resources import resource_for
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.store.console import Fleet
 
+log = logging.getLogger(__name__)
 _SHARING = {SharingMode.TIME_SLICING: "timeSlicing", SharingMode.MPS: "mps"}
 
 
@@ -81,7 +86,14 @@ class KubeConsoleSource:
         if info is None:
             return []
         # The models KubeStore reads them into (metadata the API adds and the models lack left out).
-        return [from_json(info, raw) for raw in self._items(kind)]
+        read = []
+        for raw in self._items(kind):
+            try:
+                read.append(from_json(info, raw))
+            except pydantic.ValidationError as exc:
+                # One object written with kubectl that its model refuses does not blank the page.
+                log.warning("console: %s %s left out: %s", kind, key_of(raw), translate_error(exc, obj=kind))
+        return read
 
     def fleet(self) -> Fleet:
         pools = [p.to_dict() for p in self.resources("GPUPool")]
