@@ -37,7 +37,7 @@ MANAGER_FLEET = """
 apiVersion: gpufleet.io/v1alpha1
 kind: Queue
 metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 32}}}
+spec: {quotas: {H100-80GB: {nominal: 16}}}
 """
 
 
@@ -58,7 +58,10 @@ spec:
 def fleet(tmp_path: Path) -> Iterator[dict[str, Plane]]:
     planes: dict[str, Plane] = {}
     (tmp_path / "manager.yaml").write_text(MANAGER_FLEET)
-    args = {"manager": ("--manager", "-f", str(tmp_path / "manager.yaml"))}
+    # A short grace past a lease, so the lost worker's work moves within seconds.
+    args: dict[str, tuple[str, ...]] = {
+        "manager": ("--manager", "--lease-grace", "2", "-f", str(tmp_path / "manager.yaml"))
+    }
     for name, price in (("w1", 2.0), ("w2", 3.0)):
         (tmp_path / f"{name}.yaml").write_text(worker_fleet(price))
         args[name] = ("-f", str(tmp_path / f"{name}.yaml"))
@@ -88,10 +91,12 @@ def wait_for(what: str, check: Callable[[], Any]) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def held_job(manager: Client, name: str) -> dict[str, Any] | None:
+def held_job(manager: Client, name: str, *, in_cluster: str | None = None) -> dict[str, Any] | None:
+    """The manager's job while it runs in a cluster (in `in_cluster`, when given), else None."""
     data: dict[str, Any] = manager.get(f"{PREFIX}/namespaces/team/trainingjobs/{name}")
-    running = data["status"].get("phase") == "Running" and CLUSTER in data["metadata"].get("annotations", {})
-    return data if running else None
+    held = data["metadata"].get("annotations", {}).get(CLUSTER)
+    running = data["status"].get("phase") == "Running" and held is not None
+    return data if running and in_cluster in (None, held) else None
 
 
 def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
@@ -99,13 +104,17 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
 ) -> None:
     manager = client(fleet["manager"])
     manager_token = (fleet["manager"].state / "admin-token").read_text().strip()
-    for name in ("w1", "w2"):
+
+    def join(name: str, lease: int) -> None:
         joined = cli(
             "cluster", "join", name, "--manager", fleet["manager"].url, "--manager-token", manager_token,
-            "--lease-seconds", "20", "--state", str(fleet[name].state),
+            "--lease-seconds", str(lease), "--state", str(fleet[name].state),
         )  # fmt: skip
         assert joined.code == 0, joined.err
         assert manager_token not in joined.out
+
+    for name in ("w1", "w2"):
+        join(name, 20)
     wait_for(
         "both workers' heartbeats",
         lambda: (
@@ -138,6 +147,14 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
     assert following["metadata"]["annotations"][CLUSTER] == "w2", "the drained cluster takes no new work"
     assert held_job(manager, "llm") is not None, "what runs in the drained cluster goes on"
 
+    # The queue's 16 GPUs span both workers: a third job waits on the quota though w2 has room.
+    (tmp_path / "over.yaml").write_text(job("over"))
+    assert cli("apply", "-f", str(tmp_path / "over.yaml"), "--state", str(fleet["manager"].state)).code == 0
+    over = f"{PREFIX}/namespaces/team/trainingjobs/over"
+    wait_for("over waiting on the quota", lambda: manager.get(over)["status"].get("pendingReason"))
+    assert manager.get(over)["status"]["pendingReason"]["type"] == "QuotaExceeded"
+    assert cli("delete", "tj", "over", "-n", "team", "--state", str(fleet["manager"].state)).code == 0
+
     # What happened to `next` in w2 is told by `describe` on the manager.
     def w2_events() -> bool:
         events = manager.get(f"{PREFIX}/namespaces/team/events")["items"]
@@ -166,6 +183,19 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
     moved = wait_for("next running in w1", lambda: held_job(manager, "next"))
     assert moved["metadata"]["annotations"][CLUSTER] == "w1" and moved["status"]["restarts"] == 1
     assert client(fleet["w2"]).get(f"{PREFIX}/namespaces/team/trainingjobs")["items"] == []
+
+    # w2 joins again; w1 (now on a 3 s lease) is killed: its work runs again in w2 once the lease and
+    # the 2 s grace have passed.
+    join("w2", 20)
+    join("w1", 3)
+    w1 = f"{PREFIX}/clusters/w1"
+    wait_for("w1 on its new lease", lambda: manager.get(w1)["status"].get("leaseSeconds") == 3)
+    wait_for(
+        "w2 reporting again", lambda: manager.get(f"{PREFIX}/clusters/w2")["status"].get("heartbeatTime")
+    )
+    fleet["w1"].kill()
+    lost = wait_for("next running in w2", lambda: held_job(manager, "next", in_cluster="w2"))
+    assert lost["status"]["restarts"] == 2 and lost["status"]["lostGpuSeconds"] > 0
 
     # The workers' tokens sit in the manager's Secrets, which its API never shows.
     worker_tokens = [(fleet[n].state / "admin-token").read_text().strip() for n in ("w1", "w2")]

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from gpufleet.api import load_objects
 from gpufleet.api.inference import InferenceService
 from gpufleet.api.status import CheckpointRef
-from gpufleet.api.training import TrainingJob
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.federation.link import LOST, MOVED
 from gpufleet.federation.managed import taken_back, workload_of
 
@@ -49,6 +49,7 @@ def test_a_move_counts_a_restart_and_the_work_since_the_checkpoint_and_a_service
     job.status.restarts, job.status.lost_gpu_seconds = 2, 10.0  # what its worker counted
     job.status.last_checkpoint = CheckpointRef(name="llm-100", step=100, time=start + timedelta(seconds=100))
     status, carried = taken_back(job, stopped_at=(start + timedelta(seconds=160)).timestamp())
+    assert isinstance(status, TrainingJobStatus)
     assert status.phase == "Pending" and status.nodes == [] and status.start_time is None
     assert (status.restarts, status.lost_gpu_seconds) == (3, 10.0 + 32 * 60), "4 workers x 8 GPUs x 60 s"
     assert carried == {MOVED: "3", LOST: "1930"}, "the next worker's counts are added to these"

@@ -32,7 +32,7 @@ def test_a_secret_value_is_stored_but_never_answered(client: TestClient, store: 
     assert read.json()["spec"]["data"] == {"token": "**********"}
     assert store.get(Secret, "cluster-w1-token", "gpufleet-system").value("token") == VALUE
 
-    status = {"metadata": {}, "status": {"conditions": []}}
+    status: dict[str, dict[str, list[str]]] = {"metadata": {}, "status": {"conditions": []}}
     assert client.put(f"{PATH}/cluster-w1-token/status", json=status).status_code == 200
     assert store.get(Secret, "cluster-w1-token", "gpufleet-system").value("token") == VALUE
 
