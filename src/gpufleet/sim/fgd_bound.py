@@ -50,7 +50,7 @@ from gpufleet.scheduler.placement.filters import filter_nodes
 from gpufleet.sim.fgd import HEADLINE_PCT, TUNE_RATIO, Job, RunResult, arrived_pct, build_fleet, workload
 from gpufleet.sim.openb import TracePod, load_nodes, load_pods
 
-# Seconds HiGHS may spend on one packing (a solve takes 1-3 s on the openb traces).
+# Seconds HiGHS may spend on one packing (a solve took 1-20 s on the openb traces, 2 busy cores).
 TIME_LIMIT_S = 60.0
 # Solver tolerances are relative; the bound is raised by this much so that rounding can only weaken it.
 SAFETY = 1e-6
