@@ -44,7 +44,7 @@ NOW = "2026-11-29T12:00:00Z"
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 NAMESPACES = "/v1/namespaces"
 BUILT_IN_GROUPS = ("apiextensions.k8s.io", "coordination.k8s.io", "policy", "batch", "scheduling.k8s.io",
-                   "apps", "events.k8s.io", "rbac.authorization.k8s.io")  # fmt: skip
+                   "apps", "events.k8s.io", "rbac.authorization.k8s.io", "resource.k8s.io")  # fmt: skip
 DEFAULT_TOLERATIONS = [
     {
         "key": f"node.kubernetes.io/{name}",

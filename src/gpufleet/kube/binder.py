@@ -18,12 +18,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.fleet.state import Allocation
+from gpufleet.kube import claim_writes
 from gpufleet.kube.actions import Actions
+from gpufleet.kube.claim_writes import ClaimWrite
 from gpufleet.kube.event_writer import EventWriter
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import ApiError, Json
@@ -61,6 +64,7 @@ class _Bind:
     node: str
     alloc: Allocation | None
     annotations: dict[str, str]
+    claims: tuple[ClaimWrite, ...] = ()
 
 
 class Binder:
@@ -92,14 +96,16 @@ class Binder:
         node: str,
         alloc: Allocation | None,
         annotations: Mapping[str, str] | None = None,
+        claims: Sequence[ClaimWrite] = (),
     ) -> bool:
-        """Starts binding `pod` to `node`; False if a bind of the same pod is still in flight."""
+        """Starts binding `pod` to `node`; False if a bind of the same pod is still in flight. The pod's
+        ResourceClaims (`claims`) are allocated and reserved for it first (`kube.claim_writes`)."""
         key = key_of(pod)
         with self._lock:
             if key in self._in_flight:
                 return False
             self._in_flight.add(key)
-        job = _Bind(pod, key, core_name, node, alloc, dict(annotations or {}))
+        job = _Bind(pod, key, core_name, node, alloc, dict(annotations or {}), tuple(claims))
         if not self.workers:
             self._bind(job)
             return True
@@ -144,9 +150,21 @@ class Binder:
         result, error = BindResult.RETRY, ""
         try:
             started = time.perf_counter()
+            # DRA: the claims' allocation and reservation are written before the Binding, so a kubelet
+            # that sees the pod finds its devices allocated; a refused Binding lets them go again.
+            claim_writes.reserve(self.actions.api, pod, job.claims)
             bound = self.actions.bind(pod, node, job.alloc, annotations=job.annotations)
             metrics.BIND_SECONDS.observe(time.perf_counter() - started)
             result = BindResult.BOUND if bound else BindResult.REFUSED
+            if not bound and job.claims:
+                claim_writes.unreserve(
+                    self.actions.api,
+                    pod["metadata"].get("uid", ""),
+                    [(c.namespace, c.name) for c in job.claims],
+                )
+        except GpuFleetError as exc:  # a claim gone, or allocated otherwise: the pod is placed afresh
+            result, error = BindResult.REFUSED, str(exc)
+            log.warning("binding %s to %s refused: %s", key, node, exc, extra={"node": node})
         except ApiError as exc:
             error = str(exc)
         except Exception as exc:  # a bug in one bind must not lose the pod: it is retried

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpufleet.api.dra_devices import ResourceSliceSpec
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import Queue
@@ -45,7 +46,9 @@ from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlo
 from gpufleet.kube import nodes as kube_nodes
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
+from gpufleet.kube.claim_writes import ClaimWrite
 from gpufleet.kube.config import KubeConfig
+from gpufleet.kube.dra import CLAIMS_NOT_READY, ClaimsNotReady, KubeDra
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
@@ -75,6 +78,8 @@ class Assumed:
     allocation: Allocation
     flavor: str | None = None
     """The quota flavor the pod's GPUs are charged to (what the cycle admitted it under)."""
+    claims: tuple[ClaimWrite, ...] = ()
+    """DRA: the pod's ResourceClaims with the allocation decided, written before its Binding."""
 
 
 @dataclass(slots=True)
@@ -92,8 +97,18 @@ class Sources:
 class KubeCache:
     """Owns the ClusterCache of one leading scheduler; refresh before every pass."""
 
-    def __init__(self, *, config: KubeConfig, history: UsageHistory, priorities: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        *,
+        config: KubeConfig,
+        history: UsageHistory,
+        priorities: Mapping[str, int],
+        dra: KubeDra | None = None,
+    ) -> None:
         self.config = config
+        self.dra = dra
+        """DRA's informers (None: a cache that sees no DeviceClasses, slices or claims)."""
+        self._slices: list[ResourceSliceSpec] = []
         self.history = history
         self.priorities = dict(priorities)
         self.cache: ClusterCache | None = None
@@ -153,10 +168,20 @@ class KubeCache:
             nodes, self._dirty_nodes = self._dirty_nodes, set()
             pods, self._dirty_pods = self._dirty_pods, set()
             jobs, self._dirty_jobs = self._dirty_jobs, set()
+        devices, marked = self.dra.take_marked() if self.dra is not None else (False, set())
+        pods |= marked
         if rebuild or self.cache is None:
             self._start(sources)
             nodes = set(sources.nodes) | set(self._fleet.index)
             pods = set(sources.pods)
+            devices = True
+        if devices and self.dra is not None:
+            # Slices or classes changed: every node's pools (and a DRA node's GPU count) are derived
+            # again, and the pods naming claims are looked at again (a class may have appeared).
+            self._slices = self.dra.slice_specs()
+            self._fleet.devices.set_classes(self.dra.class_specs())
+            nodes |= set(sources.nodes) | set(self._fleet.index)
+            pods |= {k for users in self.dra.users.values() for k in users}
         if new_pods is not None:
             later = self._later(pods, sources, new_pods)
             if later:
@@ -237,19 +262,26 @@ class KubeCache:
         """Brings one fleet row in line with its Node; returns the workloads whose pods lost their place."""
         fleet = self._fleet
         spec = None
+        pools = None
         if node is not None:
             try:
                 spec = kube_nodes.node_spec(node, self.config)
             except GpuFleetError as exc:
                 log.warning("node %s left out of the fleet: %s", name, exc, extra={"node": name})
+        if spec is not None and self.dra is not None:
+            pools = self.dra.node_pools(spec, self._slices)
+            spec = self.dra.node_spec(spec, pools)
         if name in fleet.index:
             if spec is not None and nodesync.update_in_place(fleet, spec):
+                fleet.set_node_devices(name, pools)
                 return set()
             displaced = self._owners(fleet.remove_node(name))
+            fleet.set_node_devices(name, None)
         else:
             displaced = set()
         if spec is not None:
             fleet.add_node(spec)
+            fleet.set_node_devices(name, pools)
             displaced |= self._on_node(name)
         return displaced
 
@@ -363,6 +395,11 @@ class KubeCache:
         self.groups[key] = group
         try:
             workload = kube_pods.workload(group, self.config, self.priorities)
+            if self.dra is not None:
+                workload = self.dra.with_claims(workload, self._pod_sets(group), self._fleet)
+        except ClaimsNotReady as exc:
+            self.reasons[key] = Reason(CLAIMS_NOT_READY, str(exc))
+            return
         except GpuFleetError as exc:
             self.reasons[key] = Reason(INVALID, str(exc))
             return
@@ -378,6 +415,14 @@ class KubeCache:
         else:
             assert self.cache is not None
             self.cache.submit(workload)
+
+    @staticmethod
+    def _pod_sets(group: kube_pods.Group) -> dict[str, list[Json]]:
+        """Each pod set's pods in the core's order (pod `i` is `{workload}/{podSet}/{i}`)."""
+        out: dict[str, list[Json]] = {}
+        for _, pod in sorted(group.by_core_name().items(), key=lambda item: int(item[0].rsplit("/", 1)[1])):
+            out.setdefault(kube_pods.pod_set_of(pod), []).append(pod)
+        return out
 
     def _forget(self, key: str, *, now: float) -> None:
         """Takes a workload (and its completion) out of the cache, freeing what it held."""
@@ -411,9 +456,16 @@ class KubeCache:
             out.update({f"{workload}/{pod_set}/{i}": p for i, p in enumerate(same)})
         return out
 
-    def assume(self, pod: Json, node: str, allocation: Allocation, flavor: str | None = None) -> None:
+    def assume(
+        self,
+        pod: Json,
+        node: str,
+        allocation: Allocation,
+        flavor: str | None = None,
+        claims: tuple[ClaimWrite, ...] = (),
+    ) -> None:
         """Counts a pod as bound to `node` until the informer shows it so."""
-        self.assumed[key_of(pod)] = Assumed(node, allocation, flavor)
+        self.assumed[key_of(pod)] = Assumed(node, allocation, flavor, claims)
 
     def mark(self, pod_key: str) -> None:
         """Looks at a pod again at the next refresh (an assumption dropped, a bind that failed)."""
@@ -547,18 +599,23 @@ class KubeCache:
         try:
             if assumed is not None and assumed.node == node and assumed.allocation.node == row:
                 return fleet.reinstate(dataclasses.replace(assumed.allocation, pod=name))
+            # DRA: the devices its claims' status names (own claims' devices, shared claims joined).
+            devices, shared = self.dra.held_by(pod, node) if self.dra is not None else ((), ())
             noted = parse_allocation_annotation(pod)
             if noted and "mig" in noted and request.mig:
                 slot = noted["mig"]
                 mig = MigSlot(int(slot["gpu"]), str(slot["profile"]), int(slot["start"]))
                 return fleet.reinstate(
-                    Allocation(name, row, (), 0, request.cpu_milli, request.memory_mib, mig)
+                    Allocation(name, row, (), 0, request.cpu_milli, request.memory_mib, mig, devices, shared)
                 )
             if noted and "gpus" in noted and request.total_gpu_milli:
-                return fleet.allocate(name, row, request, tuple(int(g) for g in noted["gpus"]))
+                gpus = tuple(int(g) for g in noted["gpus"])
+                return fleet.allocate(name, row, request, gpus, devices=devices, shared=shared)
             choice = choose_gpus(fleet, row, request)
-            return fleet.allocate(name, row, request, choice.gpus, mig_gpu=choice.mig_gpu)
-        except (AllocationError, GpuFleetError, ValueError, KeyError, TypeError) as exc:
+            return fleet.allocate(
+                name, row, request, choice.gpus, mig_gpu=choice.mig_gpu, devices=devices, shared=shared
+            )
+        except (AllocationError, GpuFleetError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             # Over-committed already (a node that shrank, a stale annotation): keep the CPU and memory.
             log.warning(
                 "pod %s: its GPUs on %s cannot be accounted exactly (%s)", key_of(pod), node, exc,

@@ -28,26 +28,31 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api import evictions
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.queuestatus import queue_reason
-from gpufleet.kube import disruptions
+from gpufleet.fleet.dra_claims import ClaimAllocation
+from gpufleet.kube import claim_writes, disruptions
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.binder import DEFAULT_WORKERS, Binder, BindResult
 from gpufleet.kube.cache import INVALID, REST, WAITING_FOR_GANG, KubeCache, Sources
+from gpufleet.kube.claim_writes import ClaimWrite
+from gpufleet.kube.claims import claim_refs
 from gpufleet.kube.config import QUEUE_LABEL, KubeConfig
+from gpufleet.kube.dra import KubeDra
 from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import JOB, resource_for
 from gpufleet.kube.runends import RunEnds
 from gpufleet.kube.scheduler_informers import scheduler_informers
-from gpufleet.kube.transport import Json, Transport
+from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.observability import metrics, tracing
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
@@ -144,7 +149,10 @@ class KubeScheduler:
         self.actions = Actions(transport, identity=identity, grace_seconds=self.config.eviction_grace_seconds)
         self.history = UsageHistory(self.scheduler_config.fair_sharing.half_life_seconds)
         priorities = dict(self.scheduler_config.priority_classes) | self.config.priority_classes
-        self.kcache = KubeCache(config=self.config, history=self.history, priorities=priorities)
+        self.dra = KubeDra(self.informers)
+        self.kcache = KubeCache(config=self.config, history=self.history, priorities=priorities, dra=self.dra)
+        self.gone_claims: dict[str, list[tuple[str, str]]] = {}
+        """Pods deleted or finished (uid -> their claims): they leave the claims' `reservedFor` next pass."""
         self.retry_binds: dict[str, _Retry] = {}
         """Pods whose binding failed for a transient reason, retried on the same node with backoff
         (the binding may have gone through unanswered, so the place stays theirs)."""
@@ -159,6 +167,7 @@ class KubeScheduler:
         self._listing = False
         """Whether the last pass ran while the pods were still being listed (see `_cycles`)."""
         self._changed = threading.Event()
+        self._gone_lock = threading.Lock()
         self.binder = Binder(self.actions, workers=bind_workers, on_done=self._changed.set)
         self.run_ends = RunEnds(
             self.config,
@@ -172,6 +181,41 @@ class KubeScheduler:
         self.pods.add_handler(self._note(self.kcache.pod_changed))
         self.jobs.add_handler(self._note(self.kcache.job_changed))
         self.queues.add_handler(self._note(self.kcache.queues_changed))
+        self.pods.add_handler(self._pod_ended)
+        self.dra.classes.add_handler(self._note(self.dra.devices_changed))
+        self.dra.slices.add_handler(self._note(self.dra.devices_changed))
+        self.dra.claims.add_handler(self._note(self.dra.claim_changed))
+
+    def _pod_ended(self, event: str, old: Json | None, new: Json | None) -> None:
+        """A pod with claims that was deleted or has finished: its reservations are to be released."""
+        pod = new if new is not None else old
+        if pod is None or not (pod.get("spec") or {}).get("resourceClaims"):
+            return
+        ended = event == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        uid = pod["metadata"].get("uid")
+        if not ended or not uid:
+            return
+        namespace = pod["metadata"].get("namespace") or "default"
+        try:
+            claims = [(namespace, ref.claim) for ref in claim_refs(pod) if ref.claim is not None]
+        except GpuFleetError:
+            return
+        with self._gone_lock:
+            self.gone_claims[uid] = claims
+        self._changed.set()
+
+    def _release_claims(self) -> None:
+        """The reservations of pods that are gone or finished leave their claims (a claim reserved for no
+        one is deallocated), as the resource-claim controller does; its devices are free again."""
+        with self._gone_lock:
+            gone, self.gone_claims = self.gone_claims, {}
+        for uid, claims in gone.items():
+            try:
+                claim_writes.unreserve(self.actions.api, uid, claims)
+            except (ApiError, GpuFleetError) as exc:
+                log.warning("releasing the claims %s of pod %s failed (%s); retried", claims, uid, exc)
+                with self._gone_lock:
+                    self.gone_claims.setdefault(uid, claims)
 
     def _note(self, handler: Callable[[str, Json | None, Json | None], None]) -> Callable[..., None]:
         def note(event: str, old: Json | None, new: Json | None) -> None:
@@ -218,6 +262,7 @@ class KubeScheduler:
         if self.kcache.behind:
             self._changed.set()  # what this pass left is the next one's
         self._retry_binds()
+        self._release_claims()
         self.run_ends.count()
         self.refused = {}
         outcome = self._cycles(cache, now, listing=listing)
@@ -309,15 +354,16 @@ class KubeScheduler:
         requests = {ps.name: ps.request for ps in workload.pod_sets}
         cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
         self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
-        for alloc in admit.allocations:
+        for index, alloc in enumerate(admit.allocations):
             pod = pods.get(alloc.pod)
             if pod is None:
                 continue
+            claims = _claim_writes(pod, admit.claims[index] if index < len(admit.claims) else ())
             # The flavor the pod is charged to goes with it, so a later scheduler charges the same one.
             request = requests.get(kube_pods.pod_set_of(pod))
             charged = pod_usage(request, admit.assignment.model) if request is not None else None
             flavor = charged[0] if charged is not None else None
-            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor)
+            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor, claims)
             self._bind(pod, alloc.pod)
 
     def _bind(self, pod: Json, core_name: str) -> None:
@@ -327,7 +373,9 @@ class KubeScheduler:
             return
         alloc = assumed.allocation
         noted = {kube_pods.FLAVOR_ANNOTATION: assumed.flavor} if assumed.flavor else None
-        self.binder.submit(pod, core_name, assumed.node, alloc if alloc.gpus or alloc.mig else None, noted)
+        self.binder.submit(
+            pod, core_name, assumed.node, alloc if alloc.gpus or alloc.mig else None, noted, assumed.claims
+        )
 
     def _collect_binds(self) -> None:
         """What became of the binds that finished since the last pass."""
@@ -442,6 +490,20 @@ class KubeScheduler:
                     continue
                 self.actions.owner_status(owner, group.namespace, status)
                 self.actions.said[said] = text
+
+
+def _claim_writes(pod: Json, allocations: Sequence[ClaimAllocation]) -> tuple[ClaimWrite, ...]:
+    """The pod's claims with their allocations: the core's are in `spec.resourceClaims` order, under the
+    core's names, the pod's own claims here under the names the controller manager gave them."""
+    if not allocations:
+        return ()
+    namespace = pod["metadata"].get("namespace") or "default"
+    refs = claim_refs(pod)
+    return tuple(
+        ClaimWrite.of(namespace, ref.claim, allocation)
+        for ref, allocation in zip(refs, allocations, strict=True)
+        if ref.claim is not None
+    )
 
 
 def _strict(settings: QueueSettings | None) -> bool:
