@@ -203,3 +203,28 @@ def test_a_refused_binding_releases_the_claims(api: FakeApiServer) -> None:
     )
     assert [o.result for o in binder.drain()] == [BindResult.REFUSED]
     assert stored(api, "gone-gpu")["status"] == {}
+
+
+def test_the_scheduler_role_reads_dra_objects_and_patches_only_claim_status() -> None:
+    from gpufleet.kube.manifests import render_all
+
+    role = next(
+        o
+        for o in render_all()
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "gpufleet-scheduler"
+    )
+    verbs = {
+        (res, v)
+        for r in role["rules"]
+        if r["apiGroups"] == ["resource.k8s.io"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    for kind in ("deviceclasses", "resourceslices", "resourceclaims"):
+        assert {(kind, "list"), (kind, "watch")} <= verbs
+    assert {v for res, v in verbs if res.startswith("resourceclaims/")} == {"patch"}
+    assert not {v for res, v in verbs if res in ("resourceslices", "deviceclasses")} - {
+        "get",
+        "list",
+        "watch",
+    }

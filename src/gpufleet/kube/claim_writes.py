@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.kube.resources import resource_for
-from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +156,15 @@ def _update(api: Transport, namespace: str, name: str, change: object) -> None:
         changed = change(claim)
         if changed is None:
             return
+        status = changed.get("status") or {}
+        # A merge patch of the two fields (null removes one), guarded by the resourceVersion read: the
+        # scheduler's role patches the status subresource and never replaces objects.
+        patch = {
+            "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
+            "status": {field: status.get(field) for field in ("allocation", "reservedFor")},
+        }
         try:
-            api.request("PUT", _path(namespace, name, "status"), body=changed)
+            api.request("PATCH", _path(namespace, name, "status"), body=patch, content_type=MERGE_PATCH)
             return
         except ApiError as exc:
             if exc.status == 404:

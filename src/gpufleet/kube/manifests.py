@@ -171,6 +171,18 @@ SCHEDULER_RULES: tuple[Rule, ...] = (
     ),
     ("batch", ("jobs",), ("get", "list", "watch"), "the size of Jobs that ask for gang scheduling"),
     (
+        "resource.k8s.io",
+        ("deviceclasses", "resourceslices", "resourceclaims"),
+        ("get", "list", "watch"),
+        "DRA: the devices nodes publish, the classes claims ask for, the claims pods name",
+    ),
+    (
+        "resource.k8s.io",
+        ("resourceclaims/status",),
+        ("patch",),
+        "DRA: a claim's allocation and reservedFor, written before the pod's Binding, released when it goes",
+    ),
+    (
         "",
         ("pods",),
         ("create", "delete"),
