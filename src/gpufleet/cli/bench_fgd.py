@@ -98,7 +98,11 @@ def _table(
 
 
 def fgd(
-    trace: str = typer.Option("default", help="Trace name (default, cpu050, ...) or a pod list CSV path."),
+    trace: str = typer.Option(
+        "default",
+        help="Trace name (default, cpu050, ...) or a pod list CSV path; NAME+NAME joins traces end to end "
+        "(the second's pods after the first's, each at half the protocol's 1.3 x load, on the same nodes).",
+    ),
     policy: str = typer.Option("all", help="'all', a policy name, or a comma-separated list."),
     seeds: int = typer.Option(10, min=1, help="Seeds per policy (0 .. N-1)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per policy on stdout."),
@@ -122,16 +126,32 @@ def fgd(
         "relaxation of packing the arrived pods offline, solved with HiGHS), and each policy's distance "
         "from it.",
     ),
+    learn_first_only: bool = typer.Option(
+        False,
+        "--learn-first-only",
+        help="With a joined trace, a measurement: learning policies (fgd+) learn only the first trace's "
+        "pods, to show what adapting to the second one's mix is worth.",
+    ),
 ) -> None:
     """Runs the FGD placement protocol and compares with the published figures."""
     if tie_break not in TIE_BREAKS:
         raise typer.BadParameter(f"valid: {', '.join(TIE_BREAKS)}", param_hint="--tie-break")
-    files = datasets.resolve_trace(trace, data)
+    files = datasets.resolve_joined(trace, data)
+    if learn_first_only and not files.then:
+        raise typer.BadParameter("needs a joined trace (NAME+NAME)", param_hint="--learn-first-only")
+    if bound and files.then:
+        raise typer.BadParameter("is not computed for a joined trace yet", param_hint="--bound")
     names = _policies(policy)
     # Read once here so a bad file fails fast with its line and field, before any worker starts.
     load_nodes(files.nodes)
-    load_pods(files.pods)
-    jobs = [Job(str(files.pods), str(files.nodes), p, s, tie_break) for p in names for s in range(seeds)]
+    for pods in (files.pods, *files.then):
+        load_pods(pods)
+    then = tuple(str(p) for p in files.then)
+    jobs = [
+        Job(str(files.pods), str(files.nodes), p, s, tie_break, then, learn_first_only)
+        for p in names
+        for s in range(seeds)
+    ]
     count = workers if workers > 0 else (os.cpu_count() or 1)
     started = time.perf_counter()
     results: list[RunResult] = _run(jobs, min(count, len(jobs)), quiet=json_out)
@@ -159,6 +179,8 @@ def fgd(
                 "published_pct": ref,
                 "wall_s": round(s.wall_s, 3),
             }
+            if learn_first_only:
+                record["learn_first_only"] = True
             if bounds is not None:
                 record["bound_pct"] = round(bounds.unallocated_pct, 4)
                 record["bound_std"] = round(bounds.unallocated_std, 4)

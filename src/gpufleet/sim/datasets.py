@@ -35,11 +35,12 @@ PUBLISHED_POLICIES = {
 
 @dataclass(frozen=True, slots=True)
 class TraceFiles:
-    """A resolved trace: its short name, its pod list and the node list it runs on."""
+    """A resolved trace: its short name, its pod list(s) and the node list it runs on."""
 
     name: str
     pods: Path
     nodes: Path
+    then: tuple[Path, ...] = ()  # pod lists whose pods arrive after `pods`' (a joined trace)
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -128,6 +129,37 @@ def resolve_trace(trace: str, data: str | Path | None = None) -> TraceFiles:
             f"node list not found (set --data-dir or ${DATA_ENV}, or {FETCH_HINT})", path=str(nodes)
         )
     return TraceFiles(name, as_path, nodes)
+
+
+JOIN = "+"
+
+
+def resolve_joined(trace: str, data: str | Path | None = None) -> TraceFiles:
+    """`resolve_trace`, or traces joined end to end: `default+gpushare60` names the pod lists whose pods
+    arrive one trace after the other (`sim.fgd.joined_workload`) on the one fleet they share.
+
+    The parts must run on the same node list (the same file, or files with the same content); openb's
+    traces all do. The result's `pods` is the first part's list, `then` the others'.
+    """
+    if JOIN not in trace or Path(trace).is_file():
+        return resolve_trace(trace, data)
+    names = trace.split(JOIN)
+    if any(not n.strip() for n in names):
+        raise DataError(f"an empty part; join traces as NAME{JOIN}NAME", path=f"trace {trace!r}")
+    parts = [resolve_trace(n.strip(), data) for n in names]
+    first = parts[0]
+    for part in parts[1:]:
+        if (
+            part.nodes.resolve() != first.nodes.resolve()
+            and part.nodes.read_bytes() != first.nodes.read_bytes()
+        ):
+            raise DataError(
+                f"cannot join {first.name} and {part.name}: they run on different node lists "
+                f"({first.nodes} and {part.nodes})",
+                path=f"trace {trace!r}",
+            )
+    name = JOIN.join(p.name for p in parts)
+    return TraceFiles(name, first.pods, first.nodes, tuple(p.pods for p in parts[1:]))
 
 
 def load_published(trace: str, data: str | Path | None = None) -> dict[str, dict[int, float]]:

@@ -92,6 +92,29 @@ def workload(
     return shuffled
 
 
+def joined_workload(
+    parts: Sequence[Sequence[TracePod]], cluster_milli: int, seed: int, ratio: float = TUNE_RATIO
+) -> list[TracePod]:
+    """The pods of one seed of traces joined end to end: each part's `workload` at an equal share of
+    `ratio` (two parts: 0.65 x the cluster each), the second's pods arriving after all of the first's.
+
+    The headline point (100% arrived) then falls 35% of the cluster into the second trace, so what a
+    policy learnt on the first is tested on a changed mix. Pod names get the part's index (`1/p0001`),
+    since the traces' names overlap.
+    """
+    stream: list[TracePod] = []
+    for index, part in enumerate(parts):
+        share = workload(part, cluster_milli, _part_seed(seed, index), ratio / len(parts))
+        stream += [TracePod(f"{index}/{p.name}", p.request) for p in share]
+    return stream
+
+
+def _part_seed(seed: int, index: int) -> int:
+    # The first part keeps the seed's own stream (its pods are those of a single-trace run at that share);
+    # later parts draw apart from it, so that a trace joined to itself is not the same shuffle twice.
+    return seed if index == 0 else int(np.random.default_rng([seed, 3, index]).integers(2**31))
+
+
 def arrived_pct(arrived_milli: int, cluster_milli: int) -> int:
     """Arrived % rounded half away from zero, as the reference analysis does."""
     return math.floor(arrived_milli * 100 / cluster_milli + 0.5)
@@ -121,22 +144,35 @@ def run_once(
     *,
     ratio: float = TUNE_RATIO,
     tie_break: str = NODE_ORDER,
+    then: Sequence[Sequence[TracePod]] = (),
+    learn_first_only: bool = False,
     **config: Any,
 ) -> RunResult:
-    """One protocol run of `policy` with `seed`; see the module docstring."""
+    """One protocol run of `policy` with `seed`; see the module docstring.
+
+    `then`: traces whose pods arrive after `pods`' (`joined_workload`); a trace-aware policy gets the
+    typical workload of all of them. `learn_first_only` (a measurement, not a policy): the policy
+    learns only the first trace's pods, as if its refits stopped where the mix changes.
+    """
     started = time.perf_counter()
     state = build_fleet(nodes)
     cluster_milli = int(state.gpu_count[: state.n_rows].sum()) * GPU_MILLI
     if cluster_milli == 0:
         raise ValueError("the cluster has no GPUs")
     rank = node_rank(state.n_rows, seed, tie_break)
-    scorer = make_policy(policy, pods, seed, **config)
+    every = [p for part in (pods, *then) for p in part]
+    scorer = make_policy(policy, every, seed, **config)
     rng = np.random.default_rng([seed, 1])
-    stream = workload(pods, cluster_milli, seed, ratio)
+    if then:
+        stream = joined_workload([pods, *then], cluster_milli, seed, ratio)
+    else:
+        stream = workload(pods, cluster_milli, seed, ratio)
+    # Pods of the first trace, in the stream: those the policy learns under `learn_first_only`.
+    first = sum(1 for p in stream if p.name.startswith("0/")) if then else len(stream)
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
     allocated = arrived = placed = 0
-    for pod in stream:
+    for position, pod in enumerate(stream):
         request = pod.request
         rows = filter_nodes(state, request).rows
         if rows.size:
@@ -145,7 +181,8 @@ def run_once(
             row = int(rows[index])
             state.allocate(pod.name, row, request, scored.gpus[index])
             scorer.observe(state, row)
-            scorer.learn(request)
+            if position < first or not learn_first_only:
+                scorer.learn(request)
             allocated += request.total_gpu_milli
             placed += 1
         arrived += request.total_gpu_milli
@@ -184,6 +221,8 @@ class Job:
     policy: str
     seed: int
     tie_break: str = NODE_ORDER
+    then: tuple[str, ...] = ()  # pod lists arriving after `pods` (a joined trace, same node list)
+    learn_first_only: bool = False
 
 
 @dataclass(slots=True)
@@ -234,7 +273,16 @@ def _trace(pods: str, nodes: str) -> tuple[list[NodeSpec], list[TracePod]]:
 def run_job(job: Job) -> RunResult:
     """Runs one job (in this process or in a worker)."""
     nodes, pods = _trace(job.pods, job.nodes)
-    return run_once(nodes, pods, job.policy, job.seed, tie_break=job.tie_break)
+    then = [_trace(more, job.nodes)[1] for more in job.then]
+    return run_once(
+        nodes,
+        pods,
+        job.policy,
+        job.seed,
+        tie_break=job.tie_break,
+        then=then,
+        learn_first_only=job.learn_first_only,
+    )
 
 
 def summarise(policies: Sequence[str], results: Sequence[RunResult]) -> list[PolicySummary]:
