@@ -228,3 +228,44 @@ def test_the_scheduler_role_reads_dra_objects_and_patches_only_claim_status() ->
         "list",
         "watch",
     }
+
+
+def test_each_gang_member_gets_its_own_claim_on_its_own_node(api: FakeApiServer) -> None:
+    sched = scheduler(api)
+    publish(api, "dra-1", "dra-2")
+    labels = {"gpufleet.io/gang": "llm", "gpufleet.io/gang-size": "2"}
+    for i in range(2):
+        claim(api, f"llm-{i}-gpu-q{i}", 8)
+        api.put(
+            "/api/v1/namespaces/team-a/pods", claim_pod(f"llm-{i}", made=f"llm-{i}-gpu-q{i}", labels=labels)
+        )
+    run(sched)
+    nodes = bound(api)
+    assert set(nodes) == {"llm-0", "llm-1"} and set(nodes.values()) == {"dra-1", "dra-2"}
+    for i in range(2):
+        status = stored(api, f"llm-{i}-gpu-q{i}")["status"]
+        assert {r["pool"] for r in status["allocation"]["devices"]["results"]} == {nodes[f"llm-{i}"]}
+        uid = api.objects["/v1/pods"][("team-a", f"llm-{i}")]["metadata"]["uid"]
+        assert [r["uid"] for r in status["reservedFor"]] == [uid]
+
+
+def test_a_restarted_scheduler_keeps_bound_pods_devices_from_their_claims(api: FakeApiServer) -> None:
+    first = scheduler(api)
+    publish(api, "dra-1")
+    claim(api, "p-gpu", 4)
+    api.put("/api/v1/namespaces/team-a/pods", claim_pod("p", made="p-gpu"))
+    run(first)
+    assert bound(api) == {"p": "dra-1"}
+    second = KubeScheduler(api, clock=lambda: 1_900_000_000.0, bind_workers=0)
+    claim(api, "q-gpu", 4)
+    api.put("/api/v1/namespaces/team-a/pods", claim_pod("q", made="q-gpu"))
+    claim(api, "r-gpu", 1)
+    api.put("/api/v1/namespaces/team-a/pods", claim_pod("r", made="r-gpu", created="2026-11-29T11:00:09Z"))
+    run(second)
+    assert bound(api) == {"p": "dra-1", "q": "dra-1"}  # r: the node's 8 GPUs are taken
+    held = [
+        {r["device"] for r in stored(api, name)["status"]["allocation"]["devices"]["results"]}
+        for name in ("p-gpu", "q-gpu")
+    ]
+    assert len(held[0]) == len(held[1]) == 4 and not held[0] & held[1]
+    assert "allocation" not in stored(api, "r-gpu").get("status", {})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from gpufleet.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpufleet.api.dra_devices import DeviceClassSpec, NodeSelector, ResourceSliceSpec
@@ -118,6 +118,16 @@ class KubeDra:
             return
         with self._lock:
             self._marked |= self.users.get(key_of(obj), set())
+
+    def forget(self, pod_key: str, claims: Iterable[str]) -> None:
+        """A deleted pod no longer uses `claims` (keys)."""
+        with self._lock:
+            for key in claims:
+                users = self.users.get(key)
+                if users is not None:
+                    users.discard(pod_key)
+                    if not users:
+                        del self.users[key]
 
     def take_marked(self) -> tuple[bool, set[str]]:
         """(whether slices or classes changed, the pods whose claims changed) since the last call."""

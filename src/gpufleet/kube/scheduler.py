@@ -202,6 +202,8 @@ class KubeScheduler:
             return
         with self._gone_lock:
             self.gone_claims[uid] = claims
+        if event == "DELETED":
+            self.dra.forget(key_of(pod), [f"{namespace}/{name}" for namespace, name in claims])
         self._changed.set()
 
     def _release_claims(self) -> None:
