@@ -173,6 +173,11 @@ def copy_in(plane: Plane) -> TrainingJob | None:
     return found[0] if found else None
 
 
+def granted(plane: Plane) -> dict[str, float]:
+    """The quota the manager granted in a worker's queue `team`, in GPUs per flavor."""
+    return {flavor: q.nominal for flavor, q in plane.store.get(Queue, "team").spec.quotas.items()}
+
+
 def running_in(planes: dict[str, Plane]) -> list[str]:
     return [
         name
@@ -275,9 +280,11 @@ def test_a_job_deleted_in_the_manager_goes_from_its_worker_and_the_workers_event
     assert copy_in(planes["w1"]) is not None
     assert [j.name for j in planes["w1"].store.list(TrainingJob)] == ["llm", "other"]
 
+    assert granted(planes["w1"]) == {"H100-80GB": 16}
     manager.store.delete(TrainingJob, "llm", "team")
     run(planes, 2)
     assert copy_in(planes["w1"]) is None, "deleted in the manager, deleted in the worker"
+    assert granted(planes["w1"]) == {"H100-80GB": 8}, "the grant shrinks with the work"
 
     planes["w1"].cut[0] = True  # a delete while the worker is away waits for it to answer again
     manager.store.delete(TrainingJob, "other", "team")
@@ -286,6 +293,7 @@ def test_a_job_deleted_in_the_manager_goes_from_its_worker_and_the_workers_event
     planes["w1"].cut[0] = False
     run(planes, 3)
     assert not list(planes["w1"].store.list(TrainingJob)), "and it is deleted once it answers"
+    assert granted(planes["w1"]) == {}, "no work there: no quota"
 
 
 def test_a_cluster_drained_with_move_at_checkpoint_lets_its_job_go_after_its_next_checkpoint(

@@ -83,6 +83,9 @@ class HttpWorker:
         answer = self.client.get(f"{PREFIX}/namespaces/{namespace}/events")
         return [_parsed(item, Event) for item in answer["items"]]
 
+    def list_queues(self) -> list[Queue]:
+        return [_parsed(item, Queue) for item in self.client.get(f"{PREFIX}/queues")["items"]]
+
     def read_queue(self, name: str) -> Queue | None:
         try:
             queue = parse_object(self.client.get(f"{PREFIX}/queues/{name}"))

@@ -8,7 +8,8 @@ full request (every pod, not only `minCount`), so an elastic job can grow to its
 The worker's copy is a root queue (the manager's tree is not copied: fair share and borrowing between
 queues are the manager's business), keeps the manager's preemption, weight and minimum runtime, and is
 marked `gpufleet.io/managed-by`. A worker's own queue of that name (not marked) is left as it is: its
-owner's quota applies there.
+owner's quota applies there. The manager brings its queues in each answering worker to the grant every
+pass, so a grant shrinks as work ends or moves away (to no quota at all when none is left).
 
 Pure: no store, no I/O.
 """

@@ -65,6 +65,10 @@ class WorkerClient(Protocol):
         """The worker's Events in a namespace."""
         ...
 
+    def list_queues(self) -> list[Queue]:
+        """Every queue of the worker."""
+        ...
+
     def read_queue(self, name: str) -> Queue | None:
         """The worker's queue of that name, or None when it has none."""
         ...

@@ -135,6 +135,8 @@ class FederationController:
             else:
                 reason = PendingReason(type=decision.reason, message=decision.message)
                 self._set_status(job, _waiting_status(job, reason, now))
+        for name in copies:
+            self._resize_grants(clusters[name], queues, grants)
         return now + self.period_seconds
 
     # ------------------------------------------------------------------ held work
@@ -277,6 +279,22 @@ class FederationController:
             return  # the worker's own queue: its owner's quota applies
         if current is None or not same_grant(current, wanted):
             client.apply_queue(wanted)
+
+    def _resize_grants(self, cluster: Cluster, queues: Mapping[str, Queue], grants: Grants) -> None:
+        """Keeps each queue the manager made in an answering worker at what it grants there now: it
+        shrinks as work ends or leaves, and follows the manager queue's other settings."""
+        try:
+            client = self._client(cluster)
+            for current in client.list_queues():
+                queue = queues.get(current.name)
+                if current.metadata.annotations.get(MANAGED_BY) != self.manager or queue is None:
+                    continue
+                grant = grants.with_(cluster.name, current.name, {})
+                wanted = worker_queue(queue, grant, manager=self.manager)
+                if not same_grant(current, wanted):
+                    client.apply_queue(wanted)
+        except GpuFleetError as exc:
+            log.warning("cluster %s: cannot bring its queues to their grants: %s", cluster.name, exc)
 
     def _client(self, cluster: Cluster) -> WorkerClient:
         # A worker that joins again (another URL, a new token) is reached with what it joined with.
