@@ -3,15 +3,22 @@
 Each pass, at `now`:
 
 1. sets every Cluster's Ready, LeaseExpired and Draining (`ClusterConditions`);
-2. for each TrainingJob a cluster holds (annotation `gpufleet.io/cluster`): takes it back when that
-   cluster has been silent longer than its lease plus `grace_seconds` (the worker has fenced it by
-   then, `federation.worker`) or when the worker reports its copy fenced or gone; otherwise copies the
-   worker's status onto the manager's object and charges the job to its queue's fleet-wide quota;
-3. dispatches the waiting jobs, highest priority first and then oldest, with the dispatcher over the
-   Clusters' summaries (`manager_view`): the chosen worker gets the job's queue with the quota the
-   manager grants it there (`federation.grants`) and a copy of the job marked managed (suspended until
-   its lease lets it start), the manager's object records the cluster, the generation and the model;
-   a job that fits nowhere keeps the dispatcher's reason as its `pendingReason`.
+2. lists each answering worker's copies once (`federation.sync`), deletes those the manager no longer
+   holds there (a job deleted in the manager, or moved while the worker was away) and mirrors the
+   worker's Events about the rest;
+3. for each TrainingJob and InferenceService a cluster holds (annotation `gpufleet.io/cluster`): takes
+   it back when that cluster has been silent longer than its lease plus `grace_seconds` (the worker
+   has fenced it by then, `federation.worker`), when the worker reports its copy fenced or gone, or
+   when the cluster is drained with `MoveAtCheckpoint` and the work may go (`federation.managed`);
+   otherwise copies the worker's status onto the manager's object and charges it to its queue's
+   fleet-wide quota;
+4. dispatches the waiting work, highest priority first and then oldest, with the dispatcher over the
+   Clusters' summaries (`manager_view`): the chosen worker gets the work's queue with the quota the
+   manager grants it there (`federation.grants`), the job's latest checkpoint, and a copy marked
+   managed (suspended until its lease lets it start); the manager's object records the cluster, the
+   generation and the model; work that fits nowhere keeps the dispatcher's reason as its
+   `pendingReason`;
+5. brings the queues it made in each answering worker to what it grants there now.
 
 The manager plane runs no scheduler of its own: its jobs run only in workers. A worker is reached
 through `connect(cluster)` (a `WorkerClient`); an unreachable worker leaves its jobs as they are
