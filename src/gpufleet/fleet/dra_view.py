@@ -43,6 +43,10 @@ class DeviceView:
         """Nodes whose GPUs are handed out through claims only (DRA nodes), published yet or not."""
         self.shared: dict[str, SharedClaim] = {}
         """Shared claims in use, by claim key; their devices are in `in_use` held by the claim key."""
+        self.pinned: dict[str, tuple[DeviceId, ...]] = {}
+        """Claims the world still records as allocated though no pod here holds them (not yet
+        deallocated after their pods left): their devices are in `in_use`, held by the claim key, until
+        the world says they are free, so they are not handed out twice meanwhile."""
 
     def set_node(self, name: str, devices: NodeDevices | None) -> None:
         """The node's devices from its slices (None: it publishes none, or no longer exists)."""
@@ -103,6 +107,17 @@ class DeviceView:
                 del self.shared[claim.claim]
                 self.free(claim.claim, entry.allocation.held)
 
+    def pin(self, claim: str, devices: Iterable[DeviceId]) -> None:
+        """`claim` keeps those of `devices` no pod or claim holds here, until `unpin`."""
+        free = tuple(d for d in devices if d not in self.in_use)
+        for device in free:
+            self.in_use[device] = claim
+        self.pinned[claim] = self.pinned.get(claim, ()) + free
+
+    def unpin(self, claim: str) -> None:
+        """`claim` was deallocated or deleted: what it was pinned to is free."""
+        self.free(claim, self.pinned.pop(claim, ()))
+
     def check(self, allocations: Iterable[Allocation]) -> None:
         """Raises AssertionError unless `in_use` and the shared claims are exactly what `allocations`
         hold: each device held once, by one pod or one claim."""
@@ -115,6 +130,7 @@ class DeviceView:
                 assert self.shared[claim.claim].allocation == claim, f"claim {claim.claim} differs"
         assert users == {k: v.users for k, v in self.shared.items()}, "DRA shared claims"
         held.extend((d, key) for key, entry in self.shared.items() for d in entry.allocation.held)
+        held.extend((d, key) for key, devices in self.pinned.items() for d in devices)
         assert dict(held) == self.in_use and len(held) == len(self.in_use), "DRA devices"
 
     def copy(self) -> DeviceView:
@@ -124,4 +140,5 @@ class DeviceView:
         clone.in_use = dict(self.in_use)
         clone.claims_only = set(self.claims_only)
         clone.shared = {k: SharedClaim(v.allocation, set(v.users)) for k, v in self.shared.items()}
+        clone.pinned = dict(self.pinned)
         return clone

@@ -34,6 +34,7 @@ from gpufleet.controllers.scheduling.cachesync import CacheSync
 from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone, restart_decision
 from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
+from gpufleet.fleet.devices import DeviceId
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import Allocation
 from gpufleet.observability import metrics
@@ -50,6 +51,8 @@ class Actions:
         self.state = state
         self.sync = sync
         self.status = status
+        self.stale: list[tuple[str, tuple[DeviceId, ...]]] = []
+        """DRA: claims an admission found still holding its devices in the store (with their devices)."""
 
     def admit(self, admit: Admit, now: float) -> None:
         state = self.state
@@ -61,6 +64,7 @@ class Actions:
         if workload is None or obj is None:
             return
         cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
+        self.stale = []
         attempt = obj.status.attempts + 1
         created: list[Pod] = []
         try:
@@ -102,6 +106,9 @@ class Actions:
             cache.evict(key, now=now)
             for pod in created:
                 state.delete_pod(pod)
+            for holder, devices in self.stale:
+                # held in the store by a claim not yet deallocated: kept from the next cycles until it is
+                cache.fleet.devices.pin(holder, devices)
             self.sync.refetch(key, now)
             state.dirty = True
             return
@@ -121,7 +128,12 @@ class Actions:
         state = self.state
         conflict = state.claims.conflict(allocations)
         if conflict is not None:
-            raise ConflictError(conflict, obj=f"Pod {pod.namespace}/{pod.name}")
+            holder, devices = conflict
+            self.stale.append((holder, devices))
+            raise ConflictError(
+                f"a device is still allocated to ResourceClaim {holder}",
+                obj=f"Pod {pod.namespace}/{pod.name}",
+            )
         pod_set = next(ps for ps in obj.spec.pod_sets if ps.name == pod.spec.pod_set)
         for written in claims.reserve(
             state.store,

@@ -75,7 +75,10 @@ class CacheSync:
                 self.devices.observe(obj, deleted=event.type == "DELETED", fleet=state.cache.fleet)
                 state.dirty = True
                 self._claims_changed(now)
-            elif isinstance(obj, (ResourceClaim, ResourceClaimTemplate)):
+            elif isinstance(obj, ResourceClaim):
+                state.claim_changed(obj, deleted=event.type == "DELETED")
+                self._claims_changed(now)
+            elif isinstance(obj, ResourceClaimTemplate):
                 state.claims.observe(obj, deleted=event.type == "DELETED")
                 self._claims_changed(now)
         except (AllocationError, GpuFleetError, KeyError) as exc:
@@ -129,7 +132,7 @@ class CacheSync:
         for claim, deleted in claims.collect(
             store, list(state.claims.claims.values()), [p for ps in state.pods.values() for p in ps.values()]
         ):
-            state.claims.observe(claim, deleted=deleted)
+            state.claim_changed(claim, deleted=deleted)
         state.needs_rebuild = False
         state.dirty = True
 
@@ -435,7 +438,7 @@ class CacheSync:
         if pod.spec.resource_claims and (deleted or pod.terminated):
             # A pod deleted or finished gives its claims back (the resource-claim controller's part).
             for claim, gone_claim in claims.release_pod(state.store, pod):
-                state.claims.observe(claim, deleted=gone_claim)
+                state.claim_changed(claim, deleted=gone_claim)
         pods = state.pods.setdefault(key, {})
         known = pods.get(core)
         same = known is not None and known.metadata.uid == pod.metadata.uid

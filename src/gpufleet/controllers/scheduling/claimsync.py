@@ -155,9 +155,9 @@ class ClaimSync:
                 shared.append(held)
         return tuple(own), tuple(shared)
 
-    def conflict(self, allocations: Iterable[ClaimAllocation]) -> str | None:
+    def conflict(self, allocations: Iterable[ClaimAllocation]) -> tuple[str, tuple[DeviceId, ...]] | None:
         """A stored claim other than these that holds one of their devices (one not yet deallocated
-        after its pods left): allocating the device again would give it to two claims."""
+        after its pods left), with all its devices: allocating one again would give it to two claims."""
         wanted = {d: a.claim for a in allocations for d in a.held}
         if not wanted:
             return None
@@ -165,8 +165,9 @@ class ClaimSync:
             allocation = claim.status.allocation
             if allocation is None:
                 continue
-            for result in allocation.devices.results:
-                owner = wanted.get((result.driver, result.pool, result.device))
-                if owner is not None and owner != key and not result.admin_access:
-                    return f"device {result.pool}/{result.device} is still allocated to ResourceClaim {key}"
+            held = tuple(
+                (r.driver, r.pool, r.device) for r in allocation.devices.results if not r.admin_access
+            )
+            if any(wanted.get(d, key) != key for d in held):
+                return key, held
         return None

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
+from gpufleet.api.dra import ResourceClaim
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
-from gpufleet.controllers import claims, jobstate
+from gpufleet.controllers import claims, convert, jobstate
 from gpufleet.controllers.scheduling.claimsync import ClaimSync
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.scheduler.cache import ClusterCache
@@ -88,7 +89,14 @@ class SchedulingState:
             self.store.delete(Pod, pod.name, pod.namespace)
         if pod.spec.resource_claims:
             for claim, deleted in claims.release_pod(self.store, pod):
-                self.claims.observe(claim, deleted=deleted)
+                self.claim_changed(claim, deleted=deleted)
+
+    def claim_changed(self, claim: ResourceClaim, *, deleted: bool) -> None:
+        """A stored claim changed: the index follows, and devices pinned to it are free once it no
+        longer holds them."""
+        self.claims.observe(claim, deleted=deleted)
+        if self.cache is not None and (deleted or claim.status.allocation is None):
+            self.cache.fleet.devices.unpin(convert.workload_key(claim.namespace, claim.name))
 
 
 def restart_decision(obj: WorkloadObject, now: float) -> jobstate.RestartDecision:
