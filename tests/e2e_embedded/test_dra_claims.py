@@ -172,3 +172,47 @@ def test_dra_devices_held_by_claims_survive_a_restart(tmp_path: Path) -> None:
     assert len(pods(again, "second")) == 2
     assert len(held(again)) == len(set(held(again))) == 16
     again.store.close()
+
+
+def test_dra_preemption_releases_the_victims_claims_for_the_preemptor(world: World) -> None:
+    world.apply(FLEET.replace("nominal: 12", "nominal: 16").replace("count: 4", "count: 8"))
+    world.apply(job("low", 2).replace("queue: team", "queue: team\n  priorityClass: research"))
+    world.runtime.run_for(60)
+    assert len(pods(world, "low")) == 2 and len(held(world)) == 16
+    world.apply(job("high", 1).replace("queue: team", "queue: team\n  priorityClass: production-training"))
+    world.runtime.run_for(60)
+    (winner,) = pods(world, "high")
+    assert not [p for p in pods(world, "low") if not p.terminated]
+    made = claims(world)
+    assert not [name for name in made if name.startswith("job-low")], "the victims' claims went with them"
+    claim = made["job-high-worker-gpus-0"]
+    assert claim.status.allocation is not None and len(claim.status.allocation.devices.results) == 8
+    assert [r.uid for r in claim.status.reserved_for] == [winner.metadata.uid]
+    assert len(held(world)) == len(set(held(world))) == 8
+
+
+def test_dra_inference_replicas_take_claims_from_their_template(world: World) -> None:
+    world.apply(FLEET)
+    world.apply(
+        """
+apiVersion: gpufleet.io/v1alpha1
+kind: InferenceService
+metadata: {name: chat, namespace: ml}
+spec:
+  queue: team
+  replicas: {min: 2, max: 2}
+  replica:
+    template:
+      spec:
+        resourceClaims: [{name: gpus, resourceClaimTemplateName: four-gpus}]
+"""
+    )
+    world.runtime.run_for(120)
+    replicas = [p for p in world.store.list(Pod, namespace="ml") if p.spec.owner.name == "chat"]
+    assert len(replicas) == 2
+    for pod in replicas:
+        (entry,) = pod.spec.resource_claims
+        claim = claims(world)[entry.resource_claim_name]
+        assert claim.status.allocation is not None and len(pod.spec.gpus) == 4
+        assert [r.uid for r in claim.status.reserved_for] == [pod.metadata.uid]
+    assert len(held(world)) == len(set(held(world))) == 8
