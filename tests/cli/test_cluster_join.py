@@ -205,3 +205,11 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
         assert secret not in shown.out
         for plane in fleet.values():
             assert secret not in plane.log.read_text(), f"a token in {plane.log}"
+
+
+def test_join_says_which_plane_it_cannot_reach_and_writes_nothing(cli: Callable[..., Result]) -> None:
+    joined = cli(
+        "cluster", "join", "w1", "--manager", "http://127.0.0.1:9", "--manager-token", "t",
+        "--server", "http://127.0.0.1:9", "--token", "x",
+    )  # fmt: skip
+    assert joined.code == 1 and "127.0.0.1:9" in joined.err and "Traceback" not in joined.err
