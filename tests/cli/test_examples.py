@@ -96,6 +96,16 @@ def test_applied_examples_run_on_the_gpus_they_ask_for(cli: Callable[..., Result
     assert len(embed) >= 2 and all(p["spec"]["mig"]["profile"] == "1g.10gb" for p in embed)
     assert all(nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get("gpufleet.io/pool") == "a100-mig"
                for p in embed)  # fmt: skip
+    # DRA: each worker's claim, made from the template, holds the 2 GPUs the worker runs on
+    claims = {c["metadata"]["name"]: c for c in _items(client, "ResourceClaim")}
+    dra = by_owner["dra-finetune"]
+    assert len(dra) == 2
+    for pod in dra:
+        (entry,) = pod["spec"]["resourceClaims"]
+        claim = claims[entry["resourceClaimName"]]
+        devices = [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+        assert sorted(devices) == sorted(f"gpu-{g}" for g in pod["spec"]["gpus"]) and len(devices) == 2
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
 
 
 def test_a_gpu_limit_in_the_pod_template_is_refused_naming_the_field_to_use(
