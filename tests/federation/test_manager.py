@@ -127,3 +127,17 @@ def test_a_silent_or_draining_cluster_gets_no_new_work_and_says_so() -> None:
     assert {c.type: c.status for c in cluster_conditions(us2, now=later)}["Draining"] == "True"
     refused = manager_view(clusters, queues, now=later).dispatch([job("b", "research", 1)])
     assert placed(refused) == {}, "the only live cluster is draining"
+
+
+def test_a_cluster_whose_clock_runs_ahead_gets_no_new_work_and_says_why() -> None:
+    clusters, queues = fleet_objects()
+    us1 = next(c for c in clusters if c.name == "us-1")
+    us1.status.heartbeat_time = NOW + timedelta(seconds=60)  # a worker at another --time-scale
+    us1.status.conditions = cluster_conditions(us1, now=NOW)
+    ready = next(c for c in us1.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ClockAhead")
+    assert "60s ahead" in (ready.message or "") and "--time-scale 1" in (ready.message or "")
+    decisions = manager_view(clusters, queues, now=NOW).dispatch([job("a", "research", 1)])
+    assert placed(decisions) == {"a": "us-2"}, "us-1 is cheaper, but its lease cannot be trusted"
+    us1.status.heartbeat_time = NOW + timedelta(seconds=2)  # a request in flight: fine
+    assert {c.type: c.status for c in cluster_conditions(us1, now=NOW)}["Ready"] == "True"

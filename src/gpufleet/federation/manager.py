@@ -36,6 +36,10 @@ def worker_status(fleet: FleetState, *, now: datetime, running_workloads: int = 
     )
 
 
+CLOCK_AHEAD_SECONDS = 5.0
+"""How far ahead of the manager's clock a heartbeat may be stamped (a request in flight, small skew)."""
+
+
 def cluster_conditions(cluster: Cluster, *, now: datetime) -> list[Condition]:
     """Ready, LeaseExpired and Draining as the manager sees the cluster at `now`."""
     status, spec = cluster.status, cluster.spec
@@ -60,6 +64,16 @@ def cluster_conditions(cluster: Cluster, *, now: datetime) -> list[Condition]:
         status="False" if expired else "True",
         reason="LeaseExpired" if expired else "Heartbeat",
     )
+    if silent is not None and -silent > CLOCK_AHEAD_SECONDS:
+        # Its heartbeats come from the manager's future: its clock runs ahead (another --time-scale,
+        # or an unsynchronised machine). Its lease would look valid for too long, so it gets no work.
+        ready = Condition(
+            type=READY,
+            status="False",
+            reason="ClockAhead",
+            message=f"its heartbeat is {-silent:.0f}s ahead of the manager's clock: run every plane at "
+            "--time-scale 1 with synchronised clocks",
+        )
     drain = spec.drain
     draining = Condition(
         type=DRAINING,
