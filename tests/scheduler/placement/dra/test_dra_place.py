@@ -4,6 +4,7 @@ attempt gives them back, and a pod set that fits nowhere says why under `Dynamic
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -142,3 +143,50 @@ def test_dra_nodes_hand_out_gpus_through_claims_only() -> None:
     ] == ["ext"]
     cpu_only = Workload("cpu", (PodSet("main", 1, PodRequest(cpu_milli=1000)),))
     assert [p.node for p in place(state, cpu_only).placements] == ["dra-1"]
+
+
+def shared_workload(name: str, pods: int, *, allocation: Any = None) -> Workload:
+    made = claim("pair", request(count=2))
+    shared = replace(made, shared=True, allocation=allocation)
+    return Workload(name, (PodSet("main", pods, PodRequest(), claims=(shared,)),))
+
+
+def test_dra_shared_claim_is_allocated_once_and_its_pods_follow_it() -> None:
+    state = dra_fleet({"dra-1": 8, "dra-2": 8})
+    result = place(state, shared_workload("pair", 3))
+    assert result.no_fit is None
+    assert {p.node for p in result.placements} == {"dra-1"}
+    allocation = result.placements[0].claims[0]
+    assert all(p.claims == (allocation,) for p in result.placements), "one allocation, joined by all"
+    assert [d.device for d in allocation.devices] == ["gpu-0", "gpu-1"]
+    assert state.devices.shared["team-a/pair"].users == {p.pod for p in result.placements}
+    assert set(state.devices.in_use.values()) == {"team-a/pair"}
+    state.check_invariants()
+    # the claim is held while any pod uses it: released only with the last one
+    for placement in result.placements[:-1]:
+        state.release(placement.pod)
+        assert len(state.devices.in_use) == 2
+    state.release(result.placements[-1].pod)
+    assert state.devices.in_use == {} and state.devices.shared == {}
+
+
+def test_dra_shared_claim_already_allocated_is_respected_not_allocated_again() -> None:
+    state = dra_fleet({"dra-1": 8, "dra-2": 8})
+    first = place(state, shared_workload("before", 1))
+    (allocation,) = first.placements[0].claims
+    state.release(first.placements[0].pod)
+    moved = replace(
+        allocation,
+        devices=tuple(replace(d, pool="dra-2") for d in allocation.devices),
+        node="dra-2",
+    )
+    later = place(state, shared_workload("later", 2, allocation=moved))
+    assert later.no_fit is None
+    assert {p.node for p in later.placements} == {"dra-2"}  # where the stored allocation says
+    assert all(p.claims == (moved,) for p in later.placements)
+    # its devices held by another pod meanwhile: the claim cannot be joined anywhere
+    for placement in later.placements:
+        state.release(placement.pod)
+    taker = place(state, claimed("taker", 1, 8))
+    assert taker.no_fit is None and taker.placements[0].node == "dra-1"
+    assert place(state, shared_workload("blocked", 1, allocation=allocation)).no_fit is not None
