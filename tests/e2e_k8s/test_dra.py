@@ -83,20 +83,33 @@ def template(cluster: Cluster, name: str, count: int) -> None:
     cluster.api.request("POST", f"{DRA}/namespaces/{cluster.namespace}/resourceclaimtemplates", body=body)
 
 
-def claim_pod(cluster: Cluster, name: str, template_name: str) -> Json:
+def claim_pod(
+    cluster: Cluster,
+    name: str,
+    template_name: str | None = None,
+    *,
+    claim: str | None = None,
+    queue: str = "",
+    labels: dict[str, str] | None = None,
+) -> Json:
+    """A pod asking GPUs only through a claim: made from `template_name`, or the named shared `claim`."""
+    entry = {"name": "gpu"}
+    entry.update(
+        {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template_name or ""}
+    )
     body: Json = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": cluster.namespace,
-            "labels": {"gpufleet.io/queue": cluster.queue},
+            "labels": {"gpufleet.io/queue": queue or cluster.queue, **(labels or {})},
         },
         "spec": {
             "schedulerName": cluster.scheduler_name,
             "nodeSelector": dict(cluster.selector),
             "terminationGracePeriodSeconds": 5,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template_name}],
+            "resourceClaims": [entry],
             "containers": [
                 {
                     "name": "worker",
@@ -115,7 +128,10 @@ def claim_of(cluster: Cluster, pod: str) -> Json | None:
     statuses = cluster.get_pod(pod).get("status", {}).get("resourceClaimStatuses") or []
     name = next((s.get("resourceClaimName") for s in statuses if s.get("name") == "gpu"), None)
     if not name:
-        return None
+        named = cluster.get_pod(pod)["spec"]["resourceClaims"][0].get("resourceClaimName")
+        if not named:
+            return None
+        name = named
     try:
         found: Json = cluster.api.request(
             "GET", f"{DRA}/namespaces/{cluster.namespace}/resourceclaims/{name}"
@@ -178,3 +194,105 @@ def test_dra_template_claims_are_allocated_on_the_node_each_pod_is_bound_to(
         return not (left.get("status") or {}).get("reservedFor")
 
     wait_for("the deleted pod's claim released", let_go, timeout=30)
+
+
+def claims_path(cluster: Cluster) -> str:
+    return f"{DRA}/namespaces/{cluster.namespace}/resourceclaims"
+
+
+def test_dra_a_shared_claim_is_allocated_once_and_reserved_for_each_pod(
+    cluster: Cluster, scheduler: Any, dra: list[str]
+) -> None:
+    dra_node(cluster, dra, "dra-a")
+    dra_node(cluster, dra, "dra-b")
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared-pair", "namespace": cluster.namespace},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": CLASS, "count": 2}}]}
+        },
+    }
+    cluster.api.request("POST", claims_path(cluster), body=body)
+    uids = {claim_pod(cluster, name, claim="shared-pair")["metadata"]["uid"] for name in ("s-0", "s-1")}
+    wait_for("both pods bound", lambda: cluster.node_of("s-0") and cluster.node_of("s-1"), timeout=60)
+    node = cluster.node_of("s-0")
+    assert cluster.node_of("s-1") == node
+    status = cluster.api.request("GET", f"{claims_path(cluster)}/shared-pair")["status"]
+    results = status["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {node}
+    assert {r["uid"] for r in status["reservedFor"]} == uids
+    # Both pods gone: no one reserves the claim, so it is deallocated.
+    cluster.delete_pod("s-0")
+    cluster.delete_pod("s-1")
+
+    def deallocated() -> bool:
+        left = cluster.api.request("GET", f"{claims_path(cluster)}/shared-pair").get("status") or {}
+        return not left.get("reservedFor") and not left.get("allocation")
+
+    wait_for("the shared claim deallocated", deallocated, timeout=30)
+
+
+def test_dra_claims_exceeding_the_queue_quota_pend_with_quota_exceeded(
+    cluster: Cluster, scheduler: Any, dra: list[str]
+) -> None:
+    queue = f"e2e-{RUN}-small"
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": queue},
+        "spec": {"quotas": {"H100-80GB": {"nominal": 4}}},
+    }
+    cluster.api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
+    try:
+        dra_node(cluster, dra, "dra-a")
+        template(cluster, "four-gpus-q", 4)
+        claim_pod(cluster, "q-0", "four-gpus-q", queue=queue)
+        wait_for("the first pod bound", lambda: cluster.node_of("q-0"), timeout=60)
+        claim_pod(cluster, "q-1", "four-gpus-q", queue=queue)
+        # Until the controller manager makes its claim the pod waits for it (ClaimsNotReady); then for quota.
+        reason = wait_for(
+            "QuotaExceeded",
+            lambda: (
+                (c := cluster.condition("q-1", "PodScheduled"))
+                and c["message"].startswith("QuotaExceeded")
+                and c
+            ),
+            timeout=60,
+        )
+        assert reason["status"] == "False"
+        assert cluster.node_of("q-1") is None
+        made = claim_of(cluster, "q-1")
+        assert made is not None and not (made.get("status") or {}).get("allocation")
+    finally:
+        with contextlib.suppress(ApiError):
+            cluster.api.request("DELETE", f"/apis/gpufleet.io/v1alpha1/queues/{queue}")
+
+
+def test_dra_preemption_hands_the_victims_devices_to_the_preemptor(
+    cluster: Cluster, scheduler: Any, dra: list[str]
+) -> None:
+    node = dra_node(cluster, dra, "dra-a")
+    template(cluster, "eight-gpus", 8)
+    claim_pod(cluster, "low", "eight-gpus", labels={"gpufleet.io/priority-class": "research"})
+    wait_for("the low-priority pod bound", lambda: cluster.node_of("low"), timeout=60)
+    victim = claim_of(cluster, "low")
+    assert victim is not None
+    devices = {r["device"] for r in victim["status"]["allocation"]["devices"]["results"]}
+    claim_pod(cluster, "urgent", "eight-gpus", labels={"gpufleet.io/priority-class": "production-training"})
+    wait_for("the victim asked to stop", lambda: cluster.get_pod("low")["metadata"].get("deletionTimestamp"))
+    cluster.finish_deleting()  # without kubelets the victim never finishes on its own
+    assert wait_for("the preemptor bound", lambda: cluster.node_of("urgent"), timeout=60) == node
+    taken = claim_of(cluster, "urgent")
+    assert taken is not None
+    assert {r["device"] for r in taken["status"]["allocation"]["devices"]["results"]} == devices
+    path = f"{claims_path(cluster)}/{victim['metadata']['name']}"
+
+    def released() -> bool:
+        try:
+            left = cluster.api.request("GET", path)
+        except ApiError as exc:
+            return exc.status == 404
+        return not (left.get("status") or {}).get("allocation")
+
+    wait_for("the victim's claim deallocated", released, timeout=30)
