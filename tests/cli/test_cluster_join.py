@@ -115,6 +115,11 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
 
     for name in ("w1", "w2"):
         join(name, 20)
+    taken = cli(
+        "cluster", "join", "w1", "--manager", fleet["manager"].url, "--manager-token", manager_token,
+        "--state", str(fleet["w2"].state),
+    )  # fmt: skip
+    assert taken.code == 1 and "already joined from" in taken.err, "w2 may not take over w1's name"
     wait_for(
         "both workers' heartbeats",
         lambda: (

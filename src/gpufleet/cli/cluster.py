@@ -124,12 +124,32 @@ def join(
         ),
     )
     boss = Client(manager.rstrip("/"), manager_token)
+    _rejoining(boss, cluster)
     boss.apply([secret.to_dict(reveal_secrets=True), cluster.to_dict()])
     settings = JoinSettings(manager.rstrip("/"), manager_token, name)
     worker.apply([join_secret(settings).to_dict(reveal_secrets=True)])
     out = console()
     out.print(f"cluster/{name} joined the manager at {settings.url}: {worker.server} reports into it")
     out.print("  `gpufleet get clusters` on the manager shows its capacity and heartbeat")
+
+
+def _rejoining(boss: Client, cluster: Cluster) -> None:
+    """Joining again under a name the manager knows: only from the same URL (another plane would take
+    over that cluster's work), and a drain set on it stays."""
+    try:
+        existing = boss.get(f"{PREFIX}/clusters/{cluster.name}")
+    except NotFoundError:
+        return
+    spec = existing.get("spec") or {}
+    url = ((spec.get("connection") or {}).get("embedded") or {}).get("url")
+    embedded = cluster.spec.connection.embedded
+    if embedded is not None and url != embedded.url:
+        raise ConflictError(
+            f"already joined from {url}: leave it first (gpufleet cluster leave) or give another name",
+            obj=f"Cluster {cluster.name}",
+        )
+    if spec.get("drain") is not None:
+        cluster.spec.drain = ClusterDrain.model_validate(spec["drain"])
 
 
 def pool_prices(pools: list[dict[str, Any]]) -> dict[str, float]:
