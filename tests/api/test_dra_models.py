@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from gpufleet.api.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from gpufleet.api.training import TrainingJob
 from gpufleet.api.validation import translate_error
 
 # As NVIDIA's DRA driver for GPUs publishes a node's GPU and its MIG partitions (abridged).
@@ -149,3 +150,34 @@ def test_a_device_class_is_cluster_wide() -> None:
         "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
     }
     assert "metadata.namespace" in _error(DeviceClass, data)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"name": "gpus"}, "exactly one of resourceClaimName and resourceClaimTemplateName"),
+        ({"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}, "exactly one of"),
+    ],
+)
+def test_a_pod_template_claim_entry_names_one_claim_or_template(entry: dict[str, Any], expected: str) -> None:
+    job = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "ft", "namespace": "ml"},
+        "spec": {"replicas": 1, "worker": {"template": {"spec": {"resourceClaims": [entry]}}}},
+    }
+    message = _error(TrainingJob, job)
+    assert "spec.worker.template.spec.resourceClaims[0]" in message and expected in message
+
+
+def test_a_pod_template_names_its_claims_in_order() -> None:
+    template = {"spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four"}]}}
+    worker = TrainingJob.model_validate(
+        {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "ft"},
+            "spec": {"replicas": 1, "worker": {"template": template}},
+        }
+    ).spec.worker
+    assert [(e.name, e.resource_claim_template_name) for e in worker.resource_claims] == [("gpus", "four")]
