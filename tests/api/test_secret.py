@@ -38,3 +38,8 @@ def test_a_missing_key_names_the_secret() -> None:
 def test_a_bad_key_is_refused_with_its_field() -> None:
     with pytest.raises(GpuFleetError, match=r"spec\.data"):
         load_objects(YAML.replace("token:", "'bad key':"))
+
+
+def test_a_value_read_back_hidden_cannot_be_written_over_the_real_one() -> None:
+    with pytest.raises(GpuFleetError, match=r"spec\.data.*how a hidden value is shown"):
+        load_objects(YAML.replace("abc-123", "'**********'"))

@@ -19,6 +19,8 @@ from gpufleet.api.errors import NotFoundError
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 
+HIDDEN = "**********"
+"""How every read shows a value (pydantic's SecretStr)."""
 SYSTEM_NAMESPACE = "gpufleet-system"
 """Where gpufleet's own Secrets live (a `SecretKeyRef`'s default namespace)."""
 
@@ -33,9 +35,14 @@ class SecretSpec(ApiModel):
     @field_validator("data")
     @classmethod
     def _keys_named(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for key in value:
+        for key, secret in value.items():
             if not key or not all(c.isalnum() or c in "-_." for c in key):
                 raise ValueError(f"key {key!r} must be letters, digits, '-', '_' or '.'")
+            if secret.get_secret_value() == HIDDEN:
+                # What a read shows, written back (a get, an edit, a put): it would replace the value.
+                raise ValueError(
+                    f"{key}: {HIDDEN} is how a hidden value is shown, not a value; give the value"
+                )
         return value
 
     @field_serializer("data")
