@@ -269,3 +269,21 @@ def test_a_restarted_scheduler_keeps_bound_pods_devices_from_their_claims(api: F
     ]
     assert len(held[0]) == len(held[1]) == 4 and not held[0] & held[1]
     assert "allocation" not in stored(api, "r-gpu").get("status", {})
+
+
+def test_pods_with_claims_wait_until_dra_objects_are_listed_and_others_do_not(api: FakeApiServer) -> None:
+    sched = scheduler(api)
+    publish(api, "dra-1")
+    add_node(api, "gpu-1")
+    claim(api, "p-gpu", 8)
+    api.put("/api/v1/namespaces/team-a/pods", claim_pod("p", made="p-gpu"))
+    api.put("/api/v1/namespaces/team-a/pods", pod("plain", gpus=2))
+    for informer in (sched.nodes, sched.pods, sched.queues, sched.jobs):  # DRA's not listed yet
+        informer.relist()
+    sched.schedule_once()
+    assert bound(api) == {"plain": "gpu-1"}
+    assert sched.kcache.reasons["team-a/p"].type == "ClaimsNotReady"
+    for informer in sched.dra.informers():
+        informer.relist()
+    sched.schedule_once()
+    assert bound(api) == {"plain": "gpu-1", "p": "dra-1"}

@@ -94,6 +94,8 @@ class KubeDra:
         self._lock = threading.Lock()
         self._devices_changed = True
         self._marked: set[str] = set()
+        self._waiting: set[str] = set()
+        """Pods with claims seen before DRA's objects were listed."""
         self.users: dict[str, set[str]] = {}
         """Claim key -> the pods (keys) that name it, so that a claim's change brings them back."""
         self._selectors = SelectorCache()
@@ -104,6 +106,12 @@ class KubeDra:
 
     def informers(self) -> tuple[Informer, ...]:
         return (self.classes, self.slices, self.claims)
+
+    @property
+    def synced(self) -> bool:
+        """Whether classes, slices and claims are all listed: until then no pod's claims are decided,
+        since a device a bound pod's claim holds may not be known yet."""
+        return all(i.synced for i in self.informers())
 
     # ------------------------------------------------------------------ informer handlers
     def devices_changed(self, event: str, old: Json | None, new: Json | None) -> None:
@@ -134,6 +142,9 @@ class KubeDra:
         with self._lock:
             changed, self._devices_changed = self._devices_changed, False
             marked, self._marked = self._marked, set()
+            if self._waiting and self.synced:  # listed now: the pods that waited for it look again
+                marked |= self._waiting
+                self._waiting = set()
         return changed, marked
 
     # ------------------------------------------------------------------ devices
@@ -206,6 +217,13 @@ class KubeDra:
         another GpuFleetError (claims the core cannot count)."""
         if not any(claim_refs(p) for pods in members.values() for p in pods):
             return workload
+        if not self.synced:
+            with self._lock:
+                self._waiting |= {key_of(p) for pods in members.values() for p in pods}
+            raise ClaimsNotReady(
+                "DeviceClasses, ResourceSlices and ResourceClaims are not listed yet (resource.k8s.io/v1)",
+                obj=f"workload {workload.name}",
+            )
         devices = [d for node in fleet.devices.nodes.values() for d in node.devices()]
         sets: list[PodSet] = []
         for pod_set in workload.pod_sets:

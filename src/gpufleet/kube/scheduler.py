@@ -233,7 +233,9 @@ class KubeScheduler:
         Binds already started are let finish: each was decided while leading."""
         # An unreachable API server must not hold a shutdown. The pods need only be ready: the bound
         # ones are known, and the pending ones arrive page by page while passes run (`_cycles`).
-        while not self.informers.wait_until_ready(0.5):
+        # DRA's informers are not waited for: a cluster that serves no resource.k8s.io/v1 (before 1.34)
+        # schedules as before, and pods naming claims wait until they are listed (`KubeDra.synced`).
+        while not all(i.wait_until_ready(0.5) for i in (self.nodes, self.pods, self.queues, self.jobs)):
             if lost.is_set():
                 return
         self.kcache.queues_changed()  # a new term starts from a full picture
