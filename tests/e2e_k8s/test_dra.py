@@ -43,15 +43,22 @@ def dra(cluster: Cluster) -> Iterator[list[str]]:
         cluster.api.request("DELETE", f"{DRA}/deviceclasses/{CLASS}")
 
 
-def dra_node(cluster: Cluster, slices: list[str], name: str, gpus: int = 8) -> str:
-    """A node that advertises no nvidia.com/gpu and publishes its GPUs in ResourceSlices."""
+def dra_node(
+    cluster: Cluster, slices: list[str], name: str, gpus: int = 8, cliques: list[str] | None = None
+) -> str:
+    """A node that advertises no nvidia.com/gpu and publishes its GPUs in ResourceSlices (GPU i in NVLink
+    clique `cliques[i]`, when given)."""
     full = cluster.node(name, gpus=0)
     for i, spec in enumerate(node_slices(full, gpu_model="H100-80GB", gpus=gpus)):
+        published = _without_empty(spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        for device in published["devices"] if cliques else ():
+            index = device["attributes"]["index"]["int"]
+            device["attributes"]["cliqueId"] = {"string": f"{RUN}.{cliques[index]}"}  # type: ignore[index]
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": f"{full}-gpu.nvidia.com-{i}"},
-            "spec": _without_empty(spec.model_dump(by_alias=True, exclude_none=True, mode="json")),
+            "spec": published,
         }
         slices.append(cluster.api.request("POST", f"{DRA}/resourceslices", body=body)["metadata"]["name"])
     return full
@@ -67,7 +74,7 @@ def _without_empty(value: Any) -> Any:
     return value
 
 
-def template(cluster: Cluster, name: str, count: int) -> None:
+def template(cluster: Cluster, name: str, count: int, *, match: str | None = None) -> None:
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -75,7 +82,8 @@ def template(cluster: Cluster, name: str, count: int) -> None:
         "spec": {
             "spec": {
                 "devices": {
-                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": CLASS, "count": count}}]
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": CLASS, "count": count}}],
+                    **({"constraints": [{"requests": ["gpus"], "matchAttribute": match}]} if match else {}),
                 }
             }
         },
@@ -296,3 +304,21 @@ def test_dra_preemption_hands_the_victims_devices_to_the_preemptor(
         return not (left.get("status") or {}).get("allocation")
 
     wait_for("the victim's claim deallocated", released, timeout=30)
+
+
+def test_dra_a_gang_of_four_pods_of_eight_gpus_in_one_nvlink_clique_each(
+    cluster: Cluster, scheduler: Any, dra: list[str]
+) -> None:
+    whole = [dra_node(cluster, dra, f"nvl-{n}", cliques=[f"c{n}"] * 8) for n in range(4)]
+    split = dra_node(cluster, dra, "nvl-split", cliques=["x"] * 4 + ["y"] * 4)
+    template(cluster, "eight-in-a-clique", 8, match="gpu.nvidia.com/cliqueId")
+    labels = {"gpufleet.io/gang": "llm", "gpufleet.io/gang-size": "4"}
+    pods = [f"llm-{i}" for i in range(4)]
+    for name in pods:
+        claim_pod(cluster, name, "eight-in-a-clique", labels=labels)
+    wait_for("the gang bound", lambda: all(cluster.node_of(p) for p in pods), timeout=90)
+    placed = [cluster.node_of(p) or "" for p in pods]
+    assert sorted(placed) == sorted(whole) and split not in placed  # its GPUs span two cliques
+    for name in pods:
+        claim = claim_of(cluster, name)
+        assert claim is not None and len(claim["status"]["allocation"]["devices"]["results"]) == 8
