@@ -35,7 +35,6 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.api.dra_devices import ResourceSliceSpec
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import Queue
@@ -48,7 +47,7 @@ from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
 from gpufleet.kube.claim_writes import ClaimWrite
 from gpufleet.kube.config import KubeConfig
-from gpufleet.kube.dra import CLAIMS_NOT_READY, ClaimsNotReady, KubeDra
+from gpufleet.kube.dra import CLAIMS_NOT_READY, ClaimsNotReady, KubeDra, SliceIndex
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
@@ -108,7 +107,7 @@ class KubeCache:
         self.config = config
         self.dra = dra
         """DRA's informers (None: a cache that sees no DeviceClasses, slices or claims)."""
-        self._slices: list[ResourceSliceSpec] = []
+        self._slices = SliceIndex()
         self.history = history
         self.priorities = dict(priorities)
         self.cache: ClusterCache | None = None
@@ -178,7 +177,7 @@ class KubeCache:
         if devices and self.dra is not None:
             # Slices or classes changed: every node's pools (and a DRA node's GPU count) are derived
             # again, and the pods naming claims are looked at again (a class may have appeared).
-            self._slices = self.dra.slice_specs()
+            self._slices = self.dra.slice_index()
             self._fleet.devices.set_classes(self.dra.class_specs())
             nodes |= set(sources.nodes) | set(self._fleet.index)
             pods |= {k for users in self.dra.users.values() for k in users}

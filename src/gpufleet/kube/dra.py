@@ -84,6 +84,12 @@ def allocation_of(key: str, claim: ResourceClaim, node: str) -> ClaimAllocation 
     return ClaimAllocation.from_status(key, node_of(allocation.node_selector) or node, allocation)
 
 
+@dataclasses.dataclass(slots=True)
+class SliceIndex:
+    by_node: dict[str, list[ResourceSliceSpec]] = dataclasses.field(default_factory=dict)
+    shared: list[ResourceSliceSpec] = dataclasses.field(default_factory=list)
+
+
 class KubeDra:
     """The DRA informers and what the scheduler's cache derives from them."""
 
@@ -182,9 +188,22 @@ class KubeDra:
             out[name] = model.spec
         return out
 
-    def node_pools(self, spec: NodeSpec, slices: Sequence[ResourceSliceSpec] | None = None) -> NodeDevices:
-        specs = self.slice_specs() if slices is None else slices
-        return node_devices(specs, node_name=spec.name, labels=spec.labels)
+    def slice_index(self) -> SliceIndex:
+        """The slices by the node they name, and those for any node (all nodes, or by selector), each in
+        name order: a node's pools are derived from its own and the shared ones, not from every slice
+        of the cluster (thousands of nodes, one slice or more each)."""
+        index = SliceIndex()
+        for spec in self.slice_specs():
+            if spec.node_name is not None:
+                index.by_node.setdefault(spec.node_name, []).append(spec)
+            else:
+                index.shared.append(spec)
+        return index
+
+    @staticmethod
+    def node_pools(spec: NodeSpec, index: SliceIndex) -> NodeDevices:
+        slices = [*index.by_node.get(spec.name, ()), *index.shared]
+        return node_devices(slices, node_name=spec.name, labels=spec.labels)
 
     def node_spec(self, spec: NodeSpec, pools: NodeDevices) -> NodeSpec:
         """A node whose GPUs are published in slices rather than advertised: as many GPUs as they name."""
