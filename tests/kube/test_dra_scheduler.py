@@ -287,3 +287,16 @@ def test_pods_with_claims_wait_until_dra_objects_are_listed_and_others_do_not(ap
         informer.relist()
     sched.schedule_once()
     assert bound(api) == {"plain": "gpu-1", "p": "dra-1"}
+
+
+def test_gpus_asked_both_as_extended_resource_and_through_a_claim_are_refused(api: FakeApiServer) -> None:
+    sched = scheduler(api)
+    publish(api, "dra-1")
+    claim(api, "p-gpu", 2)
+    both = claim_pod("p", made="p-gpu")
+    both["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    api.put("/api/v1/namespaces/team-a/pods", both)
+    run(sched)
+    assert not bound(api)
+    reason = sched.kcache.reasons["team-a/p"]
+    assert reason.type == "InvalidClaims" and "team-a/p" in reason.message

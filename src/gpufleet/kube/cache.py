@@ -47,7 +47,7 @@ from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
 from gpufleet.kube.claim_writes import ClaimWrite
 from gpufleet.kube.config import KubeConfig
-from gpufleet.kube.dra import CLAIMS_NOT_READY, ClaimsNotReady, KubeDra, SliceIndex
+from gpufleet.kube.dra import CLAIMS_NOT_READY, INVALID_CLAIMS, ClaimsNotReady, KubeDra, SliceIndex
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
@@ -394,13 +394,15 @@ class KubeCache:
         self.groups[key] = group
         try:
             workload = kube_pods.workload(group, self.config, self.priorities)
-            if self.dra is not None:
-                workload = self.dra.with_claims(workload, self._pod_sets(group), self._fleet)
-        except ClaimsNotReady as exc:
-            self.reasons[key] = Reason(CLAIMS_NOT_READY, str(exc))
-            return
         except GpuFleetError as exc:
             self.reasons[key] = Reason(INVALID, str(exc))
+            return
+        try:
+            if self.dra is not None:
+                workload = self.dra.with_claims(workload, self._pod_sets(group), self._fleet)
+        except GpuFleetError as exc:  # as the embedded world says it
+            kind = CLAIMS_NOT_READY if isinstance(exc, ClaimsNotReady) else INVALID_CLAIMS
+            self.reasons[key] = Reason(kind, str(exc))
             return
         placed = {key_of(p): p for p in members if self._node_of(p)}
         if placed:

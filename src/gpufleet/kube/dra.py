@@ -18,6 +18,7 @@ ResourceClaims (`resource.k8s.io/v1`) from informers, turned into what the sched
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -39,6 +40,8 @@ from gpufleet.scheduler.placement.dra.allocate import attribute_value
 from gpufleet.scheduler.placement.dra.demand import TYPE_ATTRIBUTE
 from gpufleet.scheduler.placement.dra.gang import INDEX_ATTRIBUTE
 from gpufleet.scheduler.workload import PodSet, Workload
+
+log = logging.getLogger(__name__)
 
 CLAIMS_NOT_READY = "ClaimsNotReady"
 INVALID_CLAIMS = "InvalidClaims"
@@ -154,6 +157,12 @@ class KubeDra:
         return changed, marked
 
     # ------------------------------------------------------------------ devices
+    def _refuse(self, what: str, exc: GpuFleetError) -> None:
+        """An object the API's models refuse is left out; said once per problem."""
+        if self.invalid.get(what) != str(exc):
+            log.warning("%s is left out of the devices: %s", what, exc)
+        self.invalid[what] = str(exc)
+
     def slice_specs(self) -> list[ResourceSliceSpec]:
         out: list[ResourceSliceSpec] = []
         parsed: dict[str, tuple[str, ResourceSliceSpec | None]] = {}
@@ -167,7 +176,7 @@ class KubeDra:
                     known = (version, model.spec)
                     self.invalid.pop(f"ResourceSlice {name}", None)
                 except GpuFleetError as exc:
-                    self.invalid[f"ResourceSlice {name}"] = str(exc)
+                    self._refuse(f"ResourceSlice {name}", exc)
                     known = (version, None)
             parsed[name] = known
             if known[1] is not None:
@@ -182,7 +191,7 @@ class KubeDra:
             try:
                 model = _model("DeviceClass", obj)
             except GpuFleetError as exc:
-                self.invalid[f"DeviceClass {name}"] = str(exc)
+                self._refuse(f"DeviceClass {name}", exc)
                 continue
             assert isinstance(model, DeviceClass)
             out[name] = model.spec
@@ -277,11 +286,11 @@ class KubeDra:
         own: list[PodClaim] = []
         alone = pod_set.count == 1 and len(pods) == 1
         for index, ref in enumerate(refs_of[key_of(first)]):
-            stored = self._stored(name, first, ref)
+            stored = self._stored(first, ref)
             for other in pods[1:]:  # every pod's claim must exist before the set is placed
                 other_refs = refs_of[key_of(other)]
                 if index < len(other_refs):
-                    self._stored(name, other, other_refs[index])
+                    self._stored(other, other_refs[index])
             self._check_classes(name, stored, fleet)
             key = f"{namespace}/{stored.name}"
             known = allocation_of(key, stored, first.get("spec", {}).get("nodeName") or "")
@@ -295,7 +304,7 @@ class KubeDra:
                 own.append(PodClaim(key, namespace, stored.spec))
         return claims, own
 
-    def _stored(self, workload: str, pod: Json, ref: ClaimRef) -> ResourceClaim:
+    def _stored(self, pod: Json, ref: ClaimRef) -> ResourceClaim:
         namespace = pod["metadata"].get("namespace") or "default"
         if ref.claim is None:
             raise ClaimsNotReady(
