@@ -146,6 +146,8 @@ def test_workers_in_their_own_processes_join_a_manager_and_run_its_jobs(
 
     drained = cli("cluster", "drain", "w1", "--reason", "maintenance", "--state", str(fleet["manager"].state))
     assert drained.code == 0, drained.err
+    listed = cli("get", "clusters", "--state", str(fleet["manager"].state)).out.splitlines()
+    assert "DRAIN" in listed[0] and "Finish" in next(line for line in listed if line.startswith("w1"))
     (tmp_path / "next.yaml").write_text(job("next"))
     assert cli("apply", "-f", str(tmp_path / "next.yaml"), "--state", str(fleet["manager"].state)).code == 0
     following = wait_for("next running", lambda: held_job(manager, "next"))

@@ -163,6 +163,7 @@ BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
             PrinterColumn("Zone", ".spec.zone"),
             PrinterColumn("Running", ".status.runningWorkloads", "integer"),
             PrinterColumn("Heartbeat", ".status.heartbeatTime", "date"),
+            PrinterColumn("Drain", ".spec.drain.running"),
             _AGE,
         ),
     ),
