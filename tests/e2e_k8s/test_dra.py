@@ -1,19 +1,22 @@
 """DRA on a real API server: a DeviceClass, the ResourceSlices fake nodes publish (the gpu.nvidia.com
 shape the twin and the agent publish), a ResourceClaimTemplate and pods using it. The controller
-manager's resource-claim controller makes each pod's claim; gpufleet's scheduler allocates it, reserves
+manager's resource-claim controller makes each pod's claim (claim_controller.py starts one where the
+cluster's controller manager does not run it); gpufleet's scheduler allocates it, reserves
 it for the pod and binds the pod to the node the devices are on."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gpufleet.kube.transport import ApiError, Json
+from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.sharing.dra_slices import node_slices
 
+from .claim_controller import resource_claim_controller
 from .conftest import RUN, Cluster, controller_manager_runs, wait_for
 
 pytestmark = pytest.mark.k8s
@@ -22,11 +25,21 @@ DRA = "/apis/resource.k8s.io/v1"
 CLASS = f"e2e-{RUN}.gpu.nvidia.com"
 
 
+@pytest.fixture(scope="module")
+def claims_from_templates(api: Transport, namespace: str) -> Iterator[str]:
+    """The resource-claim controller: the cluster's, or one started for this module."""
+    if not controller_manager_runs(api, namespace):
+        pytest.skip("no controller manager: the garbage collector would not remove a pod's claim")
+    try:
+        with resource_claim_controller(api, namespace, RUN, os.environ["KUBECONFIG"]) as how:
+            yield how
+    except LookupError as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.fixture
-def dra(cluster: Cluster) -> Iterator[list[str]]:
+def dra(cluster: Cluster, claims_from_templates: str) -> Iterator[list[str]]:
     """The run's DeviceClass; yields the ResourceSlices the test publishes, all removed at the end."""
-    if not controller_manager_runs(cluster.api, cluster.namespace):
-        pytest.skip("no controller manager: nothing makes a pod's claim from its template")
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
