@@ -216,3 +216,58 @@ spec:
         assert claim.status.allocation is not None and len(pod.spec.gpus) == 4
         assert [r.uid for r in claim.status.reserved_for] == [pod.metadata.uid]
     assert len(held(world)) == len(set(held(world))) == 8
+
+
+MIG = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: mig}
+spec: {gpuModel: A100-40GB, gpusPerNode: 1, nodes: 1, dra: true, sharing: {mig: {"*": [3g.20gb, 3g.20gb]}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: mig.nvidia.com}
+spec:
+  selectors: [{cel: {expression: 'device.attributes["gpu.nvidia.com"].type == "mig"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: half, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: mig
+          exactly:
+            deviceClassName: mig.nvidia.com
+            selectors: [{cel: {expression: 'device.attributes["gpu.nvidia.com"].profile == "3g.20gb"'}}]
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: InferenceService
+metadata: {name: svc, namespace: ml}
+spec:
+  replicas: {min: 3, max: 3}
+  replica:
+    template:
+      spec:
+        resourceClaims: [{name: mig, resourceClaimTemplateName: half}]
+"""
+
+
+def test_dra_mig_partitions_of_one_gpu_are_shared_by_two_pods(world: World) -> None:
+    world.apply(MIG)
+    world.runtime.run_for(120)
+    placed = [p for p in world.store.list(Pod, namespace="ml") if p.spec.mig is not None]
+    assert len(placed) == 2, "a 40GB A100 holds two 3g.20gb partitions, not three"
+    devices = {}
+    for pod in placed:
+        (entry,) = pod.spec.resource_claims
+        allocation = claims(world)[entry.resource_claim_name].status.allocation
+        assert allocation is not None
+        (result,) = allocation.devices.results
+        devices[pod.name] = result.device
+        # the pod's MIG instance is the partition its claim got: gpu-0-mig-<profile>-<start>-<slices>
+        assert pod.spec.mig is not None and result.device.split("-")[4] == str(pod.spec.mig.start)
+    assert len(set(devices.values())) == 2 and all(d.startswith("gpu-0-mig-") for d in devices.values())
+    waiting = [w for w in world.store.list("Workload", namespace="ml") if w.status.phase == "Pending"]
+    assert len(waiting) == 1
