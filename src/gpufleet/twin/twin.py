@@ -45,6 +45,7 @@ from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS, TwinConfig
 from gpufleet.twin.loop import EventLoop, Timer
 from gpufleet.twin.podlogs import PodLogBook
+from gpufleet.twin.podtable import PodTable
 from gpufleet.twin.training import Run
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class Twin:
         self.traffic_rng = np.random.default_rng(self.config.faults.seed + 1)
         self.cursor: str | None = None
         self.nodes: dict[str, Node] = {}
-        self.pods: dict[tuple[str, str], Pod] = {}
+        self.pods = PodTable()
         self.runs: dict[tuple[str, str], Run] = {}
         self.node_timers: dict[str, list[Timer]] = {}
         self.pod_timers: dict[tuple[str, str], Timer] = {}
@@ -521,11 +522,7 @@ class Twin:
             return
         namespace = pod.namespace or "default"
         key = (namespace, job)
-        mine = [
-            p
-            for (ns, _), p in self.pods.items()
-            if ns == namespace and p.metadata.labels.get(JOB_LABEL) == job
-        ]
+        mine = self.pods.of_job(namespace, job)
         running = [p for p in mine if p.status.phase == "Running"]
         failed = any(p.status.phase == "Failed" for p in mine)
         run = self.runs.get(key)
