@@ -27,6 +27,7 @@ from gpufleet.scheduler.placement.dra.nodes import FILTER_NAME as DRA_FILTER
 from gpufleet.scheduler.placement.filters import (
     CUDA_DRIVER,
     FILTER_ORDER,
+    GPU,
     FilterResult,
     cuda_note,
     filter_nodes,
@@ -123,8 +124,18 @@ def _filters_text(counts: dict[str, int]) -> str:
 
 def _claims_text(state: FleetState, pod_set: PodSet, result: FilterResult) -> str:
     """For a pod set with DRA claims: the nodes that pass every other filter but cannot give the claims
-    their devices count under `DynamicResources`, and the allocator's reason is appended."""
+    their devices count under `DynamicResources`, and the allocator's reason is appended. For a pod set
+    asking GPUs as extended resources, the nodes whose GPUs go through claims only count under
+    `InsufficientGPU`, as in Kubernetes, where such a node advertises no `nvidia.com/gpu`."""
     if not pod_set.claims:
+        devices = state.devices
+        if pod_set.request.kind is not GpuKind.NONE and (devices.nodes or devices.claims_only):
+            rows = result.rows
+            kept = dra.extended_rows(state, rows)
+            if kept.size < rows.size:
+                result.rejected[GPU] = result.rejected.get(GPU, 0) + int(rows.size - kept.size)
+                result.feasible[rows] = False
+                result.feasible[kept] = True
         return ""
     rows = result.rows
     kept, answer = dra.claim_rows(state, dra.pod_claims(pod_set, 0), rows)

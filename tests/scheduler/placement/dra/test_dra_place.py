@@ -138,6 +138,8 @@ def test_dra_nodes_hand_out_gpus_through_claims_only() -> None:
     plain = Workload("plain", (PodSet("main", 2, PodRequest(gpus=8)),))
     result = place(state, plain)
     assert result.no_fit is not None  # only `ext` advertises GPUs as extended resources
+    assert result.no_fit.filters == {"InsufficientGPU": 1}  # dra-1, counted as Kubernetes counts it
+    assert "1/2 nodes have room for one, not enough for all (1 InsufficientGPU)" in result.no_fit.message
     assert [
         p.node for p in place(state, Workload("one", (PodSet("main", 1, PodRequest(gpus=8)),))).placements
     ] == ["ext"]
