@@ -271,3 +271,36 @@ def test_dra_mig_partitions_of_one_gpu_are_shared_by_two_pods(world: World) -> N
     assert len(set(devices.values())) == 2 and all(d.startswith("gpu-0-mig-") for d in devices.values())
     waiting = [w for w in world.store.list("Workload", namespace="ml") if w.status.phase == "Pending"]
     assert len(waiting) == 1
+
+
+def test_dra_claims_the_scheduler_cannot_count_pend_as_invalid(world: World) -> None:
+    world.apply(FLEET)
+    a100 = "apiVersion: gpufleet.io/v1alpha1\nkind: GPUPool\nmetadata: {name: a100}\n"
+    world.apply(a100 + "spec: {gpuModel: A100-40GB, gpusPerNode: 8, nodes: 1, dra: true}")
+    product = 'device.attributes["gpu.nvidia.com"].productName == '
+    world.apply(
+        f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: two-models, namespace: ml}}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: h100
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            selectors: [{{cel: {{expression: '{product}"NVIDIA H100 80GB HBM3"'}}}}]
+        - name: a100
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            selectors: [{{cel: {{expression: '{product}"NVIDIA A100-SXM4-40GB"'}}}}]
+"""
+    )
+    world.runtime.run_for(30)  # the slices are published: the models each request can get are known
+    world.apply(job("mixed", 1, claim="resourceClaimTemplateName: two-models"))
+    world.runtime.run_for(30)
+    (workload,) = world.store.list("Workload", namespace="ml").items
+    reason = workload.status.pending_reason
+    assert reason is not None and reason.type == "InvalidClaims", reason
+    assert "no one GPU model" in reason.message and pods(world, "mixed") == []
