@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.api.errors import DataError
+from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool, GPUPoolSpec, Sharing
 from gpufleet.sim import jobfleet, jobreport, jobsim, philly
@@ -107,3 +107,16 @@ def test_restart_time_in_a_configuration_file(tmp_path: Path) -> None:
     path.write_text("restartTime: soon\n", encoding="utf-8")
     with pytest.raises(Exception, match="restartTime"):
         load_config(path)
+
+
+def test_cli_refuses_a_bad_restart_time(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    trace = write_trace(tmp_path / "t.csv", ["2026-01-05 00:00:00,60,1,a"])
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(trace), "--gpus", "8", "--restart-time", "soon"]
+    )
+    assert isinstance(result.exception, ValidationError)
+    assert "--restart-time" in str(result.exception) and "'soon'" in str(result.exception)
