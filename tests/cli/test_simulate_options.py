@@ -67,3 +67,18 @@ def test_a_queues_file_must_have_a_queue_for_every_cluster(tmp_path: Path) -> No
     result = CliRunner().invoke(app, args)
     assert isinstance(result.exception, ValidationError)
     assert "no queue for the trace's clusters: vc-bb" in str(result.exception)
+
+
+def test_a_window_without_jobs_is_refused_by_name(tmp_path: Path) -> None:
+    from gpufleet.cli.main import app
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,60,1,60,aa\n"
+        "2017-10-03 00:00:00,60,1,60,aa\n",
+        encoding="utf-8",
+    )
+    args = ["simulate", "--trace", str(trace), "--gpus", "8", "--start-day", "1", "--days", "0.5"]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, ValidationError)
+    assert "no job of the trace is submitted in the window" in str(result.exception)

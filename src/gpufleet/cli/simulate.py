@@ -185,9 +185,9 @@ def simulate(
     )
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
-    queue_objs = jobfleet.queues_for(policy, pools, window, queues)
-    if not window.jobs:
+    if not window.jobs:  # before the queues, whose quotas are shares of the window's demand
         raise ValidationError("no job of the trace is submitted in the window", obj="--days")
+    queue_objs = jobfleet.queues_for(policy, pools, window, queues)
     result = jobsim.simulate(
         loaded, pools, queue_objs, begin=begin, days=days, options=options, progress=err.print
     )
