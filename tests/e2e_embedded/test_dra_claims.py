@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpufleet.api.dra import ResourceClaim
 from gpufleet.api.runtime import Pod
+from gpufleet.controllers.claims import DELETE_PROTECTION
 
 from .conftest import World, make_world
 
@@ -152,6 +153,34 @@ spec:
     world.runtime.run_for(900)
     after = claims(world)["shared-pair"]
     assert after.status.reserved_for == [] and after.status.allocation is None, "deallocated when unreserved"
+    assert DELETE_PROTECTION not in after.metadata.finalizers
+
+
+def test_dra_a_claim_in_use_is_deleted_only_when_its_pods_are_done(world: World) -> None:
+    world.apply(FLEET)
+    world.apply(
+        """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared-pair, namespace: ml}
+spec:
+  devices:
+    requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 2}}]
+"""
+    )
+    world.apply(job("pair", 2, duration=600, claim="resourceClaimName: shared-pair"))
+    world.runtime.run_for(60)
+    assert DELETE_PROTECTION in claims(world)["shared-pair"].metadata.finalizers
+    world.store.delete(ResourceClaim, "shared-pair", "ml")  # held by the protection while in use
+    world.apply(job("late", 1, claim="resourceClaimName: shared-pair"))
+    world.runtime.run_for(60)
+    held_back = claims(world)["shared-pair"]
+    assert held_back.metadata.deletion_timestamp is not None and held_back.status.allocation is not None
+    assert len([p for p in pods(world, "pair") if not p.terminated]) == 2
+    late = next(w for w in world.store.list("Workload", namespace="ml") if w.spec.owner.name == "late")
+    assert late.status.pending_reason is not None and "is being deleted" in late.status.pending_reason.message
+    world.runtime.run_for(900)  # the pair finishes: the claim is deallocated and its delete completes
+    assert "shared-pair" not in claims(world) and pods(world, "late") == []
 
 
 def test_dra_devices_held_by_claims_survive_a_restart(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """A property of DRA in the embedded world: whatever users do (submit jobs whose pods take claims from
-templates or share a claim, delete jobs and pods, preempt by priority, restart the control plane), no
-device is ever allocated to two ResourceClaims, every running pod's claims are allocated and reserved
-for it, and no claim keeps its devices reserved for no one."""
+templates or share a claim, delete jobs, pods and the shared claim, preempt by priority, restart the
+control plane), no device is ever allocated to two ResourceClaims, every running pod's claims are
+allocated and reserved for it, and no claim keeps its devices reserved for no one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.api.dra import ResourceClaim
-from gpufleet.api.errors import NotFoundError
+from gpufleet.api.errors import GpuFleetError, NotFoundError
 from gpufleet.api.runtime import Pod
 from gpufleet.controllers.scheduling import SchedulingController
 
@@ -91,6 +91,8 @@ action = st.one_of(
     st.tuples(st.just("delete-job"), st.integers(0, 7)),
     st.tuples(st.just("delete-pod"), st.integers(0, 7)),
     st.tuples(st.just("restart")),
+    st.tuples(st.just("delete-shared")),
+    st.tuples(st.just("apply-shared")),
     st.tuples(st.just("run"), st.sampled_from([5, 60, 400])),
 )
 
@@ -122,7 +124,7 @@ def check(world: World) -> None:
             assert {(pool, device) for _, pool, device in fleet.devices.in_use} == set(devices)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(action, min_size=1, max_size=12))
 def test_dra_no_device_is_ever_held_by_two_claims(actions: list[tuple[Any, ...]]) -> None:
     with TemporaryDirectory() as tmp:
@@ -148,6 +150,12 @@ def test_dra_no_device_is_ever_held_by_two_claims(actions: list[tuple[Any, ...]]
                     if live:
                         victim = live[step[1] % len(live)]
                         world.store.delete(Pod, victim.name, "ml")
+                elif kind == "delete-shared":
+                    with contextlib.suppress(NotFoundError):
+                        world.store.delete(ResourceClaim, "shared", "ml")
+                elif kind == "apply-shared":
+                    with contextlib.suppress(GpuFleetError):  # refused while its delete is pending
+                        world.apply(SHARED)
                 elif kind == "restart":
                     world.store.close()
                     world = make_world(path, clock=world.clock)

@@ -10,6 +10,8 @@ controller keep them in Kubernetes.
 - When a pod is deleted or has finished it leaves `reservedFor`; a claim made for it is deleted; a
   claim reserved for no one is deallocated (its allocation cleared), since a claim may only keep its
   devices while it is reserved.
+- An allocated claim carries the `resource.kubernetes.io/delete-protection` finalizer, as in
+  Kubernetes: a user's delete of a claim in use waits until its last pod leaves.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.runtime import Pod
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.store.protocol import Store
+
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+"""The finalizer an allocated claim carries, so that it is not deleted under the pods using it."""
 
 
 def template_claim_prefix(workload: str, pod_set: str, entry: str) -> str:
@@ -102,8 +107,7 @@ def unreserve(store: Store, pod: Pod, written: Iterable[Reserved]) -> None:
     """Undoes `reserve` for a pod that was not created."""
     for item in written:
         if item.made:
-            with contextlib.suppress(NotFoundError):
-                store.delete(ResourceClaim, item.claim.name, item.claim.namespace)
+            _drop(store, item.claim)
         else:
             _leave(store, item.claim.name, item.claim.namespace, pod.metadata.uid)
 
@@ -116,13 +120,24 @@ def _made_claim(pod: Pod, entry: PodResourceClaimStatus, template: ResourceClaim
     annotations[POD_CLAIM_NAME_ANNOTATION] = entry.name
     return ResourceClaim(
         metadata=ObjectMeta(
-            name=entry.resource_claim_name, namespace=pod.namespace, labels=labels, annotations=annotations
+            name=entry.resource_claim_name,
+            namespace=pod.namespace,
+            labels=labels,
+            annotations=annotations,
+            finalizers=[DELETE_PROTECTION],
         ),
         spec=template.spec.spec.model_copy(deep=True),
     )
 
 
 def _written(store: Store, claim: ResourceClaim, pod: Pod, allocation: ClaimAllocation) -> ResourceClaim:
+    if claim.metadata.deletion_timestamp is not None:
+        raise ConflictError("is being deleted", obj=claim.describe())
+    if DELETE_PROTECTION not in claim.metadata.finalizers:
+        protected = [*claim.metadata.finalizers, DELETE_PROTECTION]
+        claim = store.update(
+            claim.model_copy(update={"metadata": claim.metadata.model_copy(update={"finalizers": protected})})
+        )
     status = claim.status.model_copy(deep=True)
     wanted = allocation.to_status()
     if status.allocation is None:
@@ -146,8 +161,7 @@ def release_pod(store: Store, pod: Pod) -> list[tuple[ResourceClaim, bool]]:
         except NotFoundError:
             continue
         if made_for(claim, pod):
-            with contextlib.suppress(NotFoundError):
-                store.delete(ResourceClaim, claim.name, claim.namespace)
+            _drop(store, claim)
             changed.append((claim, True))
             continue
         written = _leave(store, claim.name, claim.namespace, pod.metadata.uid, claim)
@@ -173,7 +187,7 @@ def _leave(
         try:
             current = claim if claim is not None else store.get(ResourceClaim, name, namespace)
             cleared = unreserved(current, {uid} if uid else set())
-            return None if cleared is None else store.update_status(cleared)
+            return None if cleared is None else _unprotected(store, store.update_status(cleared))
         except NotFoundError:
             return None
         except ConflictError:
@@ -205,12 +219,40 @@ def collect(
     for claim in stored:
         owner = claim.metadata.labels.get(CLAIM_POD_LABEL)
         if owner is not None and not any(r.uid in live for r in claim.status.reserved_for):
-            with contextlib.suppress(NotFoundError):
-                store.delete(ResourceClaim, claim.name, claim.namespace)
+            _drop(store, claim)
             changed.append((claim, True))
             continue
         cleared = unreserved(claim, {r.uid for r in claim.status.reserved_for if r.uid not in live})
-        if cleared is not None:
-            with contextlib.suppress(NotFoundError, ConflictError):
-                changed.append((store.update_status(cleared), False))
+        with contextlib.suppress(NotFoundError, ConflictError):
+            written = store.update_status(cleared) if cleared is not None else claim
+            kept = _unprotected(store, written)
+            if kept is not claim:
+                changed.append(
+                    (kept, kept.metadata.deletion_timestamp is not None and not kept.metadata.finalizers)
+                )
     return changed
+
+
+def _unprotected(store: Store, claim: ResourceClaim) -> ResourceClaim:
+    """The claim without its delete protection once it is deallocated (a delete asked meanwhile then
+    completes)."""
+    if claim.status.allocation is not None:
+        return claim
+    return _without_protection(store, claim)
+
+
+def _without_protection(store: Store, claim: ResourceClaim) -> ResourceClaim:
+    if DELETE_PROTECTION not in claim.metadata.finalizers:
+        return claim
+    finalizers = [f for f in claim.metadata.finalizers if f != DELETE_PROTECTION]
+    return store.update(
+        claim.model_copy(update={"metadata": claim.metadata.model_copy(update={"finalizers": finalizers})})
+    )
+
+
+def _drop(store: Store, claim: ResourceClaim) -> None:
+    """Deletes a claim made for a pod: its protection goes with the pod."""
+    with contextlib.suppress(NotFoundError):
+        held = store.delete(ResourceClaim, claim.name, claim.namespace)
+        if isinstance(held, ResourceClaim):
+            _without_protection(store, held)

@@ -120,10 +120,9 @@ class ClaimSync:
 
     def _shared(self, workload: str, namespace: str, name: str) -> PodClaim:
         stored = self.claims.get(f"{namespace}/{name}")
-        if stored is None:
-            raise ClaimsNotReady(
-                f"ResourceClaim {namespace}/{name} does not exist", obj=f"Workload {workload}"
-            )
+        if stored is None or stored.metadata.deletion_timestamp is not None:
+            state = "does not exist" if stored is None else "is being deleted"
+            raise ClaimsNotReady(f"ResourceClaim {namespace}/{name} {state}", obj=f"Workload {workload}")
         key = key_of(stored)
         allocation = stored.status.allocation
         node = node_of(allocation.node_selector) if allocation is not None else None
