@@ -81,12 +81,13 @@ def test_bench_fgd_runs_a_joined_trace_and_its_learn_first_only_measurement(tmp_
     base = ["bench", "fgd", "--trace", "whole+share", "--policy", "fgd+", "--seeds", "1", "--json"]
     base += ["--workers", "1", "--data", str(data)]
     records = []
-    for extra in ([], ["--learn-first-only"]):
+    for extra in (["--bound"], ["--learn-first-only"]):
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 0, result.output
         records += [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [r["trace"] for r in records] == ["whole+share", "whole+share"]
     assert "learn_first_only" not in records[0] and records[1]["learn_first_only"] is True
+    assert records[0]["above_bound"] >= 0 and records[0]["bound_pct"] > 0  # shares strand milli
     assert all(0 <= r["unallocated_pct"] <= 100 for r in records)
 
 
@@ -115,3 +116,16 @@ def test_an_empty_part_of_a_joined_trace_is_an_error(tmp_path: Path) -> None:
     data = _data(tmp_path, {"whole": _rows([(1, 1000)])})
     with pytest.raises(DataError, match="empty part"):
         resolve_joined("whole+", data)
+
+
+def test_no_policy_run_on_a_joined_trace_is_below_its_bound() -> None:
+    from gpufleet.sim.fgd_bound import bound_once
+
+    shares = [TracePod(f"s{i:03d}", PodRequest(2_000, 1_024, gpu_milli=810)) for i in range(10)]
+    for seed in range(2):
+        bound = bound_once(NODES, WHOLE, seed, then=[shares])
+        # The second trace's 810-milli shares strand 190 milli per GPU they take: the bound sees them.
+        assert bound.exact and bound.unallocated_pct > bound_once(NODES, WHOLE, seed).unallocated_pct
+        for policy in ("fgd+", "bestfit"):
+            run = run_once(NODES, WHOLE, policy, seed, then=[shares])
+            assert run.unallocated_pct >= bound.unallocated_pct - 1e-9

@@ -139,8 +139,6 @@ def fgd(
     files = datasets.resolve_joined(trace, data)
     if learn_first_only and not files.then:
         raise typer.BadParameter("needs a joined trace (NAME+NAME)", param_hint="--learn-first-only")
-    if bound and files.then:
-        raise typer.BadParameter("is not computed for a joined trace yet", param_hint="--bound")
     names = _policies(policy)
     # Read once here so a bad file fails fast with its line and field, before any worker starts.
     load_nodes(files.nodes)
@@ -160,7 +158,7 @@ def fgd(
         # Only with --bound: the solver is not even imported otherwise.
         from gpufleet.sim.fgd_bound import BoundSummary, run_bound_job
 
-        per_seed = [Job(str(files.pods), str(files.nodes), "bound", s) for s in range(seeds)]
+        per_seed = [Job(str(files.pods), str(files.nodes), "bound", s, then=then) for s in range(seeds)]
         work = min(count, len(per_seed))
         bounds = BoundSummary(_run(per_seed, work, json_out, run_bound_job, "FGD lower bounds"))
     elapsed = time.perf_counter() - started

@@ -47,7 +47,16 @@ import numpy.typing as npt
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.scheduler.placement.filters import filter_nodes
-from gpufleet.sim.fgd import HEADLINE_PCT, TUNE_RATIO, Job, RunResult, arrived_pct, build_fleet, workload
+from gpufleet.sim.fgd import (
+    HEADLINE_PCT,
+    TUNE_RATIO,
+    Job,
+    RunResult,
+    arrived_pct,
+    build_fleet,
+    joined_workload,
+    workload,
+)
 from gpufleet.sim.openb import TracePod, load_nodes, load_pods
 
 # Seconds HiGHS may spend on one packing (a solve took 1-20 s on the openb traces, 2 busy cores).
@@ -270,9 +279,15 @@ class BoundResult:
 
 
 def bound_once(
-    nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *, ratio: float = TUNE_RATIO
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[TracePod],
+    seed: int,
+    *,
+    ratio: float = TUNE_RATIO,
+    then: Sequence[Sequence[TracePod]] = (),
 ) -> BoundResult:
-    """The lower bound on the protocol's headline figure for `seed` (the same pod stream as `run_once`).
+    """The lower bound on the protocol's headline figure for `seed` (the same pod stream as `run_once`,
+    with `then` the traces joined after `pods`).
 
     The headline averages allocation over the events (one per pod) whose arrived % is 100 (or, when a
     large pod jumps over 100, the last bucket before it, as `allocation_curve` carries it). For those
@@ -282,7 +297,10 @@ def bound_once(
     cluster_milli = sum(n.gpus for n in nodes) * GPU_MILLI
     if cluster_milli == 0:
         raise ValueError("the cluster has no GPUs")
-    stream = workload(pods, cluster_milli, seed, ratio)
+    if then:
+        stream = joined_workload([pods, *then], cluster_milli, seed, ratio)
+    else:
+        stream = workload(pods, cluster_milli, seed, ratio)
     arrived = np.cumsum([p.request.total_gpu_milli for p in stream], dtype=np.int64)
     pcts = np.array([arrived_pct(int(a), cluster_milli) for a in arrived], dtype=np.int64)
     below = pcts[pcts <= HEADLINE_PCT]
@@ -315,7 +333,7 @@ def _trace(pods: str, nodes: str) -> tuple[list[NodeSpec], list[TracePod]]:
 def run_bound_job(job: Job) -> BoundResult:
     """The bound for one job's trace and seed (its policy is not read), in this process or a worker."""
     nodes, pods = _trace(job.pods, job.nodes)
-    return bound_once(nodes, pods, job.seed)
+    return bound_once(nodes, pods, job.seed, then=[_trace(more, job.nodes)[1] for more in job.then])
 
 
 @dataclass(frozen=True, slots=True)
