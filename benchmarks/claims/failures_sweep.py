@@ -9,7 +9,8 @@ time; the 40 spare GPUs are idle), so that the cost of failures is the differenc
 
 Per failure, a gang loses the work since its last checkpoint (half an interval on average) and pays
 the restart time on all its GPUs; the model line is that, at the claim's rate:
-    goodput = baseline - rate on gang GPUs x 4,096 x (interval / 2 + restart) / 25,000.
+    goodput = baseline - rate on gang GPUs x gang GPUs x (interval / 2 + restart) / 25,000.
+`--gang-gpus 8192` runs three 8,192-GPU gangs instead of six of 4,096 (the same GPUs).
 A window holds few failures (4.8 expected in 12 h), so the measured figure also scales to the claim's
 rate: baseline - (baseline - goodput) x expected failures / failures seen.
 
@@ -30,12 +31,19 @@ from gpufleet.sim.options import parse_duration
 HERE = Path(__file__).parent
 FLEET_GPUS = 25_000
 GANG_GPUS = 6 * 4096
-GANG = 4096
+"""GPUs in gangs: six of 4,096 or three of 8,192."""
 MTBF = 2.5 * 3600
 
 
-def run(days: float, restart: float, interval: float | None, failures: bool, seed: int) -> dict[str, float]:
-    trace = philly.load(HERE / "traces" / "failures-25k.csv")
+def trace_file(gang: int) -> Path:
+    """The trace of gangs of `gang` GPUs (make_traces.py: 4,096, the default, and 8,192)."""
+    return HERE / "traces" / ("failures-25k.csv" if gang == 4096 else f"failures-25k-{gang}.csv")
+
+
+def run(
+    trace_path: Path, days: float, restart: float, interval: float | None, failures: bool, seed: int
+) -> dict[str, float]:
+    trace = philly.load(trace_path)
     pools = jobfleet.fleet_of_gpus(FLEET_GPUS)
     queues = jobfleet.queues_for("gpufleet", pools, trace, HERE / "failures-queues.yaml")
     options = jobsim.SimOptions(
@@ -64,20 +72,22 @@ def main() -> None:
     parser.add_argument("--intervals", default="15m,30m,1h,2h")
     parser.add_argument("--days", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gang-gpus", type=int, default=4096, choices=(4096, 8192))
     args = parser.parse_args()
+    path = trace_file(args.gang_gpus)
     restart = parse_duration(args.restart, "--restart")
     hours = args.days * 24
     expected = hours * 3600 / MTBF
-    base = run(args.days, restart, None, False, args.seed)
+    base = run(path, args.days, restart, None, False, args.seed)
     print(json.dumps({"run": "no failures", "restart": args.restart, **base}))
     for text in args.intervals.split(","):
         interval = parse_duration(text, "--intervals")
-        got = run(args.days, restart, interval, True, args.seed)
+        got = run(path, args.days, restart, interval, True, args.seed)
         per_hour = GANG_GPUS / FLEET_GPUS / (MTBF / 3600)  # failures an hour that hit a gang
-        model = base["goodput"] - per_hour * GANG * (interval / 2 + restart) / 3600 / FLEET_GPUS
+        model = base["goodput"] - per_hour * args.gang_gpus * (interval / 2 + restart) / 3600 / FLEET_GPUS
         seen = got["failures"]
         scaled = base["goodput"] - (base["goodput"] - got["goodput"]) * expected / seen if seen else None
-        row = {"run": f"ckpt {text}", "restart": args.restart, **got}
+        row = {"run": f"ckpt {text}", "restart": args.restart, "gang_gpus": args.gang_gpus, **got}
         print(json.dumps({**row, "expected_failures": expected, "scaled_goodput": scaled, "model": model}))
 
 
