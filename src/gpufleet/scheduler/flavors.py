@@ -91,11 +91,20 @@ def usage_of(workload: Workload, model: str | None, counts: Sequence[int]) -> di
         if found is not None:
             flavor, milli = found
             usage[flavor] = usage.get(flavor, 0) + milli * count
+        charged = pod_usage(pod_set.charge, model) if pod_set.charge is not None and count else None
+        if charged is not None:  # a shared claim's GPUs: once, not per pod
+            flavor, milli = charged
+            usage[flavor] = usage.get(flavor, 0) + milli
     return usage
 
 
 def needs_model(workload: Workload) -> bool:
-    return any(ps.request.kind in (GpuKind.WHOLE, GpuKind.SHARE) for ps in workload.pod_sets)
+    return any(r.kind in (GpuKind.WHOLE, GpuKind.SHARE) for r in _requests(workload))
+
+
+def _requests(workload: Workload) -> list[PodRequest]:
+    """Each pod set's request and the shared claims it is charged for: both pick the flavor."""
+    return [r for ps in workload.pod_sets for r in (ps.request, ps.charge) if r is not None]
 
 
 def candidate_models(
@@ -106,9 +115,9 @@ def candidate_models(
     if not needs_model(workload):
         return [None]
     listed: list[str] | None = None
-    for pod_set in workload.pod_sets:
-        if pod_set.request.kind in (GpuKind.WHOLE, GpuKind.SHARE) and pod_set.request.gpu_models:
-            allowed = list(pod_set.request.gpu_models)
+    for request in _requests(workload):
+        if request.kind in (GpuKind.WHOLE, GpuKind.SHARE) and request.gpu_models:
+            allowed = list(request.gpu_models)
             listed = allowed if listed is None else [m for m in listed if m in allowed]
     if unlimited:
         return list(listed if listed is not None else fleet_models)

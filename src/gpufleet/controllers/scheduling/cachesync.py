@@ -14,6 +14,7 @@ two writes leaves nothing half-applied.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from gpufleet.api import evictions
@@ -391,7 +392,7 @@ class CacheSync:
             return convert.core_workload(obj)
         state.claim_workloads.add(key)
         try:
-            return state.claims.core_workload(obj, state.cache.fleet)
+            return state.claims.core_workload(obj, state.cache.fleet, self._workload_of())
         except GpuFleetError as exc:
             if not admitted:
                 kind = (
@@ -399,6 +400,19 @@ class CacheSync:
                 )
                 self.status.claims_waiting(key, obj, kind, str(exc))
             return None
+
+    def _workload_of(self) -> Callable[[str], str | None]:
+        """A pod's (`namespace/name`) workload key, for whom a shared claim is charged to; the index of
+        the pods is made on the first question only (most workloads name no shared claim)."""
+        index: dict[str, str] = {}
+
+        def workload_of(pod: str) -> str | None:
+            if not index:
+                for key, pods in self.state.pods.items():
+                    index.update({f"{p.namespace}/{p.name}": key for p in pods.values()})
+            return index.get(pod)
+
+        return workload_of
 
     def _claims_changed(self, now: float) -> None:
         """Claims, templates, classes or devices changed: workloads whose pods name claims are derived

@@ -3,13 +3,14 @@ workload of a Workload whose pods name claims (`resourceClaims` in their templat
 
 The core counts a pod's own claims (those made from templates) in its request, through
 `dra.claim_demand` and `dra.with_claims`, so queues, quotas and flavors see their GPUs as any GPU; a
-shared claim (named by several pods) is held once by the claim, not charged to each pod. A shared claim
-already allocated is handed to the core with its allocation, which it respects.
+shared claim (named by several pods) is held once by the claim and charged once, to the one workload
+`dra.charge.charged_to` names (the pod set's `charge`, not each pod's request). A shared claim already
+allocated is handed to the core with its allocation, which it respects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpufleet.api.dra import ResourceClaim, ResourceClaimTemplate
@@ -23,6 +24,7 @@ from gpufleet.fleet.devices import DeviceId
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache, claim_demand, with_claims
+from gpufleet.scheduler.placement.dra.charge import charge_request, charged_claims
 from gpufleet.scheduler.workload import PodSet, Workload
 from gpufleet.store.protocol import Store
 
@@ -70,9 +72,15 @@ class ClaimSync:
         self.claims[key_of(claim)] = claim
 
     # ------------------------------------------------------------------- workloads
-    def core_workload(self, obj: WorkloadObject, fleet: FleetState) -> Workload:
+    def core_workload(
+        self,
+        obj: WorkloadObject,
+        fleet: FleetState,
+        workload_of: Callable[[str], str | None] = lambda _: None,
+    ) -> Workload:
         """The core workload, its pod sets carrying their claims. Raises ClaimsNotReady for a missing
-        template, claim or class, a ValidationError for claims the core cannot count."""
+        template, claim or class, a ValidationError for claims the core cannot count. `workload_of`: the
+        workload (key) of a pod (`namespace/name`), to find whom a shared claim is charged to."""
         base = convert.core_workload(obj)
         if not any(ps.request.resource_claims for ps in obj.spec.pod_sets):
             return base
@@ -115,8 +123,24 @@ class ClaimSync:
                 cache=self._cache,
             )
             request = with_claims(pod_set.request, demand, where=f"Workload {key} pod set {pod_set.name}")
-            pod_sets.append(replace(pod_set, request=request, claims=tuple(made)))
+            reserved = [(c, self._reserved_by(c.key)) for c in made if c.shared]
+            charged = claim_demand(
+                charged_claims(reserved, key, workload_of),
+                classes=fleet.devices.classes,
+                devices=devices,
+                model_of=canonical_name,
+                cache=self._cache,
+            )
+            charge = charge_request(charged.gpus, charged.mig, charged.gpu_models)
+            pod_sets.append(replace(pod_set, request=request, claims=tuple(made), charge=charge))
         return replace(base, pod_sets=tuple(pod_sets))
+
+    def _reserved_by(self, key: str) -> list[str]:
+        """The pods (`namespace/name`) a stored claim is reserved for while allocated, in order."""
+        stored = self.claims.get(key)
+        if stored is None or stored.status.allocation is None:
+            return []
+        return [f"{stored.namespace}/{r.name}" for r in stored.status.reserved_for if r.resource == "pods"]
 
     def _shared(self, workload: str, namespace: str, name: str) -> PodClaim:
         stored = self.claims.get(f"{namespace}/{name}")
