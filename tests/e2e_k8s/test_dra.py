@@ -62,29 +62,16 @@ def dra_node(
     """A node that advertises no nvidia.com/gpu and publishes its GPUs in ResourceSlices (GPU i in NVLink
     clique `cliques[i]`, when given)."""
     full = cluster.node(name, gpus=0)
-    for i, spec in enumerate(node_slices(full, gpu_model="H100-80GB", gpus=gpus)):
-        published = _without_empty(spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
-        for device in published["devices"] if cliques else ():
-            index = device["attributes"]["index"]["int"]
-            device["attributes"]["cliqueId"] = {"string": f"{RUN}.{cliques[index]}"}  # type: ignore[index]
+    by_index = {i: f"{RUN}.{clique}" for i, clique in enumerate(cliques or [])}
+    for i, spec in enumerate(node_slices(full, gpu_model="H100-80GB", gpus=gpus, cliques=by_index)):
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": f"{full}-gpu.nvidia.com-{i}"},
-            "spec": published,
+            "spec": spec.to_dict(),
         }
         slices.append(cluster.api.request("POST", f"{DRA}/resourceslices", body=body)["metadata"]["name"])
     return full
-
-
-def _without_empty(value: Any) -> Any:
-    """The slice without empty lists: the API server (1.36) takes an empty `sharedCounters` beside
-    `devices` for both set, which it refuses."""
-    if isinstance(value, dict):
-        return {k: _without_empty(v) for k, v in value.items() if v != []}
-    if isinstance(value, list):
-        return [_without_empty(v) for v in value]
-    return value
 
 
 def template(cluster: Cluster, name: str, count: int, *, match: str | None = None) -> None:

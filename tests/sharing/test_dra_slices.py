@@ -3,8 +3,10 @@ instances as partitionable devices whose shared counters keep partitions of one 
 
 from __future__ import annotations
 
-from gpufleet.api.dra_claims import ResourceClaimSpec
-from gpufleet.api.dra_devices import DeviceClassSpec
+import pytest
+
+from gpufleet.api.dra_claims import DeviceConstraint, ResourceClaimSpec
+from gpufleet.api.dra_devices import DeviceClassSpec, ResourceSliceSpec
 from gpufleet.api.gpu_models import canonical_name
 from gpufleet.fleet.devices import node_devices
 from gpufleet.scheduler.placement.dra import DraUnsatisfied, PodClaim, allocate_claims, claim_demand
@@ -80,3 +82,106 @@ def test_dra_slices_of_a_fully_partitionable_node_stay_within_the_device_limit()
     assert pool.complete and pool.valid
     assert len(node.counters()) == 8 * 9  # per GPU: 8 memory slices and its compute slices
     assert sum(1 for d in node.devices() if d.device.attributes["type"].value == "mig") == 8 * 25
+
+
+def v1_problems(specs: list[ResourceSliceSpec]) -> list[str]:
+    """What `resource.k8s.io/v1` (Kubernetes 1.36) refuses in a pool's slices, as its validation does:
+    devices and sharedCounters never both in a slice, at most 128 devices (64 when any consumes
+    counters), at most 8 counter sets of at most 32 counters, counter set and device names unique in
+    the pool, every consumed counter set published by a slice of the pool, resourceSliceCount the number
+    of slices, and no empty list in what is sent (the server takes an empty list for a set field)."""
+    problems: list[str] = []
+    sent = [s.to_dict() for s in specs]
+    pools = {(s["pool"]["name"], s["pool"]["generation"], s["pool"]["resourceSliceCount"]) for s in sent}
+    if pools != {(specs[0].pool.name, specs[0].pool.generation, len(specs))}:
+        problems.append(f"pool {pools}: resourceSliceCount must be {len(specs)}")
+    counter_sets: dict[str, set[str]] = {}
+    names: list[str] = []
+    for i, (spec, body) in enumerate(zip(specs, sent, strict=True)):
+        if "devices" in body and "sharedCounters" in body:
+            problems.append(f"slice {i}: both devices and sharedCounters")
+        consuming = any(d.consumes_counters for d in spec.devices)
+        if len(spec.devices) > (64 if consuming else 128):
+            problems.append(f"slice {i}: {len(spec.devices)} devices")
+        if len(spec.shared_counters) > 8 or any(len(c.counters) > 32 for c in spec.shared_counters):
+            problems.append(f"slice {i}: too many counter sets or counters")
+        for counter_set in spec.shared_counters:
+            if counter_set.name in counter_sets:
+                problems.append(f"counter set {counter_set.name} twice in the pool")
+            counter_sets[counter_set.name] = set(counter_set.counters)
+        names += [d.name for d in spec.devices]
+        problems += [f"slice {i}: empty list at {path}" for path in _empty_lists(body)]
+    if len(names) != len(set(names)):
+        problems.append("a device name twice in the pool")
+    for spec in specs:
+        for device in spec.devices:
+            for consumed in device.consumes_counters:
+                known = counter_sets.get(consumed.counter_set)
+                if known is None or not set(consumed.counters) <= known:
+                    problems.append(f"{device.name}: counter set {consumed.counter_set} not in the pool")
+    return problems
+
+
+def _empty_lists(value: object, path: str = "spec") -> list[str]:
+    if value == []:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _empty_lists(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _empty_lists(v, f"{path}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("gpus", "mig_gpus", "device_slices", "counter_slices"),
+    [(8, (), 1, 0), (8, (2,), 1, 1), (8, range(8), 4, 1), (16, range(16), 8, 2)],
+)
+def test_dra_slices_are_valid_for_the_v1_api(
+    gpus: int, mig_gpus: range, device_slices: int, counter_slices: int
+) -> None:
+    specs = node_slices("n1", gpu_model="A100-40GB", gpus=gpus, memory_gb=40, mig_gpus=mig_gpus)
+    assert v1_problems(specs) == []
+    with_devices = [s for s in specs if s.devices]
+    with_counters = [s for s in specs if s.shared_counters]
+    assert (len(with_devices), len(with_counters), len(specs)) == (
+        device_slices,
+        counter_slices,
+        device_slices + counter_slices,
+    )
+    # what a 1.34 driver would have sent (counters beside devices) is what the check refuses
+    both = specs[0].model_copy(
+        update={"shared_counters": [c for s in with_counters for c in s.shared_counters]}
+    )
+    assert not mig_gpus or any("both" in p for p in v1_problems([both, *specs[1:]]))
+
+
+def test_dra_counters_published_apart_still_bound_mig_partitions() -> None:
+    specs = node_slices("n1", gpu_model="H100-80GB", gpus=2, memory_gb=80, mig_gpus=[1])
+    assert [bool(s.devices) for s in specs] == [True, False]  # the counters are in a slice of their own
+    node = node_devices(specs, node_name="n1", labels={})
+    seven_g = 'device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'
+    first = allocate_claims([claim("a", "mig", seven_g)], node_name="n1", node=node, classes=CLASSES)
+    assert not isinstance(first, DraUnsatisfied)
+    held = [(d.driver, d.pool, d.device) for d in first[0].devices]
+    one_g = 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    again = allocate_claims(
+        [claim("b", "mig", one_g)], node_name="n1", node=node, classes=CLASSES, in_use=held
+    )
+    assert isinstance(again, DraUnsatisfied) and again.rejected.get("shared counters")
+
+
+def test_dra_slices_publish_the_nvlink_clique_for_match_attribute() -> None:
+    cliques = {i: f"cluster.{i // 4}" for i in range(8)}
+    specs = node_slices("n1", gpu_model="H100-80GB", gpus=8, cliques=cliques, mig_gpus=[7])
+    by_name = {d.name: d for s in specs for d in s.devices}
+    assert by_name["gpu-5"].attributes["cliqueId"].value == "cluster.1"
+    assert all(
+        d.attributes["cliqueId"].value == "cluster.1" for n, d in by_name.items() if n.startswith("gpu-7")
+    )
+    node = node_devices(specs, node_name="n1", labels={})
+    four = claim("c", "gpu", count=4)
+    four.spec.devices.constraints.append(DeviceConstraint(match_attribute="gpu.nvidia.com/cliqueId"))
+    held = [(DRIVER, "n1", "gpu-0")]  # clique 0 has three GPUs left: the four come from clique 1
+    answer = allocate_claims([four], node_name="n1", node=node, classes=CLASSES, in_use=held)
+    assert not isinstance(answer, DraUnsatisfied)
+    assert [d.device for d in answer[0].devices] == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import Quantity
@@ -142,6 +142,10 @@ class Device(ApiModel):
         default=None, description="Whether several claims may hold it at once (1.34 alpha)."
     )
 
+    @model_serializer(mode="wrap")
+    def _leave_out_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_lists(handler(self))
+
 
 class ResourcePool(ApiModel):
     name: str = Field(min_length=1, description="The pool's name; with the driver, it names the pool.")
@@ -167,6 +171,10 @@ class ResourceSliceSpec(ApiModel):
         default_factory=list, description="Counter sets that the pool's devices consume from."
     )
 
+    @model_serializer(mode="wrap")
+    def _leave_out_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_empty_lists(handler(self))
+
     @model_validator(mode="after")
     def _one_node_scope(self) -> ResourceSliceSpec:
         scopes = [
@@ -184,3 +192,9 @@ class ResourceSliceSpec(ApiModel):
             dup = next(n for n in names if names.count(n) > 1)
             raise field_error("devices", f"device {dup!r} is listed twice")
         return self
+
+
+def _without_empty_lists(data: dict[str, Any]) -> dict[str, Any]:
+    # An empty list means the same as an absent one, but the v1 API server (1.36) counts an empty
+    # `sharedCounters` as set and refuses it beside `devices` (only one of the two may be set).
+    return {key: value for key, value in data.items() if value != []}

@@ -8,13 +8,19 @@ the GPU's counter set (one counter per memory slice, and its compute slices), so
 the whole GPU or instances that do not overlap, never both. Unhealthy GPUs are left out: a GPU that fails
 disappears from the pool's next generation, and comes back when it recovers.
 
+As `resource.k8s.io/v1` requires (the 1.36 API server refuses anything else), a slice holds devices or
+counter sets, never both: the counter sets are published in slices of their own within the node's
+pool, `resourceSliceCount` counts both kinds, and empty lists are left out when serialised. Each
+device carries its NVLink clique (`cliqueId`) where the node knows it, so a claim's `matchAttribute`
+on `gpu.nvidia.com/cliqueId` keeps its GPUs in one clique.
+
 The digital twin's nodes publish this; the node agent's `--dra` mode is meant to publish the same.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpufleet.api.dra_devices import ResourceSliceSpec
@@ -25,6 +31,10 @@ DRIVER = "gpu.nvidia.com"
 COUNTER_SET = "gpu-{index}-counter-set"
 MAX_DEVICES = 128
 """Devices one ResourceSlice may hold (Kubernetes' limit)."""
+MAX_CONSUMING_DEVICES = 64
+"""Devices one ResourceSlice may hold when any of them consumes counters (v1's limit)."""
+MAX_COUNTER_SETS = 8
+"""Counter sets one ResourceSlice may hold (v1's limit)."""
 
 # Architecture and compute capability by model family (the model's first letters), where known.
 _FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -59,9 +69,13 @@ def node_slices(
     unhealthy: Collection[int] = (),
     driver_version: str = "",
     generation: int = 1,
+    cliques: Mapping[int, str] | None = None,
 ) -> list[ResourceSliceSpec]:
-    """The slices of the node's pool (named after the node) at `generation`: a GPU's devices and its
-    counter set stay together, and no slice holds more than Kubernetes' 128 devices."""
+    """The slices of the node's pool (named after the node) at `generation`, valid for
+    `resource.k8s.io/v1`: slices of devices (a GPU's devices stay in one slice, at most 128 a slice,
+    64 where any consumes counters) followed by slices holding only the MIG GPUs' counter sets.
+    `cliques` maps a GPU's index to its NVLink clique (`<clusterUUID>.<cliqueId>` as NVIDIA's driver
+    writes it), published as the `cliqueId` attribute of the GPU and its MIG devices."""
     model = canonical_name(gpu_model)
     if memory_gb is None:
         # the model's name states it where the catalogue names models by memory (H100-80GB)
@@ -74,7 +88,8 @@ def node_slices(
         base["cudaComputeCapability"] = {"version": family[1]}
     if driver_version:
         base["driverVersion"] = {"version": _semver(driver_version)}
-    groups: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+    groups: list[list[dict[str, Any]]] = []
+    counter_sets: list[dict[str, Any]] = []
     for index in range(gpus):
         if index in unhealthy:
             continue
@@ -84,37 +99,46 @@ def node_slices(
             "index": {"int": index},
             "uuid": {"string": f"GPU-{node_name}-{index}"},
         }
+        clique = (cliques or {}).get(index)
+        if clique:
+            attributes["cliqueId"] = {"string": clique}
         device: dict[str, Any] = {"name": f"gpu-{index}", "attributes": attributes}
         if memory_gb is not None:
             device["capacity"] = {"memory": {"value": f"{memory_gb}Gi"}}
-        devices, counter_sets = [device], []
+        devices = [device]
         if index in mig_gpus and mig.mig_capable(model):
             counter_set = COUNTER_SET.format(index=index)
             counter_sets.append({"name": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)})
             device["consumesCounters"] = [
                 {"counterSet": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)}
             ]
-            devices.extend(_mig_devices(node_name, model, index, base, counter_set))
-        groups.append((devices, counter_sets))
-    packed: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [([], [])]
-    for devices, counter_sets in groups:
-        if packed[-1][0] and len(packed[-1][0]) + len(devices) > MAX_DEVICES:
-            packed.append(([], []))
-        packed[-1][0].extend(devices)
-        packed[-1][1].extend(counter_sets)
-    pool = {"name": node_name, "generation": generation, "resourceSliceCount": len(packed)}
-    return [
-        ResourceSliceSpec.model_validate(
-            {
-                "driver": DRIVER,
-                "nodeName": node_name,
-                "pool": pool,
-                "devices": devices,
-                "sharedCounters": counter_sets,
-            }
-        )
-        for devices, counter_sets in packed
+            parent = {**base, **({"cliqueId": {"string": clique}} if clique else {})}
+            devices.extend(_mig_devices(node_name, model, index, parent, counter_set))
+        groups.append(devices)
+    packed: list[list[dict[str, Any]]] = [[]]
+    for devices in groups:
+        if packed[-1] and len(packed[-1]) + len(devices) > _device_limit(packed[-1] + devices):
+            packed.append([])
+        packed[-1].extend(devices)
+    # v1: a slice publishes devices or counter sets, never both; the counter sets go in slices of
+    # their own in the same pool (at most 8 a slice), where the devices' consumesCounters find them.
+    counter_slices = [
+        counter_sets[i : i + MAX_COUNTER_SETS] for i in range(0, len(counter_sets), MAX_COUNTER_SETS)
     ]
+    pool = {
+        "name": node_name,
+        "generation": generation,
+        "resourceSliceCount": len(packed) + len(counter_slices),
+    }
+    common = {"driver": DRIVER, "nodeName": node_name, "pool": pool}
+    return [ResourceSliceSpec.model_validate({**common, "devices": d}) for d in packed] + [
+        ResourceSliceSpec.model_validate({**common, "sharedCounters": c}) for c in counter_slices
+    ]
+
+
+def _device_limit(devices: list[dict[str, Any]]) -> int:
+    """How many devices a slice holding these may have: fewer when any consumes counters (v1)."""
+    return MAX_CONSUMING_DEVICES if any(d.get("consumesCounters") for d in devices) else MAX_DEVICES
 
 
 def _mig_devices(

@@ -43,7 +43,17 @@ def wanted_slices(node: Node, generation: int) -> list[ResourceSliceSpec]:
         unhealthy=node.status.unhealthy_indices,
         driver_version=spec.driver_version or "",
         generation=generation,
+        cliques=cliques(node),
     )
+
+
+def cliques(node: Node) -> dict[int, str]:
+    """Each GPU's NVLink clique: the node's NVLink domains (one of all its GPUs when it names none),
+    `<node>.<domain>`, in the `<cluster>.<clique>` shape of NVIDIA's clique ids."""
+    domains = node.spec.nvlink_domains
+    if domains is None:
+        domains = [list(range(node.spec.gpus))]
+    return {gpu: f"{node.name}.{i}" for i, domain in enumerate(domains) for gpu in domain}
 
 
 def publish(store: Store, node: Node) -> None:
