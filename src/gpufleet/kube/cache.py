@@ -399,7 +399,9 @@ class KubeCache:
             return
         try:
             if self.dra is not None:
-                workload = self.dra.with_claims(workload, self._pod_sets(group), self._fleet)
+                workload = self.dra.with_claims(
+                    workload, self._pod_sets(group), self._fleet, self._workload_of.get
+                )
         except GpuFleetError as exc:  # as the embedded world says it
             kind = CLAIMS_NOT_READY if isinstance(exc, ClaimsNotReady) else INVALID_CLAIMS
             self.reasons[key] = Reason(kind, str(exc))
@@ -488,6 +490,7 @@ class KubeCache:
         assert cache is not None
         names = group.by_core_name()
         requests = {ps.name: ps.request for ps in workload.pod_sets}
+        charged = {ps.name: bool(ps.charges) for ps in workload.pod_sets}
         counts = {ps.name: 0 for ps in workload.pod_sets}
         allocations: list[Allocation] = []
         model: str | None = None
@@ -503,7 +506,8 @@ class KubeCache:
                 continue
             allocations.append(alloc)
             counts[pod_set] += 1
-            if requests[pod_set].total_gpu_milli and model is None:
+            # a pod set charged for a shared claim's GPUs takes its flavor too, though its pods ask none
+            if (requests[pod_set].total_gpu_milli or charged[pod_set]) and model is None:
                 # One flavor for the whole workload, as the cycle assigns it: the first pod's that was
                 # noted at bind time, else the one the first pod's node implies.
                 flavor, noted = self._admitted_flavor(workload.queue, pod, alloc.node)

@@ -9,8 +9,10 @@ ResourceClaims (`resource.k8s.io/v1`) from informers, turned into what the sched
   A claim made from a template (by the controller manager, named in `status.resourceClaimStatuses`)
   is the pod's own: its GPUs count in the pod's request (`dra.claim_demand` + `dra.with_claims`, as in
   the embedded world), so quotas and flavors see them as any GPU. A named ResourceClaim is shared: held
-  once by the claim. A claim already allocated is handed to the core with its allocation, which it
-  respects (never re-allocates): a shared one always, a pod's own one when the pod is alone in its set.
+  once by the claim and charged once, to the workload `dra.charge.charged_to` names (the first pod of
+  its `reservedFor` that gpufleet places, else the workload asking), as its pod set's `charges`. A
+  claim already allocated is handed to the core with its allocation, which it respects (never
+  re-allocates): a shared one always, a pod's own one when the pod is alone in its set.
 - Bound pods hold the devices their claims' `status.allocation` name (after a restart, or pods bound
   elsewhere).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpufleet.api.dra import DeviceClass, ResourceClaim, ResourceSlice
 from gpufleet.api.dra_devices import DeviceClassSpec, NodeSelector, ResourceSliceSpec
@@ -37,6 +39,7 @@ from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache, claim_demand, with_claims
 from gpufleet.scheduler.placement.dra.allocate import attribute_value
+from gpufleet.scheduler.placement.dra.charge import claim_charges
 from gpufleet.scheduler.placement.dra.demand import TYPE_ATTRIBUTE
 from gpufleet.scheduler.placement.dra.gang import INDEX_ATTRIBUTE
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -238,11 +241,16 @@ class KubeDra:
         return claim_model(obj) if obj is not None else None
 
     def with_claims(
-        self, workload: Workload, members: Mapping[str, Sequence[Json]], fleet: FleetState
+        self,
+        workload: Workload,
+        members: Mapping[str, Sequence[Json]],
+        fleet: FleetState,
+        workload_of: Callable[[str], str | None] = lambda _: None,
     ) -> Workload:
         """The workload whose pod sets carry their pods' claims and count their GPUs. `members`: each pod
-        set's pods in the core's order. Raises ClaimsNotReady (a claim not made yet, a class missing) or
-        another GpuFleetError (claims the core cannot count)."""
+        set's pods in the core's order; `workload_of`: a pod's (`namespace/name`) workload, to find whom
+        a shared claim is charged to (`dra.charge`). Raises ClaimsNotReady (a claim not made yet, a class
+        missing) or another GpuFleetError (claims the core cannot count)."""
         if not any(claim_refs(p) for pods in members.values() for p in pods):
             return workload
         if not self.synced:
@@ -268,8 +276,27 @@ class KubeDra:
                 cache=self._selectors,
             )
             request = with_claims(pod_set.request, demand, where=f"Pod {key_of(pods[0])}")
-            sets.append(dataclasses.replace(pod_set, request=request, claims=tuple(claims)))
+            mine = {c.key for c in own}
+            named = [(c, self._reserved_by(c.key)) for c in claims if c.shared and c.key not in mine]
+            charges = claim_charges(
+                named,
+                workload.name,
+                workload_of,
+                classes=fleet.devices.classes,
+                devices=devices,
+                model_of=product_model,
+                cache=self._selectors,
+            )
+            sets.append(dataclasses.replace(pod_set, request=request, claims=tuple(claims), charges=charges))
         return dataclasses.replace(workload, pod_sets=tuple(sets))
+
+    def _reserved_by(self, key: str) -> list[str]:
+        """The pods (`namespace/name`) a claim is reserved for while allocated, in order."""
+        namespace, _, name = key.partition("/")
+        stored = self.claim(namespace, name)
+        if stored is None or stored.status.allocation is None:
+            return []
+        return [f"{namespace}/{r.name}" for r in stored.status.reserved_for if r.resource == "pods"]
 
     def _pod_set_claims(
         self, name: str, pod_set: PodSet, pods: Sequence[Json], fleet: FleetState

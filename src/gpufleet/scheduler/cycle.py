@@ -66,6 +66,7 @@ from gpufleet.scheduler.outcome import (
     apply_decisions,
 )
 from gpufleet.scheduler.parking import FlavorNeed, ParkedWorkload, ParkingLot
+from gpufleet.scheduler.placement.dra.charge import without_held
 from gpufleet.scheduler.placement.place import place_workload
 from gpufleet.scheduler.placement.policies import get_policy
 from gpufleet.scheduler.placement.result import PlacementResult
@@ -171,6 +172,7 @@ class _Cycle:
         self._usage_memo: dict[str, dict[str, int]] = {}
         self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
         self._models_memo: dict[str, list[str | None]] = {}
+        self._attempted: dict[str, Workload] = {}
         self._models_by_shape: dict[tuple[object, ...], list[str | None]] = {}
         self._needs_by_shape: dict[tuple[object, ...], tuple[FlavorNeed, ...]] = {}
         # Per preemptor searched this cycle: (only its own queue was searched, any candidate was found).
@@ -330,7 +332,7 @@ class _Cycle:
         models = self._models_memo.get(workload.name)
         if models is None:
             # The answer depends on the queue and the pods' requests only: shared by workloads alike.
-            shape = (workload.queue, tuple(ps.request for ps in workload.pod_sets))
+            shape = (workload.queue, tuple((ps.request, ps.charges) for ps in workload.pod_sets))
             models = self._models_by_shape.get(shape)
             if models is None:
                 cache = self.cache
@@ -500,6 +502,7 @@ class _Cycle:
 
     def _record(self, workload: Workload, outcome: Outcome) -> bool:
         """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""
+        workload = self._attempted.pop(workload.name, workload)  # as `_attempt` decided it
         name = workload.name
         if isinstance(outcome, Admission):
             self.snapshot.assume(workload, outcome.assignment, list(outcome.allocations), now=self.now)
@@ -564,6 +567,10 @@ class _Cycle:
         object must not stop the cycle for every other."""
         mark = self.snapshot.mark()
         try:
+            # a shared claim admitted earlier (this cycle or before) is charged to its workload only
+            workload = self._attempted[workload.name] = without_held(
+                workload, self.snapshot.fleet.devices.shared
+            )
             return self._decide(workload)
         except Exception as exc:
             self.snapshot.rollback(mark)

@@ -91,10 +91,11 @@ def usage_of(workload: Workload, model: str | None, counts: Sequence[int]) -> di
         if found is not None:
             flavor, milli = found
             usage[flavor] = usage.get(flavor, 0) + milli * count
-        charged = pod_usage(pod_set.charge, model) if pod_set.charge is not None and count else None
-        if charged is not None:  # a shared claim's GPUs: once, not per pod
-            flavor, milli = charged
-            usage[flavor] = usage.get(flavor, 0) + milli
+        for charge in pod_set.charges if count else ():  # a shared claim's GPUs: once, not per pod
+            charged = pod_usage(charge.request, model)
+            if charged is not None:
+                flavor, milli = charged
+                usage[flavor] = usage.get(flavor, 0) + milli
     return usage
 
 
@@ -104,7 +105,7 @@ def needs_model(workload: Workload) -> bool:
 
 def _requests(workload: Workload) -> list[PodRequest]:
     """Each pod set's request and the shared claims it is charged for: both pick the flavor."""
-    return [r for ps in workload.pod_sets for r in (ps.request, ps.charge) if r is not None]
+    return [r for ps in workload.pod_sets for r in (ps.request, *(c.request for c in ps.charges))]
 
 
 def candidate_models(

@@ -28,6 +28,14 @@ class TopologyRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimCharge:
+    """A shared ResourceClaim (`namespace/name`) and its GPUs, as one pod's request would ask them."""
+
+    claim: str
+    request: PodRequest
+
+
+@dataclass(frozen=True, slots=True)
 class PodSet:
     """`count` identical pods; at least `min_count` of them must start together (elastic when fewer)."""
 
@@ -39,10 +47,10 @@ class PodSet:
     """DRA: the ResourceClaims each pod makes from its ResourceClaimTemplates. Every pod gets its own
     claim of each (`{key}-{index}`, see `placement.dra.gang`); `request` already counts their GPUs
     (`dra.with_claims`), so quotas and flavors see them as any GPU."""
-    charge: PodRequest | None = None
-    """DRA: the GPUs of shared ResourceClaims (named by `resourceClaimName`) this pod set is charged
-    for, counted once for the pod set (not per pod) while any of its pods runs: a shared claim is
-    allocated once, so it is charged once, to one workload (`dra.charge.charged_to`)."""
+    charges: tuple[ClaimCharge, ...] = ()
+    """DRA: the shared ResourceClaims (named by `resourceClaimName`) this pod set is charged for, each
+    counted once for the pod set (not per pod) while any of its pods runs: a shared claim is allocated
+    once, so it is charged once, to one workload (`dra.charge`)."""
 
     def __post_init__(self) -> None:
         if self.count < 1:

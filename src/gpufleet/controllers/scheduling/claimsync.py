@@ -4,7 +4,7 @@ workload of a Workload whose pods name claims (`resourceClaims` in their templat
 The core counts a pod's own claims (those made from templates) in its request, through
 `dra.claim_demand` and `dra.with_claims`, so queues, quotas and flavors see their GPUs as any GPU; a
 shared claim (named by several pods) is held once by the claim and charged once, to the one workload
-`dra.charge.charged_to` names (the pod set's `charge`, not each pod's request). A shared claim already
+`dra.charge.charged_to` names (the pod set's `charges`, not each pod's request). A shared claim already
 allocated is handed to the core with its allocation, which it respects.
 """
 
@@ -24,7 +24,7 @@ from gpufleet.fleet.devices import DeviceId
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache, claim_demand, with_claims
-from gpufleet.scheduler.placement.dra.charge import charge_request, charged_claims
+from gpufleet.scheduler.placement.dra.charge import claim_charges
 from gpufleet.scheduler.workload import PodSet, Workload
 from gpufleet.store.protocol import Store
 
@@ -124,15 +124,16 @@ class ClaimSync:
             )
             request = with_claims(pod_set.request, demand, where=f"Workload {key} pod set {pod_set.name}")
             reserved = [(c, self._reserved_by(c.key)) for c in made if c.shared]
-            charged = claim_demand(
-                charged_claims(reserved, key, workload_of),
+            charges = claim_charges(
+                reserved,
+                key,
+                workload_of,
                 classes=fleet.devices.classes,
                 devices=devices,
                 model_of=canonical_name,
                 cache=self._cache,
             )
-            charge = charge_request(charged.gpus, charged.mig, charged.gpu_models)
-            pod_sets.append(replace(pod_set, request=request, claims=tuple(made), charge=charge))
+            pod_sets.append(replace(pod_set, request=request, claims=tuple(made), charges=charges))
         return replace(base, pod_sets=tuple(pod_sets))
 
     def _reserved_by(self, key: str) -> list[str]:

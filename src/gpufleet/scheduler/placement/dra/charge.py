@@ -10,8 +10,9 @@ claim to one workload, the one a user expects to pay for it:
   (Kubernetes appends to that list, so the first is the pod that reserved it first) whose workload is
   known;
 - otherwise (not allocated yet, or reserved for no pod the scheduler knows) the workload asking, which
-  would allocate it by being admitted. Two pending workloads naming the same unallocated claim are
-  both charged until one is admitted: each must have room for it, as either may be the one to take it.
+  would allocate it by being admitted. Two pending workloads naming the same unallocated claim both
+  carry the charge; the cycle drops it from whichever comes second (`without_held`: the claim is then
+  held in the fleet, charged to the one admitted first), so it is never charged twice.
 
 Releasing the claim (its last pod leaves `reservedFor`) releases the charge with the workload's
 usage; a restart reads `reservedFor` again and charges the same workload. Pure: no I/O.
@@ -19,10 +20,16 @@ usage; a restart reads `reservedFor` again and charges the same workload. Pure: 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
+from gpufleet.api.dra_devices import DeviceClassSpec
+from gpufleet.fleet.devices import PoolDevice
 from gpufleet.fleet.request import PodRequest
 from gpufleet.scheduler.placement.dra.allocate import PodClaim
+from gpufleet.scheduler.placement.dra.cel import SelectorCache
+from gpufleet.scheduler.placement.dra.demand import claim_demand
+from gpufleet.scheduler.workload import ClaimCharge, Workload
 
 
 def charged_to(reserved_by: Sequence[str], asking: str, workload_of: Callable[[str], str | None]) -> str:
@@ -36,24 +43,38 @@ def charged_to(reserved_by: Sequence[str], asking: str, workload_of: Callable[[s
     return asking
 
 
-def charged_claims(
-    shared: Sequence[tuple[PodClaim, Sequence[str]]], asking: str, workload_of: Callable[[str], str | None]
-) -> list[PodClaim]:
-    """Of the shared claims a pod set names, with each one's `reservedFor` pods, those `asking` is
-    charged for, each claim once (two entries naming the same claim are one claim)."""
-    seen: set[str] = set()
-    mine: list[PodClaim] = []
+def claim_charges(
+    shared: Sequence[tuple[PodClaim, Sequence[str]]],
+    asking: str,
+    workload_of: Callable[[str], str | None],
+    *,
+    classes: Mapping[str, DeviceClassSpec],
+    devices: Iterable[PoolDevice],
+    model_of: Callable[[str], str],
+    cache: SelectorCache | None = None,
+) -> tuple[ClaimCharge, ...]:
+    """The `PodSet.charges` of `asking`: of the shared claims a pod set names, each with its
+    `reservedFor` pods, those charged to `asking`, with their GPUs (`claim_demand`), each claim once."""
+    pool = list(devices)
+    charges: dict[str, ClaimCharge] = {}
     for claim, reserved_by in shared:
-        if claim.key in seen:
+        if claim.key in charges or charged_to(reserved_by, asking, workload_of) != asking:
             continue
-        seen.add(claim.key)
-        if charged_to(reserved_by, asking, workload_of) == asking:
-            mine.append(claim)
-    return mine
+        demand = claim_demand([claim], classes=classes, devices=pool, model_of=model_of, cache=cache)
+        if demand.gpus or demand.mig is not None:
+            request = PodRequest(gpus=demand.gpus, mig=demand.mig, gpu_models=demand.gpu_models)
+            charges[claim.key] = ClaimCharge(claim.key, request)
+    return tuple(charges.values())
 
 
-def charge_request(gpus: int, mig: str | None, gpu_models: tuple[str, ...]) -> PodRequest | None:
-    """The `PodSet.charge` for claims adding up to `gpus` whole GPUs or one `mig` instance."""
-    if not gpus and mig is None:
-        return None
-    return PodRequest(gpus=gpus, mig=mig, gpu_models=gpu_models)
+def without_held(workload: Workload, held: Container[str]) -> Workload:
+    """The workload without the charges of shared claims already `held` (allocated in the fleet, so
+    charged to the workload that allocated them): what a cycle admits, so a claim two pending
+    workloads carry is charged to the first one admitted only."""
+    if not any(ps.charges for ps in workload.pod_sets):
+        return workload
+    sets = tuple(
+        dataclasses.replace(ps, charges=tuple(c for c in ps.charges if c.claim not in held))
+        for ps in workload.pod_sets
+    )
+    return dataclasses.replace(workload, pod_sets=sets)
