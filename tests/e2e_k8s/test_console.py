@@ -51,9 +51,16 @@ def console(cluster: Cluster) -> Iterator[Console]:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert process.stdout is not None
-        first = process.stdout.readline()
-        found = re.search(r"(http://\S+)/#token=(\S+)", first)
-        assert found, f"no URL in {first!r}"
+        # Lines before the URL are the informers' retries while a fresh API server warms up.
+        said: list[str] = []
+        found = None
+        while found is None and len(said) < 50:
+            line = process.stdout.readline()
+            if not line:
+                break
+            said.append(line)
+            found = re.search(r"(http://\S+)/#token=(\S+)", line)
+        assert found, f"no URL in {''.join(said)!r}"
         made = Console(process, found.group(1), found.group(2))
         wait_for("the console to answer", lambda: _answers(made), timeout=30)
         yield made
