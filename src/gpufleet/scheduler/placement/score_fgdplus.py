@@ -91,28 +91,30 @@ class WorkloadEstimate:
 class RowScores:
     """One request's score per node row (and, for a share pod, the GPU it would take there).
 
-    A row's values stay valid until the row changes (`observe`) or the model is refitted: a stream of
-    alike pods then rescores only the few nodes the last placements and releases touched, not the fleet.
+    A row's values stay valid while the row's version (`AdaptiveFgdPolicy._versions`, raised when the
+    row changes) is the one they were computed at, until the model is refitted: a stream of alike pods
+    then rescores only the few nodes the last placements and releases touched, not the fleet. Versions
+    make a change cost one write whatever the number of kept requests.
     """
 
-    __slots__ = ("gpu", "valid", "values")
+    __slots__ = ("gpu", "stamp", "values")
 
     def __init__(self, size: int) -> None:
         self.values = np.zeros(size, dtype=np.float64)
         self.gpu = np.zeros(size, dtype=np.int64)
-        self.valid = np.zeros(size, dtype=np.bool_)
+        self.stamp = np.full(size, -1, dtype=np.int64)
 
     def fit(self, size: int) -> None:
         """Makes room for `size` rows (new rows are not valid yet)."""
-        have = self.valid.size
+        have = self.stamp.size
         if size <= have:
             return
         size = max(size, 2 * have)
-        values, gpu, valid = self.values, self.gpu, self.valid
+        values, gpu, stamp = self.values, self.gpu, self.stamp
         self.values = np.zeros(size, dtype=np.float64)
         self.gpu = np.zeros(size, dtype=np.int64)
-        self.valid = np.zeros(size, dtype=np.bool_)
-        self.values[:have], self.gpu[:have], self.valid[:have] = values, gpu, valid
+        self.stamp = np.full(size, -1, dtype=np.int64)
+        self.values[:have], self.gpu[:have], self.stamp[:have] = values, gpu, stamp
 
 
 # Requests whose per-row scores are kept at once; the oldest is dropped first. A scheduler's stream has
@@ -135,6 +137,8 @@ class AdaptiveFgdPolicy:
         self._next_refit = first_refit
         self._state: FleetState | None = None
         self._scores: dict[PodRequest, RowScores] = {}
+        # Per row, how many times it changed: a kept score is valid while its stamp is the row's version.
+        self._versions = np.zeros(0, dtype=np.int64)
         # Per row the level and domain its rack tie-break reads (`_DomainMap`), with the fleet generation
         # it was built at.
         self._domains: tuple[int, _DomainMap] | None = None
@@ -172,8 +176,16 @@ class AdaptiveFgdPolicy:
             self._state = state
             self._scores.clear()
         elif changed.size:
-            for cached in self._scores.values():
-                cached.valid[changed[changed < cached.valid.size]] = False
+            self._version_rows(int(changed.max()) + 1)[changed] += 1
+
+    def _version_rows(self, size: int) -> IntArray:
+        """The rows' versions, with room for `size` rows (a new row starts at version 0)."""
+        have = self._versions.size
+        if size > have:
+            grown = np.zeros(max(size, 2 * have), dtype=np.int64)
+            grown[:have] = self._versions
+            self._versions = grown
+        return self._versions
 
     def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored:
         self._sync(state)
@@ -183,12 +195,13 @@ class AdaptiveFgdPolicy:
                 del self._scores[next(iter(self._scores))]
             cached = self._scores[request] = RowScores(state.n_rows)
         cached.fit(state.n_rows)
-        stale = rows[~cached.valid[rows]]
+        versions = self._version_rows(state.n_rows)
+        stale = rows[cached.stamp[rows] != versions[rows]]
         if stale.size:
             values, gpu = self._compute(state, request, stale)
             cached.values[stale] = values
             cached.gpu[stale] = gpu
-            cached.valid[stale] = True
+            cached.stamp[stale] = versions[stale]
         share_gpu = cached.gpu[rows] if request.kind is GpuKind.SHARE else None
         scores = cached.values[rows]  # a copy: the tie-break below must not touch the kept values
         if state.levels:
