@@ -7,7 +7,7 @@ ResourceClaims (`resource.k8s.io/v1`) from informers, turned into what the sched
   its slices name (`gpu.nvidia.com/index`), so the core's GPU arrays can record the ones its claims get.
 - Workloads: a pod's `spec.resourceClaims` become its pod set's `PodSet.claims`, in the entries' order.
   A claim made from a template (by the controller manager, named in `status.resourceClaimStatuses`)
-  is the pod's own: its GPUs count in the pod's request (`dra.claim_demand` + `dra.with_claims`, as in
+  is the pod's own: its GPUs count in the pod's request (`dra.charge.with_pod_claims`, as in
   the embedded world), so quotas and flavors see them as any GPU. A named ResourceClaim is shared: held
   once by the claim and charged once, to the workload `dra.charge.charged_to` names (the first pod of
   its `reservedFor` that gpufleet places, else the workload asking), as its pod set's `charges`. A
@@ -37,9 +37,9 @@ from gpufleet.kube.informer import Informer, Informers, key_of
 from gpufleet.kube.resources import resource_for
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json
-from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache, claim_demand, with_claims
+from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache
 from gpufleet.scheduler.placement.dra.allocate import attribute_value
-from gpufleet.scheduler.placement.dra.charge import claim_charges
+from gpufleet.scheduler.placement.dra.charge import with_pod_claims
 from gpufleet.scheduler.placement.dra.demand import TYPE_ATTRIBUTE
 from gpufleet.scheduler.placement.dra.gang import INDEX_ATTRIBUTE
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -268,26 +268,21 @@ class KubeDra:
                 sets.append(pod_set)
                 continue
             claims, own = self._pod_set_claims(workload.name, pod_set, pods, fleet)
-            demand = claim_demand(
-                own,
-                classes=fleet.devices.classes,
-                devices=devices,
-                model_of=product_model,
-                cache=self._selectors,
+            sets.append(
+                with_pod_claims(
+                    pod_set,
+                    claims,
+                    own,
+                    asking=workload.name,
+                    reserved_by=self._reserved_by,
+                    workload_of=workload_of,
+                    classes=fleet.devices.classes,
+                    devices=devices,
+                    model_of=product_model,
+                    cache=self._selectors,
+                    where=f"Pod {key_of(pods[0])}",
+                )
             )
-            request = with_claims(pod_set.request, demand, where=f"Pod {key_of(pods[0])}")
-            mine = {c.key for c in own}
-            named = [(c, self._reserved_by(c.key)) for c in claims if c.shared and c.key not in mine]
-            charges = claim_charges(
-                named,
-                workload.name,
-                workload_of,
-                classes=fleet.devices.classes,
-                devices=devices,
-                model_of=product_model,
-                cache=self._selectors,
-            )
-            sets.append(dataclasses.replace(pod_set, request=request, claims=tuple(claims), charges=charges))
         return dataclasses.replace(workload, pod_sets=tuple(sets))
 
     def _reserved_by(self, key: str) -> list[str]:

@@ -2,10 +2,10 @@
 workload of a Workload whose pods name claims (`resourceClaims` in their template).
 
 The core counts a pod's own claims (those made from templates) in its request, through
-`dra.claim_demand` and `dra.with_claims`, so queues, quotas and flavors see their GPUs as any GPU; a
-shared claim (named by several pods) is held once by the claim and charged once, to the one workload
-`dra.charge.charged_to` names (the pod set's `charges`, not each pod's request). A shared claim already
-allocated is handed to the core with its allocation, which it respects.
+`dra.charge.with_pod_claims` (as the Kubernetes world does), so queues, quotas and flavors see their
+GPUs as any GPU; a shared claim (named by several pods) is held once by the claim and charged once,
+to the one workload `dra.charge.charged_to` names (the pod set's `charges`, not each pod's request).
+A shared claim already allocated is handed to the core with its allocation, which it respects.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from gpufleet.controllers import claims, convert
 from gpufleet.fleet.devices import DeviceId
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import FleetState
-from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache, claim_demand, with_claims
-from gpufleet.scheduler.placement.dra.charge import claim_charges
+from gpufleet.scheduler.placement.dra import PodClaim, SelectorCache
+from gpufleet.scheduler.placement.dra.charge import with_pod_claims
 from gpufleet.scheduler.workload import PodSet, Workload
 from gpufleet.store.protocol import Store
 
@@ -115,25 +115,21 @@ class ClaimSync:
                             f"{device_request.name})",
                             obj=f"Workload {key}",
                         )
-            demand = claim_demand(
-                own,
-                classes=fleet.devices.classes,
-                devices=devices,
-                model_of=canonical_name,
-                cache=self._cache,
+            pod_sets.append(
+                with_pod_claims(
+                    pod_set,
+                    made,
+                    own,
+                    asking=key,
+                    reserved_by=self._reserved_by,
+                    workload_of=workload_of,
+                    classes=fleet.devices.classes,
+                    devices=devices,
+                    model_of=canonical_name,
+                    cache=self._cache,
+                    where=f"Workload {key} pod set {pod_set.name}",
+                )
             )
-            request = with_claims(pod_set.request, demand, where=f"Workload {key} pod set {pod_set.name}")
-            reserved = [(c, self._reserved_by(c.key)) for c in made if c.shared]
-            charges = claim_charges(
-                reserved,
-                key,
-                workload_of,
-                classes=fleet.devices.classes,
-                devices=devices,
-                model_of=canonical_name,
-                cache=self._cache,
-            )
-            pod_sets.append(replace(pod_set, request=request, claims=tuple(made), charges=charges))
         return replace(base, pod_sets=tuple(pod_sets))
 
     def _reserved_by(self, key: str) -> list[str]:

@@ -28,8 +28,8 @@ from gpufleet.fleet.devices import PoolDevice
 from gpufleet.fleet.request import PodRequest
 from gpufleet.scheduler.placement.dra.allocate import PodClaim
 from gpufleet.scheduler.placement.dra.cel import SelectorCache
-from gpufleet.scheduler.placement.dra.demand import claim_demand
-from gpufleet.scheduler.workload import ClaimCharge, Workload
+from gpufleet.scheduler.placement.dra.demand import claim_demand, with_claims
+from gpufleet.scheduler.workload import ClaimCharge, PodSet, Workload
 
 
 def charged_to(reserved_by: Sequence[str], asking: str, workload_of: Callable[[str], str | None]) -> str:
@@ -65,6 +65,35 @@ def claim_charges(
             request = PodRequest(gpus=demand.gpus, mig=demand.mig, gpu_models=demand.gpu_models)
             charges[claim.key] = ClaimCharge(claim.key, request)
     return tuple(charges.values())
+
+
+def with_pod_claims(
+    pod_set: PodSet,
+    claims: Sequence[PodClaim],
+    own: Sequence[PodClaim],
+    *,
+    asking: str,
+    reserved_by: Callable[[str], Sequence[str]],
+    workload_of: Callable[[str], str | None],
+    classes: Mapping[str, DeviceClassSpec],
+    devices: Iterable[PoolDevice],
+    model_of: Callable[[str], str],
+    cache: SelectorCache | None,
+    where: str,
+) -> PodSet:
+    """The pod set of `asking` carrying the `claims` the core places: its request counts the GPUs of its
+    pods' `own` claims (made from templates), and it is charged for the shared ones charged to it.
+    `reserved_by`: a claim's `reservedFor` pods, in order, while it is allocated. Both worlds derive a
+    pod set with claims here; they differ only in where claims and reservations are read from."""
+    pool = list(devices)
+    demand = claim_demand(own, classes=classes, devices=pool, model_of=model_of, cache=cache)
+    request = with_claims(pod_set.request, demand, where=where)
+    mine = {c.key for c in own}
+    shared = [(c, reserved_by(c.key)) for c in claims if c.shared and c.key not in mine]
+    charges = claim_charges(
+        shared, asking, workload_of, classes=classes, devices=pool, model_of=model_of, cache=cache
+    )
+    return dataclasses.replace(pod_set, request=request, claims=tuple(claims), charges=charges)
 
 
 def without_held(workload: Workload, held: Container[str]) -> Workload:
