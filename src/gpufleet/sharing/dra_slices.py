@@ -14,13 +14,16 @@ pool, `resourceSliceCount` counts both kinds, and empty lists are left out when 
 device carries its NVLink clique (`cliqueId`) where the node knows it, so a claim's `matchAttribute`
 on `gpu.nvidia.com/cliqueId` keeps its GPUs in one clique.
 
-The digital twin's nodes publish this; the node agent's `--dra` mode is meant to publish the same.
+The digital twin's nodes publish this from their pool's model; the node agent's `--dra` mode publishes
+the same from what NVML tells it (`GpuFacts`: the real UUID, PCI bus, memory and compute capability of
+each GPU, and the MIG instances that exist on a MIG-enabled one).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api.dra_devices import ResourceSliceSpec
@@ -48,6 +51,50 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# The attribute Kubernetes' deviceattribute package defines for a device's PCI address (KEP 4381), which
+# NVIDIA's driver publishes beside its own `pcieBusID`.
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+
+# Architecture by CUDA compute capability (major, minor), as NVML's architecture query names it.
+_ARCHITECTURES: tuple[tuple[tuple[int, int], str], ...] = (
+    ((10, 0), "Blackwell"),
+    ((9, 0), "Hopper"),
+    ((8, 9), "Ada Lovelace"),
+    ((8, 0), "Ampere"),
+    ((7, 5), "Turing"),
+    ((7, 0), "Volta"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG instance that exists on a GPU: published as the one partition at its placement."""
+
+    profile: str
+    start: int
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """What a node knows of one GPU (from NVML); where given, it replaces what the builder derives from
+    the model's name. `mig_instances` None publishes every placement the catalogue allows (a GPU whose
+    instances are made on demand); a tuple publishes exactly those instances."""
+
+    uuid: str
+    product_name: str
+    memory_mib: int
+    compute_capability: tuple[int, int]
+    pci_bus_id: str
+    minor: int
+    mig_instances: tuple[MigInstance, ...] | None = None
+
+
+def architecture(compute_capability: tuple[int, int]) -> str | None:
+    """The GPU architecture of a compute capability (`(9, 0)` -> `Hopper`), None when unknown."""
+    return next((name for cc, name in _ARCHITECTURES if compute_capability >= cc), None)
+
+
 def product_name(gpu_model: str) -> str:
     """The name NVML (and NVIDIA's driver) gives a model: `H100-80GB` -> `NVIDIA H100 80GB HBM3`."""
     model = canonical_name(gpu_model)
@@ -70,12 +117,16 @@ def node_slices(
     driver_version: str = "",
     generation: int = 1,
     cliques: Mapping[int, str] | None = None,
+    facts: Mapping[int, GpuFacts] | None = None,
+    cuda_driver_version: str = "",
 ) -> list[ResourceSliceSpec]:
     """The slices of the node's pool (named after the node) at `generation`, valid for
     `resource.k8s.io/v1`: slices of devices (a GPU's devices stay in one slice, at most 128 a slice,
     64 where any consumes counters) followed by slices holding only the MIG GPUs' counter sets.
     `cliques` maps a GPU's index to its NVLink clique (`<clusterUUID>.<cliqueId>` as NVIDIA's driver
-    writes it), published as the `cliqueId` attribute of the GPU and its MIG devices."""
+    writes it), published as the `cliqueId` attribute of the GPU and its MIG devices. `facts` gives a GPU's
+    real identity and properties by index (the node agent's NVML); a GPU without them is described
+    from `gpu_model`, as the twin's are."""
     model = canonical_name(gpu_model)
     if memory_gb is None:
         # the model's name states it where the catalogue names models by memory (H100-80GB)
@@ -88,32 +139,45 @@ def node_slices(
         base["cudaComputeCapability"] = {"version": family[1]}
     if driver_version:
         base["driverVersion"] = {"version": _semver(driver_version)}
+    if cuda_driver_version:
+        base["cudaDriverVersion"] = {"version": _semver(cuda_driver_version)}
     groups: list[list[dict[str, Any]]] = []
     counter_sets: list[dict[str, Any]] = []
     for index in range(gpus):
         if index in unhealthy:
             continue
+        known = (facts or {}).get(index)
+        gpu_base = base if known is None else _with_facts(base, known)
         attributes = {
-            **base,
+            **gpu_base,
             "type": {"string": "gpu"},
             "index": {"int": index},
-            "uuid": {"string": f"GPU-{node_name}-{index}"},
+            "uuid": {"string": f"GPU-{node_name}-{index}" if known is None else known.uuid},
         }
+        if known is not None:
+            attributes["minor"] = {"int": known.minor}
+            attributes["pcieBusID"] = {"string": known.pci_bus_id}
+            attributes[PCI_BUS_ID_ATTRIBUTE] = {"string": known.pci_bus_id}
         clique = (cliques or {}).get(index)
         if clique:
             attributes["cliqueId"] = {"string": clique}
         device: dict[str, Any] = {"name": f"gpu-{index}", "attributes": attributes}
-        if memory_gb is not None:
+        if known is not None:
+            device["capacity"] = {"memory": {"value": f"{known.memory_mib}Mi"}}
+        elif memory_gb is not None:
             device["capacity"] = {"memory": {"value": f"{memory_gb}Gi"}}
         devices = [device]
-        if index in mig_gpus and mig.mig_capable(model):
+        gpu_model_here = model if known is None else canonical_name(known.product_name)
+        if index in mig_gpus and mig.mig_capable(gpu_model_here):
             counter_set = COUNTER_SET.format(index=index)
             counter_sets.append({"name": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)})
             device["consumesCounters"] = [
                 {"counterSet": counter_set, "counters": _counters(range(mig.MEMORY_SLICES), 7)}
             ]
-            parent = {**base, **({"cliqueId": {"string": clique}} if clique else {})}
-            devices.extend(_mig_devices(node_name, model, index, parent, counter_set))
+            parent = {**gpu_base, **({"cliqueId": {"string": clique}} if clique else {})}
+            if known is not None:
+                parent["parentUUID"] = {"string": known.uuid}
+            devices.extend(_mig_devices(node_name, gpu_model_here, index, parent, counter_set, known))
         groups.append(devices)
     packed: list[list[dict[str, Any]]] = [[]]
     for devices in groups:
@@ -142,34 +206,58 @@ def _device_limit(devices: list[dict[str, Any]]) -> int:
 
 
 def _mig_devices(
-    node_name: str, model: str, index: int, base: dict[str, Any], counter_set: str
+    node_name: str,
+    model: str,
+    index: int,
+    base: dict[str, Any],
+    counter_set: str,
+    known: GpuFacts | None = None,
 ) -> list[dict[str, Any]]:
+    """The GPU's MIG partitions: every placement of every profile, or, where the GPU's facts list the
+    instances that exist, those (with their UUIDs)."""
+    catalogue = mig.catalogue(model)
+    if known is None or known.mig_instances is None:
+        placements = [(p, start, None) for p in catalogue.values() for start in p.starts]
+    else:
+        placements = [(mig.profile(model, i.profile), i.start, i.uuid) for i in known.mig_instances]
     devices: list[dict[str, Any]] = []
-    for profile in mig.catalogue(model).values():
-        for start in profile.starts:
-            slices = range(start, start + profile.memory_slices)
-            devices.append(
-                {
-                    "name": f"gpu-{index}-mig-{profile.gi_profile_id}-{start}-{profile.memory_slices}",
-                    "attributes": {
-                        **base,
-                        "type": {"string": "mig"},
-                        "profile": {"string": profile.name},
-                        "parentIndex": {"int": index},
-                        "uuid": {"string": f"MIG-{node_name}-{index}-{profile.gi_profile_id}-{start}"},
-                    },
-                    "capacity": {"memory": {"value": f"{profile.memory_gb}Gi"}},
-                    "consumesCounters": [
-                        {"counterSet": counter_set, "counters": _counters(slices, profile.compute_slices)}
-                    ],
-                }
-            )
+    for profile, start, uuid in placements:
+        slices = range(start, start + profile.memory_slices)
+        devices.append(
+            {
+                "name": f"gpu-{index}-mig-{profile.gi_profile_id}-{start}-{profile.memory_slices}",
+                "attributes": {
+                    **base,
+                    "type": {"string": "mig"},
+                    "profile": {"string": profile.name},
+                    "parentIndex": {"int": index},
+                    "uuid": {"string": uuid or f"MIG-{node_name}-{index}-{profile.gi_profile_id}-{start}"},
+                },
+                "capacity": {"memory": {"value": f"{profile.memory_gb}Gi"}},
+                "consumesCounters": [
+                    {"counterSet": counter_set, "counters": _counters(slices, profile.compute_slices)}
+                ],
+            }
+        )
     return devices
 
 
+def _with_facts(base: dict[str, Any], known: GpuFacts) -> dict[str, Any]:
+    """The shared attributes with what NVML says of this GPU in place of what its model implies."""
+    out = {**base, "productName": {"string": known.product_name}}
+    arch = architecture(known.compute_capability)
+    if arch is not None:
+        out["architecture"] = {"string": arch}
+    major, minor = known.compute_capability
+    out["cudaComputeCapability"] = {"version": f"{major}.{minor}.0"}
+    return out
+
+
 def _counters(memory_slices: range, compute_slices: int) -> dict[str, dict[str, str]]:
-    counters = {f"memorySlice{k}": {"value": "1"} for k in memory_slices}
-    counters["computeSlices"] = {"value": str(compute_slices)}
+    # v1 wants counter names to be DNS labels (lowercase, digits, '-'): the API server refuses
+    # `memorySlice0`.
+    counters = {f"memory-slice-{k}": {"value": "1"} for k in memory_slices}
+    counters["compute-slices"] = {"value": str(compute_slices)}
     return counters
 
 
