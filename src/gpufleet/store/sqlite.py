@@ -26,34 +26,46 @@ import json
 import re
 import sqlite3
 import threading
-import time
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-import pydantic
-
-from gpufleet.api.errors import ConflictError, GoneError, NotFoundError, ValidationError
-from gpufleet.api.fields import PRIORITY_CLASSES_CONTEXT
-from gpufleet.api.kinds import kind_info
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.labels import LabelSelector
-from gpufleet.api.meta import DEFAULT_NAMESPACE
 from gpufleet.api.resource import KindInfo, Resource
-from gpufleet.api.validation import translate_error
 from gpufleet.store.eventtail import EventTail, TailEvent
+from gpufleet.store.objects import (
+    STORED,
+    Json,
+    RolledBack,
+    check_version,
+    conflict,
+    describe,
+    dumped,
+    gone,
+    kind_of,
+    load,
+    namespace_of,
+    same_kind,
+    shallow,
+    translated,
+    utc_now,
+    validated,
+    version_of,
+    with_spec_and_meta,
+)
 from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
+from gpufleet.store.watch import LogWatch
 
 R = TypeVar("R", bound=Resource)
-Json = dict[str, Any]
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 FILE_NAME = "gpufleet.db"
-POLL_SECONDS = 0.5
 COMPACT_EVERY = 256
 """Writes between two automatic compactions of the event log."""
 PARSED_EVENTS = 8192
@@ -82,13 +94,8 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 INSERT OR IGNORE INTO counters VALUES ('resource_version', 0), ('compacted_through', 0);
 """
 
-# Objects read back were validated when written; priority classes are not checked again, so a
-# changed priority-class table cannot make stored objects unreadable.
-_STORED = {PRIORITY_CLASSES_CONTEXT: None}
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
+SqliteWatch = LogWatch
+"""A watch on a SqliteStore (the embedded stores share one kind of watch)."""
 
 
 class SqliteStore:
@@ -168,11 +175,11 @@ class SqliteStore:
     @overload
     def get(self, kind: str, name: str, namespace: str | None = None) -> Resource: ...
     def get(self, kind: type[R] | str, name: str, namespace: str | None = None) -> Resource:
-        info = _info(kind)
-        ns = _namespace(info, namespace)
+        info = kind_of(kind)
+        ns = namespace_of(info, namespace)
         with self._lock:
             data = self._current(info, ns, name)
-        return _load(info, data)
+        return load(info, data)
 
     @overload
     def list(
@@ -185,13 +192,13 @@ class SqliteStore:
     def list(
         self, kind: type[R] | str, *, namespace: str | None = None, label_selector: Selector = None
     ) -> ListResult[R] | ListResult[Resource]:
-        info = _info(kind)
+        info = kind_of(kind)
         selector = LabelSelector.parse(label_selector)
         query = "SELECT body FROM objects WHERE kind = ?"
         params: builtins.list[str] = [info.kind]
         if namespace is not None:
             query += " AND namespace = ?"
-            params.append(_namespace(info, namespace))
+            params.append(namespace_of(info, namespace))
         for clause, values in _label_filters(selector):
             query += clause
             params.extend(values)
@@ -202,7 +209,7 @@ class SqliteStore:
         for (body,) in rows:
             data = json.loads(body)
             if selector.matches(data["metadata"].get("labels", {})):
-                items.append(_load(info, data))
+                items.append(load(info, data))
         return ListResult(items=items, resource_version=str(head))
 
     def events_since(
@@ -213,7 +220,7 @@ class SqliteStore:
         namespace: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[WatchEvent]:
-        events, _ = self._read_events(_version(resource_version), kinds, namespace, limit)
+        events, _ = self._read_events(version_of(resource_version), kinds, namespace, limit)
         return events
 
     def watch(
@@ -223,65 +230,65 @@ class SqliteStore:
         namespace: str | None = None,
         since: str | int | None = None,
         timeout: float | None = None,
-    ) -> SqliteWatch:
-        start = self._counter_locked("resource_version") if since is None else _version(since)
+    ) -> LogWatch:
+        start = self._counter_locked("resource_version") if since is None else version_of(since)
         for kind in kinds or ():
-            _info(kind)
-        return SqliteWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
+            kind_of(kind)
+        return LogWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
 
     # ---------------------------------------------------------------------------------- writes
 
-    # A single object's write validates what it stores once, inside its transaction (`_load` of the
-    # object as written), and translates a refusal as `_checked` does; validating the object before
+    # A single object's write validates what it stores once, inside its transaction (`load` of the
+    # object as written), and translates a refusal as `validated` does; validating the object before
     # the transaction as well was a tenth of a write's cost. A batch is checked whole beforehand.
 
     def create(self, obj: R) -> R:
-        info, data = _dumped(obj)
-        with _translated(obj), self._transaction():
+        info, data = dumped(obj)
+        with translated(obj), self._transaction():
             created = self._create_locked(info, data)
-        return _same_kind(obj, created)
+        return same_kind(obj, created)
 
     def update(self, obj: R) -> R:
-        info, data = _dumped(obj)
-        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
-        with _translated(obj), self._transaction():
+        info, data = dumped(obj)
+        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
+        with translated(obj), self._transaction():
             current = self._current(info, ns, name)
-            _check_version(info, obj, current)
-            changed = _with_spec_and_meta(info, current, data, finalizers=True)
+            check_version(info, obj, current)
+            changed = with_spec_and_meta(info, current, data, finalizers=True)
             result = self._change_locked(info, ns, name, current, changed)
-        return _same_kind(obj, result)
+        return same_kind(obj, result)
 
     def update_status(self, obj: R) -> R:
-        info, data = _dumped(obj)
+        info, data = dumped(obj)
         if "status" not in info.model.model_fields:
             raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
-        ns, name = _namespace(info, obj.metadata.namespace), obj.metadata.name
-        with _translated(obj), self._transaction():
+        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
+        with translated(obj), self._transaction():
             current = self._current(info, ns, name)
-            _check_version(info, obj, current)
-            changed = _shallow(current)
+            check_version(info, obj, current)
+            changed = shallow(current)
             changed["status"] = data.get("status", {})
             result = self._change_locked(info, ns, name, current, changed)
-        return _same_kind(obj, result)
+        return same_kind(obj, result)
 
     def apply(self, obj: R) -> R:
-        info, data = _dumped(obj)
-        with _translated(obj), self._transaction():
+        info, data = dumped(obj)
+        with translated(obj), self._transaction():
             result = self._apply_locked(info, data)
-        return _same_kind(obj, result)
+        return same_kind(obj, result)
 
     def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
         # Every object is checked before the transaction opens; then all writes, their events and
         # the counter move in one transaction, so the versions are consecutive and a crash or an
         # error part-way leaves nothing of the batch. A dry run is the same transaction rolled back.
-        checked = [_checked(obj) for obj in objs]
+        checked = [validated(obj) for obj in objs]
         try:
             with self._transaction():
                 results = [self._apply_locked(info, data) for info, data in checked]
                 if dry_run:
-                    raise _RolledBack(results)
+                    raise RolledBack(results)
                 return results
-        except _RolledBack as rolled_back:
+        except RolledBack as rolled_back:
             return rolled_back.results
 
     def delete(
@@ -292,8 +299,8 @@ class SqliteStore:
         *,
         resource_version: str | None = None,
     ) -> Resource | None:
-        info = _info(kind)
-        ns = _namespace(info, namespace)
+        info = kind_of(kind)
+        ns = namespace_of(info, namespace)
         with self._transaction():
             return self._delete_locked(info, ns, name, resource_version)
 
@@ -303,8 +310,8 @@ class SqliteStore:
         # in the batch leaves all of them as they were.
         checked = []
         for ref in refs:
-            info = _info(ref.kind)
-            checked.append((info, _namespace(info, ref.namespace), ref.name, ref.resource_version))
+            info = kind_of(ref.kind)
+            checked.append((info, namespace_of(info, ref.namespace), ref.name, ref.resource_version))
         with self._transaction():
             return [self._delete_locked(*target) for target in checked]
 
@@ -382,7 +389,7 @@ class SqliteStore:
     def _current(self, info: KindInfo, ns: str, name: str) -> Json:
         data = self._find(info, ns, name)
         if data is None:
-            raise NotFoundError("not found", obj=_describe(info, ns, name))
+            raise NotFoundError("not found", obj=describe(info, ns, name))
         return data
 
     def _next_version(self) -> int:
@@ -394,15 +401,15 @@ class SqliteStore:
 
     def _create_locked(self, info: KindInfo, data: Json) -> Resource:
         meta = data["metadata"]
-        ns, name = _namespace(info, meta.get("namespace")), meta["name"]
+        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
         if meta.get("resourceVersion"):
             raise ValidationError(
                 "must not be set when creating an object",
-                obj=_describe(info, ns, name),
+                obj=describe(info, ns, name),
                 field="metadata.resourceVersion",
             )
         if self._find(info, ns, name) is not None:
-            raise ConflictError("already exists", obj=_describe(info, ns, name))
+            raise ConflictError("already exists", obj=describe(info, ns, name))
         version = self._next_version()
         meta.update(
             uid=meta.get("uid") or str(uuid.uuid4()),
@@ -413,18 +420,18 @@ class SqliteStore:
         meta.pop("deletionTimestamp", None)
         if "status" in info.model.model_fields:
             data.pop("status", None)  # status is written through update_status, as in Kubernetes
-        created = _load(info, data)
+        created = load(info, data)
         self._record(info, ns, name, "ADDED", version, created.to_dict(reveal_secrets=True))
         return created
 
     def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
         meta = data["metadata"]
-        ns, name = _namespace(info, meta.get("namespace")), meta["name"]
+        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
         current = self._find(info, ns, name)
         if current is None:
             meta.pop("resourceVersion", None)
             return self._create_locked(info, data)
-        changed = _with_spec_and_meta(info, current, data, finalizers=False)
+        changed = with_spec_and_meta(info, current, data, finalizers=False)
         return self._change_locked(info, ns, name, current, changed)
 
     def _delete_locked(
@@ -432,8 +439,8 @@ class SqliteStore:
     ) -> Resource | None:
         current = self._current(info, ns, name)
         if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
-            raise _conflict(info, current, resource_version)
-        changed = _shallow(current)
+            raise conflict(info, current, resource_version)
+        changed = shallow(current)
         meta = changed["metadata"]
         meta.setdefault("deletionTimestamp", self._clock())
         if meta.get("finalizers"):
@@ -445,13 +452,13 @@ class SqliteStore:
         self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
     ) -> Resource:
         if not remove and changed == current:
-            return _load(info, current)  # nothing changed: no new version, no event
+            return load(info, current)  # nothing changed: no new version, no event
         meta = changed["metadata"]
         if not remove and meta.get("deletionTimestamp") and not meta.get("finalizers"):
             remove = True  # the last finalizer went: the deletion completes
         version = self._next_version()
         meta["resourceVersion"] = str(version)
-        result = _load(info, changed)
+        result = load(info, changed)
         self._record(
             info, ns, name, "DELETED" if remove else "MODIFIED", version, result.to_dict(reveal_secrets=True)
         )
@@ -491,7 +498,7 @@ class SqliteStore:
             known = self._data_version is not None and self._tail.covers(since)
             if known and self._foreign_writes() == self._data_version:
                 if since < self._compacted:
-                    raise _gone(since, self._compacted)
+                    raise gone(since, self._compacted)
                 tail = self._tail.after(since, kinds, namespace, limit)
                 head = self._head
         if tail is not None:
@@ -512,7 +519,7 @@ class SqliteStore:
             compacted = self._counter("compacted_through")
             head = self._counter("resource_version")
             if since < compacted:
-                raise _gone(since, compacted)
+                raise gone(since, compacted)
             rows = db.execute(query, params).fetchall()
         return self._parse(rows), head
 
@@ -525,7 +532,7 @@ class SqliteStore:
             if parsed is None:
                 # From the JSON text in one pass (pydantic's parser): a third cheaper than
                 # json.loads and validating the dict, and the same object.
-                obj = _info(kind).model.model_validate_json(body, context=_STORED)
+                obj = kind_of(kind).model.model_validate_json(body, context=STORED)
                 parsed = WatchEvent(type=event, object=obj, resource_version=version)
                 with self._parsed_lock:
                     self._parsed[version] = parsed
@@ -538,203 +545,9 @@ class SqliteStore:
         with self._changed:
             self._changed.wait_for(lambda: self._head > after or stop(), timeout)
 
-
-class SqliteWatch:
-    """A watch on a SqliteStore: iterate for events; ends at its timeout, or when closed."""
-
-    BATCH = 256
-
-    def __init__(
-        self,
-        store: SqliteStore,
-        *,
-        kinds: Sequence[str] | None,
-        namespace: str | None,
-        since: int,
-        timeout: float | None,
-    ) -> None:
-        self._store = store
-        self._kinds = list(kinds) if kinds else None
-        self._namespace = namespace
-        self._cursor = since
-        self._deadline = None if timeout is None else time.monotonic() + timeout
-        self._buffer: deque[WatchEvent] = deque()
-        self._closed = False
-
-    @property
-    def resource_version(self) -> str:
-        if self._buffer:
-            return str(self._buffer[0].resource_version - 1)
-        return str(self._cursor)
-
-    def __iter__(self) -> SqliteWatch:
-        return self
-
-    def __next__(self) -> WatchEvent:
-        while True:
-            if self._buffer:
-                return self._buffer.popleft()
-            if self._closed:
-                raise StopIteration
-            events, head = self._store._read_events(self._cursor, self._kinds, self._namespace, self.BATCH)
-            if events:
-                self._buffer.extend(events)
-                full = len(events) == self.BATCH
-                self._cursor = events[-1].resource_version if full else max(head, events[-1].resource_version)
-                continue
-            self._cursor = max(self._cursor, head)
-            remaining = POLL_SECONDS if self._deadline is None else self._deadline - time.monotonic()
-            if remaining <= 0:
-                raise StopIteration
-            self._store._wait_for_change(self._cursor, min(remaining, POLL_SECONDS), lambda: self._closed)
-
-    def close(self) -> None:
-        """Ends the watch; a thread blocked in `next()` returns promptly."""
-        self._closed = True
-        with self._store._changed:
-            self._store._changed.notify_all()
-
-    def __enter__(self) -> SqliteWatch:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-def _info(kind: type[Resource] | str) -> KindInfo:
-    name = kind if isinstance(kind, str) else _kind_name(kind)
-    info = kind_info(name)
-    if info is None or (not isinstance(kind, str) and info.model is not kind):
-        raise ValidationError(f"kind {name} is not registered (see gpufleet.api.register_kind)", field="kind")
-    return info
-
-
-def _kind_name(model: type[Resource]) -> str:
-    default = model.model_fields["kind"].default
-    return default if isinstance(default, str) else model.__name__
-
-
-def _namespace(info: KindInfo, namespace: str | None) -> str:
-    if info.namespaced:
-        return namespace or DEFAULT_NAMESPACE
-    if namespace:
-        raise ValidationError(
-            f"{info.kind} is cluster-wide and takes no namespace", field="metadata.namespace"
-        )
-    return ""
-
-
-def _describe(info: KindInfo, ns: str, name: str) -> str:
-    return f"{info.kind} {ns}/{name}" if ns else f"{info.kind} {name}"
-
-
-def _version(value: str | int) -> int:
-    try:
-        version = int(value)
-    except (TypeError, ValueError):
-        raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion") from None
-    if version < 0:
-        raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion")
-    return version
-
-
-def _gone(since: int, compacted: int) -> GoneError:
-    return GoneError(
-        f"resourceVersion {since} is too old: events up to {compacted} were compacted; list again",
-        field="resourceVersion",
-    )
-
-
-def _load(info: KindInfo, data: Json) -> Resource:
-    return info.model.model_validate(data, context=_STORED)
-
-
-class _RolledBack(Exception):
-    """Raised inside a dry run's transaction so that it rolls back, carrying what it would have written."""
-
-    def __init__(self, results: list[Resource]) -> None:
-        super().__init__("dry run")
-        self.results = results
-
-
-def _dumped(obj: Resource) -> tuple[KindInfo, Json]:
-    """The registration of the object's kind and its JSON form (not validated yet)."""
-    return _info(type(obj)), obj.to_dict(reveal_secrets=True)
-
-
-def _checked(obj: Resource) -> tuple[KindInfo, Json]:
-    """The registration of the object's kind and its JSON form, validated again.
-
-    Models do not validate attribute assignments, so an object changed after it was built could
-    hold an invalid value; it is refused here rather than stored.
-    """
-    info, data = _dumped(obj)
-    with _translated(obj):
-        info.model.model_validate(data, context=_STORED)
-    return info, data
-
-
-@contextmanager
-def _translated(obj: Resource) -> Iterator[None]:
-    """A refusal by the model's validation as a ValidationError naming `obj` and the field."""
-    try:
-        yield
-    except pydantic.ValidationError as exc:
-        raise translate_error(exc, obj=obj.describe()) from None
-
-
-def _check_version(info: KindInfo, obj: Resource, current: Json) -> None:
-    given = obj.metadata.resource_version
-    if given is not None and given != current["metadata"]["resourceVersion"]:
-        raise _conflict(info, current, given)
-
-
-def _conflict(info: KindInfo, current: Json, given: str) -> ConflictError:
-    meta = current["metadata"]
-    return ConflictError(
-        f"the object has been modified (resourceVersion {given}, now {meta['resourceVersion']}); "
-        "read it again and retry",
-        obj=_describe(info, meta.get("namespace") or "", meta["name"]),
-        field="metadata.resourceVersion",
-    )
-
-
-def _with_spec_and_meta(info: KindInfo, current: Json, new: Json, *, finalizers: bool) -> Json:
-    """`current` with the spec, labels, annotations (and finalizers) of `new`; generation follows spec."""
-    changed = _shallow(current)
-    if "spec" in new:
-        changed["spec"] = new["spec"]
-    else:
-        changed.pop("spec", None)
-    meta, new_meta = changed["metadata"], new["metadata"]
-    keys = ("labels", "annotations", "finalizers") if finalizers else ("labels", "annotations")
-    for key in keys:
-        if new_meta.get(key):
-            meta[key] = new_meta[key]
-        else:
-            meta.pop(key, None)
-    if meta.get("deletionTimestamp"):
-        added = set(meta.get("finalizers", [])) - set(current["metadata"].get("finalizers", []))
-        if added:
-            raise ValidationError(
-                f"cannot add finalizers {sorted(added)} to an object being deleted",
-                obj=_describe(info, meta.get("namespace") or "", meta["name"]),
-                field="metadata.finalizers",
-            )
-    if changed.get("spec") != current.get("spec"):
-        meta["generation"] = int(meta.get("generation", 0)) + 1
-    return changed
-
-
-def _shallow(current: Json) -> Json:
-    """A copy of a stored object to change: writes replace top-level sections and metadata keys,
-    and never change a nested value in place, so only the top level and metadata are copied (a
-    deep copy of every status was a tenth of a simulation's time)."""
-    changed = dict(current)
-    changed["metadata"] = dict(current["metadata"])
-    return changed
+    def _wake_watchers(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
 
 def _label_filters(selector: LabelSelector) -> builtins.list[tuple[str, builtins.list[str]]]:
@@ -755,12 +568,6 @@ def _label_filters(selector: LabelSelector) -> builtins.list[tuple[str, builtins
 _SQL_SAFE_KEY = re.compile(r"[A-Za-z0-9._/-]+")
 """Label keys that can be written into a JSON path as they are (every valid key; a selector's key
 with other characters is left to the Python match)."""
-
-
-def _same_kind(obj: R, result: Resource) -> R:
-    if not isinstance(result, type(obj)):  # pragma: no cover - _info checks the registration
-        raise TypeError(f"store returned {type(result).__name__} for {type(obj).__name__}")
-    return result
 
 
 if TYPE_CHECKING:  # mypy proves that SqliteStore implements the Store protocol
