@@ -216,6 +216,7 @@ def _mig_devices(
     """The GPU's MIG partitions: every placement of every profile, or, where the GPU's facts list the
     instances that exist, those (with their UUIDs)."""
     catalogue = mig.catalogue(model)
+    placements: list[tuple[mig.MigProfile, int, str | None]]
     if known is None or known.mig_instances is None:
         placements = [(p, start, None) for p in catalogue.values() for start in p.starts]
     else:
@@ -262,6 +263,7 @@ def _counters(memory_slices: range, compute_slices: int) -> dict[str, dict[str, 
 
 
 def _semver(version: str) -> str:
-    """A driver version as a semver: `550.54.15` stays, `550.54` gets `.0`."""
-    parts = [p for p in version.split(".") if p.isdigit()][:3]
+    """A driver version as a semver: `550.54.15` stays, `550.54` gets `.0`, and `535.161.08` is
+    `535.161.8` (semver refuses leading zeros, and so does the API server's version attribute)."""
+    parts = [str(int(p)) for p in version.split(".") if p.isdigit()][:3]
     return ".".join(parts + ["0"] * (3 - len(parts)))

@@ -1,0 +1,201 @@
+"""The DRA driver's node side: prepare and unprepare of claims, and the node's slices kept current.
+
+Prepare reads the claim from the API server (the kubelet sends only its namespace, name and UID),
+takes the devices its `status.allocation` gives this driver in this node's pool, checks each is a
+healthy device of this node, writes the claim's CDI spec, records the claim in the checkpoint and
+returns the CDI device ids. A claim already in the checkpoint is answered from it without reading the
+API server again (the kubelet calls prepare again after it restarts). Unprepare removes the spec and
+the checkpoint entry; a claim never prepared here is already unprepared. A failure is reported for
+that claim only, as the API asks, and the kubelet retries it.
+
+The slices: published at start, and again after every health change (a GPU that fails leaves the
+pool's next generation, one that recovers comes back), through the publisher the CLI gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.agent.dra import cdi
+from gpufleet.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from gpufleet.agent.dra.slices import node_slice_specs
+from gpufleet.agent.health import HealthState
+from gpufleet.agent.nvml import NodeInfo
+from gpufleet.api.dra import ResourceClaim
+from gpufleet.api.dra_devices import ResourceSliceSpec
+from gpufleet.sharing.dra_slices import DRIVER
+
+log = logging.getLogger("gpufleet.agent.dra")
+
+ClaimReader = Callable[[str, str], ResourceClaim | None]
+"""Reads a ResourceClaim by namespace and name; None when there is none."""
+SlicePublisher = Callable[[str, Callable[[int], list[ResourceSliceSpec]]], None]
+"""Brings the node's slices in line with `wanted(generation)`, bumping the generation on a change."""
+
+
+class PrepareError(Exception):
+    """A claim that cannot be prepared on this node; the message names the claim and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} ({self.uid})"
+
+
+class DraDriver:
+    """Prepares this node's claims of `gpu.nvidia.com` and publishes its devices."""
+
+    def __init__(
+        self,
+        node: NodeInfo,
+        *,
+        node_name: str,
+        health: HealthState,
+        read_claim: ClaimReader,
+        publish: SlicePublisher | None,
+        state_dir: Path,
+        cdi_dir: Path = Path(cdi.CDI_DIR),
+    ) -> None:
+        self.node = node
+        self.node_name = node_name
+        self.health = health
+        self.read_claim = read_claim
+        self.publish = publish
+        self.cdi_dir = cdi_dir
+        self.checkpoint = Checkpoint(state_dir / "checkpoint.json")
+        self._devices = _device_table(node)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._prepare_lock = threading.Lock()
+
+    # Claims
+    def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        """The claim's devices, prepared (or as prepared before); PrepareError when it cannot be."""
+        with self._prepare_lock:
+            done = self.checkpoint.get(ref.uid)
+            if done is not None:
+                return done.devices
+            claim = self.read_claim(ref.namespace, ref.name)
+            if claim is None:
+                raise PrepareError(f"{ref}: not found")
+            if claim.metadata.uid != ref.uid:
+                raise PrepareError(f"{ref}: the claim of that name has UID {claim.metadata.uid}")
+            allocation = claim.status.allocation
+            if allocation is None:
+                raise PrepareError(f"{ref}: status.allocation is not set")
+            ours = [r for r in allocation.devices.results if r.driver == DRIVER]
+            by_device: dict[str, list[str]] = {}
+            for result in ours:
+                if result.pool != self.node_name:
+                    raise PrepareError(
+                        f"{ref}: status.allocation.devices.results names device {result.device} of pool "
+                        f"{result.pool}, not of this node {self.node_name}"
+                    )
+                by_device.setdefault(result.device, []).append(result.request)
+            injected = [self._cdi_device(ref, name) for name in by_device]
+            if injected:
+                cdi.write_spec(self.cdi_dir, ref.uid, injected)
+            devices = tuple(
+                PreparedDevice(
+                    requests=tuple(requests),
+                    pool=self.node_name,
+                    device=name,
+                    cdi_device_ids=(cdi.device_id(ref.uid, name),),
+                )
+                for name, requests in by_device.items()
+            )
+            self.checkpoint.put(ref.uid, PreparedClaim(ref.namespace, ref.name, devices))
+            log.info("prepared %s: %s", ref, [d.device for d in devices] or "no devices of ours")
+            return devices
+
+    def unprepare(self, ref: ClaimRef) -> None:
+        with self._prepare_lock:
+            cdi.remove_spec(self.cdi_dir, ref.uid)
+            if self.checkpoint.get(ref.uid) is not None:
+                self.checkpoint.remove(ref.uid)
+                log.info("unprepared %s", ref)
+
+    def _cdi_device(self, ref: ClaimRef, name: str) -> cdi.CdiDevice:
+        found = self._devices.get(name)
+        if found is None:
+            raise PrepareError(f"{ref}: device {name} is not a device of node {self.node_name}")
+        uuid, parent_uuid, node_path = found
+        if not self.health.is_healthy(uuid, parent_uuid):
+            raise PrepareError(f"{ref}: device {name} ({uuid}) is unhealthy")
+        return cdi.CdiDevice(name=name, uuid=uuid, device_node=node_path)
+
+    # Slices
+    def wanted(self, generation: int) -> list[ResourceSliceSpec]:
+        return node_slice_specs(self.node, self.node_name, self.health, generation=generation)
+
+    def publish_slices(self) -> None:
+        if self.publish is None:
+            return
+        try:
+            self.publish(self.node_name, self.wanted)
+        except Exception as exc:  # the API server may be away for a while; the next change or retry wins
+            log.error("cannot publish the ResourceSlices of node %s: %s", self.node_name, exc)
+            raise
+
+    def start(self, retry_seconds: float = 10.0) -> None:
+        """Publishes the slices now and after every health change (retrying a failed write)."""
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._follow, args=(retry_seconds,), name="gpufleet-dra-slices", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.health.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _follow(self, retry_seconds: float) -> None:
+        version = -1
+        while not self._stop.is_set():
+            seen = self.health.version
+            if seen != version:
+                try:
+                    self.publish_slices()
+                    version = seen
+                except Exception:
+                    self._stop.wait(retry_seconds)
+                    continue
+            self.health.wait_for_change(version, self._stop.is_set, timeout=retry_seconds)
+
+
+def _device_table(node: NodeInfo) -> dict[str, tuple[str, str | None, str]]:
+    """Device name in the pool -> (UUID, parent GPU's UUID, device node), named as the builder names
+    them (`gpu-<index>`, `gpu-<index>-mig-<GI profile>-<start>-<size>`)."""
+    table: dict[str, tuple[str, str | None, str]] = {}
+    for gpu in node.gpus:
+        table[f"gpu-{gpu.index}"] = (gpu.uuid, None, gpu.device_path)
+        for m in gpu.mig_devices:
+            name = f"gpu-{gpu.index}-mig-{m.gi_profile_id}-{m.placement_start}-{m.placement_size}"
+            table[name] = (m.uuid, gpu.uuid, gpu.device_path)
+    return table
+
+
+def prepare_all(driver: DraDriver, refs: Sequence[ClaimRef]) -> dict[str, tuple[PreparedDevice, ...] | str]:
+    """Each claim's devices, or the error preparing it, by UID."""
+    out: dict[str, tuple[PreparedDevice, ...] | str] = {}
+    for ref in refs:
+        try:
+            out[ref.uid] = driver.prepare(ref)
+        except PrepareError as exc:
+            out[ref.uid] = str(exc)
+        except Exception as exc:  # the API server unreachable, a full disk: the kubelet retries
+            log.error("preparing %s failed: %s", ref, exc)
+            out[ref.uid] = f"{ref}: {exc}"
+    return out
