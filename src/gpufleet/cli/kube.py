@@ -27,7 +27,11 @@ from gpufleet.observability.logs import setup_logging
 # What runs a command (the scheduler, the operator, the CRDs) is imported by that command, after the
 # options are read: `kube scheduler` asks for its first lists before it imports the scheduling core.
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpufleet.fleet.state import FleetState
     from gpufleet.kube.metrics import MetricSource
+    from gpufleet.kube.scheduler import KubeScheduler
 
 kube_app = typer.Typer(
     rich_markup_mode=None, help="Run gpufleet against a Kubernetes cluster.", no_args_is_help=True
@@ -130,9 +134,23 @@ def scheduler(
     ),
     log_format: str = LOG_FORMAT,
     otlp_endpoint: str | None = OTLP_ENDPOINT,
+    manager_kubeconfig: str | None = typer.Option(
+        None,
+        "--manager-kubeconfig",
+        help="Federation: the manager cluster's kubeconfig; this cluster then reports into its Cluster "
+        "(--cluster-name) and runs managed work only within its lease.",
+    ),
+    cluster_name: str = typer.Option("", "--cluster-name", help="Federation: this worker's Cluster name."),
+    heartbeat_seconds: float = typer.Option(
+        5.0, "--heartbeat-seconds", min=0.1, help="Federation: seconds between reports to the manager."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """The secondary scheduler: schedules every pod whose schedulerName is gpufleet's."""
+    if bool(manager_kubeconfig) != bool(cluster_name):
+        raise ValidationError(
+            "a federation worker needs both --manager-kubeconfig and --cluster-name", field="--cluster-name"
+        )
     from gpufleet.kube.informer import Informers, collect_after_sync
     from gpufleet.kube.scheduler_informers import scheduler_informers
     from gpufleet.observability.endpoint import parse_bind_address, serve_metrics
@@ -168,11 +186,32 @@ def scheduler(
     serve_metrics(metrics_bind_address)
     sched = KubeScheduler(api, config=config, scheduler=placement_config, identity=who, informers=informers)
     informers.start(stop)
+    run: Callable[[threading.Event], None] = sched.run
+    if manager_kubeconfig:
+        run = _federated(sched, api, _transport(manager_kubeconfig, None), cluster_name, heartbeat_seconds)
     if not leader_elect:
-        sched.run(stop)
+        run(stop)
         return
     elector = LeaderElector(api, LeaseConfig(lease, namespace, who))
-    elector.run(stop, on_started=sched.run)
+    elector.run(stop, on_started=run)
+
+
+def _federated(
+    sched: KubeScheduler, api: Transport, manager: Transport, cluster: str, heartbeat_seconds: float
+) -> Callable[[threading.Event], None]:
+    """The scheduler's run with a federation worker beside it, reporting the scheduler's own view of the
+    fleet, while this replica leads."""
+    from gpufleet.cli.kube_federation import WorkerLoop
+
+    def fleet() -> FleetState | None:
+        cache = sched.kcache.cache
+        return None if cache is None else cache.fleet
+
+    def run(lost: threading.Event) -> None:
+        WorkerLoop(api, manager, cluster, fleet, heartbeat_seconds=heartbeat_seconds).start(lost)
+        sched.run(lost)
+
+    return run
 
 
 @kube_app.command("operator")
@@ -281,7 +320,8 @@ def install(kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT) 
 
 def register(app: typer.Typer) -> None:
     """Adds this area's commands to the gpufleet app."""
-    from gpufleet.cli import kube_console
+    from gpufleet.cli import kube_console, kube_federation
 
     kube_console.register(kube_app)
+    kube_federation.register(kube_app)
     app.add_typer(kube_app, name="kube")

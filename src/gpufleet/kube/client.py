@@ -68,6 +68,17 @@ def load_api_client(
     return k8s.ApiClient(configuration)
 
 
+def api_client_from_kubeconfig(config: Mapping[str, Any], *, pool_size: int = 8) -> Any:
+    """An ApiClient from a kubeconfig held as data (a federation worker's, read from a Secret), with
+    the same settings as `load_api_client`. Few connections: the manager makes a handful of requests
+    to each worker per pass."""
+    configuration = k8s.Configuration()
+    _config.load_kube_config_from_dict(config_dict=dict(config), client_configuration=configuration)
+    configuration.retries = False
+    configuration.connection_pool_maxsize = pool_size
+    return k8s.ApiClient(configuration)
+
+
 class KubeTransport:
     """JSON requests and streamed watches through a `kubernetes.client.ApiClient`."""
 
@@ -83,6 +94,10 @@ class KubeTransport:
     @classmethod
     def from_environment(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeTransport:
         return cls(load_api_client(kubeconfig=kubeconfig, context=context))
+
+    @classmethod
+    def from_kubeconfig_data(cls, config: Mapping[str, Any]) -> KubeTransport:
+        return cls(api_client_from_kubeconfig(config))
 
     def request(
         self,

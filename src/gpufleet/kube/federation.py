@@ -1,0 +1,266 @@
+"""Federation in the Kubernetes world: the manager's reach into worker clusters and a worker's into the
+manager, over API servers (`federation.link`'s two protocols, implemented structurally: like the rest
+of `kube/` this module does not import the federation; `cli.kube_federation` runs the two together).
+
+- `KubeWorker` is the manager's `WorkerClient` for a Kubernetes worker: gpufleet's kinds through a
+  `KubeStore` on the worker's API server, which the kubeconfig in the Secret its Cluster names
+  (`spec.connection.kubeconfigSecretRef`, a core/v1 Secret in the manager cluster) reaches. The
+  worker's Events are core/v1 Events, read as gpufleet Events.
+- `KubeManagerLink` is a worker's `ManagerLink`: its Cluster object, a custom resource in the manager
+  cluster, read and its status written (409 on a stale resourceVersion, as the protocol asks).
+- `ManagerStore` is the Store the manager's `FederationController` runs on: a `KubeStore` whose Events
+  (the manager's own and those mirrored from workers) are written as core/v1 Events, where
+  `kubectl describe` finds them.
+
+Every refusal a caller of the protocols cannot cause itself (an unreachable or failing API server) is a
+`WorkerUnreachable`, a `GpuFleetError`: the federation core treats it as a plane out of touch.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TypeVar
+
+import pydantic
+import yaml
+
+from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.cluster import Cluster
+from gpufleet.api.errors import GpuFleetError, NotFoundError, ValidationError
+from gpufleet.api.inference import InferenceService
+from gpufleet.api.queue import Queue
+from gpufleet.api.resource import Resource
+from gpufleet.api.runtime import Event
+from gpufleet.api.training import TrainingJob
+from gpufleet.kube.console_events import gpufleet_event
+from gpufleet.kube.resources import EVENT, NAMESPACE, resource_for
+from gpufleet.kube.store import KubeStore, api_error
+from gpufleet.kube.transport import ApiError, Json, Transport
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Resource)
+Managed = TrainingJob | InferenceService
+"""What a manager dispatches (`federation.link.Managed`: this package does not import the federation,
+whose protocols these classes implement structurally; `cli.kube_federation` puts them together)."""
+
+SECRET_FIELD = "spec.connection.kubeconfigSecretRef"
+
+
+class WorkerUnreachable(GpuFleetError):
+    """An API server of the federation did not answer, or failed what it was asked."""
+
+
+@contextlib.contextmanager
+def reaching(where: str) -> Iterator[None]:
+    """Refusals the protocols' callers handle (not found, conflict, invalid) keep their error; the rest
+    (unreachable, 5xx, forbidden) say which API server."""
+    try:
+        yield
+    except ApiError as exc:
+        error = api_error(exc, obj=where)
+        if isinstance(error, GpuFleetError):
+            raise error from None
+        raise WorkerUnreachable(f"the API server did not serve the request: {exc}", obj=where) from None
+
+
+class KubeWorker:
+    """A Kubernetes worker cluster as the manager reaches it."""
+
+    def __init__(self, api: Transport, *, name: str = "worker") -> None:
+        self.api = api
+        self.store = KubeStore(api)
+        self.where = f"Cluster {name}"
+        self._namespaces: set[str] = set()
+
+    def create(self, obj: Managed) -> None:
+        with reaching(self.where):
+            self._namespace(obj.namespace or "default")
+            self.store.create(obj)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        with reaching(self.where), contextlib.suppress(NotFoundError):
+            self.store.delete(kind, name, namespace)
+
+    def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with reaching(self.where):
+            self._namespace(checkpoint.namespace or "default")
+            written = self.store.apply(checkpoint)
+            if written.status.phase != "Complete":
+                written.status.phase = "Complete"
+                self.store.update_status(written)
+
+    def list_managed(self) -> list[Managed]:
+        with reaching(self.where):
+            return [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
+
+    def list_events(self, namespace: str) -> list[Event]:
+        with reaching(self.where):
+            answer = self.api.request("GET", EVENT.collection(namespace))
+        events = []
+        for raw in answer.get("items") or []:
+            try:
+                events.append(Event.model_validate(gpufleet_event(raw)))
+            except pydantic.ValidationError:
+                continue  # an Event without a time or a name: nothing to mirror
+        return events
+
+    def list_queues(self) -> list[Queue]:
+        with reaching(self.where):
+            return list(self.store.list(Queue))
+
+    def read_queue(self, name: str) -> Queue | None:
+        with reaching(self.where):
+            try:
+                return self.store.get(Queue, name)
+            except NotFoundError:
+                return None
+
+    def apply_queue(self, queue: Queue) -> None:
+        with reaching(self.where):
+            self.store.apply(queue)
+
+    def _namespace(self, name: str) -> None:
+        """The work's namespace exists in the worker (the manager's namespaces are not the worker's)."""
+        if name in self._namespaces:
+            return
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        try:
+            self.api.request("POST", NAMESPACE.collection(), body=body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        self._namespaces.add(name)
+
+
+class KubeManagerLink:
+    """The manager cluster as a worker reaches it: its Cluster custom resource."""
+
+    def __init__(self, api: Transport) -> None:
+        self.store = KubeStore(api)
+
+    def read_cluster(self, name: str) -> Cluster:
+        with reaching("the manager cluster"):
+            return self.store.get(Cluster, name)
+
+    def write_cluster_status(self, cluster: Cluster) -> None:
+        with reaching("the manager cluster"):
+            self.store.update_status(cluster)
+
+
+class ManagerStore(KubeStore):
+    """The manager cluster's store: a `KubeStore` that writes gpufleet Events as core/v1 Events."""
+
+    def create(self, obj: R) -> R:
+        if not isinstance(obj, Event):
+            return super().create(obj)
+        namespace = obj.namespace or "default"
+        with reaching("the manager cluster"):
+            try:
+                self._api.request("POST", EVENT.collection(namespace), body=core_event(obj))
+            except ApiError as exc:
+                raise api_error(exc, obj=f"Event {namespace}/{obj.name}") from None
+        return obj
+
+
+def core_event(event: Event) -> Json:
+    """A gpufleet Event as the core/v1 Event `kubectl describe` shows beside its object."""
+    spec = event.spec
+    involved: Json = {"kind": spec.involved_kind, "name": spec.involved_name}
+    with contextlib.suppress(ValidationError):
+        kind = resource_for(spec.involved_kind)
+        involved["apiVersion"] = kind.api_version
+        if kind.namespaced:
+            involved["namespace"] = event.namespace or "default"
+    stamp = _stamp(spec.time)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event.name, "namespace": event.namespace or "default"},
+        "involvedObject": involved,
+        "reason": spec.reason,
+        "message": spec.message[:1024],
+        "type": spec.type,
+        "source": {"component": spec.source or "gpufleet-federation"},
+        "reportingComponent": spec.source or "gpufleet-federation",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worker_kubeconfig(api: Transport, cluster: Cluster) -> Json:
+    """The kubeconfig (parsed) in the Secret the Cluster names, read from the manager cluster."""
+    ref = cluster.spec.connection.kubeconfig_secret_ref
+    if ref is None:
+        raise ValidationError(
+            f"Cluster {cluster.name}: not a Kubernetes worker (no kubeconfig Secret)", field=SECRET_FIELD
+        )
+    where = f"Secret {ref.namespace}/{ref.name}"
+    try:
+        secret = api.request("GET", f"/api/v1/namespaces/{ref.namespace}/secrets/{ref.name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            raise NotFoundError(
+                f"{SECRET_FIELD} names {where}, which does not exist", obj=cluster.describe()
+            ) from None
+        raise WorkerUnreachable(f"cannot read {where}: {exc}", obj=cluster.describe()) from None
+    encoded = (secret.get("data") or {}).get(ref.key)
+    if encoded is None:
+        raise ValidationError(f"{where} has no key {ref.key!r}", obj=cluster.describe(), field=SECRET_FIELD)
+    try:
+        config = yaml.safe_load(base64.b64decode(encoded).decode("utf-8"))
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ValidationError(
+            f"{where} key {ref.key!r} is not a kubeconfig: {exc}", obj=cluster.describe(), field=SECRET_FIELD
+        ) from None
+    if not isinstance(config, dict) or not config.get("clusters"):
+        raise ValidationError(
+            f"{where} key {ref.key!r} is not a kubeconfig (no clusters)",
+            obj=cluster.describe(),
+            field=SECRET_FIELD,
+        )
+    return config
+
+
+def connect_kube(
+    api: Transport, transport: Callable[[Json], Transport] | None = None
+) -> Callable[[Cluster], KubeWorker]:
+    """The manager's `connect` for Kubernetes workers: each through the kubeconfig its Cluster's Secret
+    holds in the manager cluster (`api`). `transport` makes the connection from a kubeconfig (tests give
+    an in-memory one)."""
+
+    def make(config: Json) -> Transport:
+        from gpufleet.kube.client import KubeTransport
+
+        return KubeTransport.from_kubeconfig_data(config)
+
+    build = transport or make
+
+    def connect(cluster: Cluster) -> KubeWorker:
+        if cluster.spec.connection.kubeconfig_secret_ref is None:
+            raise ValidationError(
+                f"Cluster {cluster.name}: an embedded worker; the Kubernetes manager reaches only "
+                "Kubernetes workers",
+                field="spec.connection.embedded",
+            )
+        config = worker_kubeconfig(api, cluster)
+        try:
+            reached = build(config)
+        except Exception as exc:  # the client's loader fails in many ways on a malformed kubeconfig
+            raise ValidationError(
+                f"the kubeconfig in its Secret cannot be used: {exc}",
+                obj=cluster.describe(),
+                field=SECRET_FIELD,
+            ) from None
+        return KubeWorker(reached, name=cluster.name)
+
+    return connect
