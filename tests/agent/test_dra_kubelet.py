@@ -52,7 +52,9 @@ class StandInKubelet:
     def call(self, endpoint: str, method: str, *claims: tuple[str, str, str], version: str = "v1") -> Any:
         pb, pb_grpc = (dra_v1_pb2, v1_grpc) if version == "v1" else (dra_v1beta1_pb2, v1beta1_grpc)
         request_type = getattr(pb, f"{method}Request")
-        request = request_type(claims=[pb.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims])
+        request = request_type(
+            claims=[pb.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
+        )
         with grpc.insecure_channel(f"unix://{endpoint}") as channel:
             return getattr(pb_grpc.DRAPluginStub(channel), method)(request, timeout=5)
 
@@ -92,7 +94,9 @@ class Node:
             state_dir=self.root / "plugins" / DRIVER,
             cdi_dir=self.root / "cdi",
         )
-        self.plugin = DraPlugin(driver, plugins_dir=self.root / "plugins", registry_dir=self.root / "registry")
+        self.plugin = DraPlugin(
+            driver, plugins_dir=self.root / "plugins", registry_dir=self.root / "registry"
+        )
         self.plugin.start()
         return self.plugin
 
