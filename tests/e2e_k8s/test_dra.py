@@ -57,13 +57,19 @@ def dra(cluster: Cluster, claims_from_templates: str) -> Iterator[list[str]]:
 
 
 def dra_node(
-    cluster: Cluster, slices: list[str], name: str, gpus: int = 8, cliques: list[str] | None = None
+    cluster: Cluster,
+    slices: list[str],
+    name: str,
+    gpus: int = 8,
+    cliques: list[str] | None = None,
+    mig_gpus: tuple[int, ...] = (),
 ) -> str:
     """A node that advertises no nvidia.com/gpu and publishes its GPUs in ResourceSlices (GPU i in NVLink
-    clique `cliques[i]`, when given)."""
+    clique `cliques[i]`, when given; the GPUs `mig_gpus` as partitionable devices with shared counters)."""
     full = cluster.node(name, gpus=0)
     by_index = {i: f"{RUN}.{clique}" for i, clique in enumerate(cliques or [])}
-    for i, spec in enumerate(node_slices(full, gpu_model="H100-80GB", gpus=gpus, cliques=by_index)):
+    made = node_slices(full, gpu_model="H100-80GB", gpus=gpus, cliques=by_index, mig_gpus=mig_gpus)
+    for i, spec in enumerate(made):
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
@@ -74,7 +80,15 @@ def dra_node(
     return full
 
 
-def template(cluster: Cluster, name: str, count: int, *, match: str | None = None) -> None:
+def template(
+    cluster: Cluster, name: str, count: int, *, match: str | None = None, profile: str | None = None
+) -> None:
+    """A template of `count` GPUs (or one MIG instance of `profile`) of the run's class."""
+    exactly: Json = {"deviceClassName": CLASS, "count": count}
+    if profile:
+        attributes = 'device.attributes["gpu.nvidia.com"]'
+        selector = f'{attributes}.type == "mig" && {attributes}.profile == "{profile}"'
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -82,7 +96,7 @@ def template(cluster: Cluster, name: str, count: int, *, match: str | None = Non
         "spec": {
             "spec": {
                 "devices": {
-                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": CLASS, "count": count}}],
+                    "requests": [{"name": "gpus", "exactly": exactly}],
                     **({"constraints": [{"requests": ["gpus"], "matchAttribute": match}]} if match else {}),
                 }
             }
@@ -322,3 +336,55 @@ def test_dra_a_gang_of_four_pods_of_eight_gpus_in_one_nvlink_clique_each(
     for name in pods:
         claim = claim_of(cluster, name)
         assert claim is not None and len(claim["status"]["allocation"]["devices"]["results"]) == 8
+
+
+def test_dra_mig_partitions_of_one_gpu_are_shared_by_two_pods(
+    cluster: Cluster, scheduler: Any, dra: list[str]
+) -> None:
+    # One H100 published as partitionable devices: the whole GPU and every MIG instance, all consuming
+    # its counter set (8 memory slices, 7 compute slices). Two 3g.40gb instances (4 memory slices each)
+    # fill it: a third pod's 1g.10gb instance is a device no claim holds, but it would exceed the
+    # counters.
+    queue = f"e2e-{RUN}-mig"
+    body = {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": queue},
+        "spec": {"quotas": {"3g.40gb": {"nominal": 8}, "1g.10gb": {"nominal": 8}}},
+    }
+    cluster.api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
+    try:
+        node = dra_node(cluster, dra, "mig-a", gpus=1, mig_gpus=(0,))
+        template(cluster, "half-gpu", 1, profile="3g.40gb")
+        template(cluster, "tenth-gpu", 1, profile="1g.10gb")
+        for name in ("mig-0", "mig-1"):
+            claim_pod(cluster, name, "half-gpu", queue=queue)
+        wait_for("both pods bound", lambda: cluster.node_of("mig-0") and cluster.node_of("mig-1"), timeout=60)
+        devices: dict[str, str] = {}
+        for name in ("mig-0", "mig-1"):
+            assert cluster.node_of(name) == node
+            claim = claim_of(cluster, name)
+            assert claim is not None
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert result["pool"] == node and result["request"] == "gpus"
+            devices[name] = result["device"]
+        # gpu-0-mig-<profile id>-<start>-<memory slices>: two instances of GPU 0 that do not overlap
+        assert all(d.startswith("gpu-0-mig-") for d in devices.values()), devices
+        starts = sorted(int(d.split("-")[4]) for d in devices.values())
+        assert len(set(devices.values())) == 2 and starts[1] - starts[0] >= 4, devices
+        claim_pod(cluster, "mig-2", "tenth-gpu", queue=queue)
+        reason = wait_for(
+            "the third pod's pending reason naming the request",
+            lambda: (
+                (c := cluster.condition("mig-2", "PodScheduled")) and "request gpus" in c["message"] and c
+            ),
+            timeout=60,
+        )
+        assert reason["status"] == "False" and "request gpus: shared counters" in reason["message"], reason
+        assert cluster.node_of("mig-2") is None
+        # One partition freed: the third pod gets the instance its claim can now have.
+        cluster.delete_pod("mig-0")
+        assert wait_for("the third pod bound", lambda: cluster.node_of("mig-2"), timeout=60) == node
+    finally:
+        with contextlib.suppress(ApiError):
+            cluster.api.request("DELETE", f"/apis/gpufleet.io/v1alpha1/queues/{queue}")

@@ -3,6 +3,8 @@ instances as partitionable devices whose shared counters keep partitions of one 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpufleet.api.dra_claims import DeviceConstraint, ResourceClaimSpec
@@ -88,8 +90,9 @@ def v1_problems(specs: list[ResourceSliceSpec]) -> list[str]:
     """What `resource.k8s.io/v1` (Kubernetes 1.36) refuses in a pool's slices, as its validation does:
     devices and sharedCounters never both in a slice, at most 128 devices (64 when any consumes
     counters), at most 8 counter sets of at most 32 counters, counter set and device names unique in
-    the pool, every consumed counter set published by a slice of the pool, resourceSliceCount the number
-    of slices, and no empty list in what is sent (the server takes an empty list for a set field)."""
+    the pool, every consumed counter set published by a slice of the pool, counter names DNS labels,
+    resourceSliceCount the number of slices, and no empty list in what is sent (the server takes an
+    empty list for a set field)."""
     problems: list[str] = []
     sent = [s.to_dict() for s in specs]
     pools = {(s["pool"]["name"], s["pool"]["generation"], s["pool"]["resourceSliceCount"]) for s in sent}
@@ -109,6 +112,7 @@ def v1_problems(specs: list[ResourceSliceSpec]) -> list[str]:
             if counter_set.name in counter_sets:
                 problems.append(f"counter set {counter_set.name} twice in the pool")
             counter_sets[counter_set.name] = set(counter_set.counters)
+            problems += [f"counter {n}: not a DNS label" for n in counter_set.counters if not _label(n)]
         names += [d.name for d in spec.devices]
         problems += [f"slice {i}: empty list at {path}" for path in _empty_lists(body)]
     if len(names) != len(set(names)):
@@ -120,6 +124,10 @@ def v1_problems(specs: list[ResourceSliceSpec]) -> list[str]:
                 if known is None or not set(consumed.counters) <= known:
                     problems.append(f"{device.name}: counter set {consumed.counter_set} not in the pool")
     return problems
+
+
+def _label(name: str) -> bool:
+    return re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name) is not None
 
 
 def _empty_lists(value: object, path: str = "spec") -> list[str]:

@@ -486,7 +486,8 @@ class FleetState:
             assert request.mig is not None
             if chosen:
                 raise AllocationError(f"pod {pod}: a MIG instance is chosen by profile, not by GPU list")
-            slot = self._take_mig(pod, row, request.mig, mig_gpu)
+            # No fixed layout: the instance is the partition the pod's claim holds (in `devices`).
+            slot = None if devices and not self._mig[row] else self._take_mig(pod, row, request.mig, mig_gpu)
         elif chosen:
             raise AllocationError(f"pod {pod}: asks for no GPU but was given {chosen}")
         cpu, memory = request.cpu_milli, request.memory_mib

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from gpufleet.fleet import cuda
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
+from gpufleet.scheduler.placement.dra import partitions
 from gpufleet.sharing import mig
 
 BoolArray = npt.NDArray[np.bool_]
@@ -86,9 +87,11 @@ def gpu_fit(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     if kind is GpuKind.MIG:
         assert request.mig is not None
         column = state.mig_profile_column(request.mig)
+        # Nodes partitioning through claims: their claim allocator decides (placement.dra.partitions).
+        dynamic = partitions.partitioned_by_claims(state, rows)
         if column is None:
-            return np.zeros(state.whole_free[rows].shape[0], dtype=np.bool_)
-        return state.mig_free[rows, column] > 0
+            return dynamic
+        return (state.mig_free[rows, column] > 0) | dynamic
     return np.ones(state.whole_free[rows].shape[0], dtype=np.bool_)
 
 
@@ -108,6 +111,9 @@ def pods_that_fit(state: FleetState, request: PodRequest, rows: Rows) -> IntArra
         column = state.mig_profile_column(request.mig)
         size = state.whole_free[rows].shape[0]
         fit = np.zeros(size, dtype=np.int64) if column is None else state.mig_free[rows, column].copy()
+        fit = np.where(
+            partitions.partitioned_by_claims(state, rows), partitions.most_instances(state, rows), fit
+        )
     else:
         fit = np.full(state.whole_free[rows].shape[0], UNBOUNDED, dtype=np.int64)
     if request.cpu_milli:
@@ -311,7 +317,7 @@ def _never_fits(state: FleetState, request: PodRequest) -> str | None:
                 f"MIG profile {request.mig} is unknown for every GPU model in the fleet "
                 f"({', '.join(models) or 'none'})"
             )
-        if column is None:
+        if column is None and not partitions.partitioned_by_claims(state, slice(0, n))[live].any():
             return f"no node's MIG layout offers a {request.mig} instance"
     if kind is GpuKind.SHARE and request.gpu_milli > GPU_MILLI:
         return f"asks for {request.gpu_milli} milli-GPU of one GPU"

@@ -33,3 +33,19 @@ def test_each_rejected_node_is_counted_once_against_its_main_check() -> None:
     assert result.example["claim team-a/c request gpus: allocated to other claims"].rejected == {
         "allocated to other claims": 2
     }
+
+
+def test_a_node_whose_matching_devices_are_taken_is_counted_against_that_not_its_other_devices() -> None:
+    # Six A100s the selector turns away and two H100s held by other claims: the node does not fit
+    # because its H100s are taken, which is what the count must say (the selector's 6 are not why).
+    devices = [gpu(f"gpu-{i}", product="A100") for i in range(6)] + [gpu(f"gpu-{i}") for i in (6, 7)]
+    nodes = {"n1": node_of(slice_spec("n1", devices), name="n1")}
+    held = [(DRIVER, "n1", "gpu-6"), (DRIVER, "n1", "gpu-7")]
+    result = filter_nodes(
+        [claim("c", request(count=1, selectors=[H100_ONLY]))], nodes, classes=CLASSES, in_use=held
+    )
+    assert result.rejected == {"claim team-a/c request gpus: allocated to other claims": 1}
+    assert result.example["claim team-a/c request gpus: allocated to other claims"].rejected == {
+        "request selector 0": 6,
+        "allocated to other claims": 2,
+    }

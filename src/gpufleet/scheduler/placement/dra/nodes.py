@@ -1,9 +1,10 @@
 """DRA as a filter over many nodes: which nodes can give a pod's claims their devices, and for the
 others how many nodes each check turned away, in the style of `NoFit`'s per-filter counts.
 
-Each node is counted once, against the check of the unmet request that turned away most of its devices
-(or, where no device was turned away, against the reason's message: a missing class, an incomplete
-pool, a search that gave up), so the counts add up to the nodes rejected.
+Each node is counted once, against the check of the unmet request that turned away most of its devices,
+preferring the checks of availability (in use, shared counters, constraints) over the selectors when
+both turned some away (or, where no device was turned away, against the reason's message: a missing
+class, an incomplete pool, a search that gave up), so the counts add up to the nodes rejected.
 """
 
 from __future__ import annotations
@@ -75,6 +76,15 @@ def filter_nodes(
 
 def _dominant(reason: DraUnsatisfied) -> str:
     checks = [(n, check) for check, n in reason.rejected.items() if n]
+    # Selectors turn away the devices of other kinds (on a MIG GPU, every other profile), usually the
+    # most; where devices of the right kind were there and something else turned them away (in use,
+    # shared counters, a constraint), that is why the node does not fit.
+    availability = [(n, check) for n, check in checks if not _is_selector(check)]
+    checks = availability or checks
     if not checks:
         return reason.message or "no devices"
     return max(checks, key=lambda nc: (nc[0], nc[1]))[1]
+
+
+def _is_selector(check: str) -> bool:
+    return check.startswith(("class selector", "request selector"))
