@@ -15,12 +15,14 @@ from fastapi.testclient import TestClient
 from gpufleet.api.reasons import pending_lines
 from gpufleet.kube.console import KubeConsoleSource
 from gpufleet.kube.console_events import KubeEvents
+from gpufleet.kube.operator import Operator
 from gpufleet.kube.scheduler import KubeScheduler
 from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.console.standalone import console_app
 
 from .fakeapi import FakeApiServer
 from .fixtures import pod
+from .test_pool_idle import settle
 from .test_scheduler import add_node, add_pods, add_queues, run
 
 GROUP = "/apis/gpufleet.io/v1alpha1"
@@ -108,9 +110,18 @@ def test_queues_and_costs_come_from_the_queues_status_and_the_pods_on_the_pools_
     assert {q["name"] for q in view["queues"]} == {"default", "team-a"}
     (pool,) = view["cost"]["pools"]
     assert (pool["name"], pool["allocatedGpus"], pool["costPerHour"]) == ("h100", 10.0, 25.0)
-    assert pool["idleGpuHours"] is None  # this world keeps no idle GPU-hours: none are made up
+    assert pool["idleGpuHours"] is None  # no operator has counted any yet: none are made up
     per_queue = {q["name"]: (q["gpus"], q["costPerHour"]) for q in view["cost"]["queues"]}
     assert per_queue == {"team-a": (8.0, 20.0), "default": (2.0, 5.0)}
+    # The operator counts the pool's idle GPUs from here on: 16 on Ready nodes (the failed one too, as
+    # the embedded pool counts them), 10 held, for half an hour.
+    clock = [1_900_000_000.0]
+    operator = Operator(api, clock=lambda: clock[0])
+    settle(operator)
+    clock[0] += 1800
+    settle(operator)
+    (pool,) = console.get("/v1/console").json()["cost"]["pools"]
+    assert (pool["idleGpuHours"], pool["idleCost"]) == (3.0, 7.5)
 
 
 def test_the_cluster_s_events_are_served_as_the_page_reads_them_then_live(

@@ -58,6 +58,14 @@ def gpus_per_worker(worker: Mapping[str, Any]) -> float:
     return int(match.group(1)) / 7 if match else 0.0
 
 
+def held_milli(*, gpus: int, gpu_milli: int, mig_profile: str | None) -> int:
+    """The milli-GPUs a bound pod holds, as both worlds' pools count them: its GPUs times its share of
+    each, or a MIG instance's compute slices of seven (seven `1g` instances make one GPU, not seven)."""
+    if mig_profile:
+        return round(gpus_per_worker({"mig": mig_profile}) * 1000)
+    return gpus * gpu_milli
+
+
 def job_records(
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -116,3 +124,38 @@ def job_records(
             )
         )
     return records
+
+
+@dataclass(frozen=True, slots=True)
+class IdleAccount:
+    """A pool's idle GPUs and what they have cost so far, brought up to one moment."""
+
+    idle_gpu_hours: float
+    idle_cost: float
+    idle_gpus: float
+    """GPUs ready but unallocated from now on: the rate the next call integrates."""
+
+
+def idle_account(
+    *,
+    hours: float,
+    idle_gpus: float,
+    counted_at: float | None,
+    now: float,
+    ready_gpus: float,
+    allocated_milli: int,
+    price_per_gpu_hour: float,
+) -> IdleAccount:
+    """The one rule for a pool's idle GPU-hours, which both worlds keep in the GPUPool's status.
+
+    `hours` and `idle_gpus` are what the status said at `counted_at` (None: never counted, nothing to
+    add); the idle GPUs held steady since then, so the hours grow by them times the time passed. The
+    integral is a step function, so each world calls this whenever the pool's ready GPUs or the GPUs
+    its pods hold change (and now and then while nothing does), never between two changes."""
+    since = now if counted_at is None else counted_at
+    total = round(hours + idle_gpus * max(0.0, now - since) / 3600, 4)
+    return IdleAccount(
+        idle_gpu_hours=total,
+        idle_cost=round(total * price_per_gpu_hour, 4),
+        idle_gpus=round(max(0.0, ready_gpus - allocated_milli / 1000), 3),
+    )

@@ -21,7 +21,8 @@ removed, idle ones first. With it, the count follows demand between minNodes and
   workload is removed, never below minNodes. When each node became idle is kept in
   `status.idleSince`, so a restart of the controller does not restart the timers.
 
-Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time and `idleCost` prices them;
+Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time and `idleCost` prices them
+(`api.accounting.idle_account`, the rule the Kubernetes operator keeps them by too);
 the integral runs on from `idleCountedTime` with `idleGpus`, both in the status, so it survives a
 restart too.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpufleet.api.accounting import idle_account
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL, POOL_LABEL
 from gpufleet.api.meta import Condition, ObjectMeta, set_condition
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
@@ -318,15 +320,21 @@ class PoolController(ViewedReconciler[PoolView]):
         spec = pool.spec
         gpus = ready * spec.gpus_per_node
         old = pool.status
-        counted = to_seconds(old.idle_counted_time)
-        since = now if counted is None else counted
-        hours = round(old.idle_gpu_hours + old.idle_gpus * max(0.0, now - since) / 3600, 4)
+        idle = idle_account(
+            hours=old.idle_gpu_hours,
+            idle_gpus=old.idle_gpus,
+            counted_at=to_seconds(old.idle_counted_time),
+            now=now,
+            ready_gpus=gpus,
+            allocated_milli=allocated,
+            price_per_gpu_hour=spec.price_per_gpu_hour,
+        )
         # A shallow copy: every field that changes is replaced whole, none is changed in place.
         status = old.model_copy(
             update={
-                "idle_gpu_hours": hours,
-                "idle_cost": round(hours * spec.price_per_gpu_hour, 4),
-                "idle_gpus": round(max(0.0, gpus - allocated / 1000), 3),
+                "idle_gpu_hours": idle.idle_gpu_hours,
+                "idle_cost": idle.idle_cost,
+                "idle_gpus": idle.idle_gpus,
                 "idle_counted_time": to_datetime(now),
                 "idle_since": {name: to_datetime(t) for name, t in sorted(idle_since.items())},
                 "nodes": nodes,

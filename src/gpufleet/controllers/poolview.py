@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 
+from gpufleet.api.accounting import held_milli
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
@@ -37,8 +38,10 @@ class PodUse:
 
 
 def pod_use(pod: Pod) -> PodUse:
-    """The GPU milli a pod holds on its node (a MIG instance counts as one GPU)."""
-    return PodUse(pod.spec.node_name, len(pod.spec.gpus) * pod.spec.gpu_milli + (1000 if pod.spec.mig else 0))
+    """The GPU milli a pod holds on its node (`api.accounting.held_milli`, the Kubernetes world's too)."""
+    profile = pod.spec.mig.profile if pod.spec.mig else None
+    milli = held_milli(gpus=len(pod.spec.gpus), gpu_milli=pod.spec.gpu_milli, mig_profile=profile)
+    return PodUse(pod.spec.node_name, milli)
 
 
 @dataclass(slots=True)

@@ -14,8 +14,8 @@ form the embedded world's console reads (`gpufleet.store.console`), so one build
   (the device plugin says which to the kubelet only). A pod's holder is the gpufleet object that owns
   it, else its gang, else the pod; its queue is its `gpufleet.io/queue` label
   (else the scheduler's default queue).
-- A GPUPool's GPUs are its nodes' on the map, its allocated GPUs those their pods hold; this world
-  keeps no idle GPU-hours.
+- A GPUPool's GPUs are its nodes' on the map, its allocated GPUs those their pods hold; its idle
+  GPU-hours and their cost are what the operator keeps in its status (`kube.poolidle`).
 - Loose work: our pods that no gpufleet object owns, while they wait, with the reason the scheduler
   wrote into their `PodScheduled` condition (`Type: message`), in describe's words.
 """
@@ -25,11 +25,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 import pydantic
 
-from gpufleet.api.accounting import gpus_per_worker
+from gpufleet.api import accounting
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import POOL_LABEL
@@ -236,20 +235,20 @@ def waiting_pod(raw: Json, config: KubeConfig) -> Json | None:
 
 def _with_use(pool: Json, nodes: Sequence[Json], pods: Sequence[Json]) -> Json:
     """The pool with its nodes' GPUs and those their pods hold now (as the map counts them, whether or
-    not the operator has written its status yet), and no idle figures (none are kept here)."""
+    not the operator has written its status yet)."""
     members = [n for n in nodes if n["spec"]["pool"] == pool["metadata"]["name"]]
     mine = {n["metadata"]["name"] for n in members}
-    milli = 0
-    for pod in pods:
-        spec: dict[str, Any] = pod["spec"]
-        if spec["nodeName"] not in mine:
-            continue
-        if spec.get("mig"):  # an instance counts its compute slices of seven, as accounting does
-            milli += round(gpus_per_worker({"mig": spec["mig"]["profile"]}) * 1000)
-        else:
-            milli += len(spec.get("gpus") or []) * int(spec.get("gpuMilli") or 1000)
+    milli = sum(held_milli(pod["spec"]) for pod in pods if pod["spec"]["nodeName"] in mine)
     gpus = sum(int(n["spec"]["gpus"]) for n in members)
-    status = dict(
-        pool.get("status") or {}, gpus=gpus, allocatedGpuMilli=milli, idleGpuHours=None, idleCost=None
-    )
+    status = dict(pool.get("status") or {}, gpus=gpus, allocatedGpuMilli=milli)
+    if not status.get("idleCountedTime"):
+        # The idle GPU-hours are the operator's (`kube.poolidle`); none counted yet: none shown.
+        status.update(idleGpuHours=None, idleCost=None)
     return dict(pool, status=status)
+
+
+def held_milli(spec: Json) -> int:
+    """The milli-GPUs a console pod (`holding_pods`) holds, by `api.accounting.held_milli`."""
+    mig = spec.get("mig")
+    gpus, milli = len(spec.get("gpus") or []), int(spec.get("gpuMilli") or 1000)
+    return accounting.held_milli(gpus=gpus, gpu_milli=milli, mig_profile=mig["profile"] if mig else None)

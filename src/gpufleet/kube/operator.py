@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
 from gpufleet.controllers import jobstate
+from gpufleet.kube import poolidle
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.fleet import FleetOperator
 from gpufleet.kube.inference import InferenceServiceOperator
@@ -35,6 +36,8 @@ Key = tuple[str, str]
 
 TRAINING, INFERENCE, NODE_KIND, POOL = "TrainingJob", "InferenceService", "Node", "GPUPool"
 SHARING = "GPUPoolSharing"
+IDLE, ALL = "GPUPoolIdle", "*"
+"""Every pool's idle GPU-hours, brought up to date in one pass (`kube.poolidle`)."""
 """A pool's sharing ConfigMap alone: its entries no node picks any more are dropped after the nodes."""
 SHARING_RETRY_SECONDS = 5.0
 """When a pool's sharing ConfigMap is looked at again while nodes not yet relabelled pick old entries."""
@@ -80,6 +83,8 @@ class Operator:
             self.nodes: Informer = inf.informer(NODE, label_selector=node_selector)
             self.pools: Informer = inf.informer(resource_for(POOL))
             self.fleet = FleetOperator(transport, namespace=self.config.namespace)
+            # Every bound pod, for the pools' idle GPUs (`kube.poolidle`); unbound ones hold nothing.
+            self.bound: Informer = inf.informer(POD, field_selector="spec.nodeName!=")
         self.clock = clock
         self.period = period
         self.requeue: dict[Key, float] = {}
@@ -113,7 +118,9 @@ class Operator:
         if self.fleet is not None:
             on(self.nodes, NODE_KIND, key_of)
             # A pool's change concerns the pool and every node it may select (or no longer select).
-            self.pools.add_handler(lambda _e, old, new: self._pool_changed(new or old or {}))
+            self.pools.add_handler(lambda _e, old, new: self._pool_changed(old, new))
+            for informer in (self.nodes, self.bound):
+                informer.add_handler(lambda _e, _old, _new: self.mark(IDLE, ALL))
 
     def mark(self, kind: str, key: str | None) -> None:
         if key:
@@ -133,9 +140,13 @@ class Operator:
             ):
                 self.mark(INFERENCE, key_of(service))
 
-    def _pool_changed(self, pool: Json) -> None:
+    def _pool_changed(self, old: Json | None, new: Json | None) -> None:
+        pool = new or old
         if not pool:
             return
+        self.mark(IDLE, ALL)
+        if old is not None and new is not None and old.get("spec") == new.get("spec"):
+            return  # its status alone (written here): nothing of the nodes depends on it
         self.mark(POOL, key_of(pool))
         for node in self.nodes.items():
             self.mark(NODE_KIND, key_of(node))
@@ -154,6 +165,7 @@ class Operator:
                 self.mark(NODE_KIND, key_of(node))
             for pool in self.pools.items():
                 self.mark(POOL, key_of(pool))
+            self.mark(IDLE, ALL)
         while not lost.is_set():
             self._changed.clear()
             try:
@@ -175,7 +187,7 @@ class Operator:
         keys |= self._gone_pools()
         # Pools before nodes: a node's labels pick entries of the sharing ConfigMap the pool's
         # reconcile just wrote; the entries they picked before are dropped after the nodes.
-        order = {POOL: 0, NODE_KIND: 1, SHARING: 3}
+        order = {POOL: 0, NODE_KIND: 1, SHARING: 3, IDLE: 4}
         self._after_nodes.clear()
         for kind, key in sorted(keys, key=lambda k: (order.get(k[0], 2), k)):
             self._attempt(kind, key, now)
@@ -238,6 +250,10 @@ class Operator:
             if not settled:
                 self._after_nodes.add((SHARING, key))
             return None
+        if kind == IDLE:
+            pools, nodes, pods = self.pools.items(), self.nodes.items(), self.bound.items()
+            poolidle.account_pools(self.api, pools, nodes, pods, self.config, now=now)
+            return now + poolidle.IDLE_PERIOD
         if kind == SHARING:
             settled = self.fleet.sync_sharing(key, self.pools.get(key))
             return None if settled else now + SHARING_RETRY_SECONDS
