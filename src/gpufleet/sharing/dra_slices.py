@@ -90,6 +90,11 @@ class GpuFacts:
     mig_instances: tuple[MigInstance, ...] | None = None
 
 
+def slice_name(node_name: str, index: int) -> str:
+    """The name of a node's `index`th slice, the same whoever publishes it (the twin, the node agent)."""
+    return f"{node_name}-{DRIVER}-{index}"
+
+
 def architecture(compute_capability: tuple[int, int]) -> str | None:
     """The GPU architecture of a compute capability (`(9, 0)` -> `Hopper`), None when unknown."""
     return next((name for cc, name in _ARCHITECTURES if compute_capability >= cc), None)

@@ -14,12 +14,8 @@ from gpufleet.api.dra_devices import ResourceSliceSpec
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.runtime import Node
-from gpufleet.sharing.dra_slices import DRIVER, node_slices
+from gpufleet.sharing.dra_slices import DRIVER, node_slices, slice_name
 from gpufleet.store.protocol import Store
-
-
-def slice_name(node: str, index: int) -> str:
-    return f"{node}-{DRIVER}-{index}"
 
 
 def published(store: Store, node: str) -> list[ResourceSlice]:
