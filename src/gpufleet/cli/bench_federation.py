@@ -1,4 +1,4 @@
-"""CLI command: gpufleet bench federation."""
+"""CLI command: gpufleet bench federation (dispatch speed; `--failover` and `--utilisation` on the twin)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.output import print_figures
+
+WORKLOADS = {"dispatch": 20_000, "failover": 500, "utilisation": 600}
+"""Each benchmark's full size when `--workloads` is not given."""
 
 
 def register(bench: typer.Typer) -> None:
@@ -17,22 +20,57 @@ def register(bench: typer.Typer) -> None:
 def federation(
     clusters: Annotated[int, typer.Option(min=1, help="Simulated worker clusters.")] = 10,
     nodes: Annotated[int, typer.Option(min=1, help="8-GPU nodes per worker cluster.")] = 2000,
-    workloads: Annotated[int, typer.Option(min=0, help="Workloads dispatched, one at a time.")] = 20_000,
+    workloads: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Workloads: dispatched one at a time (default 20,000); with --failover those running in "
+            "the lost cluster (500); with --utilisation the jobs of the stream (600).",
+        ),
+    ] = None,
     queues: Annotated[int, typer.Option(min=1, help="Leaf queues sharing the fleet-wide quota.")] = 40,
     heartbeat_every: Annotated[
         int, typer.Option(min=1, help="Decisions between two workers' reports (each frees its work).")
     ] = 20,
+    failover: Annotated[
+        bool,
+        typer.Option(
+            "--failover",
+            help="On the twin: a worker cluster is cut off with its running TrainingJobs; time until all "
+            "run again elsewhere, jobs run twice, work lost (targets: 60 s, 0, one checkpoint interval).",
+        ),
+    ] = False,
+    run_seconds: Annotated[
+        float, typer.Option(min=0, help="--failover: seconds the jobs run before the cluster is lost.")
+    ] = 150.0,
+    local_checkpoints: Annotated[
+        bool,
+        typer.Option(
+            "--local-checkpoints",
+            help="--failover: jobs checkpoint to their cluster only (no URI), not to a shared bucket.",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option()] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Dispatch latency (p99) and workloads dispatched per second over worker clusters' summaries
-    (targets: p99 50 ms or less, 500/s or more)."""
+    (targets: p99 50 ms or less, 500/s or more); `--failover` measures a lost cluster on the twin."""
+    if failover:
+        from gpufleet.cli import fedbench_failover
+
+        figures = fedbench_failover.run(
+            workloads=WORKLOADS["failover"] if workloads is None else workloads,
+            run_seconds=run_seconds,
+            bucket=not local_checkpoints,
+        )
+        print_figures("Federation failover", figures, as_json=as_json)
+        return
     from gpufleet.federation.bench import run
 
     result = run(
         clusters=clusters,
         nodes=nodes,
-        workloads=workloads,
+        workloads=WORKLOADS["dispatch"] if workloads is None else workloads,
         queues=queues,
         heartbeat_every=heartbeat_every,
         seed=seed,
