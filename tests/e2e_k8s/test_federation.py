@@ -1,0 +1,325 @@
+"""Federation with three real API servers: one manager cluster and two worker clusters.
+
+The manager cluster holds the Queue, the two Clusters (each with its worker's kubeconfig in a Secret)
+and the TrainingJobs; `gpufleet kube manager`'s loop dispatches them. Each worker runs gpufleet's
+scheduler, operator and worker loop (in this process, as the other e2e tests run theirs) and the
+suite plays its kubelets on fake Nodes. The scenario, in order:
+
+1. a TrainingJob submitted to the manager runs in the cheaper worker and its status comes back;
+2. a queue's quota spans both workers: with one job in each, a third waits in the manager although a
+   worker has room;
+3. the first worker's API server is stopped: after its lease the manager moves its job to the other.
+
+Environment (each test is skipped without it, saying so):
+- GPUFLEET_E2E_MANAGER: the manager cluster's kubeconfig;
+- GPUFLEET_E2E_WORKERS: the two workers' kubeconfigs, comma-separated;
+- GPUFLEET_E2E_STOP_WORKER: a shell command that stops the first worker's API server (step 3 only).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.api.labels import JOB_LABEL
+from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
+
+from .conftest import RUN, Cluster, run_namespace, wait_for
+
+MANAGER = os.environ.get("GPUFLEET_E2E_MANAGER", "")
+WORKERS = [p for p in os.environ.get("GPUFLEET_E2E_WORKERS", "").split(",") if p]
+STOP_WORKER = os.environ.get("GPUFLEET_E2E_STOP_WORKER", "")
+
+pytestmark = [
+    pytest.mark.k8s,
+    pytest.mark.skipif(
+        not MANAGER or len(WORKERS) != 2,
+        reason="GPUFLEET_E2E_MANAGER and GPUFLEET_E2E_WORKERS (two kubeconfigs) are not set: the "
+        "federation e2e needs three API servers (see README, Kubernetes)",
+    ),
+]
+
+GROUP = "/apis/gpufleet.io/v1alpha1"
+LEASE_SECONDS = 6.0
+GRACE_SECONDS = 2.0
+NAMESPACE = f"gpufleet-fed-{RUN}"
+QUEUE = f"fed-{RUN}"
+SYSTEM = "gpufleet-system"
+
+
+@dataclass
+class Worker:
+    """One worker cluster and the gpufleet components this process runs for it."""
+
+    name: str
+    api: Transport
+    nodes: Cluster
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    up: bool = True
+
+    def shut(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(10)
+
+
+@dataclass
+class Federation:
+    manager: Transport
+    workers: list[Worker]
+
+    def job(self, name: str) -> Json:
+        return self.manager.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/{name}")
+
+    def held_by(self, name: str) -> str | None:
+        return (self.job(name)["metadata"].get("annotations") or {}).get("gpufleet.io/cluster")
+
+    def bound_in(self, worker: Worker, job: str) -> list[str]:
+        """Nodes of the job's pods in `worker` (its operator makes them, its scheduler binds them)."""
+        pods = worker.api.request(
+            "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"labelSelector": f"{JOB_LABEL}={job}"}
+        )["items"]
+        return [p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")]
+
+
+def _transport(path: str) -> Transport:
+    from gpufleet.kube.client import KubeTransport
+
+    return KubeTransport.from_environment(kubeconfig=path)
+
+
+def _create(api: Transport, path: str, body: Json) -> None:
+    try:
+        api.request("POST", path, body=body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+def _play_kubelets(worker: Worker) -> None:
+    """Bound pods run, pods asked to stop are gone: what the worker's kubelets would do."""
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    while not worker.stop.wait(0.5):
+        try:
+            worker.nodes.finish_deleting()
+            for pod in worker.api.request("GET", pods)["items"]:
+                if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending":
+                    name = pod["metadata"]["name"]
+                    worker.api.request(
+                        "PATCH",
+                        f"{pods}/{name}/status",
+                        body=running,
+                        content_type=MERGE_PATCH,
+                    )
+        except ApiError:
+            continue  # a worker whose API server is gone has no kubelets to play either
+
+
+def _start_worker(worker: Worker, manager: Transport) -> None:
+    from gpufleet.cli.kube_federation import WorkerLoop
+    from gpufleet.kube.config import KubeConfig
+    from gpufleet.kube.operator import Operator
+    from gpufleet.kube.scheduler import KubeScheduler
+
+    name = worker.nodes.scheduler_name
+    sched = KubeScheduler(
+        worker.api, config=KubeConfig(scheduler_name=name), identity=f"e2e-{RUN}-{worker.name}", period=1.0
+    )
+    selector = ",".join(f"{k}={v}" for k, v in worker.nodes.selector.items())
+    op = Operator(
+        worker.api, config=KubeConfig(scheduler_name=name, namespace=NAMESPACE), period=1.0,
+        node_selector=selector,
+    )  # fmt: skip
+
+    def fleet() -> Any:
+        cache = sched.kcache.cache
+        return None if cache is None else cache.fleet
+
+    loop = WorkerLoop(worker.api, manager, worker.name, fleet, heartbeat_seconds=1.0)
+    sched.informers.start(worker.stop)
+    op.informers.start(worker.stop)
+    for target in (sched.run, op.run, loop.run, lambda stop: _play_kubelets(worker)):
+        thread = threading.Thread(target=target, args=(worker.stop,), daemon=True)
+        thread.start()
+        worker.threads.append(thread)
+
+
+def _cluster(name: str, price: float) -> Json:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": name},
+        "spec": {
+            "connection": {"kubeconfigSecretRef": {"name": name, "namespace": SYSTEM, "key": "kubeconfig"}},
+            "pricePerGPUHour": {"H100-80GB": price},
+            "leaseSeconds": LEASE_SECONDS,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def fed() -> Iterator[Federation]:
+    from gpufleet.cli.kube_federation import ManagerLoop
+    from gpufleet.kube.crds import install_crds
+
+    manager = _transport(MANAGER)
+    apis = [_transport(path) for path in WORKERS]
+    for api in (manager, *apis):
+        install_crds(api)
+    names = [f"fed-{RUN}-w1", f"fed-{RUN}-w2"]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(run_namespace(manager, NAMESPACE))
+        _create(manager, "/api/v1/namespaces", {"metadata": {"name": SYSTEM}})
+        queue = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Queue", "metadata": {"name": QUEUE},
+                 "spec": {"quotas": {"H100-80GB": {"nominal": 16}}}}  # fmt: skip
+        manager.request("POST", f"{GROUP}/queues", body=queue)
+        stack.callback(_forget, manager, f"{GROUP}/queues/{QUEUE}")
+        workers = []
+        for index, (name, path, api) in enumerate(zip(names, WORKERS, apis, strict=True)):
+            data = base64.b64encode(Path(path).read_bytes()).decode()
+            secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": SYSTEM},
+                      "data": {"kubeconfig": data}}  # fmt: skip
+            manager.request("POST", f"/api/v1/namespaces/{SYSTEM}/secrets", body=secret)
+            stack.callback(_forget, manager, f"/api/v1/namespaces/{SYSTEM}/secrets/{name}")
+            manager.request("POST", f"{GROUP}/clusters", body=_cluster(name, price=1.0 + index))
+            stack.callback(_forget, manager, f"{GROUP}/clusters/{name}")
+            worker = Worker(name, api, Cluster(api, NAMESPACE))
+            stack.callback(_leave, worker)
+            stack.enter_context(_if_up(worker, run_namespace(api, NAMESPACE)))
+            for n in range(1 + index):  # w1: one 8-GPU node, w2: two
+                worker.nodes.node(f"{name}-{n}")
+            workers.append(worker)
+        for worker in workers:
+            _start_worker(worker, manager)
+        loop = ManagerLoop(manager, manager=f"e2e-{RUN}", grace_seconds=GRACE_SECONDS, period_seconds=1.0)
+        stop = threading.Event()
+        thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+        thread.start()
+        stack.callback(thread.join, 10)
+        stack.callback(stop.set)
+        yield Federation(manager, workers)
+
+
+def _forget(api: Transport, path: str) -> None:
+    with contextlib.suppress(ApiError):
+        api.request("DELETE", path)
+
+
+def _leave(worker: Worker) -> None:
+    """After the run: its components stop, and what the manager made there (its queue) goes."""
+    worker.shut()
+    if worker.up:
+        _forget(worker.api, f"{GROUP}/queues/{QUEUE}")
+        with contextlib.suppress(ApiError):
+            worker.nodes.clear_pods()
+        worker.nodes.clear_nodes()
+
+
+@contextlib.contextmanager
+def _if_up(worker: Worker, inner: contextlib.AbstractContextManager[str]) -> Iterator[None]:
+    """The worker's namespace, removed afterwards unless its API server was stopped on purpose."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(inner)
+        try:
+            yield
+        finally:
+            if not worker.up:
+                stack.pop_all()  # nothing to clean: the server is gone (and started FRESH next time)
+
+
+def _job(name: str) -> Json:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "queue": QUEUE,
+            "replicas": 1,
+            "worker": {
+                "gpus": 8,
+                "cpu": "1",
+                "memory": "1Gi",
+                "nodeSelector": {"gpufleet.io/e2e-run": RUN},
+                "template": {
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10"}],
+                    }
+                },
+            },
+        },
+    }
+
+
+def _submit(fed: Federation, name: str) -> None:
+    fed.manager.request("POST", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs", body=_job(name))
+
+
+def _free_gpus(fed: Federation, worker: Worker) -> int | None:
+    cluster = fed.manager.request("GET", f"{GROUP}/clusters/{worker.name}")
+    capacity = (cluster.get("status") or {}).get("capacity") or {}
+    return capacity.get("H100-80GB", {}).get("freeGpus") if capacity else None
+
+
+def test_federation_a_training_job_submitted_to_the_manager_runs_in_a_worker_and_its_status_comes_back(
+    fed: Federation,
+) -> None:
+    w1, _w2 = fed.workers
+    wait_for("both workers report", lambda: all(_free_gpus(fed, w) for w in fed.workers), timeout=60)
+    _submit(fed, "a")
+    assert wait_for("a dispatched", lambda: fed.held_by("a"), timeout=60) == w1.name, "the cheaper worker"
+    assert wait_for("a bound in w1", lambda: fed.bound_in(w1, "a"), timeout=60) == [w1.nodes.nodes[0]]
+    wait_for("a Running in the manager", lambda: fed.job("a").get("status", {}).get("phase") == "Running",
+             timeout=60)  # fmt: skip
+    copy = w1.api.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/a")
+    assert copy["metadata"]["annotations"]["gpufleet.io/managed-by"] == f"e2e-{RUN}"
+    wait_for("w1 reports itself full", lambda: _free_gpus(fed, w1) == 0, timeout=60)
+
+
+def test_federation_a_queue_quota_spans_both_workers(fed: Federation) -> None:
+    w1, w2 = fed.workers
+    _submit(fed, "b")
+    assert wait_for("b dispatched", lambda: fed.held_by("b"), timeout=60) == w2.name, "w1 is full"
+    wait_for("b bound in w2", lambda: fed.bound_in(w2, "b"), timeout=60)
+    _submit(fed, "c")
+
+    def waiting_on_quota() -> bool:
+        status = fed.job("c").get("status") or {}
+        return (status.get("pendingReason") or {}).get("type") == "QuotaExceeded"
+
+    wait_for("c waits on the queue's quota", waiting_on_quota, timeout=60)
+    assert fed.held_by("c") is None, "w2 has 8 free GPUs, but a in w1 and b in w2 use the queue's 16"
+    assert _free_gpus(fed, w2) == 8
+    assert fed.held_by("a") == w1.name
+
+
+@pytest.mark.skipif(not STOP_WORKER, reason="GPUFLEET_E2E_STOP_WORKER is not set: nothing stops a worker")
+def test_federation_killing_a_workers_api_server_moves_its_work_to_the_other(fed: Federation) -> None:
+    w1, w2 = fed.workers
+    assert fed.held_by("a") == w1.name
+    w1.up = False
+    subprocess.run(STOP_WORKER, shell=True, check=True, timeout=60)  # the tester's own command
+    w1.shut()
+
+    def moved() -> bool:
+        annotations = fed.job("a")["metadata"].get("annotations") or {}
+        return annotations.get("gpufleet.io/cluster") == w2.name
+
+    wait_for("a moved to w2", moved, timeout=LEASE_SECONDS + GRACE_SECONDS + 60)
+    annotations = fed.job("a")["metadata"]["annotations"]
+    assert annotations["gpufleet.io/assignment-generation"] == "2"
+    assert len(wait_for("a bound in w2", lambda: fed.bound_in(w2, "a"), timeout=60)) == 1
+    wait_for("a Running again", lambda: fed.job("a").get("status", {}).get("phase") == "Running", timeout=60)
+    assert fed.held_by("b") == w2.name
+    assert fed.held_by("c") is None, "the quota still holds: a and b use it all"
