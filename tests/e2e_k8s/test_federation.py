@@ -33,7 +33,7 @@ import pytest
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
 
-from .conftest import RUN, Cluster, run_namespace, wait_for
+from .conftest import RUN, Cluster, delete_run_events, remove_namespace, run_namespace, wait_for
 
 MANAGER = os.environ.get("GPUFLEET_E2E_MANAGER", "")
 WORKERS = [p for p in os.environ.get("GPUFLEET_E2E_WORKERS", "").split(",") if p]
@@ -196,7 +196,9 @@ def fed() -> Iterator[Federation]:
             stack.callback(_forget, manager, f"{GROUP}/clusters/{name}")
             worker = Worker(name, api, Cluster(api, NAMESPACE))
             stack.callback(_leave, worker)
-            stack.enter_context(_if_up(worker, run_namespace(api, NAMESPACE)))
+            _create(api, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+            # Pods are refused until the namespace has a default ServiceAccount (no controller makes it).
+            _create(api, f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
             for n in range(1 + index):  # w1: one 8-GPU node, w2: two
                 worker.nodes.node(f"{name}-{n}")
             workers.append(worker)
@@ -217,25 +219,16 @@ def _forget(api: Transport, path: str) -> None:
 
 
 def _leave(worker: Worker) -> None:
-    """After the run: its components stop, and what the manager made there (its queue) goes."""
+    """After the run: its components stop, and what the run and the manager made there goes (nothing
+    to clean where the API server was stopped on purpose: it is started FRESH next time)."""
     worker.shut()
-    if worker.up:
-        _forget(worker.api, f"{GROUP}/queues/{QUEUE}")
-        with contextlib.suppress(ApiError):
-            worker.nodes.clear_pods()
-        worker.nodes.clear_nodes()
-
-
-@contextlib.contextmanager
-def _if_up(worker: Worker, inner: contextlib.AbstractContextManager[str]) -> Iterator[None]:
-    """The worker's namespace, removed afterwards unless its API server was stopped on purpose."""
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(inner)
-        try:
-            yield
-        finally:
-            if not worker.up:
-                stack.pop_all()  # nothing to clean: the server is gone (and started FRESH next time)
+    if not worker.up:
+        return
+    _forget(worker.api, f"{GROUP}/queues/{QUEUE}")
+    worker.nodes.clear_nodes()
+    delete_run_events(worker.api)
+    left = remove_namespace(worker.api, NAMESPACE)
+    assert not left, f"the run left {left} in {worker.name}"
 
 
 def _job(name: str) -> Json:
