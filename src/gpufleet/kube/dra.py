@@ -12,7 +12,8 @@ ResourceClaims (`resource.k8s.io/v1`) from informers, turned into what the sched
   once by the claim and charged once, to the workload `dra.charge.charged_to` names (the first pod of
   its `reservedFor` that gpufleet places, else the workload asking), as its pod set's `charges`. A
   claim already allocated is handed to the core with its allocation, which it respects (never
-  re-allocates): a shared one always, a pod's own one when the pod is alone in its set.
+  re-allocates): a shared one as the claim, a pod's own one per pod (`PodClaim.per_pod`), whatever
+  the size of its pod set.
 - Bound pods hold the devices their claims' `status.allocation` name (after a restart, or pods bound
   elsewhere).
 """
@@ -306,21 +307,25 @@ class KubeDra:
                     self.users.setdefault(f"{namespace}/{ref.claim}", set()).add(pod_key)
         claims: list[PodClaim] = []
         own: list[PodClaim] = []
-        alone = pod_set.count == 1 and len(pods) == 1
         for index, ref in enumerate(refs_of[key_of(first)]):
             stored = self._stored(first, ref)
-            for other in pods[1:]:  # every pod's claim must exist before the set is placed
-                other_refs = refs_of[key_of(other)]
-                if index < len(other_refs):
-                    self._stored(other, other_refs[index])
+            # Every pod's claim must exist before the set is placed; one allocated already (a previous
+            # run, another scheduler) is respected: the core keeps it and pins its pod to its node.
+            per_pod: list[ClaimAllocation | None] = []
+            for pod in pods:
+                refs = refs_of[key_of(pod)]
+                mine = self._stored(pod, refs[index]) if index < len(refs) else None
+                node = pod.get("spec", {}).get("nodeName") or ""
+                per_pod.append(allocation_of(f"{namespace}/{mine.name}", mine, node) if mine else None)
             self._check_classes(name, stored, fleet)
             key = f"{namespace}/{stored.name}"
-            known = allocation_of(key, stored, first.get("spec", {}).get("nodeName") or "")
-            if ref.template is None or (alone and known is not None):
+            known = per_pod[0]
+            if ref.template is None:
                 placed = PodClaim(key, namespace, stored.spec, shared=True, allocation=known)
             else:
                 # The core names pod i's claim `{key}-{i}`; the carrier maps it back to the pod's own.
-                placed = PodClaim(f"{namespace}/{pod_set.name}-{ref.name}", namespace, stored.spec)
+                core_key = f"{namespace}/{pod_set.name}-{ref.name}"
+                placed = PodClaim(core_key, namespace, stored.spec, per_pod=tuple(per_pod))
             claims.append(placed)
             if ref.template is not None:
                 own.append(PodClaim(key, namespace, stored.spec))

@@ -84,11 +84,11 @@ def _place_one(
     claims = dra.pod_claims(pod_set, index)
     joined: dict[str, ClaimAllocation] = {}
     if claims and rows.size:
-        joined = dra.allocated_shared(state, claims)
+        joined = dra.allocated_already(state, claims)
         rows = dra.joinable_rows(state, joined, rows) if joined else rows
         unallocated = tuple(c for c in claims if c.key not in joined)
         if unallocated and rows.size:
-            rows, fits = dra.claim_rows(state, unallocated, rows)
+            rows, fits = dra.claim_rows(state, unallocated, rows, dra.others_allocated(pod_set, index))
     elif (
         (state.devices.nodes or state.devices.claims_only)
         and demand.request.kind is not GpuKind.NONE
@@ -105,17 +105,17 @@ def _place_one(
     claimed: tuple[ClaimAllocation, ...] = ()
     own: tuple[ClaimAllocation, ...] = ()
     mig_gpu: int | None = None
-    if fits is not None:
-        # The pod's own claims' devices are the GPUs it gets: the fleet's arrays must name the same
-        # ones. A shared claim's devices are held by the claim, counted in no pod's request.
-        made = {c.claim: c for c in fits.fits[state.names[row]]}
+    if fits is not None or joined:
+        # The pod's own claims' devices (allocated now, or before) are the GPUs it gets: the fleet's
+        # arrays must name the same ones. A shared claim's devices are held by the claim, counted in
+        # no pod's request.
+        made = {c.claim: c for c in fits.fits[state.names[row]]} if fits is not None else {}
         claimed = tuple(joined.get(c.key) or made[c.key] for c in claims)
-        own = tuple(made[c.key] for c in claims if not c.shared)
-        proposed, mig_gpu = dra.device_gpus(state.devices.nodes.get(state.names[row]), own)
+        own = tuple(joined.get(c.key) or made[c.key] for c in claims if not c.shared)
+        if own:
+            proposed, mig_gpu = dra.device_gpus(state.devices.nodes.get(state.names[row]), own)
         if request.mig is not None and mig_gpu not in state.mig_gpus_with(row, request.mig):
             mig_gpu = None  # the node's MIG layout has no free instance there: the fleet picks one
-    elif joined:
-        claimed = tuple(joined[c.key] for c in claims)
     choice = choose_gpus(state, row, request, proposed=proposed, allowed=scope.allowed)
     pod = workload.pod_name(pod_set.name, index)
     alloc = statement.allocate(

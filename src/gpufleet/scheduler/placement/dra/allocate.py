@@ -53,7 +53,13 @@ class PodClaim:
     once, by the first pod placed, and the others follow it to its node. Otherwise each pod gets its own
     claim made from a template (`placement.dra.gang.pod_claims`)."""
     allocation: ClaimAllocation | None = None
-    """A shared claim already allocated (its stored `status.allocation`): respected, never redone."""
+    """A claim already allocated (its stored `status.allocation`): respected, never redone. For a
+    shared claim, set by the world; for a pod's own claim, `placement.dra.gang.pod_claims` sets it
+    from `per_pod`."""
+    per_pod: tuple[ClaimAllocation | None, ...] = ()
+    """A claim made from a template: the stored allocation of each pod's own claim (pod `i` at index
+    `i`; None or absent where not allocated yet), so a pod whose claim was allocated before (a previous
+    run, another scheduler) keeps it and goes to its node, whatever its place in the pod set."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,17 +42,30 @@ def _cache(view: DeviceView) -> SelectorCache:
 
 
 def pod_claims(pod_set: PodSet, index: int) -> tuple[PodClaim, ...]:
-    """The claims of the `index`-th pod of the set: its own, made from templates (`{key}-{index}`), and
-    the shared ones, the same for every pod."""
-    return tuple(c if c.shared else replace(c, key=f"{c.key}-{index}") for c in pod_set.claims)
+    """The claims of the `index`-th pod of the set: its own, made from templates (`{key}-{index}`, with
+    its stored allocation if it has one), and the shared ones, the same for every pod."""
+    return tuple(
+        c
+        if c.shared
+        else replace(
+            c,
+            key=f"{c.key}-{index}",
+            allocation=c.per_pod[index] if index < len(c.per_pod) else None,
+            per_pod=(),
+        )
+        for c in pod_set.claims
+    )
 
 
-def allocated_shared(state: FleetState, claims: Sequence[PodClaim]) -> dict[str, ClaimAllocation]:
-    """The pod's shared claims that are allocated already: by a pod placed before (in the view), else
-    as the claim's stored status says. They are joined as they are, never allocated again."""
+def allocated_already(state: FleetState, claims: Sequence[PodClaim]) -> dict[str, ClaimAllocation]:
+    """The pod's claims that are allocated already: a shared one by a pod placed before (in the view),
+    else as the claim's stored status says; a pod's own one as its stored status says. They are joined
+    as they are, never allocated again."""
     known: dict[str, ClaimAllocation] = {}
     for claim in claims:
         if not claim.shared:
+            if claim.allocation is not None:
+                known[claim.key] = claim.allocation
             continue
         entry = state.devices.shared.get(claim.key)
         allocation = entry.allocation if entry is not None else claim.allocation
@@ -61,9 +74,22 @@ def allocated_shared(state: FleetState, claims: Sequence[PodClaim]) -> dict[str,
     return known
 
 
+def others_allocated(pod_set: PodSet, index: int) -> frozenset[DeviceId]:
+    """The devices the pod set's other pods' own claims were allocated already: theirs when those pods
+    are placed, so not to be given to this pod meanwhile."""
+    return frozenset(
+        device
+        for claim in pod_set.claims
+        if not claim.shared
+        for i, allocation in enumerate(claim.per_pod)
+        if i != index and allocation is not None
+        for device in allocation.held
+    )
+
+
 def joinable_rows(state: FleetState, known: dict[str, ClaimAllocation], rows: RowArray) -> RowArray:
-    """The rows a pod using the allocated shared claims `known` may go to: the node their devices are
-    local to, and none if another pod or claim holds one of their devices."""
+    """The rows a pod using the allocated claims `known` may go to: the node their devices are local
+    to (their node selector), and none if another pod or claim holds one of their devices."""
     in_use = state.devices.in_use
     for claim in known.values():
         if any(in_use.get(d, claim.claim) != claim.claim for d in claim.held):
@@ -73,14 +99,14 @@ def joinable_rows(state: FleetState, known: dict[str, ClaimAllocation], rows: Ro
 
 
 def claim_rows(
-    state: FleetState, claims: Sequence[PodClaim], rows: RowArray
+    state: FleetState, claims: Sequence[PodClaim], rows: RowArray, reserved: frozenset[DeviceId] = frozenset()
 ) -> tuple[RowArray, DraFilterResult]:
-    """The rows whose devices can give `claims` theirs now, and the filter's answer for all of `rows`."""
+    """The rows whose devices can give `claims` theirs now (not those in use, nor `reserved`), and the
+    filter's answer for all of `rows`."""
     view = state.devices
     reachable = {state.names[r]: view.nodes[state.names[r]] for r in rows if state.names[r] in view.nodes}
-    result = filter_nodes(
-        claims, reachable, classes=view.classes, in_use=view.in_use.keys(), cache=_cache(view)
-    )
+    in_use = view.in_use.keys() | reserved if reserved else view.in_use.keys()
+    result = filter_nodes(claims, reachable, classes=view.classes, in_use=in_use, cache=_cache(view))
     bare = len(rows) - len(reachable)
     if bare:
         result.rejected[NO_DEVICES] = bare
