@@ -1,4 +1,5 @@
-"""The node agent as one process: discovery, device plugins, health, exporter and labels together."""
+"""The node agent as one process: discovery, device plugins (or, with `--dra`, the DRA driver), health,
+exporter and labels together."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from gpufleet.agent.config import AgentConfig
 from gpufleet.agent.deviceplugin.resources import Resource, build_resources
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH, PluginManager
+from gpufleet.agent.dra.server import DraPlugin, DraSettings
 from gpufleet.agent.exporter import (
     DEFAULT_PORT,
     DEFAULT_READ_TIMEOUT,
@@ -57,6 +59,7 @@ class Agent:
         feature_file: str | Path | None = None,
         node_labeler: NodeLabeler | None = None,
         kubelet_poll_interval: float = 1.0,
+        dra: DraSettings | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -72,6 +75,9 @@ class Agent:
             plugin_dir=plugin_dir,
             poll_interval=kubelet_poll_interval,
         )
+        # A node serves its GPUs either as extended resources or as DRA devices, never both: the
+        # scheduler would count each GPU twice.
+        self.dra: DraPlugin | None = None if dra is None else dra.plugin(self.node, node_name, self.health)
         self.collector = DcgmCollector(
             backend,
             self.node,
@@ -143,15 +149,18 @@ class Agent:
 
     def start(self) -> None:
         log.info(
-            "node %s: %d GPUs (%s), resources %s",
+            "node %s: %d GPUs (%s), %s",
             self.node_name,
             len(self.node.gpus),
             ", ".join(sorted({g.name for g in self.node.gpus})) or "none",
-            [r.name for r in self.resources],
+            "DRA driver gpu.nvidia.com" if self.dra else f"resources {[r.name for r in self.resources]}",
         )
         with self._reconfigure:
             self.monitor.start()
-            self.plugins.start()
+            if self.dra is not None:
+                self.dra.start()
+            else:
+                self.plugins.start()
             self._started = True
         if self.metrics is not None:
             self.metrics.start()
@@ -168,6 +177,9 @@ class Agent:
             self.metrics.stop()
         with self._reconfigure:
             self._started = False
-            self.plugins.stop()
+            if self.dra is not None:
+                self.dra.stop()
+            else:
+                self.plugins.stop()
             self.monitor.stop()
         self.backend.close()

@@ -22,6 +22,8 @@ from gpufleet.agent import migparted
 from gpufleet.agent.config import AgentConfig, load_config, overlay_named_config, with_flags
 from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
+from gpufleet.agent.dra.cdi import CDI_DIR
+from gpufleet.agent.dra.server import PLUGINS_DIR, PLUGINS_REGISTRY, DraSettings
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
 from gpufleet.agent.labels import gfd_labels, node_label_patch
 from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
@@ -112,12 +114,31 @@ def run(
         help="seconds between reads of the Node's labels (sooner while they name a ConfigMap or key that "
         "does not exist yet: from 1 s, doubling up to this)",
     ),
+    dra: bool = typer.Option(
+        False,
+        "--dra/--no-dra",
+        help="serve the GPUs as a DRA driver (gpu.nvidia.com: ResourceSlices, the kubelet's DRA gRPC API, "
+        "CDI specs) instead of the nvidia.com/gpu device plugin",
+    ),
+    dra_plugins_dir: Path = typer.Option(
+        Path(PLUGINS_DIR), "--dra-plugins-dir", help="kubelet's plugins dir (the DRA socket and checkpoint)"
+    ),
+    dra_registry_dir: Path = typer.Option(
+        Path(PLUGINS_REGISTRY), "--dra-registry-dir", help="kubelet's plugin registry dir"
+    ),
+    cdi_dir: Path = typer.Option(
+        Path(CDI_DIR), "--cdi-dir", help="where the container runtime reads CDI specs"
+    ),
+    kubeconfig: str = typer.Option(
+        None, "--kubeconfig", help="with --dra: the API server's kubeconfig (default: in-cluster, KUBECONFIG)"
+    ),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
     log_format: str = typer.Option(
         "text", "--log-format", help="text (for a terminal) or json (one object a line)"
     ),
 ) -> None:
-    """Runs discovery, the device plugin, health checks and the exporter until SIGTERM or SIGINT."""
+    """Runs discovery, the device plugin (or the DRA driver), health checks and the exporter until SIGTERM
+    or SIGINT."""
     if ctx.invoked_subcommand is not None:
         return
     if not node_name:
@@ -144,6 +165,7 @@ def run(
             pod_resources_socket=pod_resources_socket,
             feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
             node_labeler=labeler,
+            dra=_dra_settings(kubeconfig, dra_plugins_dir, dra_registry_dir, cdi_dir) if dra else None,
         )
     done = threading.Event()
     if sharing_config is None:
@@ -153,7 +175,8 @@ def run(
 
     def on_signal(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
-            threading.Thread(target=agent.plugins.restart, daemon=True).start()
+            if agent.dra is None:  # the DRA driver's registration socket stays; the kubelet finds it
+                threading.Thread(target=agent.plugins.restart, daemon=True).start()
             return
         done.set()
         agent.stop()
@@ -166,6 +189,23 @@ def run(
     finally:
         if not done.is_set():
             agent.stop()
+
+
+def _dra_settings(
+    kubeconfig: str | None, plugins_dir: Path, registry_dir: Path, cdi_dir: Path
+) -> DraSettings:
+    """The DRA driver's settings, reading claims and writing slices through the official client."""
+    from gpufleet.kube.client import KubeTransport
+    from gpufleet.kube.dra_node import claim_reader, slice_publisher
+
+    api = KubeTransport.from_environment(kubeconfig=kubeconfig)
+    return DraSettings(
+        read_claim=claim_reader(api),
+        publish=slice_publisher(api),
+        plugins_dir=plugins_dir,
+        registry_dir=registry_dir,
+        cdi_dir=cdi_dir,
+    )
 
 
 class PoolSharing:

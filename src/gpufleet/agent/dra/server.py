@@ -14,17 +14,21 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from gpufleet.agent.dra import cdi
 from gpufleet.agent.dra._generated import dra_v1_pb2, dra_v1beta1_pb2
 from gpufleet.agent.dra._generated import dra_v1_pb2_grpc as _v1_grpc
 from gpufleet.agent.dra._generated import dra_v1beta1_pb2_grpc as _v1beta1_grpc
 from gpufleet.agent.dra._generated import pluginregistration_pb2 as regpb
 from gpufleet.agent.dra._generated import pluginregistration_pb2_grpc as _reg_grpc
-from gpufleet.agent.dra.driver import ClaimRef, DraDriver, prepare_all
+from gpufleet.agent.dra.driver import ClaimReader, ClaimRef, DraDriver, SlicePublisher, prepare_all
+from gpufleet.agent.health import HealthState
+from gpufleet.agent.nvml import NodeInfo
 from gpufleet.sharing.dra_slices import DRIVER
 
 log = logging.getLogger("gpufleet.agent.dra")
@@ -39,6 +43,30 @@ PLUGINS_DIR = "/var/lib/kubelet/plugins"
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 """What GetInfo lists as supported versions: the services the DRA socket serves."""
 WORKERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class DraSettings:
+    """What `gpufleet agent --dra` is given: the API server's side (from `kube`) and the kubelet's dirs."""
+
+    read_claim: ClaimReader
+    publish: SlicePublisher | None
+    plugins_dir: Path = field(default=Path(PLUGINS_DIR))
+    registry_dir: Path = field(default=Path(PLUGINS_REGISTRY))
+    cdi_dir: Path = field(default=Path(cdi.CDI_DIR))
+
+    def plugin(self, node: NodeInfo, node_name: str, health: HealthState) -> DraPlugin:
+        """The driver for this node, its state (the checkpoint) beside its socket."""
+        driver = DraDriver(
+            node,
+            node_name=node_name,
+            health=health,
+            read_claim=self.read_claim,
+            publish=self.publish,
+            state_dir=self.plugins_dir / DRIVER,
+            cdi_dir=self.cdi_dir,
+        )
+        return DraPlugin(driver, plugins_dir=self.plugins_dir, registry_dir=self.registry_dir)
 
 
 def _unix(path: Path) -> str:
