@@ -279,6 +279,16 @@ def test_federation_a_training_job_submitted_to_the_manager_runs_in_a_worker_and
     assert copy["metadata"]["annotations"]["gpufleet.io/managed-by"] == f"e2e-{RUN}"
     wait_for("w1 reports itself full", lambda: _free_gpus(fed, w1) == 0, timeout=60)
 
+    def mirrored() -> list[Json]:
+        events = fed.manager.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+        return [
+            e
+            for e in events
+            if e["involvedObject"].get("name") == "a" and e["message"].startswith(f"[{w1.name}] ")
+        ]
+
+    wait_for("w1's Events about a, in the manager", mirrored, timeout=30)
+
 
 def test_federation_a_queue_quota_spans_both_workers(fed: Federation) -> None:
     w1, w2 = fed.workers

@@ -5,6 +5,8 @@ tests/e2e_k8s/test_federation.py)."""
 from __future__ import annotations
 
 import base64
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +232,27 @@ def test_work_of_a_silent_worker_moves_after_its_lease_and_is_fenced_there(fed: 
     assert left is None or FENCED in left.metadata.annotations
 
 
+def test_a_worker_that_loses_the_manager_for_longer_than_its_lease_stops_its_managed_work(
+    fed: Federation,
+) -> None:
+    fed.store.create(job("train"))
+    fed.run(3)
+    assert fed.copy_in("w1", "train") is not None
+    agent = fed.agents["w1"]
+    fed.manager.fail_next(1000, status=0)  # the manager cluster is gone: no ack, no pass
+    end = agent.agent.lease.ends()
+    assert end is not None and end > fed.now + LEASE / 2
+    while fed.now < end:
+        agent.step(fed.now)
+        copy = fed.copy_in("w1", "train")
+        assert copy is not None and not copy.spec.suspend, "within the lease it goes on"
+        fed.now += 0.5
+    fed.now = end + 0.01
+    agent.step(fed.now)
+    copy = fed.copy_in("w1", "train")
+    assert copy is not None and copy.spec.suspend and FENCED in copy.metadata.annotations
+
+
 def test_a_worker_that_cannot_read_its_own_api_server_sends_no_heartbeat(fed: Federation) -> None:
     fed.run(2)
     heard = fed.store.get(Cluster, "w1").status.heartbeat_time
@@ -256,3 +279,18 @@ def test_an_unreachable_worker_is_a_gpufleet_error() -> None:
     worker.fail_next(1, status=0)
     with pytest.raises(WorkerUnreachable, match="Cluster w9"):
         KubeWorker(worker, name="w9").list_managed()
+
+
+def test_a_worker_that_hangs_costs_the_manager_its_timeout_not_the_clients_default() -> None:
+    from gpufleet.kube.client import KubeTransport
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        config = kubeconfig("hung")
+        config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        api = KubeTransport.from_kubeconfig_data(config, timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(WorkerUnreachable):
+            KubeWorker(api, name="hung").list_queues()
+        assert time.monotonic() - started < 3

@@ -82,8 +82,16 @@ def api_client_from_kubeconfig(config: Mapping[str, Any], *, pool_size: int = 8)
 class KubeTransport:
     """JSON requests and streamed watches through a `kubernetes.client.ApiClient`."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        connect_seconds: float = CONNECT_SECONDS,
+        request_seconds: float = REQUEST_SECONDS,
+    ) -> None:
         self._client = api_client
+        self._connect_seconds = connect_seconds
+        self._request_seconds = request_seconds
         configuration = api_client.configuration
         self._host = str(configuration.host).rstrip("/")
         self._pool = api_client.rest_client.pool_manager
@@ -96,8 +104,11 @@ class KubeTransport:
         return cls(load_api_client(kubeconfig=kubeconfig, context=context))
 
     @classmethod
-    def from_kubeconfig_data(cls, config: Mapping[str, Any]) -> KubeTransport:
-        return cls(api_client_from_kubeconfig(config))
+    def from_kubeconfig_data(
+        cls, config: Mapping[str, Any], *, timeout: float = REQUEST_SECONDS
+    ) -> KubeTransport:
+        """A connection from a kubeconfig held as data; `timeout` bounds connecting and each request."""
+        return cls(api_client_from_kubeconfig(config), connect_seconds=timeout, request_seconds=timeout)
 
     def request(
         self,
@@ -109,7 +120,7 @@ class KubeTransport:
         content_type: str = JSON,
         timeout: float | None = None,
     ) -> Json:
-        raw, status = self._read(method, path, query, body, content_type, timeout or REQUEST_SECONDS)
+        raw, status = self._read(method, path, query, body, content_type, timeout or self._request_seconds)
         data = _decode(raw)
         if not 200 <= status < 300:
             raise ApiError.from_status(status, data)
@@ -195,7 +206,7 @@ class KubeTransport:
                     url,
                     body=data,
                     headers=headers,
-                    timeout=urllib3.Timeout(connect=CONNECT_SECONDS, read=timeout),
+                    timeout=urllib3.Timeout(connect=self._connect_seconds, read=timeout),
                     preload_content=False,
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:

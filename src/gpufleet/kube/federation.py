@@ -49,6 +49,9 @@ Managed = TrainingJob | InferenceService
 whose protocols these classes implement structurally; `cli.kube_federation` puts them together)."""
 
 SECRET_FIELD = "spec.connection.kubeconfigSecretRef"
+WORKER_TIMEOUT_SECONDS = 5.0
+"""Of connecting to a worker's API server and of each request to it: a worker that hangs must not stall
+the manager's pass over every other worker for long (the embedded world's `federation_http` likewise)."""
 
 
 class WorkerUnreachable(GpuFleetError):
@@ -241,7 +244,7 @@ def connect_kube(
     def make(config: Json) -> Transport:
         from gpufleet.kube.client import KubeTransport
 
-        return KubeTransport.from_kubeconfig_data(config)
+        return KubeTransport.from_kubeconfig_data(config, timeout=WORKER_TIMEOUT_SECONDS)
 
     build = transport or make
 
