@@ -15,6 +15,7 @@ import yaml
 
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError, ValidationError
+from gpufleet.api.inference import InferenceService
 from gpufleet.api.queue import Queue
 from gpufleet.api.training import TrainingJob
 from gpufleet.api.validation import parse_object
@@ -190,6 +191,24 @@ def test_a_job_submitted_to_the_manager_runs_in_the_cheaper_worker_and_its_statu
     fed.store.delete(TrainingJob, "train", "team")
     fed.run(2)
     assert fed.copy_in("w1", "train") is None, "deleted in the manager: gone from the worker"
+
+
+def test_an_inference_service_goes_to_a_worker_like_a_job(fed: Federation) -> None:
+    service = parse_object(
+        {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "chat", "namespace": "serving"},
+            "spec": {"queue": "fleet", "replicas": {"min": 1, "max": 2}, "replica": {"gpus": 1}},
+        }
+    )
+    assert isinstance(service, InferenceService)
+    fed.store.create(service)
+    fed.run(3)
+    assert fed.store.get(InferenceService, "chat", "serving").metadata.annotations[CLUSTER] == "w1"
+    copy = KubeStore(fed.workers["w1"]).get(InferenceService, "chat", "serving")
+    assert copy.metadata.annotations[MANAGED_BY] == "manager" and copy.spec.suspend is False
+    assert KubeStore(fed.workers["w1"]).get(Queue, "fleet").spec.quotas["H100-80GB"].nominal == 2
 
 
 def test_a_queue_quota_counts_the_work_of_both_workers(fed: Federation) -> None:
