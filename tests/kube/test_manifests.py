@@ -145,3 +145,36 @@ def test_placement_by_class_reaches_the_scheduler_and_bad_names_are_refused() ->
         values_from({"scheduler": {"placementByClass": ["train=fgd+"]}})
     with pytest.raises(ValidationError, match=r"field scheduler\.placement: unknown placement policy 'best'"):
         values_from({"scheduler": {"placement": "best"}})
+
+
+def test_the_dra_agent_gets_device_classes_and_only_its_nodes_slices() -> None:
+    values = values_from({"agent": {"dra": True}})
+    rendered = by_key(render_all(values))
+    assert helm(values.as_dict()) == rendered
+    assert "--dra" in _agent_args(rendered)
+    assert "--dra" not in _agent_args(by_key(render_all()))
+    assert ("DeviceClass", "gpu.nvidia.com") not in by_key(render_all())  # only with agent.dra
+    classes = [rendered["DeviceClass", name]["spec"]["selectors"][0]["cel"]["expression"] for name in
+               ("gpu.nvidia.com", "mig.nvidia.com")]  # fmt: skip
+    assert all('device.driver == "gpu.nvidia.com"' in c for c in classes)
+    role = rendered["ClusterRole", "gpufleet-agent-dra"]
+    verbs = {(res, v) for r in role["rules"] for res in r["resources"] for v in r["verbs"]}
+    assert verbs == {
+        ("resourceclaims", "get"),
+        ("resourceslices", "list"),
+        ("resourceslices", "create"),
+        ("resourceslices", "update"),
+        ("resourceslices", "delete"),
+    }
+    policy = rendered["ValidatingAdmissionPolicy", "gpufleet-agent-resourceslices"]["spec"]
+    assert (
+        "system:serviceaccount:gpufleet-system:gpufleet-agent" in policy["matchConditions"][0]["expression"]
+    )
+    binding = rendered["ValidatingAdmissionPolicyBinding", "gpufleet-agent-resourceslices"]["spec"]
+    assert binding == {"policyName": "gpufleet-agent-resourceslices", "validationActions": ["Deny"]}
+    mounts = rendered["DaemonSet", "gpufleet-agent"]["spec"]["template"]["spec"]["containers"][0][
+        "volumeMounts"
+    ]
+    assert {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"} <= {
+        m["mountPath"] for m in mounts
+    }

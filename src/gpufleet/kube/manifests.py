@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.errors import ValidationError
+from gpufleet.kube.dra_manifests import AGENT_DRA_RULES, device_classes, slice_policy
 from gpufleet.kube.transport import Json
 from gpufleet.observability.logs import FORMATS
 from gpufleet.scheduler.policy_choice import placement_choice
@@ -69,6 +70,10 @@ class Agent:
     """How MIG devices are advertised (`--mig-strategy`, as ClusterPolicy's `mig.strategy`): mixed, one
     `nvidia.com/mig-<profile>` resource per profile, since a gpufleet MIG pool may mix profiles on a
     node (and GPUs not in MIG mode stay `nvidia.com/gpu`); single, none, or '' for the config files'."""
+    dra: bool = False
+    """Serve the GPUs as NVIDIA's DRA driver (`gpu.nvidia.com`: ResourceSlices, the kubelet's DRA API,
+    CDI specs) instead of the `nvidia.com/gpu` device plugin, with NVIDIA's DeviceClasses, the agent's
+    DRA permissions and the admission policy that holds each agent to its node's slices."""
     sharingConfig: bool = True
     """Follow the Node's `gpufleet.io/sharing-config` label: apply its pool's ConfigMap entry (in the
     chart's namespace, written by the operator) and re-apply on changes; false: the local config only."""
@@ -497,6 +502,7 @@ def _agent(v: Values) -> list[Json]:
                     "--label-node",
                     *mig_args,
                     *sharing_args,
+                    *(["--dra"] if a.dra else []),
                 ],
                 "env": [
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -513,6 +519,7 @@ def _agent(v: Values) -> list[Json]:
                         "mountPath": "/var/lib/kubelet/pod-resources",
                         "readOnly": True,
                     },
+                    *(_DRA_MOUNTS if a.dra else []),
                 ],
             }
         ],
@@ -525,6 +532,7 @@ def _agent(v: Values) -> list[Json]:
                 "name": "pod-resources",
                 "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
             },
+            *(_DRA_VOLUMES if a.dra else []),
         ],
     }
     if a.runtimeClassName:
@@ -555,6 +563,13 @@ def _agent(v: Values) -> list[Json]:
             _role("Role", f"{name}-node-events", events, "agent", AGENT_EVENT_RULES),
             _binding("RoleBinding", f"{name}-node-events", events, "agent", name, ns),
         ]
+    if a.dra:
+        objects += [
+            _role("ClusterRole", f"{name}-dra", None, "agent", AGENT_DRA_RULES),
+            _binding("ClusterRoleBinding", f"{name}-dra", None, "agent", name, ns),
+            *slice_policy(ns, name),
+            *device_classes(),
+        ]
     objects += [daemonset, service]
     if v.serviceMonitor.enabled:
         monitor = _meta("monitoring.coreos.com/v1", "ServiceMonitor", name, ns, "agent")
@@ -565,6 +580,16 @@ def _agent(v: Values) -> list[Json]:
         objects.append(monitor)
     return objects
 
+
+# The DRA driver's host dirs: its socket and checkpoint, the kubelet's plugin registry, the CDI specs
+# the container runtime reads.
+_DRA_DIRS = (
+    ("dra-plugins", "/var/lib/kubelet/plugins"),
+    ("dra-registry", "/var/lib/kubelet/plugins_registry"),
+    ("cdi", "/var/run/cdi"),
+)
+_DRA_MOUNTS = [{"name": n, "mountPath": path} for n, path in _DRA_DIRS]
+_DRA_VOLUMES = [{"name": n, "hostPath": {"path": path, "type": "DirectoryOrCreate"}} for n, path in _DRA_DIRS]
 
 MIG_STRATEGIES = ("none", "single", "mixed", "")
 
