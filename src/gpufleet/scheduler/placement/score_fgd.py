@@ -129,6 +129,9 @@ class FragmentationModel:
         self._dirty: list[int] = []
         k = len(shapes)
         self.access = np.zeros((0, k), dtype=np.bool_)
+        # Per row, a number for its `access` row (rows with equal access rows get the same one; `row_key`).
+        self.access_id = np.zeros(0, dtype=np.int64)
+        self._access_ids: dict[bytes, int] = {}
         self.fit_gpus = np.zeros((0, k), dtype=np.int64)
         self.stranded = np.zeros((0, k), dtype=np.int64)
         self.idle = np.zeros(0, dtype=np.int64)
@@ -174,6 +177,8 @@ class FragmentationModel:
                 self._grow(max(n, 2 * self.idle.size), state.gpu_free.shape[1])
             new = np.arange(self._rows, n, dtype=np.intp)
             self.access[new] = self._access(state, new)
+            ids = self._access_ids
+            self.access_id[new] = [ids.setdefault(a.tobytes(), len(ids)) for a in self.access[new]]
             if self.by_capacity and self._reweigh(state, n):
                 # Every row's fragmentation changes with the weights.
                 new = np.arange(n, dtype=np.intp)
@@ -230,6 +235,7 @@ class FragmentationModel:
             return out
 
         self.access = grown(self.access)  # type: ignore[assignment]
+        self.access_id = grown(self.access_id)  # type: ignore[assignment]
         self.fit_gpus = grown(self.fit_gpus)  # type: ignore[assignment]
         self.stranded = grown(self.stranded)  # type: ignore[assignment]
         self.idle = grown(self.idle)  # type: ignore[assignment]
@@ -242,6 +248,13 @@ class FragmentationModel:
             pods_seen[: self._pods_seen.shape[0]] = self._pods_seen
         self._free_seen = free_seen
         self._pods_seen = pods_seen
+
+    def row_key(self, rows: Rows) -> IntArray:
+        """Per row, columns that determine everything the model keeps for it (`fit_gpus`, `stranded`,
+        `idle`, `frag`, `access`): rows equal on them are equal on those (after `sync`)."""
+        return np.concatenate(
+            (self._free_seen[rows], self._cpu_seen[rows, None], self.access_id[rows, None]), axis=1
+        )
 
     def _access(self, state: FleetState, rows: Rows) -> BoolArray:
         access = np.ones((rows.size, len(self.typical)), dtype=np.bool_)

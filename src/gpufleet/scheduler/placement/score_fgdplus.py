@@ -31,6 +31,7 @@ import numpy as np
 
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
 from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement.alike import alike_rows
 from gpufleet.scheduler.placement.score_fgd import (
     FragmentationModel,
     PodShape,
@@ -43,6 +44,7 @@ from gpufleet.scheduler.placement.scoring import (
     Rows,
     Scored,
     gpu_choices,
+    share_gpu_free,
 )
 
 # Generic shapes a fresh scheduler assumes before it has seen pods: whole GPUs and common shares.
@@ -98,6 +100,7 @@ class RowScores:
     """
 
     __slots__ = ("gpu", "stamp", "values")
+    ROW_BYTES = 24  # values, gpu and stamp: 8 bytes each
 
     def __init__(self, size: int) -> None:
         self.values = np.zeros(size, dtype=np.float64)
@@ -117,8 +120,14 @@ class RowScores:
         self.values[:have], self.gpu[:have], self.stamp[:have] = values, gpu, stamp
 
 
-# Requests whose per-row scores are kept at once; the oldest is dropped first. A scheduler's stream has
-# a few dozen distinct shapes at a time, and a miss only costs one full scoring, as without the cache.
+# Batches of fewer rows are scored row by row, without looking for alike rows first (which costs more
+# than it saves on a few rows).
+GROUP_ROWS = 32
+# Memory for kept scores (`RowScores`, 24 bytes a row per request): requests are kept while they fit in
+# it, and at least CACHED_REQUESTS of them; the least recently scored is dropped first. An openb stream
+# has a few hundred distinct requests between two refits and each miss costs a full scoring, so on a
+# fleet of 1,000 nodes all of them are kept; on 6,000 nodes, a few hundred.
+KEPT_SCORE_BYTES = 32 << 20
 CACHED_REQUESTS = 64
 
 
@@ -189,11 +198,14 @@ class AdaptiveFgdPolicy:
 
     def score(self, state: FleetState, request: PodRequest, rows: Rows) -> Scored:
         self._sync(state)
-        cached = self._scores.get(request)
+        # Popped and put back: the dict's order is then the order of last use.
+        cached = self._scores.pop(request, None)
         if cached is None:
-            if len(self._scores) >= CACHED_REQUESTS:
+            keep = max(CACHED_REQUESTS, KEPT_SCORE_BYTES // (RowScores.ROW_BYTES * max(state.n_rows, 1)))
+            while len(self._scores) >= keep:
                 del self._scores[next(iter(self._scores))]
-            cached = self._scores[request] = RowScores(state.n_rows)
+            cached = RowScores(state.n_rows)
+        self._scores[request] = cached
         cached.fit(state.n_rows)
         versions = self._version_rows(state.n_rows)
         stale = rows[cached.stamp[rows] != versions[rows]]
@@ -224,6 +236,27 @@ class AdaptiveFgdPolicy:
         scores[behind] = np.nextafter(scores[behind], -np.inf)
 
     def _compute(self, state: FleetState, request: PodRequest, rows: Rows) -> tuple[FloatArray, IntArray]:
+        """`_compute_rows`, on one row per group of rows that it cannot tell apart when there are many
+        (the first scoring of a request after a refit covers the fleet, mostly nodes of a few types in a
+        few states)."""
+        if rows.size < GROUP_ROWS:
+            return self._compute_rows(state, request, rows)
+        # Every per-row input of `_compute_rows`: the model's columns and the node's CPU, GPU count and,
+        # for a share pod, the GPUs it may take with their free milli.
+        columns = [self.model.row_key(rows), state.cpu_free[rows, None], state.cpu_cap[rows, None]]
+        columns.append(state.gpu_count[rows, None])
+        if request.kind is GpuKind.SHARE:
+            columns.append(share_gpu_free(state, request, rows))
+        groups = alike_rows(np.concatenate(columns, axis=1, dtype=np.int64))
+        if groups is None:
+            return self._compute_rows(state, request, rows)
+        first, inverse = groups
+        values, gpu = self._compute_rows(state, request, rows[first])
+        return values[inverse], gpu[inverse]
+
+    def _compute_rows(
+        self, state: FleetState, request: PodRequest, rows: Rows
+    ) -> tuple[FloatArray, IntArray]:
         """Per row, the score and (for a share pod) the GPU taken: fragmentation gain, CPU-stranding gain
         and the best-fit tie-breaker."""
         model = self.model

@@ -1,0 +1,128 @@
+"""`fgd+` scores a large batch once per group of alike rows: the values must be those of every row scored
+one by one, to the bit (a tie between two nodes must not break on rounding)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufleet.fleet.node import NodeSpec, SharingMode
+from gpufleet.fleet.request import PodRequest
+from gpufleet.fleet.state import FleetState
+from gpufleet.scheduler.placement import alike
+from gpufleet.scheduler.placement.alike import alike_rows
+from gpufleet.scheduler.placement.filters import filter_nodes
+from gpufleet.scheduler.placement.gpus import choose_gpus
+from gpufleet.scheduler.placement.score_fgdplus import GROUP_ROWS, AdaptiveFgdPolicy
+from gpufleet.scheduler.placement.scoring import pick
+
+REQUESTS = (
+    PodRequest(cpu_milli=8_000, gpus=1),
+    PodRequest(cpu_milli=20_000, gpus=2),
+    PodRequest(cpu_milli=64_000, gpus=8),
+    PodRequest(cpu_milli=2_000, gpu_milli=250),
+    PodRequest(cpu_milli=4_000, gpu_milli=500),
+    PodRequest(cpu_milli=12_000, gpu_milli=500, gpu_models=("T4",)),
+    PodRequest(cpu_milli=6_000, gpus=1, gpu_models=("A100", "T4")),
+    PodRequest(cpu_milli=6_000),
+)
+# (model, GPUs, CPU milli, sharing): node types, many nodes each, as in a real fleet; the first two
+# differ only in their model, which pods that name models tell apart.
+NODE_TYPES = (
+    ("A100", 8, 96_000, SharingMode.DYNAMIC),
+    ("T4", 8, 96_000, SharingMode.DYNAMIC),
+    ("A100", 8, 64_000, SharingMode.DYNAMIC),
+    ("T4", 2, 64_000, SharingMode.DYNAMIC),
+    ("V100", 4, 48_000, SharingMode.TIME_SLICING),
+    ("V100", 4, 48_000, SharingMode.MPS),
+)
+
+
+def typed_fleet(per_type: int) -> FleetState:
+    state = FleetState(("rack",), max_gpus=8)
+    for t, (model, gpus, cpu, mode) in enumerate(NODE_TYPES):
+        for i in range(per_type):
+            labels = {"rack": f"r{i % 4}"}
+            spec = NodeSpec(
+                f"{model}-{t}-{i}", model, gpus, cpu, 512_000, labels=labels, sharing=mode, replicas=3
+            )
+            state.add_node(spec)
+    return state
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_scores_equal_scores_of_every_row_to_the_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    state = typed_fleet(12)
+    policy = AdaptiveFgdPolicy(first_refit=8)
+    running: list[str] = []
+    grouped_batches = 0
+    for step in range(250):
+        request = REQUESTS[int(rng.integers(len(REQUESTS)))]
+        rows = filter_nodes(state, request).rows
+        if not rows.size:
+            continue
+        scored = policy.score(state, request, rows)
+        if rows.size >= GROUP_ROWS:
+            grouped_batches += 1
+            values, gpu = policy._compute(state, request, rows)
+            one_by_one = [policy._compute_rows(state, request, rows[i : i + 1]) for i in range(rows.size)]
+            assert values.tobytes() == np.concatenate([v for v, _ in one_by_one]).tobytes()
+            assert gpu.tolist() == np.concatenate([g for _, g in one_by_one]).tolist()
+        row = int(rows[pick(scored, rng)])
+        gpus = choose_gpus(
+            state, row, request, proposed=scored.gpus[int(np.flatnonzero(rows == row)[0])]
+        ).gpus
+        state.allocate(f"p{step}", row, request, gpus)
+        policy.observe(state, row)
+        policy.learn(request)
+        running.append(f"p{step}")
+        if rng.random() < 0.3:
+            alloc = state.release(running.pop(int(rng.integers(len(running)))))
+            policy.observe(state, alloc.node)
+    assert grouped_batches > 50
+
+
+def test_gpus_alike_in_free_milli_differ_when_one_has_no_replica_left() -> None:
+    # Two time-slicing nodes with the same free milli and CPU: on n0 GPU 0 holds its 2 replicas (two
+    # quarter pods), on n1 one half pod. A quarter pod can take n1's GPU 0 but not n0's.
+    state = FleetState(max_gpus=4)
+    for i in range(GROUP_ROWS + 8):
+        spec = NodeSpec(f"n{i}", "V100", 4, 48_000, 512_000, sharing=SharingMode.TIME_SLICING, replicas=2)
+        state.add_node(spec)
+    quarter = PodRequest(cpu_milli=1_000, gpu_milli=250)
+    state.allocate("a", 0, quarter, (0,))
+    state.allocate("b", 0, quarter, (0,))
+    state.allocate("c", 1, PodRequest(cpu_milli=2_000, gpu_milli=500), (0,))
+    policy = AdaptiveFgdPolicy()
+    rows = filter_nodes(state, quarter).rows
+    scored = policy.score(state, quarter, rows)
+    assert scored.gpus[0] != (0,)
+    values, gpu = policy._compute(state, quarter, rows)
+    one_by_one = [policy._compute_rows(state, quarter, rows[i : i + 1]) for i in range(rows.size)]
+    assert values.tobytes() == np.concatenate([v for v, _ in one_by_one]).tobytes()
+    assert gpu.tolist() == np.concatenate([g for _, g in one_by_one]).tolist()
+
+
+def test_equal_rows_share_a_representative() -> None:
+    columns = np.array([[1, 2], [3, 4], [1, 2], [5, 6], [3, 4]], dtype=np.int64)
+    groups = alike_rows(columns)
+    assert groups is not None
+    first, inverse = groups
+    assert np.array_equal(columns[first][inverse], columns)
+    assert sorted(first.tolist()) == [0, 1, 3]
+
+
+def test_distinct_rows_are_not_grouped() -> None:
+    assert alike_rows(np.arange(12, dtype=np.int64).reshape(6, 2)) is None
+
+
+def test_rows_that_hash_alike_but_differ_are_not_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every row hashes to 0: the check finds rows that differ, so nothing is grouped.
+    monkeypatch.setattr(alike, "_multipliers", lambda n: np.zeros(n, dtype=np.int64))
+    assert alike_rows(np.array([[1, 2], [1, 2], [3, 4]], dtype=np.int64)) is None
+
+
+def test_columns_must_be_a_matrix() -> None:
+    with pytest.raises(ValueError, match="rows x columns"):
+        alike_rows(np.arange(4, dtype=np.int64))
