@@ -99,6 +99,8 @@ class Federation:
         default_factory=lambda: {"w1": FakeApiServer(), "w2": FakeApiServer()}
     )
     silent: set[str] = field(default_factory=set)
+    connected: list[str] = field(default_factory=list)
+    """The servers the manager made a client for, in order."""
     now: float = START
 
     def __post_init__(self) -> None:
@@ -127,6 +129,7 @@ class Federation:
 
     def _reach(self, config: dict[str, Any]) -> FakeApiServer:
         server = config["clusters"][0]["cluster"]["server"]
+        self.connected.append(server)
         return self.workers[server.removeprefix("https://").split(".")[0]]
 
     def run(self, seconds: float, step: float = 0.5) -> None:
@@ -209,6 +212,19 @@ def test_an_inference_service_goes_to_a_worker_like_a_job(fed: Federation) -> No
     copy = KubeStore(fed.workers["w1"]).get(InferenceService, "chat", "serving")
     assert copy.metadata.annotations[MANAGED_BY] == "manager" and copy.spec.suspend is False
     assert KubeStore(fed.workers["w1"]).get(Queue, "fleet").spec.quotas["H100-80GB"].nominal == 2
+
+
+def test_a_replaced_kubeconfig_secret_gets_a_new_client(fed: Federation) -> None:
+    fed.store.create(job("train"))
+    fed.run(3)
+    assert fed.connected == ["https://w1.example:6443", "https://w2.example:6443"], "one client each"
+    moved = kubeconfig("w1")
+    moved["clusters"][0]["cluster"]["server"] = "https://w1.example:7443"  # the same worker, a new address
+    body = secret("w1", yaml.safe_dump(moved))
+    fed.manager.request("PUT", f"{SECRETS}/w1-kubeconfig", body=body)
+    fed.run(2)
+    assert fed.connected[2:] == ["https://w1.example:7443"]
+    assert fed.held("train").metadata.annotations[CLUSTER] == "w1", "its copy is still there"
 
 
 def test_a_queue_quota_counts_the_work_of_both_workers(fed: Federation) -> None:

@@ -78,17 +78,20 @@ def worker_token(store: Store, cluster: Cluster) -> str:
 
 
 def connection_version(store: Store, cluster: Cluster) -> str:
-    """What a client of the worker depends on: its URL and the version of its token's Secret, so a
-    worker that joins again (a new URL or a new token) gets a new client."""
-    embedded = cluster.spec.connection.embedded
-    if embedded is None:
-        return ""
-    ref = embedded.token_secret_ref
+    """What a client of the worker depends on: its URL (embedded) and the version of the Secret that
+    holds its token or its kubeconfig, so a worker that joins again (a new URL or a new token) or whose
+    kubeconfig is replaced gets a new client."""
+    connection = cluster.spec.connection
+    embedded = connection.embedded
+    url, ref = (embedded.url, embedded.token_secret_ref) if embedded is not None else ("", None)
+    ref = ref or connection.kubeconfig_secret_ref
+    if ref is None:
+        return url
     try:
         version = store.get(Secret, ref.name, ref.namespace).metadata.resource_version or ""
     except NotFoundError:
         version = ""
-    return f"{embedded.url} {version}"
+    return f"{url} {version}"
 
 
 @dataclass(frozen=True, slots=True)

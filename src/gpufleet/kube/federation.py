@@ -23,18 +23,21 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import pydantic
 import yaml
+from pydantic import SecretStr
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import GpuFleetError, NotFoundError, ValidationError
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.queue import Queue
 from gpufleet.api.resource import Resource
 from gpufleet.api.runtime import Event
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret, SecretSpec
 from gpufleet.api.training import TrainingJob
 from gpufleet.kube.console_events import gpufleet_event
 from gpufleet.kube.resources import EVENT, NAMESPACE, resource_for
@@ -156,7 +159,24 @@ class KubeManagerLink:
 
 
 class ManagerStore(KubeStore):
-    """The manager cluster's store: a `KubeStore` that writes gpufleet Events as core/v1 Events."""
+    """The manager cluster's store: a `KubeStore` that writes gpufleet Events as core/v1 Events and reads
+    core/v1 Secrets as gpufleet Secrets (values decoded), so the federation's controller finds the
+    Secrets its Clusters name, and their versions, as in the embedded world."""
+
+    @overload
+    def get(self, kind: type[R], name: str, namespace: str | None = None) -> R: ...
+    @overload
+    def get(self, kind: str, name: str, namespace: str | None = None) -> Resource: ...
+    def get(self, kind: type[R] | str, name: str, namespace: str | None = None) -> Resource:
+        if kind is not Secret and kind != "Secret":
+            return super().get(kind, name, namespace)
+        ns = namespace or SYSTEM_NAMESPACE
+        with reaching("the manager cluster"):
+            try:
+                found = self._api.request("GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
+            except ApiError as exc:
+                raise api_error(exc, obj=f"Secret {ns}/{name}") from None
+        return secret_of(found)
 
     def create(self, obj: R) -> R:
         if not isinstance(obj, Event):
@@ -168,6 +188,28 @@ class ManagerStore(KubeStore):
             except ApiError as exc:
                 raise api_error(exc, obj=f"Event {namespace}/{obj.name}") from None
         return obj
+
+
+def secret_of(raw: Json) -> Secret:
+    """A core/v1 Secret as a gpufleet Secret: its values decoded from base64 (text only)."""
+    meta = raw.get("metadata") or {}
+    where = f"Secret {meta.get('namespace')}/{meta.get('name')}"
+    data: dict[str, SecretStr] = {}
+    for key, encoded in (raw.get("data") or {}).items():
+        try:
+            data[key] = SecretStr(base64.b64decode(encoded).decode("utf-8"))
+        except ValueError:
+            raise ValidationError(
+                f"key {key!r} is not base64 of UTF-8 text", obj=where, field="data"
+            ) from None
+    return Secret(
+        metadata=ObjectMeta(
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace"),
+            resource_version=meta.get("resourceVersion"),
+        ),
+        spec=SecretSpec(type=raw.get("type") or "Opaque", data=data),
+    )
 
 
 def core_event(event: Event) -> Json:
@@ -209,18 +251,16 @@ def worker_kubeconfig(api: Transport, cluster: Cluster) -> Json:
         )
     where = f"Secret {ref.namespace}/{ref.name}"
     try:
-        secret = api.request("GET", f"/api/v1/namespaces/{ref.namespace}/secrets/{ref.name}")
-    except ApiError as exc:
-        if exc.status == 404:
-            raise NotFoundError(
-                f"{SECRET_FIELD} names {where}, which does not exist", obj=cluster.describe()
-            ) from None
-        raise WorkerUnreachable(f"cannot read {where}: {exc}", obj=cluster.describe()) from None
-    encoded = (secret.get("data") or {}).get(ref.key)
-    if encoded is None:
+        secret = ManagerStore(api).get(Secret, ref.name, ref.namespace)
+    except NotFoundError:
+        raise NotFoundError(
+            f"{SECRET_FIELD} names {where}, which does not exist", obj=cluster.describe()
+        ) from None
+    text = secret.spec.data.get(ref.key)
+    if text is None:
         raise ValidationError(f"{where} has no key {ref.key!r}", obj=cluster.describe(), field=SECRET_FIELD)
     try:
-        config = yaml.safe_load(base64.b64decode(encoded).decode("utf-8"))
+        config = yaml.safe_load(text.get_secret_value())
     except (ValueError, yaml.YAMLError) as exc:
         raise ValidationError(
             f"{where} key {ref.key!r} is not a kubeconfig: {exc}", obj=cluster.describe(), field=SECRET_FIELD
