@@ -6,11 +6,25 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api import GPUPool, GPUPoolSpec, ObjectMeta, PodRequest, TrainingJob, TrainingJobSpec
-from gpufleet.store import SqliteStore
+from gpufleet.store import MemoryStore, SqliteStore
+
+EmbeddedStore = SqliteStore | MemoryStore
+"""The two embedded implementations of the Store protocol: every protocol-level test runs on both."""
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EmbeddedStore]:
+    if request.param == "memory":
+        with MemoryStore() as in_memory:
+            yield in_memory
+        return
+    with SqliteStore.open(tmp_path, synchronous="NORMAL") as opened:
+        yield opened
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
+def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """For what only the SQLite store has: a file to open again."""
     with SqliteStore.open(tmp_path, synchronous="NORMAL") as opened:
         yield opened
 

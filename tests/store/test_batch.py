@@ -8,12 +8,12 @@ import pytest
 
 from gpufleet.api import GPUPool, TrainingJob
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
-from gpufleet.store import ObjectRef, SqliteStore
+from gpufleet.store import ObjectRef
 
-from .conftest import job, pool
+from .conftest import EmbeddedStore, job, pool
 
 
-def test_a_batch_creates_and_updates_in_consecutive_versions(store: SqliteStore) -> None:
+def test_a_batch_creates_and_updates_in_consecutive_versions(store: EmbeddedStore) -> None:
     store.create(job("old", replicas=1))
     start = int(store.resource_version)
     results = store.apply_many([job("new"), job("old", replicas=3), pool("h100")])
@@ -29,7 +29,7 @@ def test_a_batch_creates_and_updates_in_consecutive_versions(store: SqliteStore)
     ]
 
 
-def test_unchanged_objects_of_a_batch_take_no_version(store: SqliteStore) -> None:
+def test_unchanged_objects_of_a_batch_take_no_version(store: EmbeddedStore) -> None:
     store.apply_many([job("a"), job("b")])
     head = store.resource_version
     again = store.apply_many([job("a"), job("b")])
@@ -37,7 +37,7 @@ def test_unchanged_objects_of_a_batch_take_no_version(store: SqliteStore) -> Non
     assert [r.metadata.resource_version for r in again] == ["1", "2"]
 
 
-def test_an_error_part_way_writes_nothing(store: SqliteStore) -> None:
+def test_an_error_part_way_writes_nothing(store: EmbeddedStore) -> None:
     store.create(job("kept", replicas=1))
     head = store.resource_version
     bad = pool("wrong")
@@ -52,7 +52,7 @@ def test_an_error_part_way_writes_nothing(store: SqliteStore) -> None:
     assert store.create(job("next")).metadata.resource_version == str(int(head) + 1)
 
 
-def test_an_invalid_object_is_refused_before_the_batch_starts(store: SqliteStore) -> None:
+def test_an_invalid_object_is_refused_before_the_batch_starts(store: EmbeddedStore) -> None:
     broken = job("broken")
     broken.spec.replicas = -1  # models do not validate assignments; the store checks again
     with pytest.raises(ValidationError, match=r"spec\.replicas"):
@@ -60,7 +60,7 @@ def test_an_invalid_object_is_refused_before_the_batch_starts(store: SqliteStore
     assert store.resource_version == "0" and len(store.list(TrainingJob)) == 0
 
 
-def test_a_watcher_sees_a_batch_whole_and_without_interleaved_writes(store: SqliteStore) -> None:
+def test_a_watcher_sees_a_batch_whole_and_without_interleaved_writes(store: EmbeddedStore) -> None:
     """Writers from other threads never land between the versions of a batch."""
     size, batches = 40, 5
     stop = threading.Event()
@@ -90,7 +90,7 @@ def test_a_watcher_sees_a_batch_whole_and_without_interleaved_writes(store: Sqli
 # ------------------------------------------------------------------------------------ delete_many
 
 
-def test_a_delete_batch_removes_every_object_in_consecutive_versions(store: SqliteStore) -> None:
+def test_a_delete_batch_removes_every_object_in_consecutive_versions(store: EmbeddedStore) -> None:
     store.apply_many([job("a"), job("b"), pool("h100")])
     start = int(store.resource_version)
     results = store.delete_many(
@@ -110,7 +110,7 @@ def test_a_delete_batch_removes_every_object_in_consecutive_versions(store: Sqli
 
 
 @pytest.mark.parametrize("problem", ["missing", "stale"])
-def test_a_delete_batch_with_one_bad_object_deletes_none(store: SqliteStore, problem: str) -> None:
+def test_a_delete_batch_with_one_bad_object_deletes_none(store: EmbeddedStore, problem: str) -> None:
     store.apply_many([job("a"), job("b"), job("c")])
     head = store.resource_version
     bad = (
@@ -127,7 +127,7 @@ def test_a_delete_batch_with_one_bad_object_deletes_none(store: SqliteStore, pro
     assert store.writes_by_this_thread() == 3  # the rolled-back deletions are not counted
 
 
-def test_a_delete_batch_leaves_objects_with_finalizers_being_deleted(store: SqliteStore) -> None:
+def test_a_delete_batch_leaves_objects_with_finalizers_being_deleted(store: EmbeddedStore) -> None:
     held = job("held")
     held.metadata.finalizers = ["gpufleet.io/checkpoint"]
     store.apply_many([held, job("free")])

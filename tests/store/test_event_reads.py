@@ -11,16 +11,16 @@ from gpufleet.api.errors import ConflictError, GoneError
 from gpufleet.store import SqliteStore
 from gpufleet.store import sqlite as sqlite_store
 
-from .conftest import job
+from .conftest import EmbeddedStore, job
 
 
-def _replicas(store: SqliteStore, since: int, **filters: str) -> list[tuple[str, int]]:
+def _replicas(store: EmbeddedStore, since: int, **filters: str) -> list[tuple[str, int]]:
     kinds = [filters["kind"]] if "kind" in filters else None
     events = store.events_since(since, kinds=kinds, namespace=filters.get("namespace"))
     return [(e.type, e.object.spec.replicas) for e in events]  # type: ignore[attr-defined]
 
 
-def test_readers_after_the_first_see_each_version_as_written(store: SqliteStore) -> None:
+def test_readers_after_the_first_see_each_version_as_written(store: EmbeddedStore) -> None:
     start = int(store.resource_version)
     created = store.create(job("a", replicas=1))
     first = _replicas(store, start)
@@ -44,7 +44,7 @@ def test_events_past_the_parsed_ones_are_read_again(tmp_path: Path, monkeypatch:
         assert len(store._parsed) == 2
 
 
-def _names(store: SqliteStore, since: int, *, limit: int | None = None) -> list[str]:
+def _names(store: EmbeddedStore, since: int, *, limit: int | None = None) -> list[str]:
     return [e.object.name for e in store.events_since(since, limit=limit)]
 
 
@@ -86,7 +86,7 @@ def test_reads_older_than_the_tail_and_after_a_rollback_come_from_the_file(
         assert int(store.resource_version) == start + 7
 
 
-def test_a_compacted_version_is_gone_when_read_from_memory_too(store: SqliteStore) -> None:
+def test_a_compacted_version_is_gone_when_read_from_memory_too(store: EmbeddedStore) -> None:
     start = int(store.resource_version)
     for n in range(1, 5):
         store.create(job(f"j{n}"))

@@ -23,12 +23,12 @@ from gpufleet.api import (
 )
 from gpufleet.api.errors import ConflictError, GoneError, NotFoundError, ValidationError
 from gpufleet.api.kinds import unregister_kind
-from gpufleet.store import SqliteStore
+from gpufleet.store import MemoryStore, SqliteStore
 
-from .conftest import job, pool
+from .conftest import EmbeddedStore, job, pool
 
 
-def test_create_fills_in_metadata_and_get_returns_a_copy(store: SqliteStore) -> None:
+def test_create_fills_in_metadata_and_get_returns_a_copy(store: EmbeddedStore) -> None:
     created = store.create(job("llm"))
     assert created.metadata.uid and created.metadata.generation == 1
     assert created.metadata.resource_version == "1" and created.metadata.creation_timestamp is not None
@@ -38,7 +38,7 @@ def test_create_fills_in_metadata_and_get_returns_a_copy(store: SqliteStore) -> 
     assert store.get(TrainingJob, "llm", "team-a").spec.replicas == 2
 
 
-def test_create_twice_is_a_conflict_and_get_of_nothing_is_not_found(store: SqliteStore) -> None:
+def test_create_twice_is_a_conflict_and_get_of_nothing_is_not_found(store: EmbeddedStore) -> None:
     store.create(job("llm"))
     with pytest.raises(ConflictError, match="TrainingJob team-a/llm: already exists"):
         store.create(job("llm"))
@@ -47,7 +47,7 @@ def test_create_twice_is_a_conflict_and_get_of_nothing_is_not_found(store: Sqlit
     assert store.resource_version == "1"  # the failed create wrote nothing
 
 
-def test_create_ignores_status_and_refuses_a_resource_version(store: SqliteStore) -> None:
+def test_create_ignores_status_and_refuses_a_resource_version(store: EmbeddedStore) -> None:
     submitted = job("llm")
     submitted.status.phase = "Running"
     assert store.create(submitted).status.phase == "Pending"
@@ -57,7 +57,7 @@ def test_create_ignores_status_and_refuses_a_resource_version(store: SqliteStore
         store.create(again)
 
 
-def test_cluster_wide_and_namespaced_kinds(store: SqliteStore) -> None:
+def test_cluster_wide_and_namespaced_kinds(store: EmbeddedStore) -> None:
     store.create(pool("h100"))
     store.create(job("llm", "default"))
     assert store.get(GPUPool, "h100").metadata.namespace is None
@@ -66,7 +66,7 @@ def test_cluster_wide_and_namespaced_kinds(store: SqliteStore) -> None:
         store.get(GPUPool, "h100", "team-a")
 
 
-def test_stale_update_is_a_conflict_and_changes_nothing(store: SqliteStore) -> None:
+def test_stale_update_is_a_conflict_and_changes_nothing(store: EmbeddedStore) -> None:
     first = store.create(job("llm"))
     second = first.model_copy(deep=True)
     first.spec.replicas = 3
@@ -78,7 +78,7 @@ def test_stale_update_is_a_conflict_and_changes_nothing(store: SqliteStore) -> N
     assert store.get(TrainingJob, "llm", "team-a").spec.replicas == 3
 
 
-def test_generation_moves_on_spec_change_only(store: SqliteStore) -> None:
+def test_generation_moves_on_spec_change_only(store: EmbeddedStore) -> None:
     obj = store.create(job("llm"))
     obj.metadata.labels = {"team": "a"}
     labelled = store.update(obj)
@@ -90,7 +90,7 @@ def test_generation_moves_on_spec_change_only(store: SqliteStore) -> None:
     assert store.update(running).metadata.generation == 2
 
 
-def test_update_keeps_status_and_update_status_keeps_spec(store: SqliteStore) -> None:
+def test_update_keeps_status_and_update_status_keeps_spec(store: EmbeddedStore) -> None:
     obj = store.create(job("llm"))
     obj.status.phase = "Admitted"
     obj.spec.replicas = 7
@@ -102,20 +102,20 @@ def test_update_keeps_status_and_update_status_keeps_spec(store: SqliteStore) ->
     assert after_update.status.phase == "Admitted" and after_update.spec.replicas == 3
 
 
-def test_a_write_that_changes_nothing_is_not_a_write(store: SqliteStore) -> None:
+def test_a_write_that_changes_nothing_is_not_a_write(store: EmbeddedStore) -> None:
     obj = store.create(job("llm"))
     again = store.update(obj)
     assert again.metadata.resource_version == obj.metadata.resource_version
     assert store.events_since(1) == []
 
 
-def test_update_without_resource_version_is_unconditional(store: SqliteStore) -> None:
+def test_update_without_resource_version_is_unconditional(store: EmbeddedStore) -> None:
     store.create(job("llm"))
     blind = job("llm", replicas=6)
     assert store.update(blind).spec.replicas == 6
 
 
-def test_invalid_objects_are_refused_before_anything_is_written(store: SqliteStore) -> None:
+def test_invalid_objects_are_refused_before_anything_is_written(store: EmbeddedStore) -> None:
     obj = store.create(job("llm"))
     obj.spec.replicas = -3  # attribute assignment is not validated by the model
     with pytest.raises(ValidationError, match=r"TrainingJob team-a/llm: field spec\.replicas: must be >= 1"):
@@ -123,7 +123,7 @@ def test_invalid_objects_are_refused_before_anything_is_written(store: SqliteSto
     assert store.get(TrainingJob, "llm", "team-a").spec.replicas == 2
 
 
-def test_delete_without_finalizers_removes_at_once(store: SqliteStore) -> None:
+def test_delete_without_finalizers_removes_at_once(store: EmbeddedStore) -> None:
     store.create(job("llm"))
     assert store.delete(TrainingJob, "llm", "team-a") is None
     with pytest.raises(NotFoundError):
@@ -132,7 +132,7 @@ def test_delete_without_finalizers_removes_at_once(store: SqliteStore) -> None:
         store.delete(TrainingJob, "llm", "team-a")
 
 
-def test_finalizers_hold_a_deleted_object_until_the_last_goes(store: SqliteStore) -> None:
+def test_finalizers_hold_a_deleted_object_until_the_last_goes(store: EmbeddedStore) -> None:
     obj = job("llm")
     obj.metadata.finalizers = ["gpufleet.io/pods", "gpufleet.io/quota"]
     store.create(obj)
@@ -152,7 +152,7 @@ def test_finalizers_hold_a_deleted_object_until_the_last_goes(store: SqliteStore
     assert [event.type for event in store.events_since(0)] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
 
 
-def test_delete_with_a_stale_resource_version_is_a_conflict(store: SqliteStore) -> None:
+def test_delete_with_a_stale_resource_version_is_a_conflict(store: EmbeddedStore) -> None:
     obj = store.create(job("llm"))
     obj.spec.replicas = 3
     store.update(obj)
@@ -160,7 +160,7 @@ def test_delete_with_a_stale_resource_version_is_a_conflict(store: SqliteStore) 
         store.delete(TrainingJob, "llm", "team-a", resource_version="1")
 
 
-def test_apply_creates_then_replaces_spec_whatever_the_version(store: SqliteStore) -> None:
+def test_apply_creates_then_replaces_spec_whatever_the_version(store: EmbeddedStore) -> None:
     created = store.apply(job("llm"))
     assert created.metadata.generation == 1
     store.update_status(
@@ -171,7 +171,7 @@ def test_apply_creates_then_replaces_spec_whatever_the_version(store: SqliteStor
     assert applied.status.phase == "Running"
 
 
-def test_list_by_namespace_and_label_selector(store: SqliteStore) -> None:
+def test_list_by_namespace_and_label_selector(store: EmbeddedStore) -> None:
     store.create(job("a", "team-a", labels={"app": "llm", "tier": "gold"}))
     store.create(job("b", "team-a", labels={"app": "vision"}))
     store.create(job("c", "team-b", labels={"app": "llm"}))
@@ -185,7 +185,7 @@ def test_list_by_namespace_and_label_selector(store: SqliteStore) -> None:
     assert len(store.list(GPUPool)) == 0
 
 
-def test_label_selectors_on_prefixed_keys_select_exactly_the_matching_objects(store: SqliteStore) -> None:
+def test_label_selectors_on_prefixed_keys_select_exactly_the_matching_objects(store: EmbeddedStore) -> None:
     """Equality and set clauses are also narrowed in SQL (owner lists read only their objects); what
     a selector returns stays what its Kubernetes semantics say, for prefixed keys too."""
     store.create(job("a", "ns", labels={"gpufleet.io/job": "x", "example.com/tier": "gold"}))
@@ -206,7 +206,7 @@ def test_label_selectors_on_prefixed_keys_select_exactly_the_matching_objects(st
     assert names({"gpufleet.io/job": "x", "example.com/tier": "gold"}) == ["a"]
 
 
-def test_resource_versions_increase_across_kinds(store: SqliteStore) -> None:
+def test_resource_versions_increase_across_kinds(store: EmbeddedStore) -> None:
     versions = [
         store.create(pool("p")).metadata.resource_version,
         store.create(job("j")).metadata.resource_version,
@@ -215,7 +215,7 @@ def test_resource_versions_increase_across_kinds(store: SqliteStore) -> None:
     assert [int(v or 0) for v in versions] == [1, 2, 3]
 
 
-def test_events_since_in_order_filtered_and_resumable(store: SqliteStore) -> None:
+def test_events_since_in_order_filtered_and_resumable(store: EmbeddedStore) -> None:
     store.create(pool("p"))
     obj = store.create(job("j"))
     obj.spec.replicas = 5
@@ -234,7 +234,7 @@ def test_events_since_in_order_filtered_and_resumable(store: SqliteStore) -> Non
     assert [e.resource_version for e in store.events_since("0", limit=2)] == [1, 2]
 
 
-def test_watch_from_a_compacted_version_is_gone(store: SqliteStore) -> None:
+def test_watch_from_a_compacted_version_is_gone(store: EmbeddedStore) -> None:
     for index in range(10):
         store.create(pool(f"p{index}"))
     assert store.compact(keep=3) == 7
@@ -245,8 +245,14 @@ def test_watch_from_a_compacted_version_is_gone(store: SqliteStore) -> None:
         next(iter(store.watch(since=2, timeout=0.1)))
 
 
-def test_retention_compacts_automatically(tmp_path: Path) -> None:
-    with SqliteStore.open(tmp_path, synchronous="OFF", event_retention=10) as small:
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_retention_compacts_automatically(tmp_path: Path, kind: str) -> None:
+    opened = (
+        MemoryStore(event_retention=10)
+        if kind == "memory"
+        else SqliteStore.open(tmp_path, synchronous="OFF", event_retention=10)
+    )
+    with opened as small:
         for index in range(300):
             small.create(pool(f"p{index}"))
         with pytest.raises(GoneError):
@@ -272,14 +278,33 @@ class WaitWatchingStore(SqliteStore):
         super()._wait_for_change(after, WAKE_ONLY_SECONDS if self.wake_only else timeout, stop)
 
 
-@pytest.fixture
-def watched(tmp_path: Path) -> Iterator[WaitWatchingStore]:
-    opened = WaitWatchingStore(tmp_path / "watched.db")
+class WaitWatchingMemoryStore(MemoryStore):
+    """`WaitWatchingStore` in memory."""
+
+    def __init__(self, *, wake_only: bool = False) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+        self.wake_only = wake_only
+
+    def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
+        self.waiting.set()
+        super()._wait_for_change(after, WAKE_ONLY_SECONDS if self.wake_only else timeout, stop)
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def watched(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[WaitWatchingStore | WaitWatchingMemoryStore]:
+    opened = (
+        WaitWatchingMemoryStore() if request.param == "memory" else WaitWatchingStore(tmp_path / "watched.db")
+    )
     yield opened
     opened.close()
 
 
-def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(watched: WaitWatchingStore) -> None:
+def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(
+    watched: WaitWatchingStore | WaitWatchingMemoryStore,
+) -> None:
     store = watched
     since = store.resource_version
     received = []
@@ -305,7 +330,7 @@ def test_watch_blocks_until_events_arrive_and_ends_at_its_timeout(watched: WaitW
     assert time.monotonic() - started >= 0.2  # not before its timeout; that it ends at all is the rest
 
 
-def test_watch_resource_version_resumes_without_loss(store: SqliteStore) -> None:
+def test_watch_resource_version_resumes_without_loss(store: EmbeddedStore) -> None:
     store.create(job("a"))
     watch = store.watch(since=0, timeout=0.05)
     first = next(watch)
@@ -316,7 +341,7 @@ def test_watch_resource_version_resumes_without_loss(store: SqliteStore) -> None
     assert [e.object.name for e in store.watch(since=resume_at, timeout=0.05)] == ["b", "c"]
 
 
-def test_close_wakes_a_blocked_watch(watched: WaitWatchingStore) -> None:
+def test_close_wakes_a_blocked_watch(watched: WaitWatchingStore | WaitWatchingMemoryStore) -> None:
     watched.wake_only = True
     watch = watched.watch(timeout=None)
     results: list[object] = []
@@ -333,7 +358,7 @@ def test_close_wakes_a_blocked_watch(watched: WaitWatchingStore) -> None:
     assert not reader.is_alive() and results == ["ended"]
 
 
-def test_concurrent_writers_from_threads_never_lose_a_write(store: SqliteStore) -> None:
+def test_concurrent_writers_from_threads_never_lose_a_write(store: EmbeddedStore) -> None:
     store.create(job("counter"))
     conflicts = 0
     lock = threading.Lock()
@@ -361,7 +386,8 @@ def test_concurrent_writers_from_threads_never_lose_a_write(store: SqliteStore) 
     assert versions == sorted(set(versions)) and len(versions) == 101
 
 
-def test_status_conditions_round_trip_through_the_store(store: SqliteStore) -> None:
+def test_status_conditions_round_trip_through_the_store(sqlite_store: SqliteStore) -> None:
+    store = sqlite_store
     obj = store.create(job("llm"))
     obj.status.conditions = [Condition(type="Admitted", status="True", reason="QuotaReserved")]
     stored = store.update_status(obj)
@@ -372,7 +398,7 @@ def test_status_conditions_round_trip_through_the_store(store: SqliteStore) -> N
         reopened.close()
 
 
-def test_unregistered_kinds_are_refused(store: SqliteStore) -> None:
+def test_unregistered_kinds_are_refused(store: EmbeddedStore) -> None:
     with pytest.raises(ValidationError, match="kind Pizza is not registered"):
         store.list("Pizza")
 
@@ -399,7 +425,7 @@ def outside_workload_kind() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("outside_workload_kind")
-def test_kinds_registered_by_other_packages_are_stored(store: SqliteStore) -> None:
+def test_kinds_registered_by_other_packages_are_stored(store: EmbeddedStore) -> None:
     created = store.create(Workload(metadata=ObjectMeta(name="w"), spec=WorkloadSpec(queue="q", pod_count=2)))
     assert store.get(Workload, "w").spec.pod_count == 2 and created.metadata.namespace == "default"
     assert [e.object.kind for e in store.events_since(0, kinds=["TestWorkload"])] == ["TestWorkload"]

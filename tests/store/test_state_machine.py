@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gpufleet.api import TrainingJob
 from gpufleet.api.errors import ConflictError, NotFoundError
-from gpufleet.store import SqliteStore
+from gpufleet.store import MemoryStore, SqliteStore
 
 from .conftest import job
 
@@ -40,7 +40,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp())
-        self.store = SqliteStore.open(self.directory, synchronous="OFF")
+        self.store: SqliteStore | MemoryStore = SqliteStore.open(self.directory, synchronous="OFF")
         self.model: dict[tuple[str, str], Expected] = {}
         self.head = 0
 
@@ -171,3 +171,16 @@ class StoreMachine(RuleBasedStateMachine):
 
 StoreMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
 test_store_state_machine = StoreMachine.TestCase
+
+
+class MemoryStoreMachine(StoreMachine):
+    """The same random sequences against the in-memory store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store.close()
+        self.store = MemoryStore()
+
+
+MemoryStoreMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+test_memory_store_state_machine = MemoryStoreMachine.TestCase

@@ -1,7 +1,9 @@
 """Job-level simulation: a trace's jobs through the embedded control plane on a virtual clock.
 
-The world is the one `gpufleet up` runs (a SQLite store, the twin, every controller built by
-`controllers.plane.build_manager`, one `Runtime`), on a `VirtualClock` and a throw-away store. Two
+The world is the one `gpufleet up` runs (the twin, every controller built by
+`controllers.plane.build_manager`, one `Runtime`), on a `VirtualClock` and a throw-away store: a
+`MemoryStore`, the Store protocol with the SQLite store's semantics and no file (given a state
+directory, the SQLite store in it, to look at afterwards). Two
 more participants of the runtime do the simulation's part and nothing else:
 
 - the `Feeder` submits each trace job as a TrainingJob at its submission time (a gang of workers of
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
 from gpufleet.sim.philly import Trace, TraceJob
+from gpufleet.store.memory import MemoryStore
 from gpufleet.store.protocol import ObjectRef
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
@@ -54,8 +56,14 @@ QUIET_SECONDS = 3600.0
 """How often the twin publishes service metrics (the trace has no services) and an unchanged pool's
 status is brought up to date; `gpufleet up` does both every minute, which would be most of the work.
 Queue status (read by no decision) is written at most this often too, with all its changes."""
+EVENTS_KEPT = 200_000
+"""Events the store's log keeps (every participant reads it each settle round: far more than enough)."""
 MAX_RESTARTS = 1_000_000
 """A trace job is never given up on: preemptions and failures restart it from its checkpoint."""
+
+
+SimStore = MemoryStore | SqliteStore
+"""The simulation's store: in memory, or SQLite in a state directory kept for inspection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +230,7 @@ class Feeder:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: SimStore,
         jobs: Sequence[TraceJob],
         origin: float,
         options: SimOptions,
@@ -260,7 +268,7 @@ class Recorder:
 
     KINDS = ("TrainingJob", "Pod", "Checkpoint", "Node")
 
-    def __init__(self, store: SqliteStore, series: Series, policy: str = "gpufleet") -> None:
+    def __init__(self, store: SimStore, series: Series, policy: str = "gpufleet") -> None:
         self.store = store
         self.policy = policy
         self.series = series
@@ -457,8 +465,11 @@ def simulate(
         seed=options.seed,
     )
     with contextlib.ExitStack() as stack:
-        folder = state_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="gpufleet-sim-"))
-        store = SqliteStore.open(folder, synchronous="OFF", clock=clock.datetime, event_retention=200_000)
+        store: SimStore = (
+            SqliteStore.open(state_dir, synchronous="OFF", clock=clock.datetime, event_retention=EVENTS_KEPT)
+            if state_dir is not None
+            else MemoryStore(clock=clock.datetime, event_retention=EVENTS_KEPT)
+        )
         stack.callback(store.close)
         store.apply_many([*pools, *queues])
         twin = Twin(

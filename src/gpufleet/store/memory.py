@@ -1,0 +1,444 @@
+"""The Store protocol in memory: the simulator's store, with the SQLite store's semantics and no file.
+
+`gpufleet simulate` throws its state away, yet paid for a file: every write serialised the object to
+JSON, ran half a dozen SQL statements and every read parsed JSON again (a third of a simulation's
+CPU). This store keeps each object's JSON form (`Resource.to_dict`) in dictionaries and applies the
+same rules to it as the SQLite store (`store.objects`): resourceVersion and generation, conflicts,
+status only through `update_status`, finalizers, batches all or none, label selectors, an event log
+with cursors, retention and compaction (`GoneError`), and validation of every object written.
+
+Isolation. A stored form is never changed in place (a write builds a new one from a shallow copy,
+as in the SQLite store), so the object table and the event log share them. Nothing handed out
+shares anything with them: every model returned or carried by an event is validated from a deep
+copy of the stored form, because pydantic keeps the values of `dict[str, Any]` fields (a pod
+template, a pending reason's details) as given, and a caller changing such a value in place would
+otherwise change the store. The copy is a pickle round trip of plain JSON data, done in C: a fifth
+of `copy.deepcopy`'s cost.
+
+Threads. One lock guards everything, as in the SQLite store, so the HTTP API may share it; watches
+wait on a condition that writers signal. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import builtins
+import pickle
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar, overload
+
+from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.labels import LabelSelector
+from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.objects import (
+    Json,
+    RolledBack,
+    check_version,
+    conflict,
+    describe,
+    dumped,
+    gone,
+    kind_of,
+    load,
+    namespace_of,
+    same_kind,
+    shallow,
+    translated,
+    utc_now,
+    validated,
+    version_of,
+    with_spec_and_meta,
+)
+from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
+from gpufleet.store.watch import LogWatch
+
+R = TypeVar("R", bound=Resource)
+Key = tuple[str, str]
+"""(namespace, name); the namespace is '' for cluster-wide kinds."""
+
+COMPACT_EVERY = 256
+"""Writes between two automatic compactions of the event log (as in the SQLite store)."""
+PARSED_EVENTS = 8192
+"""How many of the latest events keep their parsed object for the next reader (a settle round's
+worth): every watcher of a process reads the same new events, and each is validated once."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One event of the log: the stored form it carries and, once a reader asked, its parsed event."""
+
+    version: int
+    type: EventType
+    kind: str
+    namespace: str
+    data: Json
+    parsed: WatchEvent | None = None
+
+
+@dataclass(slots=True)
+class _Undo:
+    """What a transaction changed, to put back if it fails: each object's previous form (None: absent)."""
+
+    head: int
+    objects: list[tuple[dict[Key, Json], Key, Json | None]]
+
+
+def _fresh(data: Json) -> Json:
+    """A deep copy of plain JSON data (see the module docstring on isolation)."""
+    copied: Json = pickle.loads(pickle.dumps(data, pickle.HIGHEST_PROTOCOL))
+    return copied
+
+
+def _model(info: KindInfo, data: Json) -> Resource:
+    """A model of a stored form that shares nothing with it."""
+    return load(info, _fresh(data))
+
+
+class MemoryStore:
+    """The Store protocol in memory (see the module docstring).
+
+    `event_retention` is how many recent events the log keeps; a watch from further back raises
+    `GoneError`. `clock` stamps creation and deletion times (the simulator passes a virtual one).
+    """
+
+    def __init__(self, *, event_retention: int = 10_000, clock: Callable[[], datetime] = utc_now) -> None:
+        if event_retention < 1:
+            raise ValueError("event_retention must be at least 1")
+        self._retention = event_retention
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._own = threading.local()
+        self._objects: dict[str, dict[Key, Json]] = {}
+        """kind -> (namespace, name) -> the object's stored form."""
+        self._log: deque[_Entry] = deque()
+        """Every event after `_compacted`, one per version (version v at index v - _compacted - 1)."""
+        self._head = 0
+        self._compacted = 0
+        self._parsed: deque[_Entry] = deque()
+        """Entries holding a parsed event, oldest first; beyond `PARSED_EVENTS` the oldest let go."""
+        self._undo: _Undo | None = None
+
+    def close(self) -> None:
+        self._wake_watchers()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------- reads
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._head)
+
+    def writes_by_this_thread(self) -> int:
+        """How many changes the calling thread has made (each new resourceVersion counts one)."""
+        return int(getattr(self._own, "writes", 0))
+
+    @overload
+    def get(self, kind: type[R], name: str, namespace: str | None = None) -> R: ...
+    @overload
+    def get(self, kind: str, name: str, namespace: str | None = None) -> Resource: ...
+    def get(self, kind: type[R] | str, name: str, namespace: str | None = None) -> Resource:
+        info = kind_of(kind)
+        ns = namespace_of(info, namespace)
+        with self._lock:
+            data = self._current(info, ns, name)
+        return _model(info, data)
+
+    @overload
+    def list(
+        self, kind: type[R], *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[R]: ...
+    @overload
+    def list(
+        self, kind: str, *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[Resource]: ...
+    def list(
+        self, kind: type[R] | str, *, namespace: str | None = None, label_selector: Selector = None
+    ) -> ListResult[R] | ListResult[Resource]:
+        info = kind_of(kind)
+        selector = LabelSelector.parse(label_selector)
+        ns = None if namespace is None else namespace_of(info, namespace)
+        with self._lock:
+            table = self._objects.get(info.kind, {})
+            rows = sorted((key, data) for key, data in table.items() if ns is None or key[0] == ns)
+            head = self._head
+        items = [
+            _model(info, data) for _, data in rows if selector.matches(data["metadata"].get("labels", {}))
+        ]
+        return ListResult(items=items, resource_version=str(head))
+
+    def events_since(
+        self,
+        resource_version: str | int,
+        *,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[WatchEvent]:
+        events, _ = self._read_events(version_of(resource_version), kinds, namespace, limit)
+        return events
+
+    def watch(
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+        since: str | int | None = None,
+        timeout: float | None = None,
+    ) -> LogWatch:
+        start = self._head if since is None else version_of(since)
+        for kind in kinds or ():
+            kind_of(kind)
+        return LogWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def create(self, obj: R) -> R:
+        info, data = dumped(obj)
+        with translated(obj), self._transaction():
+            created = self._create_locked(info, data)
+        return same_kind(obj, created)
+
+    def update(self, obj: R) -> R:
+        info, data = dumped(obj)
+        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
+        with translated(obj), self._transaction():
+            current = self._current(info, ns, name)
+            check_version(info, obj, current)
+            changed = with_spec_and_meta(info, current, data, finalizers=True)
+            result = self._change_locked(info, ns, name, current, changed)
+        return same_kind(obj, result)
+
+    def update_status(self, obj: R) -> R:
+        info, data = dumped(obj)
+        if "status" not in info.model.model_fields:
+            raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
+        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
+        with translated(obj), self._transaction():
+            current = self._current(info, ns, name)
+            check_version(info, obj, current)
+            changed = shallow(current)
+            changed["status"] = data.get("status", {})
+            result = self._change_locked(info, ns, name, current, changed)
+        return same_kind(obj, result)
+
+    def apply(self, obj: R) -> R:
+        info, data = dumped(obj)
+        with translated(obj), self._transaction():
+            result = self._apply_locked(info, data)
+        return same_kind(obj, result)
+
+    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
+        # As in the SQLite store: every object is checked first, then all are written in one
+        # transaction (consecutive versions, all or none); a dry run is that transaction undone.
+        checked = [validated(obj) for obj in objs]
+        try:
+            with self._transaction():
+                results = [self._apply_locked(info, data) for info, data in checked]
+                if dry_run:
+                    raise RolledBack(results)
+                return results
+        except RolledBack as rolled_back:
+            return rolled_back.results
+
+    def delete(
+        self,
+        kind: type[Resource] | str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> Resource | None:
+        info = kind_of(kind)
+        ns = namespace_of(info, namespace)
+        with self._transaction():
+            return self._delete_locked(info, ns, name, resource_version)
+
+    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
+        checked = []
+        for ref in refs:
+            info = kind_of(ref.kind)
+            checked.append((info, namespace_of(info, ref.namespace), ref.name, ref.resource_version))
+        with self._transaction():
+            return [self._delete_locked(*target) for target in checked]
+
+    def compact(self, *, keep: int | None = None) -> int:
+        """Drops all but the newest `keep` events (default: the retention); returns the oldest version
+        a watch may still start from."""
+        with self._lock:
+            return self._compact_locked(self._retention if keep is None else keep)
+
+    # -------------------------------------------------------------------------------- internals
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Writes inside it are kept all together or, on any exception, undone all together."""
+        with self._lock:
+            if self._undo is not None:  # pragma: no cover - writes never nest
+                raise RuntimeError("a store transaction is already open")
+            undo = self._undo = _Undo(self._head, [])
+            try:
+                yield
+            except BaseException:
+                for table, key, previous in reversed(undo.objects):
+                    if previous is None:
+                        table.pop(key, None)
+                    else:
+                        table[key] = previous
+                while self._log and self._log[-1].version > undo.head:
+                    self._log.pop()
+                self._head = undo.head
+                raise
+            finally:
+                self._undo = None
+            written = self._head - undo.head
+            if written:
+                if self._head // COMPACT_EVERY > undo.head // COMPACT_EVERY:
+                    self._compact_locked(self._retention)
+                self._own.writes = self.writes_by_this_thread() + written
+                self._changed.notify_all()
+
+    def _current(self, info: KindInfo, ns: str, name: str) -> Json:
+        data = self._objects.get(info.kind, {}).get((ns, name))
+        if data is None:
+            raise NotFoundError("not found", obj=describe(info, ns, name))
+        return data
+
+    def _create_locked(self, info: KindInfo, data: Json) -> Resource:
+        meta = data["metadata"]
+        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
+        if meta.get("resourceVersion"):
+            raise ValidationError(
+                "must not be set when creating an object",
+                obj=describe(info, ns, name),
+                field="metadata.resourceVersion",
+            )
+        if (ns, name) in self._objects.get(info.kind, {}):
+            raise ConflictError("already exists", obj=describe(info, ns, name))
+        version = self._head + 1
+        meta.update(
+            uid=meta.get("uid") or str(uuid.uuid4()),
+            resourceVersion=str(version),
+            generation=1,
+            creationTimestamp=self._clock(),
+        )
+        meta.pop("deletionTimestamp", None)
+        if "status" in info.model.model_fields:
+            data.pop("status", None)  # status is written through update_status, as in Kubernetes
+        return self._record(info, ns, name, "ADDED", data)
+
+    def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
+        meta = data["metadata"]
+        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
+        current = self._objects.get(info.kind, {}).get((ns, name))
+        if current is None:
+            meta.pop("resourceVersion", None)
+            return self._create_locked(info, data)
+        changed = with_spec_and_meta(info, current, data, finalizers=False)
+        return self._change_locked(info, ns, name, current, changed)
+
+    def _delete_locked(
+        self, info: KindInfo, ns: str, name: str, resource_version: str | None
+    ) -> Resource | None:
+        current = self._current(info, ns, name)
+        if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
+            raise conflict(info, current, resource_version)
+        changed = shallow(current)
+        meta = changed["metadata"]
+        meta.setdefault("deletionTimestamp", self._clock())
+        if meta.get("finalizers"):
+            return self._change_locked(info, ns, name, current, changed)
+        self._change_locked(info, ns, name, current, changed, remove=True)
+        return None
+
+    def _change_locked(
+        self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
+    ) -> Resource:
+        if not remove and changed == current:
+            return _model(info, current)  # nothing changed: no new version, no event
+        meta = changed["metadata"]
+        if not remove and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            remove = True  # the last finalizer went: the deletion completes
+        meta["resourceVersion"] = str(self._head + 1)
+        return self._record(info, ns, name, "DELETED" if remove else "MODIFIED", changed)
+
+    def _record(self, info: KindInfo, ns: str, name: str, event: EventType, data: Json) -> Resource:
+        """Validates the object as written, stores it (or removes it) at the next version and logs it;
+        returns the validated object, which shares nothing with what is stored."""
+        result = load(info, _fresh(data))
+        stored = result.to_dict(reveal_secrets=True)
+        table = self._objects.setdefault(info.kind, {})
+        key = (ns, name)
+        if self._undo is not None:
+            self._undo.objects.append((table, key, table.get(key)))
+        if event == "DELETED":
+            del table[key]
+        else:
+            table[key] = stored
+        self._head += 1
+        self._log.append(_Entry(self._head, event, info.kind, ns, stored))
+        return result
+
+    def _compact_locked(self, keep: int) -> int:
+        floor = max(self._compacted, self._head - max(keep, 0))
+        while self._log and self._log[0].version <= floor:
+            self._log.popleft()
+        self._compacted = floor
+        return floor
+
+    def _read_events(
+        self, since: int, kinds: Sequence[str] | None, namespace: str | None, limit: int | None
+    ) -> tuple[builtins.list[WatchEvent], int]:
+        wanted = set(kinds) if kinds else None
+        events: builtins.list[WatchEvent] = []
+        with self._lock:
+            if since < self._compacted:
+                raise gone(since, self._compacted)
+            log = self._log
+            for index in range(since - self._compacted, len(log)):
+                entry = log[index]
+                if wanted is not None and entry.kind not in wanted:
+                    continue
+                if namespace is not None and entry.namespace != namespace:
+                    continue
+                events.append(entry.parsed or self._parse(entry))
+                if limit is not None and len(events) >= limit:
+                    break
+            return events, self._head
+
+    def _parse(self, entry: _Entry) -> WatchEvent:
+        """The entry's event with its object validated, kept for the next readers (the latest
+        `PARSED_EVENTS`); readers share it, as those of the SQLite store do, and none changes it."""
+        obj = _model(kind_of(entry.kind), entry.data)
+        parsed = entry.parsed = WatchEvent(type=entry.type, object=obj, resource_version=entry.version)
+        self._parsed.append(entry)
+        if len(self._parsed) > PARSED_EVENTS:
+            self._parsed.popleft().parsed = None
+        return parsed
+
+    def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._head > after or stop(), timeout)
+
+    def _wake_watchers(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+
+if TYPE_CHECKING:  # mypy proves that MemoryStore implements the Store protocol
+
+    def _implements_store(store: MemoryStore) -> Store:
+        return store
