@@ -55,7 +55,8 @@ def test_dra_agent_slices_carry_nvml_facts_under_nvidia_attribute_names(a100_mig
         PCI_BUS_ID_ATTRIBUTE: "0000:07:00.0",
         "cliqueId": f"{NODE}.0",  # one NVSwitch board: one clique
     }
-    assert str(found["gpu-0"].capacity["memory"].value) == "81920Mi"  # NVML's total, not the model's
+    # NVML's total (81920 MiB), in the API server's canonical form
+    assert str(found["gpu-0"].capacity["memory"].value) == "80Gi"
     # the MIG instances that exist (not every placement), with their real UUIDs and their parent's
     migs = {n: d for n, d in found.items() if d.attributes["type"].value == "mig"}
     assert len(migs) == sum(len(g.mig_devices) for g in node.gpus)
@@ -115,4 +116,5 @@ def test_dra_agent_slices_of_gpus_without_nvlink_are_cliques_of_their_own() -> N
         f"l4-0.{i}" for i in range(4)
     ]
     assert found["gpu-0"].attributes["architecture"].value == "Ada Lovelace"
+    assert str(found["gpu-0"].capacity["memory"].value) == "23034Mi"  # NVML's, not the model's 24GB
     assert not any(d.consumes_counters for d in found.values())

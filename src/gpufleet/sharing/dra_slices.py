@@ -168,7 +168,7 @@ def node_slices(
             attributes["cliqueId"] = {"string": clique}
         device: dict[str, Any] = {"name": f"gpu-{index}", "attributes": attributes}
         if known is not None:
-            device["capacity"] = {"memory": {"value": f"{known.memory_mib}Mi"}}
+            device["capacity"] = {"memory": {"value": _mebibytes(known.memory_mib)}}
         elif memory_gb is not None:
             device["capacity"] = {"memory": {"value": f"{memory_gb}Gi"}}
         devices = [device]
@@ -265,6 +265,17 @@ def _counters(memory_slices: range, compute_slices: int) -> dict[str, dict[str, 
     counters = {f"memory-slice-{k}": {"value": "1"} for k in memory_slices}
     counters["compute-slices"] = {"value": str(compute_slices)}
     return counters
+
+
+def _mebibytes(mib: int) -> str:
+    """MiB as the API server writes the quantity back (its canonical form: the largest binary suffix
+    that keeps the number whole, `81920Mi` -> `80Gi`), so a publisher comparing what it wants with what
+    is stored sees no change where there is none."""
+    for suffix in ("Ti", "Gi"):
+        scale = 1024 ** (2 if suffix == "Ti" else 1)
+        if mib % scale == 0 and mib:
+            return f"{mib // scale}{suffix}"
+    return f"{mib}Mi"
 
 
 def _semver(version: str) -> str:
