@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +29,8 @@ from gpufleet.server.errors import UnauthorizedError
 ADMIN_TOKEN_FILE = "admin-token"
 TOKENS_FILE = "tokens.json"
 _PREFIX = "gft_"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +48,17 @@ class Principal:
         return "the admin token" if self.admin else f"a token of queue {self.queue}"
 
 
-def _digest(token: str) -> str:
+def token_digest(token: str) -> str:
+    """What is kept of a token: its SHA-256, in hex (the Kubernetes console's Secret keeps the same)."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+_digest = token_digest
+
+
+def new_token() -> str:
+    """A fresh token: 256 random bits, URL-safe, with the prefix that says it is gpufleet's."""
+    return _PREFIX + secrets.token_urlsafe(32)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -94,7 +108,7 @@ class TokenRegistry:
             check_name(queue)
         except ValueError as exc:
             raise ValidationError(str(exc), field="queue") from None
-        token = _PREFIX + secrets.token_urlsafe(32)
+        token = new_token()
         with self._lock:
             self._entries[_digest(token)] = {"queue": queue, "created": datetime.now(UTC).isoformat()}
             self._save()
@@ -117,10 +131,51 @@ class TokenRegistry:
             if _digest(token) in self._entries:
                 return token
         # First start (or the file was removed): a fresh admin token replaces any earlier one.
-        token = _PREFIX + secrets.token_urlsafe(32)
+        token = new_token()
         with self._lock:
             self._entries = {d: e for d, e in self._entries.items() if e.get("queue") is not None}
             self._entries[_digest(token)] = {"queue": None, "created": datetime.now(UTC).isoformat()}
             self._save()
         _write_private(path, token + "\n")
         return token
+
+
+class ScopedTokens:
+    """The registry's tokens (its admin token) and queue tokens kept elsewhere, e.g. in a Kubernetes
+    Secret: `queue_tokens` answers {token digest: queue}. It is asked again once `ttl` seconds have
+    passed, so a token added or revoked there counts within that, without a restart; a failure to
+    ask keeps the last answer (a queue's page does not go blank while the API server is away)."""
+
+    def __init__(
+        self, registry: TokenRegistry, queue_tokens: Callable[[], Mapping[str, str]], *, ttl: float = 5.0
+    ) -> None:
+        self._registry = registry
+        self._read = queue_tokens
+        self._ttl = ttl
+        self._known: dict[str, str] = {}
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        try:
+            return self._registry.authenticate(authorization)
+        except UnauthorizedError:
+            token = (authorization or "").strip().partition(" ")[2].strip()
+            if not token:
+                raise
+        digest = _digest(token)
+        queue = next((q for d, q in self._queue_tokens().items() if hmac.compare_digest(d, digest)), None)
+        if queue is None:
+            raise UnauthorizedError("unknown token")
+        return Principal(queue=queue, token_id=digest[:12])
+
+    def _queue_tokens(self) -> dict[str, str]:
+        with self._lock:
+            now = time.monotonic()
+            if self._read_at is None or now - self._read_at >= self._ttl:
+                try:
+                    self._known = dict(self._read())
+                except Exception as exc:  # any failure to read keeps what was known
+                    log.warning("queue tokens not read again: %s", exc)
+                self._read_at = now
+            return self._known

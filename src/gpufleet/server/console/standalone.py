@@ -17,6 +17,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.server import access
+from gpufleet.server.auth import Principal
 from gpufleet.server.console import Authenticator, add_console
 from gpufleet.server.errors import install_error_handlers
 from gpufleet.store.console import ConsoleSource
@@ -53,12 +55,15 @@ def console_app(
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS)] = 100,
         timeout_seconds: Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     ) -> JSONResponse:
-        tokens.authenticate(request.headers.get("authorization"))
+        who = tokens.authenticate(request.headers.get("authorization"))
         if kind != ["Event"]:
             raise ValidationError("this console serves the changes of Events only", field="kind")
         items, cursor = await run_in_threadpool(
             events.changes, resource_version, limit=limit, wait=timeout_seconds
         )
+        if not who.admin:
+            readable = await run_in_threadpool(_readable_objects, source, who)
+            items = [item for item in items if _involved(item) in readable]
         return JSONResponse({"resourceVersion": cursor, "items": items})
 
     if now is None:
@@ -66,3 +71,28 @@ def console_app(
     else:
         add_console(app, source, tokens, now=now)
     return app
+
+
+def _readable_objects(source: ConsoleSource, who: Principal) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of what a queue's token may read, so Events about them are its too:
+    its Queue (cluster-wide, so any namespace's Event about it), its jobs and services, and the pods
+    of its queue (its work's, and its plain pods while they wait)."""
+    out: set[tuple[str, str, str]] = set()
+    for kind in ("Queue", "TrainingJob", "InferenceService"):
+        for obj in source.resources(kind):
+            if access.may_read(who, obj):
+                out.add((kind, "*" if kind == "Queue" else obj.namespace or "", obj.name))
+    fleet = source.fleet()
+    for pod in [*fleet.pods, *fleet.loose_work]:
+        spec = pod.get("spec") or {}
+        if pod.get("kind") == "Pod" and spec.get("queue") == who.queue:
+            out.add(("Pod", pod["metadata"].get("namespace") or "", pod["metadata"]["name"]))
+    return out
+
+
+def _involved(change: dict[str, Any]) -> tuple[str, str, str]:
+    event = change.get("object") or {}
+    spec, meta = event.get("spec") or {}, event.get("metadata") or {}
+    kind = str(spec.get("involvedKind") or "")
+    namespace = "*" if kind == "Queue" else str(meta.get("namespace") or "")
+    return kind, namespace, str(spec.get("involvedName") or "")
