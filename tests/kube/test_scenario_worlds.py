@@ -30,6 +30,9 @@ CASES = [
     "reclaim-own-victims-with-borrow-within-cohort",
     "kueue-borrow-threshold-preempt-from-all-cohort",
     "reclaim-own-victims-least-attained-service",
+    # Rule 1's order (decision 37): within nominal first, over every candidate, then borrowing.
+    "preempt-within-nominal-before-borrowing",
+    "kueue-preempt-other-queues-when-not-exhausted",
     # Rule 2: quota victims are not placement victims.
     "quota-victims-two-borrowers-two-nodes",
     "quota-victims-on-other-nodes",

@@ -19,7 +19,7 @@ from gpufleet.scheduler.cycle import Scheduler, apply_decisions
 from gpufleet.scheduler.preemption.bounds import quick_bound
 from gpufleet.scheduler.preemption.feasibility import capacity_feasible, quota_feasible
 from gpufleet.scheduler.preemption.scopes import scopes_of
-from gpufleet.scheduler.preemption.search import Search
+from gpufleet.scheduler.preemption.search import Search, search_phases
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -53,10 +53,16 @@ def _job(
 
 
 def _every_scope(
-    snapshot: Any, preemptor: Workload, assignment: Any, fits: Any, now: float, pool: Sequence[Any]
+    snapshot: Any,
+    preemptor: Workload,
+    assignment: Any,
+    fits: Any,
+    now: float,
+    pool: Sequence[Any],
+    strict: bool = False,
 ) -> preemption.SetRank | None:
     """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
-    search = Search(snapshot, preemptor, assignment, fits, now, pool)
+    search = Search(snapshot, preemptor, assignment, fits, now, pool, strict=strict)
     best = None
     for scope in scopes_of(snapshot, preemptor, pool):
         bound = max(quick_bound(scope.candidates), search.bounds.scope_bound(scope))
@@ -92,15 +98,19 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
         now = kwargs["now"]
         if pool is None:
             pool = preemption.candidates(snapshot, preemptor, assignment, now=now)
-        expected = (
-            _every_scope(snapshot, preemptor, assignment, fits, now, pool)
-            if pool
-            and quota_feasible(snapshot, preemptor, assignment, pool)
-            and capacity_feasible(snapshot, preemptor, assignment, pool)
-            else None
-        )
+        expected = None
+        # The pools in the order the search takes them (decisions 29 and 37), the first with a set wins.
+        for part, strict in search_phases(snapshot, preemptor, assignment, pool):
+            if (
+                part
+                and quota_feasible(snapshot, preemptor, assignment, part)
+                and capacity_feasible(snapshot, preemptor, assignment, part)
+            ):
+                expected = _every_scope(snapshot, preemptor, assignment, fits, now, part, strict)
+            if expected is not None:
+                break
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
-        search = Search(snapshot, preemptor, assignment, fits, now, pool)
+        search = Search(snapshot, preemptor, assignment, fits, now, pool)  # keeps_nominal: no phase used
         key = (
             None
             if found is None

@@ -6,7 +6,7 @@ to 10).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
@@ -64,16 +64,34 @@ def select_victims(
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
     found: VictimSet | None = None
-    if isinstance(pool, CandidatePool) and _reclaims(pool) and borrows_now(snapshot, preemptor, assignment):
-        # Decision 29: reclaim candidates of a preemptor that borrows now are looked at only when its
-        # own queue's candidates give no set: those searches are as before.
-        own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
-        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, own)
-    if found is None:
-        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    for part, strict in search_phases(snapshot, preemptor, assignment, pool):
+        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, part, strict=strict)
+        if found is not None:
+            break
     if found is None or keeps_nominal(snapshot, Options(snapshot, preemptor, assignment, now), found.victims):
         return found
     return VictimSet(found.preemptor, found.victims, below_nominal=1)
+
+
+def search_phases(
+    snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
+) -> list[tuple[Sequence[Candidate], bool]]:
+    """The pools `select_victims` searches in turn, each with whether every set must leave the
+    preemptor within its nominal quota (`strict`); the first that gives a set wins.
+
+    A preemptor that borrows now and has reclaim candidates (decision 29: its own queue's victims would
+    bring it within nominal) is searched as Kueue's classical preemption runs: with
+    `borrowWithinCohort: Never`, first without borrowing over every candidate, then its own queue's with
+    borrowing (decision 37); with `LowerPriority`, first its own and borrowing candidates, then every
+    candidate, a set that reclaims only if it brings the preemptor within nominal (decision 29)."""
+    if not (
+        isinstance(pool, CandidatePool) and _reclaims(pool) and borrows_now(snapshot, preemptor, assignment)
+    ):
+        return [(pool, False)]
+    own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
+    if snapshot.cache.settings[preemptor.queue].preemption.borrow_within_cohort == "Never":
+        return [(pool, True), (own, False)]
+    return [(own, False), (pool, False)]
 
 
 CROSS_CANDIDATES = 24
@@ -95,14 +113,16 @@ def _select_across(
     now: float,
     max_scopes: int,
     pool: Sequence[Candidate],
+    *,
+    strict: bool = False,
 ) -> VictimSet | None:
     """The scopes' cheapest set, or, for a preemptor tried node by node or domain by domain with a small
     pool, a cheaper set whose victims are anywhere (decision 31): the victims that free quota may be
     anywhere in the tree, only those that free room must be where it is placed, which `fits` checks."""
-    found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool)
+    found = _select(snapshot, preemptor, assignment, fits, now, max_scopes, pool, strict=strict)
     if not pool or len(pool) > CROSS_CANDIDATES or scope_level(preemptor) is None:
         return found
-    search = Search(snapshot, preemptor, assignment, fits, now, pool)
+    search = Search(snapshot, preemptor, assignment, fits, now, pool, strict=strict)
     scope = Scope(sorted(pool, key=order_of))
     units = search._units(scope.candidates)
     if len(units) > EXACT_WORKLOADS:
@@ -134,12 +154,14 @@ def _select(
     now: float,
     max_scopes: int,
     pool: Sequence[Candidate],
+    *,
+    strict: bool = False,
 ) -> VictimSet | None:
     if not pool or not quota_feasible(snapshot, preemptor, assignment, pool):
         return None
     if not capacity_feasible(snapshot, preemptor, assignment, pool):
         return None
-    search = Search(snapshot, preemptor, assignment, fits, now, pool)
+    search = Search(snapshot, preemptor, assignment, fits, now, pool, strict=strict)
     best: VictimSet | None = None
     best_key: SetRank | None = None
     # Cheapest first by a lower bound of any set a scope can give, so the search stops as soon as no
@@ -235,6 +257,8 @@ class Search:
         fits: Fits,
         now: float,
         pool: Sequence[Candidate],
+        *,
+        strict: bool = False,
     ) -> None:
         self.options = Options(snapshot, preemptor, assignment, now)
         self.bounds = Bounds(self.options)
@@ -245,7 +269,9 @@ class Search:
         self.fits = fits
         # Decision 29: a preemptor that borrows now has reclaim candidates only because its own queue's
         # victims would bring it within nominal; it may take them only in sets that do bring it there.
-        self.conditional = _reclaims(pool) and borrows_now(snapshot, preemptor, assignment)
+        # Decision 37: `strict`, every set must bring it within nominal, whatever it takes.
+        self.strict = strict
+        self.conditional = strict or (_reclaims(pool) and borrows_now(snapshot, preemptor, assignment))
         self.pool = pool
         self._head: list[Candidate] | None = None
         # Decision 31: while quota does not fit (or only sets that bring it within nominal may reclaim),
@@ -293,15 +319,18 @@ class Search:
         """Whether the preemptor, admitted on the usage as it is now, would not borrow."""
         return self.snapshot.cache.usage.guarantor(self.preemptor.queue, self.assignment.usage) is not None
 
+    def _bound_within(self, victims: Iterable[Candidate]) -> bool:
+        """Whether a set must leave the preemptor within nominal: every set when `strict` (decision 37),
+        else one that reclaims under decision 29's condition."""
+        return self.conditional and (self.strict or any(c.cause == RECLAIM for c in victims))
+
     def _set_ok(self, victims: Sequence[Candidate]) -> bool:
-        """With `victims` applied: decision 29's condition on a set that reclaims."""
-        if not self.conditional or not any(c.cause == RECLAIM for c in victims):
-            return True
-        return self._within()
+        """With `victims` applied: decision 29's (or 37's) condition on the set."""
+        return not self._bound_within(victims) or self._within()
 
     def _checked(self, victims: list[Candidate] | None) -> bool:
         """Whether a set found without decision 29's condition meets it (applied, then rolled back)."""
-        if victims is None or not self.conditional or not any(c.cause == RECLAIM for c in victims):
+        if victims is None or not self._bound_within(victims):
             return True
         snapshot = self.snapshot
         mark = snapshot.mark()
@@ -318,6 +347,10 @@ class Search:
         with reclaim candidates only because its own queue's gave no set) own-queue candidates are given
         up first, and a set that still does not meet the condition is none."""
         snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
+        if self.strict:
+            # Kueue's run without borrowing: candidates in victim order (other queues first), given up
+            # until the preemptor fits within its nominal quota.
+            return greedy_set(snapshot, candidates, lambda: fits() and self._within(), flavors, allowed)
         if not self.conditional:
             return greedy_set(snapshot, candidates, fits, flavors, allowed)
         own = [c for c in candidates if c.cause == WITHIN_QUEUE]
@@ -434,11 +467,7 @@ class Search:
                 chosen
                 and capacity.enough()
                 and usage.fits(queue, wanted) is None
-                and (
-                    not self.conditional
-                    or not any(o.candidate.cause == RECLAIM for o in chosen)
-                    or self._within()
-                )
+                and (not self._bound_within(o.candidate for o in chosen) or self._within())
             ):
                 allowed = self._allowed(chosen)
                 if allowed is not None:
