@@ -26,7 +26,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -142,11 +141,7 @@ def _start_worker(worker: Worker, manager: Transport) -> None:
         node_selector=selector,
     )  # fmt: skip
 
-    def fleet() -> Any:
-        cache = sched.kcache.cache
-        return None if cache is None else cache.fleet
-
-    loop = WorkerLoop(worker.api, manager, worker.name, fleet, heartbeat_seconds=1.0)
+    loop = WorkerLoop(worker.api, manager, worker.name, sched.fleet_copy, heartbeat_seconds=1.0)
     sched.informers.start(worker.stop)
     op.informers.start(worker.stop)
     for target in (sched.run, op.run, loop.run, lambda stop: _play_kubelets(worker)):

@@ -329,3 +329,19 @@ def test_a_worker_that_hangs_costs_the_manager_its_timeout_not_the_clients_defau
         with pytest.raises(WorkerUnreachable):
             KubeWorker(api, name="hung").list_queues()
         assert time.monotonic() - started < 3
+
+
+def test_the_scheduler_gives_a_federation_worker_its_fleet_as_the_last_pass_left_it() -> None:
+    from gpufleet.federation.summary import summarize
+    from gpufleet.kube.scheduler import KubeScheduler
+
+    from .test_scheduler import add_node, run
+
+    api = FakeApiServer()
+    sched = KubeScheduler(api, clock=lambda: START, bind_workers=0)
+    assert sched.fleet_copy() is None, "no pass yet: nothing true to report"
+    add_node(api, "n1")
+    run(sched)
+    copy = sched.fleet_copy()
+    assert copy is not None and summarize(copy)["H100-80GB"].free_gpus == 8
+    assert sched.kcache.cache is not None and copy is not sched.kcache.cache.fleet, "a copy, not the live one"

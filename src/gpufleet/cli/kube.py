@@ -29,7 +29,6 @@ from gpufleet.observability.logs import setup_logging
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpufleet.fleet.state import FleetState
     from gpufleet.kube.metrics import MetricSource
     from gpufleet.kube.scheduler import KubeScheduler
 
@@ -203,12 +202,8 @@ def _federated(
     fleet, while this replica leads."""
     from gpufleet.cli.kube_federation import WorkerLoop
 
-    def fleet() -> FleetState | None:
-        cache = sched.kcache.cache
-        return None if cache is None else cache.fleet
-
     def run(lost: threading.Event) -> None:
-        WorkerLoop(api, manager, cluster, fleet, heartbeat_seconds=heartbeat_seconds).start(lost)
+        WorkerLoop(api, manager, cluster, sched.fleet_copy, heartbeat_seconds=heartbeat_seconds).start(lost)
         sched.run(lost)
 
     return run

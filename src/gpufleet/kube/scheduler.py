@@ -38,6 +38,7 @@ from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.fleet.dra_claims import ClaimAllocation
+from gpufleet.fleet.state import FleetState
 from gpufleet.kube import claim_writes, disruptions
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
@@ -167,6 +168,9 @@ class KubeScheduler:
         self._listing = False
         """Whether the last pass ran while the pods were still being listed (see `_cycles`)."""
         self._changed = threading.Event()
+        self.pass_lock = threading.Lock()
+        """Held for each pass: what reads the fleet from another thread (a federation worker's
+        heartbeat, `fleet_copy`) sees it between passes, never half changed."""
         self._gone_lock = threading.Lock()
         self.binder = Binder(self.actions, workers=bind_workers, on_done=self._changed.set)
         self.run_ends = RunEnds(
@@ -249,13 +253,20 @@ class KubeScheduler:
         while not lost.is_set():
             self._changed.clear()
             try:
-                self.schedule_once()
+                with self.pass_lock:
+                    self.schedule_once()
             except Exception:  # a pass that fails is retried from a fresh picture; the loop must live
                 self.stats.errors += 1
                 self.kcache.queues_changed()
                 log.exception("scheduling pass failed")
             self._changed.wait(self.period)
             lost.wait(0.2)  # let a burst of informer events settle into one pass
+
+    def fleet_copy(self) -> FleetState | None:
+        """The fleet as the last pass left it (None before the first pass), for another thread."""
+        with self.pass_lock:
+            cache = self.kcache.cache
+            return None if cache is None else cache.fleet.copy()
 
     def schedule_once(self) -> CycleResult | None:
         """One pass: refresh what changed, run the shared cycle loop, say why the rest waits."""
