@@ -65,6 +65,8 @@ class Reserved:
 
     claim: ResourceClaim
     made: bool
+    found: ResourceClaim | None = None
+    """A claim of the template's name that existed before and was adopted: as it was then."""
 
 
 def reserve(
@@ -92,6 +94,14 @@ def reserve(
                     raise NotFoundError(
                         "does not exist", obj=f"ResourceClaimTemplate {ref.resource_claim_template_name}"
                     )
+                existing = _existing(store, entry.resource_claim_name, namespace)
+                if existing is not None:
+                    # Made (and perhaps allocated) already: the pod adopts it as its own; the core
+                    # joined its allocation, which `_written` checks. Undone, it is put back as found.
+                    adopted = store.update(_adopted(existing, pod))
+                    written = _written(store, adopted, pod, status)
+                    done.append(Reserved(written, made=False, found=existing))
+                    continue
                 made = store.create(_made_claim(pod, entry, template))
                 done.append(Reserved(_written(store, made, pod, status), made=True))
             else:
@@ -108,8 +118,38 @@ def unreserve(store: Store, pod: Pod, written: Iterable[Reserved]) -> None:
     for item in written:
         if item.made:
             _drop(store, item.claim)
+        elif item.found is not None:
+            _put_back(store, item.found)
         else:
             _leave(store, item.claim.name, item.claim.namespace, pod.metadata.uid)
+
+
+def _existing(store: Store, name: str, namespace: str) -> ResourceClaim | None:
+    try:
+        return store.get(ResourceClaim, name, namespace)
+    except NotFoundError:
+        return None
+
+
+def _adopted(claim: ResourceClaim, pod: Pod) -> ResourceClaim:
+    """The claim labelled as the pod's (so it goes with the pod, as one made for it) and protected."""
+    labels = {**claim.metadata.labels, CLAIM_POD_LABEL: pod.name, WORKLOAD_LABEL: pod.spec.workload}
+    finalizers = [*claim.metadata.finalizers]
+    if DELETE_PROTECTION not in finalizers:
+        finalizers.append(DELETE_PROTECTION)
+    meta = claim.metadata.model_copy(update={"labels": labels, "finalizers": finalizers})
+    return claim.model_copy(update={"metadata": meta})
+
+
+def _put_back(store: Store, found: ResourceClaim) -> None:
+    """An adopted claim as it was before the failed admission (its status, then its labels)."""
+    with contextlib.suppress(NotFoundError, ConflictError):
+        current = store.get(ResourceClaim, found.name, found.namespace)
+        current = store.update_status(current.model_copy(update={"status": found.status}))
+        meta = current.metadata.model_copy(
+            update={"labels": found.metadata.labels, "finalizers": found.metadata.finalizers}
+        )
+        store.update(current.model_copy(update={"metadata": meta}))
 
 
 def _made_claim(pod: Pod, entry: PodResourceClaimStatus, template: ResourceClaimTemplate) -> ResourceClaim:

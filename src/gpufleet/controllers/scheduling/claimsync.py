@@ -5,7 +5,10 @@ The core counts a pod's own claims (those made from templates) in its request, t
 `dra.charge.with_pod_claims` (as the Kubernetes world does), so queues, quotas and flavors see their
 GPUs as any GPU; a shared claim (named by several pods) is held once by the claim and charged once,
 to the one workload `dra.charge.charged_to` names (the pod set's `charges`, not each pod's request).
-A shared claim already allocated is handed to the core with its allocation, which it respects.
+A claim already allocated is handed to the core with its allocation, which it respects: a shared
+one, and a pod's own one (the claim of the name pod `i` gets, `claims.template_claim_name`, made and
+allocated before: by another scheduler, or kept from an earlier admission), which `claims.reserve`
+adopts for the pod.
 """
 
 from __future__ import annotations
@@ -101,8 +104,10 @@ class ClaimSync:
                             obj=f"Workload {key}",
                             field=f"spec.podSets[{pod_set.name}].request.template.spec.resourceClaims",
                         )
-                    prefix = claims.template_claim_prefix(name, pod_set.name, entry.name)
-                    made.append(PodClaim(f"{namespace}/{prefix}", namespace, template.spec.spec))
+                    prefix = f"{namespace}/{claims.template_claim_prefix(name, pod_set.name, entry.name)}"
+                    # Pod i's claim, if it exists allocated already, is respected (placement.dra.gang).
+                    per_pod = tuple(self._allocated(f"{prefix}-{i}") for i in range(pod_set.count))
+                    made.append(PodClaim(prefix, namespace, template.spec.spec, per_pod=per_pod))
                 else:
                     made.append(self._shared(key, namespace, entry.resource_claim_name or ""))
             own = [c for c in made if not c.shared]
@@ -138,6 +143,15 @@ class ClaimSync:
         if stored is None or stored.status.allocation is None:
             return []
         return [f"{stored.namespace}/{r.name}" for r in stored.status.reserved_for if r.resource == "pods"]
+
+    def _allocated(self, key: str) -> ClaimAllocation | None:
+        """The stored allocation of the claim `key`, if it exists and is allocated to a node."""
+        stored = self.claims.get(key)
+        allocation = stored.status.allocation if stored is not None else None
+        node = node_of(allocation.node_selector) if allocation is not None else None
+        if allocation is None or node is None:
+            return None
+        return ClaimAllocation.from_status(key, node, allocation)
 
     def _shared(self, workload: str, namespace: str, name: str) -> PodClaim:
         stored = self.claims.get(f"{namespace}/{name}")
