@@ -7,7 +7,8 @@ a ValidatingAdmissionPolicy narrows it: a write by the agent's service account i
 slice's `spec.nodeName` (the old object's, for a delete) is the node named in the request's
 `authentication.kubernetes.io/node-name` user extra, which the API server puts in the tokens it
 issues to a pod bound to a node (ServiceAccountTokenPodNodeInfo, on by default since 1.32). A token
-without that extra writes nothing; a slice of another driver is refused too. The rule is the node
+without that extra writes nothing; a slice of another driver is refused too. Refusals are 403
+Forbidden (a policy's default, 422 Invalid, would say the slice is wrong rather than the writer). The rule is the node
 authorizer's for kubelets, which the agent's service account cannot use. docs/dra.md says why.
 """
 
@@ -102,15 +103,18 @@ def slice_policy(namespace: str, account: str) -> list[Json]:
                     "expression": 'variables.userNodeName != ""',
                     "message": "the agent's token names no node: it must run in a pod bound to a node "
                     "(ServiceAccountTokenPodNodeInfo)",
+                    "reason": "Forbidden",
                 },
                 {
                     "expression": "variables.slice.spec.?nodeName.orValue('') == variables.userNodeName",
                     "messageExpression": '"the agent on node " + variables.userNodeName + '
                     '" may write only that node\'s ResourceSlices"',
+                    "reason": "Forbidden",
                 },
                 {
                     "expression": f'variables.slice.spec.driver == "{DRIVER}"',
                     "message": f"the agent may write only ResourceSlices of driver {DRIVER}",
+                    "reason": "Forbidden",
                 },
             ],
         },
