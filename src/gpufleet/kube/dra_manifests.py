@@ -8,8 +8,9 @@ slice's `spec.nodeName` (the old object's, for a delete) is the node named in th
 `authentication.kubernetes.io/node-name` user extra, which the API server puts in the tokens it
 issues to a pod bound to a node (ServiceAccountTokenPodNodeInfo, on by default since 1.32). A token
 without that extra writes nothing; a slice of another driver is refused too. Refusals are 403
-Forbidden (a policy's default, 422 Invalid, would say the slice is wrong rather than the writer). The rule is the node
-authorizer's for kubelets, which the agent's service account cannot use. docs/dra.md says why.
+Forbidden (a policy's default, 422 Invalid, would say the slice is wrong rather than the writer). The
+rule is the node authorizer's for kubelets, which the agent's service account cannot use. docs/dra.md
+says why.
 """
 
 from __future__ import annotations
