@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -120,6 +121,7 @@ class FragmentationModel:
         self.milli = np.array([s.gpu_milli for s in shapes], dtype=np.int64)
         self.count = np.array([s.gpus for s in shapes], dtype=np.int64)
         self.cpu_only = self.milli == 0
+        self._gpu_shape = ~self.cpu_only
         self._state: FleetState | None = None
         self._rows = 0
         self._generation = -1
@@ -272,19 +274,17 @@ class FragmentationModel:
         self._cpu_seen[rows] = state.cpu_free[rows]
         self._pods_seen[rows] = _limited_pods(state, rows)
         enough = free[:, :, None] >= self.milli[None, None, :]
-        self.fit_gpus[rows] = enough.sum(axis=1)
-        self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
-        self.idle[rows] = free.sum(axis=1)
-        self.frag[rows] = self.amount(
-            self.idle[rows], state.cpu_free[rows], self.fit_gpus[rows], self.stranded[rows], self.access[rows]
-        )
+        fit_gpus = self.fit_gpus[rows] = enough.sum(axis=1)
+        stranded = self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
+        idle = self.idle[rows] = free.sum(axis=1)
+        self.frag[rows] = self.amount(idle, state.cpu_free[rows], fit_gpus, stranded, self.access[rows])
 
     # ------------------------------------------------------------- formula
     def amount(
         self, idle: IntArray, cpu_free: IntArray, fit_gpus: IntArray, stranded: IntArray, access: BoolArray
     ) -> FloatArray:
         """F for nodes described by their idle milli, free CPU and per-shape GPU counts (leading dims)."""
-        fits = access & ~self.cpu_only & (cpu_free[..., None] >= self.cpu) & (fit_gpus >= self.count)
+        fits = access & self._gpu_shape & (cpu_free[..., None] >= self.cpu) & (fit_gpus >= self.count)
         per_shape = np.where(fits, stranded, idle[..., None])
         # A row's value must not depend on which other rows are computed with it (a matrix product may
         # round differently by batch size), or exact ties between nodes would break by rounding.
@@ -313,13 +313,10 @@ class FragmentationModel:
         """
         self.sync(state)
         free = share_gpu_free(state, request, rows)
-        order = np.argsort(-free, axis=1, kind="stable")
-        ranked = np.take_along_axis(free, order, axis=1)
-        first = np.ones(ranked.shape, dtype=np.bool_)
-        first[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
-        keep = np.zeros(first.shape, dtype=np.bool_)
-        np.put_along_axis(keep, order, first, axis=1)
-        cand_row, cand_gpu = np.nonzero(keep & (free >= 0))
+        # A GPU is a candidate unless a lower-index GPU of its node has the same free milli: a few
+        # elementwise operations on (rows, GPUs, GPUs), cheaper than sorting each row.
+        repeated = ((free[:, :, None] == free[:, None, :]) & _earlier(free.shape[1])).any(axis=2)
+        cand_row, cand_gpu = np.nonzero(~repeated & (free >= 0))
         f_old = free[cand_row, cand_gpu][:, None]
         f_new = f_old - request.gpu_milli
         m = self.milli
@@ -332,6 +329,12 @@ class FragmentationModel:
         return cand_row, cand_gpu.astype(np.int64), self.frag[sub] - after
 
 
+@cache
+def _earlier(gpus: int) -> BoolArray:
+    """[g, h]: whether GPU h comes before GPU g."""
+    return np.tri(gpus, k=-1, dtype=np.bool_)
+
+
 def _limited_pods(state: FleetState, rows: Rows) -> IntArray:
     """Pods per GPU on the rows whose replicas limit them (time-slicing, MPS), zero elsewhere."""
     limited = state.mode[rows] != DYNAMIC_CODE
@@ -341,15 +344,13 @@ def _limited_pods(state: FleetState, rows: Rows) -> IntArray:
 def best_per_row(
     count: int, cand_row: IntArray, cand_gpu: IntArray, values: FloatArray
 ) -> tuple[FloatArray, IntArray]:
-    """Per row, the highest candidate value and its GPU (the lowest index among equal values)."""
-    order = np.lexsort((cand_gpu, -values, cand_row))
-    rows_sorted = cand_row[order]
-    starts = np.flatnonzero(np.r_[True, rows_sorted[1:] != rows_sorted[:-1]])
-    best = np.full(count, -np.inf, dtype=np.float64)
-    gpu = np.zeros(count, dtype=np.int64)
-    best[rows_sorted[starts]] = values[order][starts]
-    gpu[rows_sorted[starts]] = cand_gpu[order][starts]
-    return best, gpu
+    """Per row, the highest candidate value and its GPU (the lowest index among equal values); -inf and
+    GPU 0 for a row without candidates. Values must not be NaN or -inf."""
+    # A row x GPU grid where non-candidates are -inf: argmax takes the first, lowest-index, best GPU.
+    grid = np.full((count, int(cand_gpu.max(initial=0)) + 1), -np.inf, dtype=np.float64)
+    grid[cand_row, cand_gpu] = values
+    gpu = np.asarray(grid.argmax(axis=1), dtype=np.int64)
+    return grid[np.arange(count), gpu], gpu
 
 
 def reference_points(gain: FloatArray) -> FloatArray:
