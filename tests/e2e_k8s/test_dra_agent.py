@@ -22,7 +22,7 @@ from agent.test_dra_kubelet import StandInKubelet
 from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.nvml import RecordedNvml
 from gpufleet.kube.client import KubeTransport, load_api_client
-from gpufleet.kube.dra_manifests import AGENT_DRA_RULES, slice_policy
+from gpufleet.kube.dra_manifests import AGENT_DRA_RULES, device_classes, slice_policy
 from gpufleet.kube.dra_node import published, withdraw
 from gpufleet.kube.transport import ApiError, Json, Transport
 
@@ -196,3 +196,86 @@ def test_dra_agent_may_write_only_its_own_nodes_slices(cluster: Cluster, agent_p
     finally:
         for node in (mine, other):
             withdraw(cluster.api, node)
+
+
+@pytest.fixture
+def agent_classes_and_queue(api: Transport, crds: None) -> Iterator[tuple[str, str]]:
+    """The chart's MIG DeviceClass under a name of this run, and a queue with A100 MIG quota."""
+    (mig,) = [c for c in device_classes() if c["metadata"]["name"] == "mig.nvidia.com"]
+    name = f"e2e-{RUN}-mig.nvidia.com"
+    mig["metadata"]["name"] = name
+    api.request("POST", f"{DRA}/deviceclasses", body=mig)
+    queue = f"e2e-{RUN}-a100"
+    quotas = {"A100-80GB": {"nominal": 8}, "3g.40gb": {"nominal": 8}}
+    body = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+            "spec": {"quotas": quotas}}  # fmt: skip
+    api.request("POST", "/apis/gpufleet.io/v1alpha1/queues", body=body)
+    yield name, queue
+    for path in (f"/apis/gpufleet.io/v1alpha1/queues/{queue}", f"{DRA}/deviceclasses/{name}"):
+        with contextlib.suppress(ApiError):
+            api.request("DELETE", path)
+
+
+def test_dra_a_claim_on_the_agents_slices_is_scheduled_then_prepared(
+    cluster: Cluster, scheduler: Any, agent_classes_and_queue: tuple[str, str], short_dir: Path
+) -> None:
+    """The whole path: the agent publishes, gpufleet's scheduler allocates a MIG instance from its slices
+    and binds the pod there, and the kubelet's prepare hands the container that instance."""
+    mig_class, queue = agent_classes_and_queue
+    node = cluster.node("dra-agent-sched", gpus=0)
+    request = {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": mig_class,
+            "selectors": [
+                {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'}}
+            ],
+        },
+    }
+    claims = f"{DRA}/namespaces/{cluster.namespace}/resourceclaims"
+    claim = cluster.api.request(
+        "POST",
+        claims,
+        body={"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "infer"},
+              "spec": {"devices": {"requests": [request]}}},
+    )  # fmt: skip
+    try:
+        with agent(node, short_dir):
+            wait_for("the agent's ResourceSlices", lambda: published(cluster.api, node), timeout=60)
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "infer", "labels": {"gpufleet.io/queue": queue}},
+                "spec": {
+                    "schedulerName": cluster.scheduler_name,
+                    "nodeSelector": dict(cluster.selector),
+                    "terminationGracePeriodSeconds": 5,
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "infer"}],
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                },
+            }
+            cluster.api.request("POST", f"/api/v1/namespaces/{cluster.namespace}/pods", body=pod)
+            assert wait_for("the pod bound", lambda: cluster.node_of("infer"), timeout=90) == node
+            allocated = cluster.api.request("GET", f"{claims}/infer")["status"]["allocation"]
+            (result,) = allocated["devices"]["results"]
+            assert (result["pool"], result["device"].split("-mig-")[1].split("-")[0]) == (node, "9")
+            kubelet = StandInKubelet(short_dir / "registry")
+            plugin = kubelet.register(timeout=30)
+            uid = claim["metadata"]["uid"]
+            answer = kubelet.call(plugin.endpoint, "NodePrepareResources", (cluster.namespace, uid, "infer"))
+            (device,) = answer.claims[uid].devices
+            assert device.device_name == result["device"]
+            info = RecordedNvml.from_profile("a100-80gb-mig").discover()
+            index = int(result["device"].split("-")[1])
+            (instance,) = [m for m in info.gpus[index].mig_devices
+                           if f"-mig-9-{m.placement_start}-" in result["device"]]  # fmt: skip
+            spec = json.loads((short_dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+            assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={instance.uuid}"]
+    finally:
+        withdraw(cluster.api, node)
