@@ -19,12 +19,14 @@ from gpufleet.agent.dra._generated import dra_v1_pb2_grpc as v1_grpc
 from gpufleet.agent.dra._generated import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from gpufleet.agent.dra._generated import pluginregistration_pb2 as regpb
 from gpufleet.agent.dra._generated import pluginregistration_pb2_grpc as reg_grpc
+from gpufleet.agent.dra.checkpoint import Checkpoint
 from gpufleet.agent.dra.driver import DraDriver
 from gpufleet.agent.dra.server import DraPlugin
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo, RecordedNvml
 from gpufleet.api.dra import ResourceClaim
 from gpufleet.api.dra_devices import ResourceSliceSpec
+from gpufleet.api.errors import ValidationError
 
 NODE = "a100-mig-0"
 DRIVER = "gpu.nvidia.com"
@@ -229,3 +231,26 @@ def test_dra_kubelet_slices_follow_gpu_health(node: Node) -> None:
     assert "gpu-1" not in names(wait_for(2))
     node.health.mark_healthy(node.node.gpus[1].uuid)
     assert "gpu-1" in names(wait_for(3))
+
+
+def test_dra_kubelet_slices_are_published_again_every_resync(node: Node) -> None:
+    """A slice someone deleted comes back without a health change: the publisher is called again every
+    resync interval (and writes only what changed)."""
+    plugin = node.start()
+    plugin.driver.stop()
+    plugin.driver.start(resync_seconds=0.05)
+    deadline = time.monotonic() + 5
+    while len(node.published) < 4:
+        assert time.monotonic() < deadline, f"published {len(node.published)} times in 5 s"
+        time.sleep(0.02)
+    assert node.health.version == 0
+
+
+def test_dra_an_unreadable_checkpoint_is_refused_naming_the_file(short_dir: Path) -> None:
+    path = short_dir / "checkpoint.json"
+    path.write_text('{"version": 1, "claims": {"uid-1": {"namespace": "a"}}}')
+    with pytest.raises(ValidationError, match=r"checkpoint.json.*field claims.*unreadable checkpoint"):
+        Checkpoint(path)
+    path.write_text('{"version": 7, "claims": {}}')
+    with pytest.raises(ValidationError, match=r"field version: version 7 is not 1"):
+        Checkpoint(path)

@@ -9,13 +9,16 @@ the checkpoint entry; a claim never prepared here is already unprepared. A failu
 that claim only, as the API asks, and the kubelet retries it.
 
 The slices: published at start, and again after every health change (a GPU that fails leaves the
-pool's next generation, one that recovers comes back), through the publisher the CLI gives.
+pool's next generation, one that recovers comes back) and every resync interval (a slice someone
+deleted comes back; the publisher writes nothing when nothing changed), through the publisher the CLI
+gives.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,11 +149,15 @@ class DraDriver:
             log.error("cannot publish the ResourceSlices of node %s: %s", self.node_name, exc)
             raise
 
-    def start(self, retry_seconds: float = 10.0) -> None:
-        """Publishes the slices now and after every health change (retrying a failed write)."""
+    def start(self, retry_seconds: float = 10.0, resync_seconds: float = 60.0) -> None:
+        """Publishes the slices now, after every health change and every `resync_seconds` (retrying a
+        failed write after `retry_seconds`)."""
         self._stop.clear()
         self._thread = threading.Thread(
-            target=self._follow, args=(retry_seconds,), name="gpufleet-dra-slices", daemon=True
+            target=self._follow,
+            args=(retry_seconds, resync_seconds),
+            name="gpufleet-dra-slices",
+            daemon=True,
         )
         self._thread.start()
 
@@ -161,18 +168,18 @@ class DraDriver:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def _follow(self, retry_seconds: float) -> None:
-        version = -1
+    def _follow(self, retry_seconds: float, resync_seconds: float) -> None:
+        version, published_at = -1, float("-inf")
         while not self._stop.is_set():
             seen = self.health.version
-            if seen != version:
+            if seen != version or time.monotonic() - published_at >= resync_seconds:
                 try:
                     self.publish_slices()
-                    version = seen
+                    version, published_at = seen, time.monotonic()
                 except Exception:
                     self._stop.wait(retry_seconds)
                     continue
-            self.health.wait_for_change(version, self._stop.is_set, timeout=retry_seconds)
+            self.health.wait_for_change(version, self._stop.is_set, timeout=min(retry_seconds, resync_seconds))
 
 
 def _device_table(node: NodeInfo) -> dict[str, tuple[str, str | None, str]]:
