@@ -179,7 +179,9 @@ class DraDriver:
                 except Exception:
                     self._stop.wait(retry_seconds)
                     continue
-            self.health.wait_for_change(version, self._stop.is_set, timeout=min(retry_seconds, resync_seconds))
+            self.health.wait_for_change(
+                version, self._stop.is_set, timeout=min(retry_seconds, resync_seconds)
+            )
 
 
 def _device_table(node: NodeInfo) -> dict[str, tuple[str, str | None, str]]:
