@@ -33,6 +33,10 @@ CASES = [
     # Rule 1's order (decision 37): within nominal first, over every candidate, then borrowing.
     "preempt-within-nominal-before-borrowing",
     "kueue-preempt-other-queues-when-not-exhausted",
+    # Rule 3 for victims (decision 38): a victim's queue borrows judged by its subtree.
+    "reclaim-skips-leaf-within-its-organisation",
+    "reclaim-keeps-organisation-at-its-quota",
+    "kueue-hierarchical-pruned-subtrees",
     # Rule 2: quota victims are not placement victims.
     "quota-victims-two-borrowers-two-nodes",
     "quota-victims-on-other-nodes",

@@ -106,7 +106,11 @@ def candidates(
     if own_settings.preemption.within_queue != "Never":
         queues.append((preemptor.queue, WITHIN_QUEUE))
     if _reaches_others(own_settings, borrowing):
-        every_borrower = [q for q in _borrowing_queues(snapshot, root, flavors) if q != preemptor.queue]
+        every_borrower = [
+            q
+            for q in _borrowing_queues(snapshot, root, flavors)
+            if q != preemptor.queue and subtree_borrows(snapshot, q, preemptor.queue, flavors)
+        ]
         others = every_borrower
         if guarantor is not None and guarantor != preemptor.queue:
             # Within an inner queue's quota (decision 27): it reclaims what that queue lends outside
@@ -333,6 +337,36 @@ def reaches_other_queues(
     if borrowing and guarantor_after_own(snapshot, preemptor, assignment, now=now) is not None:
         borrowing = False
     return _reaches_others(snapshot.cache.settings[preemptor.queue], borrowing)
+
+
+def subtree_borrows(snapshot: Snapshot, queue: str, preemptor_queue: str, flavors: Iterable[str]) -> bool:
+    """Whether a borrowing `queue` borrows from the preemptor's side of the tree (decision 38, Kueue's
+    hierarchical cohorts): each queue on its path below the lowest one it shares with the preemptor's
+    queue uses more than its subtree quota of one of `flavors`. A leaf over its own nominal whose
+    organisation is within its own (its members lend to each other) takes nothing the preemptor's side
+    lent: reclaiming from it would give back nothing borrowed. The leaf itself is judged by the caller.
+    """
+    paths = snapshot.cache.tree.paths
+    mine = paths[preemptor_queue]
+    for ancestor in paths[queue][1:]:
+        if ancestor in mine:
+            return True  # the lowest common ancestor: above it, the preemptor's side lends too
+        if not borrows_any(snapshot, ancestor, flavors):
+            return False
+    return True
+
+
+def judged_path(snapshot: Snapshot, queue: str, preemptor_queue: str) -> tuple[str, ...]:
+    """A victim's queue and the queues above it below the lowest one it shares with the preemptor's
+    queue: those whose borrowing reclaim takes back, each judged against its own subtree quota
+    (decision 38). Just the queue itself in a tree one level deep."""
+    paths = snapshot.cache.tree.paths
+    mine = paths[preemptor_queue]
+    path = paths[queue]
+    for i, name in enumerate(path):
+        if name in mine:
+            return path[:i]
+    return path
 
 
 def borrows_any(snapshot: Snapshot, queue: str, flavors: Iterable[str]) -> bool:

@@ -16,7 +16,7 @@ from gpufleet.scheduler.preemption.greedy import Fits, apply_candidate, apply_if
 from gpufleet.scheduler.preemption.node_index import node_entries
 from gpufleet.scheduler.preemption.options import Option, Options
 from gpufleet.scheduler.preemption.order import RECLAIM, WITHIN_QUEUE, Candidate, SetRank, VictimSet, order_of
-from gpufleet.scheduler.preemption.policy import borrows_now, candidates
+from gpufleet.scheduler.preemption.policy import borrows_now, candidates, judged_path, subtree_borrows
 from gpufleet.scheduler.preemption.pool import CandidatePool
 from gpufleet.scheduler.preemption.scopes import (
     LEAST_BELOW_NOMINAL,
@@ -274,6 +274,7 @@ class Search:
         self.conditional = strict or (_reclaims(pool) and borrows_now(snapshot, preemptor, assignment))
         self.pool = pool
         self._head: list[Candidate] | None = None
+        self._paths: dict[str, tuple[str, ...]] = {}
         # Decision 31: while quota does not fit (or only sets that bring it within nominal may reclaim),
         # victims anywhere may free it: a node's or domain's scope is searched with the pool's cheapest
         # workloads outside it as well. Otherwise victims elsewhere free nothing it needs.
@@ -347,6 +348,7 @@ class Search:
         with reclaim candidates only because its own queue's gave no set) own-queue candidates are given
         up first, and a set that still does not meet the condition is none."""
         snapshot, fits, flavors = self.snapshot, self.fits, self.flavors
+        allowed = self._still_borrowing(allowed)
         if self.strict:
             # Kueue's run without borrowing: candidates in victim order (other queues first), given up
             # until the preemptor fits within its nominal quota.
@@ -357,6 +359,21 @@ class Search:
         others = [c for c in candidates if c.cause != WITHIN_QUEUE]
         found = greedy_set(snapshot, own + others, fits, flavors, allowed)
         return found if self._checked(found) else None
+
+    def _still_borrowing(self, allowed: Callable[[Candidate], bool] | None) -> Callable[[Candidate], bool]:
+        """`allowed`, and for another queue's candidate, as Kueue checks it at each step, that the queues
+        above its own up to where it meets the preemptor's still borrow (decision 38; the greedy search
+        checks the queue itself); in a tree one level deep it always holds."""
+        snapshot, mine, flavors = self.snapshot, self.preemptor.queue, self.flavors
+
+        def test(candidate: Candidate) -> bool:
+            if allowed is not None and not allowed(candidate):
+                return False
+            return candidate.cause == WITHIN_QUEUE or subtree_borrows(
+                snapshot, candidate.admitted.queue, mine, flavors
+            )
+
+        return test
 
     def scope(self, scope: Scope) -> VictimSet | None:
         """The cheapest set of the scope: exact over its minimal sets while it is small, else greedy."""
@@ -393,9 +410,9 @@ class Search:
         else:
             left = usage_of(current.workload, current.assignment.model, candidate.counts)
             amounts = {f: amount - left.get(f, 0) for f, amount in held.items()}
-        queue = candidate.admitted.queue
         return all(
             cache.usage.usage(queue, f) - amounts.get(f, 0) >= cache.tree.nominal(queue, f)
+            for queue in self._judged(candidate.admitted.queue)
             for f in self.flavors
             if amounts.get(f, 0)
         )
@@ -517,13 +534,15 @@ class Search:
         worst = 0
         largest: dict[tuple[str, str], int] = {}
         for option in chosen:
-            q = option.candidate.admitted.queue
             if option.candidate.cause == WITHIN_QUEUE:
                 continue
-            for flavor in self.flavors:
-                amount = option.amounts.get(flavor, 0)
-                if amount > largest.get((q, flavor), 0):
-                    largest[(q, flavor)] = amount
+            # Decision 38: the queue and the queues above it up to where it meets the preemptor's, each
+            # against its own subtree quota (a leaf's amount stands for what is charged above it).
+            for q in self._judged(option.candidate.admitted.queue):
+                for flavor in self.flavors:
+                    amount = option.amounts.get(flavor, 0)
+                    if amount > largest.get((q, flavor), 0):
+                        largest[(q, flavor)] = amount
         for (q, flavor), amount in largest.items():
             left, nominal = usage.usage(q, flavor), tree.nominal(q, flavor)
             if left >= nominal:
@@ -537,21 +556,30 @@ class Search:
         """Whether taking `victims` leaves every other queue at or above its nominal quota."""
         return keeps_nominal(self.snapshot, self.options, victims)
 
+    def _judged(self, queue: str) -> tuple[str, ...]:
+        """`judged_path` of a victim's queue, per search."""
+        found = self._paths.get(queue)
+        if found is None:
+            found = self._paths[queue] = judged_path(self.snapshot, queue, self.preemptor.queue)
+        return found
+
 
 def keeps_nominal(snapshot: Snapshot, options: Options, victims: Sequence[Candidate]) -> bool:
     """Whether taking `victims` (on the snapshot as it is) leaves every other queue at or above its
     nominal quota in the preemptor's flavors."""
     cache = snapshot.cache
     taken: dict[tuple[str, str], int] = {}
+    mine = options.preemptor.queue
     for candidate in victims:
         if candidate.cause == WITHIN_QUEUE:
             continue
         amounts = options.option(candidate).amounts
-        for flavor in options.flavors:
-            amount = amounts.get(flavor, 0)
-            if amount:
-                key = (candidate.admitted.queue, flavor)
-                taken[key] = taken.get(key, 0) + amount
+        for queue in judged_path(snapshot, candidate.admitted.queue, mine):  # decision 38
+            for flavor in options.flavors:
+                amount = amounts.get(flavor, 0)
+                if amount:
+                    key = (queue, flavor)
+                    taken[key] = taken.get(key, 0) + amount
     return all(
         cache.usage.usage(q, flavor) - amount >= cache.tree.nominal(q, flavor)
         for (q, flavor), amount in taken.items()
