@@ -18,8 +18,13 @@ def register(bench: typer.Typer) -> None:
 
 
 def federation(
-    clusters: Annotated[int, typer.Option(min=1, help="Simulated worker clusters.")] = 10,
-    nodes: Annotated[int, typer.Option(min=1, help="8-GPU nodes per worker cluster.")] = 2000,
+    clusters: Annotated[
+        int | None, typer.Option(min=1, help="Worker clusters (default 10; with --utilisation 3).")
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(min=1, help="8-GPU nodes per worker cluster (default 2,000; with --utilisation 16)."),
+    ] = None,
     workloads: Annotated[
         int | None,
         typer.Option(
@@ -40,6 +45,20 @@ def federation(
             "run again elsewhere, jobs run twice, work lost (targets: 60 s, 0, one checkpoint interval).",
         ),
     ] = False,
+    utilisation: Annotated[
+        bool,
+        typer.Option(
+            "--utilisation",
+            help="On the twin: one job stream on --clusters clusters of --nodes under a manager and on "
+            "one cluster of their size; mean GPU utilisation of each (target: within 2 points).",
+        ),
+    ] = False,
+    load: Annotated[
+        float, typer.Option(min=0.1, help="--utilisation: the stream's demand over the fleet's GPUs.")
+    ] = 1.2,
+    mean_seconds: Annotated[
+        float, typer.Option(min=10, help="--utilisation: the jobs' mean run time (exponential).")
+    ] = 300.0,
     run_seconds: Annotated[
         float, typer.Option(min=0, help="--failover: seconds the jobs run before the cluster is lost.")
     ] = 150.0,
@@ -65,11 +84,24 @@ def federation(
         )
         print_figures("Federation failover", figures, as_json=as_json)
         return
+    if utilisation:
+        from gpufleet.cli import fedbench_utilisation
+
+        figures = fedbench_utilisation.run(
+            clusters=3 if clusters is None else clusters,
+            nodes=16 if nodes is None else nodes,
+            jobs=WORKLOADS["utilisation"] if workloads is None else workloads,
+            load=load,
+            mean_seconds=mean_seconds,
+            seed=seed,
+        )
+        print_figures("Federation utilisation", figures, as_json=as_json)
+        return
     from gpufleet.federation.bench import run
 
     result = run(
-        clusters=clusters,
-        nodes=nodes,
+        clusters=10 if clusters is None else clusters,
+        nodes=2000 if nodes is None else nodes,
         workloads=WORKLOADS["dispatch"] if workloads is None else workloads,
         queues=queues,
         heartbeat_every=heartbeat_every,
