@@ -440,7 +440,9 @@ class KubeCache:
                 for core in list(admitted.pods):
                     if core not in cache.fleet.allocations:
                         del admitted.pods[core]  # its node went away
-                cache.finish(name, now=now)
+                # Taken out to be accounted again from the API's objects: the charges of shared
+                # claims are derived from their `reservedFor` then (`dra.charge`), not handed over.
+                cache.finish(name, now=now, hand_over=False)
 
     def core_pods(self, workload: str) -> dict[str, Json]:
         """The pods behind a core workload's pod names (for `{gang}#rest`: the gang's unbound members)."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.fleet.state import Allocation, FleetState
+from gpufleet.scheduler import claim_charges
 from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.lostwork import lost_gpu_seconds
@@ -99,6 +100,9 @@ class ClusterCache:
         # Per workload, the GPU-seconds it ran before its current admission (least-attained-service
         # queues order and preempt by it); kept across evictions, forgotten when it finishes.
         self.service = AttainedService()
+        # Admitted workloads that took over a shared claim's charge from one that left
+        # (`claim_charges`): the world records their new usage, then clears this.
+        self.recharged: set[str] = set()
 
     # ------------------------------------------------------------ world facts
     def replace_settings(self, settings: Mapping[str, QueueSettings]) -> None:
@@ -135,6 +139,7 @@ class ClusterCache:
         for pod in admitted.pods:
             self.fleet.release(pod)
         self._charge(admitted, -1)
+        self._move_charges(admitted, now)
         self.service.stopped(
             name, gpu_milli=admitted.assignment.gpu_milli, admitted_at=admitted.workload.admitted_at, now=now
         )
@@ -156,12 +161,16 @@ class ClusterCache:
         self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
 
-    def finish(self, name: str, *, now: float) -> None:
-        """A workload ended: its pods and quota are freed."""
+    def finish(self, name: str, *, now: float, hand_over: bool = True) -> None:
+        """A workload ended: its pods and quota are freed, and the shared claims it paid for that others
+        still use are charged to them (`hand_over`; a world that takes a workload out only to account
+        it again at once, and derives the charges itself, says False)."""
         admitted = self.admitted.pop(name)
         for pod in admitted.pods:
             self.fleet.release(pod)
         self._charge(admitted, -1)
+        if hand_over:
+            self._move_charges(admitted, now)
         self.service.forget(name)
         self._changed(admitted.queue)
         self._record_history(admitted.queue, admitted.workload.user, now)
@@ -188,6 +197,25 @@ class ClusterCache:
         self.leaving.discard(name)
         if name in self.fleet.allocations:
             self.fleet.release(name)
+
+    def _move_charges(self, leaving: Admitted, now: float) -> None:
+        """The shared claims `leaving` paid for and others still use: charged to the next user
+        (`claim_charges`). The receivers are noted in `recharged` for the world to record."""
+        if not any(ps.charges for ps in leaving.workload.pod_sets):
+            return
+        workloads = {name: a.workload for name, a in self.admitted.items() if name != leaving.name}
+        for move in claim_charges.moves(
+            leaving.workload, leaving.assignment.counts, self.fleet.devices, workloads
+        ):
+            receiver = self.admitted[move.to]
+            self._charge(receiver, -1)
+            receiver.workload, receiver.assignment = claim_charges.charged(
+                receiver.workload, receiver.assignment, move.charge
+            )
+            self._charge(receiver, 1)
+            self._changed(receiver.queue)
+            self._record_history(receiver.queue, receiver.workload.user, now)
+            self.recharged.add(move.to)
 
     # ------------------------------------------------------------- internals
     def epoch(self, queue: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.scheduling import recharge
 from gpufleet.controllers.scheduling.actions import Actions
 from gpufleet.controllers.scheduling.cachesync import CacheSync
 from gpufleet.controllers.scheduling.growth import Growth
@@ -103,6 +104,7 @@ class SchedulingController:
             self._schedule(now)
         if state.grow:
             self.growth.grow(now)
+        recharge.record_recharged(state)  # after finishes and evictions: who pays for shared claims now
         wakes = list(state.backoff.values())
         if state.queues_dirty:
             if now >= self.next_queue_status:
