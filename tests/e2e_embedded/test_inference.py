@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from gpufleet.api.accounting import service_gpu_hours
 from gpufleet.api.runtime import Pod
 
 from .conftest import World
@@ -64,6 +67,12 @@ def test_autoscales_up_at_the_daily_peak_and_back_down(world: World) -> None:
     late = world.get("InferenceService", "chat", "serving").status
     assert late.desired_replicas <= 3, late
     assert ready_pods(world) == late.desired_replicas
+    # Its cost: the replica count's history, as the integral its status keeps (1 GPU a replica), read
+    # up to now. At least 2 replicas all day, more at the peak, never 8 all day.
+    placed = [p for p in world.store.list(Pod, namespace="serving").items if p.spec.node_name]
+    assert late.placed_gpus == len(placed)
+    hours = service_gpu_hours(late.to_dict(), datetime.fromtimestamp(world.now, UTC))
+    assert 2 * 23.5 < hours < 8 * 24, hours
 
 
 def test_rollout_keeps_ready_replicas_at_desired(world: World) -> None:

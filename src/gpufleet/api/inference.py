@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
@@ -90,6 +90,19 @@ class InferenceServiceStatus(ObjectStatus):
     phase: ServicePhase = Field(default="Pending", description="Pending, Running, Failed or Suspended.")
     desired_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler wants.")
     ready_replicas: int = Field(default=0, ge=0, description="Replicas serving.")
+    # The replica-count history as an integral (`api.accounting.service_gpu_hours`): written when the
+    # count of placed replicas changes, not as time passes, and read up to now by whoever prices it.
+    gpu_hours: float = Field(
+        default=0.0, ge=0, description="GPU-hours its placed replicas held up to `gpuHoursCountedTime`."
+    )
+    placed_gpus: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPUs its placed replicas hold since `gpuHoursCountedTime` (what gpuHours grows by).",
+    )
+    gpu_hours_counted_time: AwareDatetime | None = Field(
+        default=None, description="When `gpuHours` was last brought up to date (it runs on from here)."
+    )
 
 
 class InferenceService(Resource):

@@ -2,7 +2,9 @@
 
 Both read the objects the controllers keep, through the API; nothing more is recorded for them. Each
 job's GPUs, GPU-hours and cost follow `gpufleet.api.accounting` (the web console's cost page uses the
-same rule). Idle GPU-hours and their cost are the pools' own account (`status.idleGpuHours`,
+same rule). `cost` adds the InferenceServices' replica GPU-hours and their cost (the integral of their
+placed replicas their status keeps, `api.accounting.service_records`) to their queues and pools, and
+lists them. Idle GPU-hours and their cost are the pools' own account (`status.idleGpuHours`,
 `status.idleCost`), kept by the pool controller.
 """
 
@@ -15,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufleet.api.accounting import JobRecord, job_records
+from gpufleet.api.accounting import JobRecord, ServiceRecord, job_records, service_records
 from gpufleet.api.errors import ValidationError
 from gpufleet.cli.client import Client
 from gpufleet.cli.output import Columns, age, console, server_now
@@ -48,13 +50,21 @@ def _figure(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _gather(client: Client, namespace: str | None) -> tuple[list[JobRecord], list[dict[str, Any]]]:
+def _gather(
+    client: Client, namespace: str | None, *, services: bool = False
+) -> tuple[list[JobRecord], list[dict[str, Any]], list[ServiceRecord]]:
+    """Jobs' accounts, the pools, and (`services`) the InferenceServices' accounts."""
+
     def listed(kind: str, ns: str | None = None) -> list[dict[str, Any]]:
         return client.list_objects(client.resource_type(kind), ns) if client.has_kind(kind) else []
 
     jobs = listed("TrainingJob", namespace)
     pods, nodes, pools = listed("Pod", namespace), listed("Node"), listed("GPUPool")
-    return job_records(jobs, pods, nodes, pools, server_now()), pools
+    now = server_now()
+    served = (
+        service_records(listed("InferenceService", namespace), pods, nodes, pools, now) if services else []
+    )
+    return job_records(jobs, pods, nodes, pools, now), pools, served
 
 
 Output = Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")]
@@ -84,7 +94,7 @@ def history(
 
     if output not in ("table", "json"):
         raise ValidationError(f"must be one of table, json, got {output!r}", field="--output")
-    records, _ = _gather(connect(server, token, state), namespace)
+    records, _, _ = _gather(connect(server, token, state), namespace)
     chosen = [
         r for r in records if (everything or r.state in _FINISHED) and (queue is None or r.queue == queue)
     ]
@@ -143,7 +153,7 @@ def cost(
 
     if output not in ("table", "json"):
         raise ValidationError(f"must be one of table, json, got {output!r}", field="--output")
-    records, pools = _gather(connect(server, token, state), None)
+    records, pools, services = _gather(connect(server, token, state), None, services=True)
     by_queue: dict[str, list[float]] = {}
     by_pool: dict[str, list[float]] = {p["metadata"]["name"]: [0.0, 0.0] for p in pools}
     for r in records:
@@ -155,6 +165,14 @@ def cost(
             pool = by_pool.setdefault(r.pool, [0.0, 0.0])
             pool[0] += r.gpu_hours
             pool[1] += r.cost
+    for s in services:  # serving counts toward its queue and pool as training does (it loses no work)
+        queue = by_queue.setdefault(s.queue, [0.0, 0.0, 0.0])
+        queue[0] += s.gpu_hours
+        queue[1] += s.cost
+        if s.pool is not None:
+            pool = by_pool.setdefault(s.pool, [0.0, 0.0])
+            pool[0] += s.gpu_hours
+            pool[1] += s.cost
     idle = {
         p["metadata"]["name"]: (
             float((p.get("status") or {}).get("idleGpuHours") or 0),
@@ -175,6 +193,16 @@ def cost(
                     "idleCost": idle.get(p, (0, 0))[1],
                 }
                 for p, v in by_pool.items()
+            },
+            "services": {
+                f"{s.namespace}/{s.name}": {
+                    "queue": s.queue,
+                    "pool": s.pool,
+                    "gpus": s.gpus,
+                    "gpuHours": s.gpu_hours,
+                    "cost": s.cost,
+                }
+                for s in services
             },
         }
         sys.stdout.write(json.dumps(answer, indent=2) + "\n")
@@ -205,3 +233,20 @@ def cost(
     out.print(queues)
     out.print()
     out.print(per_pool)
+    if services:
+        per_service = Columns(
+            "NAMESPACE",
+            "NAME",
+            "QUEUE",
+            "GPUS",
+            "GPU-HOURS",
+            "COST",
+            title="Per inference service",
+            right=("GPUS", "GPU-HOURS", "COST"),
+        )
+        for s in sorted(services, key=lambda s: (-s.cost, s.namespace, s.name)):
+            per_service.add_row(
+                s.namespace, s.name, s.queue, _figure(s.gpus), _figure(s.gpu_hours), _figure(s.cost)
+            )
+        out.print()
+        out.print(per_service)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
+from gpufleet.api import accounting
 from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from gpufleet.api.meta import Condition, PendingReason, set_condition
 from gpufleet.api.runtime import Recommendation, ServiceLoadSpec, ServiceLoadStatus
@@ -194,6 +195,10 @@ class ServiceObserved:
     """Why replicas wait, reported while none is ready."""
     suspended: bool = False
     """`spec.suspend` is true: no replica is wanted."""
+    placed: int = 0
+    """Replicas holding GPUs (placed, ready or not)."""
+    per_replica: float = 0.0
+    """GPUs one replica holds (`api.accounting.gpus_per_worker`)."""
 
 
 def desired_replicas(service: InferenceService, autoscaled: int) -> int:
@@ -216,6 +221,8 @@ def observe(
         rolling=step.rolling,
         pending=pending,
         suspended=service.spec.suspend,
+        placed=sum(r.placed for r in step.kept),
+        per_replica=accounting.gpus_per_worker(service.spec.replica.to_dict()),
     )
 
 
@@ -240,10 +247,29 @@ def service_status(
     status.conditions = set_condition(status.conditions, available, now=now)
     status.conditions = set_condition(status.conditions, _rolled_out(observed), now=now)
     status.conditions = jobstate.suspended_condition(status.conditions, observed.suspended, now)
+    _count_gpu_hours(status, observed, now)
     if observed.suspended:
         status.phase = jobstate.SUSPENDED
         status.pending_reason = None
     return status
+
+
+def _count_gpu_hours(status: InferenceServiceStatus, observed: ServiceObserved, now: datetime) -> None:
+    """The replica-count history as its integral (`api.accounting.service_usage`): brought up to `now`
+    only when the GPUs the placed replicas hold change, so time passing alone writes nothing."""
+    counted = status.gpu_hours_counted_time
+    rate = round(observed.placed * observed.per_replica, 6)
+    if counted is not None and rate == status.placed_gpus:
+        return
+    status.gpu_hours, status.placed_gpus = accounting.service_usage(
+        hours=status.gpu_hours,
+        placed_gpus=status.placed_gpus,
+        counted_at=None if counted is None else counted.timestamp(),
+        now=now.timestamp(),
+        replicas=observed.placed,
+        per_replica=observed.per_replica,
+    )
+    status.gpu_hours_counted_time = now
 
 
 def _rolled_out(observed: ServiceObserved) -> Condition:

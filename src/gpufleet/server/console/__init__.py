@@ -103,6 +103,8 @@ def build_view(source: ConsoleSource, who: Principal, now: datetime) -> dict[str
     cost: dict[str, Any] = dict(view.cost_rows(fleet.pools, fleet.nodes, fleet.pods))
     # Only the jobs the token may read are accounted: a queue's token gets its own.
     cost["jobs"] = view.job_cost_rows(jobs, fleet.pods, fleet.nodes, fleet.pools, now)
+    services = [obj for obj in work if obj.get("kind") == "InferenceService"]
+    cost["services"] = view.service_cost_rows(services, fleet.pods, fleet.nodes, fleet.pools, now)
     if who.admin:
         answer["map"] = view.fleet_map(fleet.pools, fleet.nodes, fleet.pods)
         answer["cost"] = cost
@@ -110,5 +112,6 @@ def build_view(source: ConsoleSource, who: Principal, now: datetime) -> dict[str
         answer["map"] = None
         mine = [q for q in cost["queues"] if q["name"] == who.queue]
         jobs_cost = [dict(row, pool=None) for row in cost["jobs"]]  # pools are not its to read
-        answer["cost"] = {"pools": [], "queues": mine, "jobs": jobs_cost}
+        services_cost = [dict(row, pool=None) for row in cost["services"]]
+        answer["cost"] = {"pools": [], "queues": mine, "jobs": jobs_cost, "services": services_cost}
     return answer

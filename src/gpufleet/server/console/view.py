@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpufleet.api.accounting import job_records
+from gpufleet.api.accounting import job_records, service_records
 from gpufleet.api.reasons import pending_lines
 from gpufleet.api.runtime import RACK_LABEL
 
@@ -243,6 +243,27 @@ def job_cost_rows(
             "lostGpuHours": r.lost_gpu_hours,
         }
         for r in records
+    ]
+
+
+def service_cost_rows(
+    services: Sequence[Obj], pods: Sequence[Obj], nodes: Sequence[Obj], pools: Sequence[Obj], now: datetime
+) -> list[dict[str, Any]]:
+    """Each InferenceService's GPUs now, replica GPU-hours and cost so far, by the rule `gpufleet cost`
+    uses (`gpufleet.api.accounting.service_records`); the most expensive first."""
+    records = service_records(services, pods, nodes, pools, now)
+    return [
+        {
+            "namespace": r.namespace,
+            "name": r.name,
+            "queue": r.queue,
+            "state": r.state,
+            "gpus": r.gpus,
+            "pool": r.pool,
+            "gpuHours": r.gpu_hours,
+            "cost": r.cost,
+        }
+        for r in sorted(records, key=lambda r: (-r.cost, r.namespace, r.name))
     ]
 
 

@@ -154,6 +154,14 @@ function drawCost(cost) {
     el("td", { class: "number", text: number(job.gpuHours) }),
     el("td", { class: "number", text: number(job.cost) }),
     el("td", { class: "number", text: number(job.lostGpuHours) }))));
+  document.getElementById("cost-services").replaceChildren(...(cost.services || []).map((svc) => el("tr", { "data-service": svc.namespace + "/" + svc.name },
+    el("td", { text: svc.namespace + "/" + svc.name }),
+    el("td", { text: svc.queue }),
+    el("td", { text: svc.state }),
+    el("td", { text: svc.pool || "" }),
+    el("td", { class: "number", text: number(svc.gpus) }),
+    el("td", { class: "number", text: number(svc.gpuHours) }),
+    el("td", { class: "number", text: number(svc.cost) }))));
 }
 
 function drawEvents() {
