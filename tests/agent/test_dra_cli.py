@@ -12,6 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+from typer.testing import CliRunner
+
+from gpufleet.agent.dra.slices import node_slice_specs
+from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.api.dra_devices import ResourceSliceSpec
+from gpufleet.cli.main import app
 from kube.fake_http import serve, write_kubeconfig
 from kube.fakeapi import FakeApiServer
 
@@ -67,3 +74,14 @@ def test_dra_agent_cli_publishes_slices_and_prepares_claims_through_the_api_serv
         server.shutdown()
     assert proc.returncode == 0, output
     assert not (short_dir / "registry" / f"{DRIVER}-reg.sock").exists()  # the kubelet unregisters it
+
+
+def test_dra_agent_inspect_prints_the_slices_it_would_publish() -> None:
+    result = CliRunner().invoke(
+        app, ["agent", "inspect", "--profile", "a100-80gb-mig", "--dra", "--node-name", "n1"]
+    )
+    assert result.exit_code == 0, result.output
+    slices = list(yaml.safe_load_all(result.output))
+    assert [s["metadata"]["name"] for s in slices] == ["n1-gpu.nvidia.com-0", "n1-gpu.nvidia.com-1"]
+    specs = [ResourceSliceSpec.model_validate(s["spec"]) for s in slices]
+    assert specs == node_slice_specs(RecordedNvml.from_profile("a100-80gb-mig").discover(), "n1")

@@ -24,13 +24,15 @@ from gpufleet.agent.deviceplugin.resources import build_resources, device_ids
 from gpufleet.agent.deviceplugin.server import DEVICE_PLUGIN_PATH
 from gpufleet.agent.dra.cdi import CDI_DIR
 from gpufleet.agent.dra.server import PLUGINS_DIR, PLUGINS_REGISTRY, DraSettings
+from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
 from gpufleet.agent.labels import gfd_labels, node_label_patch
-from gpufleet.agent.nvml import RealNvml, bundled_profiles, node_to_json, open_backend, uuids
+from gpufleet.agent.nvml import NodeInfo, RealNvml, bundled_profiles, node_to_json, open_backend, uuids
 from gpufleet.agent.runtime import Agent
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.agent_config import RESYNC_SECONDS, NodeSharingConfig, SharingConfigWatcher
 from gpufleet.observability.logs import setup_logging
+from gpufleet.sharing.dra_slices import slice_name
 
 log = logging.getLogger("gpufleet.agent")
 Reporter = Callable[..., None]
@@ -206,6 +208,21 @@ def _dra_settings(
         registry_dir=registry_dir,
         cdi_dir=cdi_dir,
     )
+
+
+def _dra_slices_yaml(node: NodeInfo, node_name: str) -> str:
+    import yaml
+
+    slices = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name(node_name, index)},
+            "spec": spec.to_dict(),
+        }
+        for index, spec in enumerate(node_slice_specs(node, node_name))
+    ]
+    return yaml.safe_dump_all(slices, sort_keys=False)
 
 
 class PoolSharing:
@@ -389,6 +406,12 @@ def inspect(
     ),
     as_json: bool = typer.Option(False, "--json", help="one JSON object: node, labels, resources"),
     record: Path = typer.Option(None, "--record", help="write what was discovered as a node profile JSON"),
+    dra: bool = typer.Option(
+        False, "--dra", help="print the ResourceSlices `gpufleet agent --dra` would publish (YAML), no more"
+    ),
+    node_name: str = typer.Option(
+        None, "--node-name", envvar="NODE_NAME", help="with --dra: the node they are for (default: hostname)"
+    ),
 ) -> None:
     """Prints what discovery found, the labels and the devices the agent would advertise."""
     pinned = _pinned(mig_strategy)
@@ -410,6 +433,9 @@ def inspect(
             record.write_text(json.dumps(profile_json, indent=1) + "\n")
     finally:
         backend.close()
+    if dra:
+        typer.echo(_dra_slices_yaml(node, node_name or node.hostname), nl=False)
+        return
     advertised = device_ids(resources)
     if as_json:
         typer.echo(
