@@ -41,6 +41,7 @@ CASES = [
     "quota-victims-two-borrowers-two-nodes",
     "quota-victims-on-other-nodes",
     "quota-victims-on-other-nodes-large-pool",
+    "quota-victims-relieve-the-limiting-queue",
     # Rule 5: elastic preemptors.
     "kai-elastic-preemptor-at-fewer-pods",
     "kai-reclaim-only-over-quota-task-from-elastic-job",

@@ -330,6 +330,31 @@ class QuotaUsage:
                 return QuotaShortfall(queue, flavor, amount, used, nominal, limit, available, binding)
         return None
 
+    def limits(self, queue: str, amounts: Mapping[str, int]) -> dict[str, str]:
+        """Per flavor of `amounts` that the leaf `queue` cannot take now, the queue whose limit binds it:
+        its own borrowing limit, an ancestor's, or a root's quota (as `QuotaShortfall.limited_by`)."""
+        node = self.tree.nodes[queue]
+        if node.unlimited:
+            return {}
+        out = {}
+        for flavor, amount in amounts.items():
+            if amount and flavor in node.quotas:
+                available, binding = self._available(queue, flavor)
+                if amount > available:
+                    out[flavor] = binding
+        return out
+
+    def reaches(self, queue: str, flavor: str, target: str) -> bool:
+        """Whether refunding some of `flavor` from the leaf `queue` lowers `target`'s usage: `target` is
+        on its path and every queue below it there uses more than it keeps (a refund within a kept part
+        stops where that part is)."""
+        for name in self.tree.paths[queue]:
+            if name == target:
+                return True
+            if self.used[name].get(flavor, 0) <= self.tree.guaranteed[name].get(flavor, 0):
+                return False
+        return False
+
     def snapshot(self) -> dict[str, dict[str, int]]:
         """A copy of the usage table (tests compare it before and after a what-if)."""
         return {name: {f: v for f, v in row.items() if v} for name, row in self.used.items()}

@@ -278,9 +278,11 @@ class Search:
         # Decision 31: while quota does not fit (or only sets that bring it within nominal may reclaim),
         # victims anywhere may free it: a node's or domain's scope is searched with the pool's cheapest
         # workloads outside it as well. Otherwise victims elsewhere free nothing it needs.
-        self.quota_short = self.conditional or (
-            snapshot.cache.usage.fits(preemptor.queue, assignment.usage) is not None
-        )
+        short = snapshot.cache.usage.fits(preemptor.queue, assignment.usage) is not None
+        self.quota_short = self.conditional or short
+        # Decision 39: the queues whose limits bind the preemptor's quota, per flavor short; a workload
+        # outside the scope frees quota it needs only if its refund reaches one of them.
+        self._limits = snapshot.cache.usage.limits(preemptor.queue, assignment.usage) if short else {}
 
     def outside(self, inside: set[str], workloads: int) -> list[Candidate]:
         """The candidates, in victim order, of the pool's first `workloads` workloads not in `inside`,
@@ -289,10 +291,15 @@ class Search:
         head = self._head
         if head is None:
             pool = self.pool
+            limits = self._limits
             if isinstance(pool, CandidatePool):
+                if limits:
+                    # Decision 39: only the parts (one queue each) whose refunds reach a binding queue.
+                    pool = CandidatePool([p for p in pool.parts if p.kept and self._relieves(p.kept[0])])
                 head = self._head = pool.head(OUTSIDE_HEAD)
             else:
-                head = self._head = sorted(pool, key=order_of)[:OUTSIDE_HEAD]
+                useful = [c for c in pool if self._relieves(c)] if limits else pool
+                head = self._head = sorted(useful, key=order_of)[:OUTSIDE_HEAD]
         names: set[str] = set()
         out: list[Candidate] = []
         for candidate in head:
@@ -305,6 +312,17 @@ class Search:
                 names.add(name)
             out.append(candidate)
         return out
+
+    def _relieves(self, candidate: Candidate) -> bool:
+        """Whether giving up `candidate` lowers the usage of a queue whose limit binds the preemptor's
+        quota (decision 39): in a deep tree a borrower elsewhere frees the root's quota, not that of
+        the organisation at its borrowing limit, say."""
+        usage, queue = self.snapshot.cache.usage, candidate.admitted.queue
+        held = candidate.admitted.assignment.usage
+        return any(
+            held.get(flavor, 0) and usage.reaches(queue, flavor, binding)
+            for flavor, binding in self._limits.items()
+        )
 
     def _extra(self, scope: Scope, units: int) -> list[Candidate]:
         """The cheapest workloads' candidates outside a node or domain scope that join its search while
