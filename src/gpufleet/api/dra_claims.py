@@ -2,8 +2,8 @@
 (or the template it is made from) asks for, and what its allocation says (the kinds are in
 `gpufleet.api.dra`).
 
-`firstAvailable` (prioritized alternatives) and per-request tolerations are not modelled yet: they are
-refused rather than ignored, so a claim is never allocated something it did not ask for. Like
+Per-request tolerations are not modelled yet: they are refused rather than ignored, so a claim is never
+allocated something it did not ask for. `firstAvailable` (prioritized alternatives) is. Like
 `gpufleet.api.dra_devices`, this module imports no kind, so the scheduling core may read it.
 """
 
@@ -50,9 +50,53 @@ class ExactDeviceRequest(ApiModel):
         return self.count if self.count is not None else 1
 
 
+class DeviceSubRequest(ExactDeviceRequest):
+    """One alternative of a `firstAvailable` request: an exact request with a name of its own, and no
+    admin access (Kubernetes does not offer it there)."""
+
+    name: str = Field(min_length=1, description="The alternative's name, unique in its request.")
+
+    @model_validator(mode="after")
+    def _no_admin_access(self) -> DeviceSubRequest:
+        if self.admin_access is not None:
+            raise field_error("adminAccess", "is not allowed in a firstAvailable alternative")
+        return self
+
+
+MAX_SUBREQUESTS = 8
+"""Alternatives one `firstAvailable` request may list (Kubernetes' limit)."""
+
+
 class DeviceRequest(ApiModel):
     name: str = Field(min_length=1, description="The request's name, unique in the claim (a DNS label).")
-    exactly: ExactDeviceRequest = Field(description="The one kind of device asked for.")
+    exactly: ExactDeviceRequest | None = Field(default=None, description="The one kind of device asked for.")
+    first_available: list[DeviceSubRequest] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SUBREQUESTS,
+        description="Alternatives in order of preference: the first that can be allocated is (its "
+        "devices' results name the request `<request>/<alternative>`).",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DeviceRequest:
+        if (self.exactly is None) == (self.first_available is None):
+            raise field_error("exactly", "exactly one of exactly and firstAvailable")
+        names = [s.name for s in self.first_available or ()]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise field_error(f"firstAvailable[{i}].name", f"alternative {name!r} is listed twice")
+        return self
+
+    @property
+    def alternatives(self) -> list[tuple[str, ExactDeviceRequest]]:
+        """What may be allocated for this request, in order of preference, each under the name its
+        results carry: the request itself (`exactly`), or each `firstAvailable` alternative as
+        `<request>/<alternative>`."""
+        if self.first_available is None:
+            assert self.exactly is not None
+            return [(self.name, self.exactly)]
+        return [(f"{self.name}/{sub.name}", sub) for sub in self.first_available]
 
 
 class DeviceConstraint(ApiModel):
@@ -65,7 +109,9 @@ class DeviceConstraint(ApiModel):
         "(`gpu.nvidia.com/cliqueId`: all GPUs in one NVLink clique).",
     )
     distinct_attribute: str | None = Field(
-        default=None, description="An attribute whose values must all differ (1.34 alpha)."
+        default=None,
+        description="A qualified attribute name every allocated device must have, each with a "
+        "value of its own (1.34 alpha).",
     )
 
     @model_validator(mode="after")
@@ -95,9 +141,11 @@ class DeviceClaim(ApiModel):
         for i, name in enumerate(names):
             if name in names[:i]:
                 raise field_error(f"requests[{i}].name", f"request {name!r} is listed twice")
+        # A constraint may name a request, or one alternative of a firstAvailable one.
+        known = set(names) | {alt for r in self.requests for alt, _ in r.alternatives}
         for i, constraint in enumerate(self.constraints):
             for name in constraint.requests:
-                if name not in names:
+                if name not in known:
                     raise field_error(f"constraints[{i}].requests", f"no request is named {name!r}")
         return self
 

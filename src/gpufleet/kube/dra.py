@@ -350,8 +350,10 @@ class KubeDra:
     @staticmethod
     def _check_classes(workload: str, claim: ResourceClaim, fleet: FleetState) -> None:
         for request in claim.spec.devices.requests:
-            wanted = request.exactly.device_class_name
-            if wanted not in fleet.devices.classes:
+            for _, exact in request.alternatives:  # every alternative's class, as for an exact request
+                wanted = exact.device_class_name
+                if wanted in fleet.devices.classes:
+                    continue
                 raise ClaimsNotReady(
                     f"DeviceClass {wanted} does not exist (ResourceClaim {claim.namespace}/{claim.name}, "
                     f"request {request.name})",

@@ -113,8 +113,10 @@ class ClaimSync:
             own = [c for c in made if not c.shared]
             for claim in made:
                 for device_request in claim.spec.devices.requests:
-                    wanted = device_request.exactly.device_class_name
-                    if wanted not in fleet.devices.classes:
+                    for _, exact in device_request.alternatives:
+                        wanted = exact.device_class_name
+                        if wanted in fleet.devices.classes:
+                            continue
                         raise ClaimsNotReady(
                             f"DeviceClass {wanted} does not exist (ResourceClaim {claim.key}, request "
                             f"{device_request.name})",

@@ -12,7 +12,9 @@ answer is deterministic:
 - the shared counters of partitionable devices (a GPU's memory slices, taken by its MIG partitions)
   are never exceeded, counting what the devices in use already consume;
 - `matchAttribute` constraints: every device of the requests they name has the attribute, with one
-  value per claim;
+  value per claim; `distinctAttribute` constraints: every such device has it, each with a value of its
+  own (as kube-scheduler's allocator checks both, per claim);
+- a `firstAvailable` request gets its first alternative that can be allocated with the rest;
 - `allocationMode: All` takes every matching device of the node (at least one; none may be in use, and
   not from a pool whose slices are not all published yet).
 
@@ -21,12 +23,18 @@ The search is bounded (`max_steps`); a node where the bound is hit is reported a
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter as Tally
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gpufleet.api.dra_claims import DeviceAllocationConfiguration, DeviceRequest, ResourceClaimSpec
+from gpufleet.api.dra_claims import (
+    DeviceAllocationConfiguration,
+    DeviceConstraint,
+    ExactDeviceRequest,
+    ResourceClaimSpec,
+)
 from gpufleet.api.dra_devices import DeviceClassSpec
 from gpufleet.fleet.devices import CounterId, DeviceId, NodeDevices, PoolDevice, pinned_to
 from gpufleet.scheduler.placement.dra.cel import SelectorCache, split_name
@@ -63,9 +71,20 @@ class PodClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class _Choice:
+    """What one request of a claim is allocated as: the request itself, or one of its `firstAvailable`
+    alternatives (`name` is then `<request>/<alternative>`, as the results name it)."""
+
+    name: str
+    parent: str
+    """The claim's request it belongs to (the same as `name` for an exact request)."""
+    exact: ExactDeviceRequest
+
+
+@dataclass(frozen=True, slots=True)
 class _Slot:
     claim_index: int
-    request: DeviceRequest
+    request: _Choice
     ordinal: int
     """Which device of the request this slot is (0-based)."""
     candidates: tuple[PoolDevice, ...]
@@ -92,7 +111,7 @@ class _Search:
             return True
         self.deepest = max(self.deepest, depth)
         slot = self.slots[depth]
-        admin = bool(slot.request.exactly.admin_access)
+        admin = bool(slot.request.exact.admin_access)
         start = self._first_index(depth)
         for index in range(start, len(slot.candidates)):
             self.steps += 1
@@ -130,19 +149,21 @@ class _Search:
                     return COUNTERS
         claim = self.claims[slot.claim_index]
         for constraint in claim.spec.devices.constraints:
-            attribute = constraint.match_attribute
-            if attribute is None or (constraint.requests and slot.request.name not in constraint.requests):
+            if not _applies(constraint, slot.request):
                 continue
+            # matchAttribute: one value across the devices; distinctAttribute: a value of its own each.
+            same = constraint.match_attribute is not None
+            attribute = constraint.match_attribute if same else constraint.distinct_attribute
+            assert attribute is not None
+            check = f"{'matchAttribute' if same else 'distinctAttribute'} {attribute}"
             mine = attribute_value(device, attribute)
             if mine is None:
-                return f"matchAttribute {attribute}"
+                return check
             for other_slot, other in zip(self.slots, self.chosen, strict=False):
-                if other_slot.claim_index != slot.claim_index:
+                if other_slot.claim_index != slot.claim_index or not _applies(constraint, other_slot.request):
                     continue
-                if constraint.requests and other_slot.request.name not in constraint.requests:
-                    continue
-                if attribute_value(other, attribute) != mine:
-                    return f"matchAttribute {attribute}"
+                if (attribute_value(other, attribute) == mine) != same:
+                    return check
         return None
 
     def _take(self, device: PoolDevice, use: Mapping[CounterId, Decimal]) -> None:
@@ -156,6 +177,15 @@ class _Search:
         self.taken.discard(device.id)
         for counter, amount in use.items():
             self.free[counter] += amount
+
+
+def _applies(constraint: DeviceConstraint, request: _Choice) -> bool:
+    """A constraint names requests, or alternatives of one (`<request>/<alternative>`); none = all."""
+    return (
+        not constraint.requests
+        or request.name in constraint.requests
+        or request.parent in constraint.requests
+    )
 
 
 def attribute_value(device: PoolDevice, qualified: str) -> object | None:
@@ -194,26 +224,49 @@ def allocate_claims(
 
     `in_use` are the devices other claims hold; `admin_namespaces` the namespaces whose claims may ask
     for admin access. Returns one allocation per claim, in order, or why they cannot all be met.
+
+    A `firstAvailable` request is allocated as its first alternative that can be, with the rest of the
+    claims: the combinations of alternatives are tried in order of preference, the first request's
+    choice changing slowest (as kube-scheduler's allocator backtracks), all within `max_steps`. The
+    reason, when none fits, is the preferred combination's.
     """
     selectors = cache if cache is not None else SelectorCache()
-    slots: list[_Slot] = []
     held = frozenset(in_use)
-    for claim_index, claim in enumerate(claims):
-        for request in claim.spec.devices.requests:
-            made = _slots_of(claim_index, claim, request, node, classes, held, admin_namespaces, selectors)
+    requests = [(i, r) for i, claim in enumerate(claims) for r in claim.spec.devices.requests]
+    options = [
+        [_Choice(name, request.name, exact) for name, exact in request.alternatives]
+        for _, request in requests
+    ]
+    first: DraUnsatisfied | None = None
+    steps = max_steps
+    for combination in itertools.product(*options):
+        slots: list[_Slot] = []
+        unmet: DraUnsatisfied | None = None
+        for (claim_index, _), choice in zip(requests, combination, strict=True):
+            made = _slots_of(
+                claim_index, claims[claim_index], choice, node, classes, held, admin_namespaces, selectors
+            )
             if isinstance(made, DraUnsatisfied):
-                return made
+                unmet = made
+                break
             slots.extend(made)
-    search = _Search(slots, claims, held, free_counters(node, held), max_steps)
-    if not search.run():
-        return _search_failure(search)
-    return _allocations(claims, slots, search.chosen, node_name, classes)
+        if unmet is None:
+            search = _Search(slots, claims, held, free_counters(node, held), steps)
+            if search.run():
+                return _allocations(claims, slots, search.chosen, node_name, classes, combination)
+            steps -= search.steps
+            unmet = _search_failure(search)
+        first = first or unmet
+        if steps <= 0:
+            break
+    assert first is not None
+    return first
 
 
 def _slots_of(
     claim_index: int,
     claim: PodClaim,
-    request: DeviceRequest,
+    request: _Choice,
     node: NodeDevices,
     classes: Mapping[str, DeviceClassSpec],
     in_use: frozenset[DeviceId],
@@ -221,7 +274,7 @@ def _slots_of(
     cache: SelectorCache,
 ) -> list[_Slot] | DraUnsatisfied:
     """The request's slots with their candidates, or why the request cannot be met on this node."""
-    exact = request.exactly
+    exact = request.exact
     key = claim.key
 
     def unsatisfied(wanted: int, rejected: Mapping[str, int], message: str) -> DraUnsatisfied:
@@ -292,7 +345,7 @@ def _search_failure(search: _Search) -> DraUnsatisfied:
     depth = min(search.deepest, len(search.slots) - 1)
     slot = search.slots[depth]
     claim = search.claims[slot.claim_index]
-    exact = slot.request.exactly
+    exact = slot.request.exact
     rejected: Tally[str] = Tally()
     for (at, check), n in search.turned_away.items():
         if search.slots[at].request is slot.request and search.slots[at].claim_index == slot.claim_index:
@@ -315,6 +368,7 @@ def _allocations(
     chosen: Sequence[PoolDevice],
     node_name: str,
     classes: Mapping[str, DeviceClassSpec],
+    combination: Sequence[_Choice],
 ) -> list[ClaimAllocation]:
     # Every device here is one the node reaches; the pod runs on this node, so the allocation pins it
     # there (kube-scheduler does the same for node-local slices).
@@ -327,26 +381,26 @@ def _allocations(
                 driver=device.driver,
                 pool=device.pool,
                 device=device.device.name,
-                admin_access=bool(slot.request.exactly.admin_access),
+                admin_access=bool(slot.request.exact.admin_access),
             )
             for slot, device in zip(slots, chosen, strict=True)
             if slot.claim_index == index
         )
-        out.append(ClaimAllocation(claim.key, devices, selector, _config(claim, classes), node_name))
+        mine = [c for c in combination if any(c.parent == r.name for r in claim.spec.devices.requests)]
+        out.append(ClaimAllocation(claim.key, devices, selector, _config(claim, classes, mine), node_name))
     return out
 
 
 def _config(
-    claim: PodClaim, classes: Mapping[str, DeviceClassSpec]
+    claim: PodClaim, classes: Mapping[str, DeviceClassSpec], chosen: Sequence[_Choice]
 ) -> tuple[DeviceAllocationConfiguration, ...]:
-    """The drivers' configuration: the classes' first (per request), then the claim's own."""
+    """The drivers' configuration: the classes' first (per request, as allocated: an alternative under
+    its `<request>/<alternative>` name), then the claim's own."""
     config: list[DeviceAllocationConfiguration] = []
-    for request in claim.spec.devices.requests:
-        for entry in classes[request.exactly.device_class_name].config:
+    for choice in chosen:
+        for entry in classes[choice.exact.device_class_name].config:
             config.append(
-                DeviceAllocationConfiguration(
-                    source="FromClass", requests=[request.name], opaque=entry.opaque
-                )
+                DeviceAllocationConfiguration(source="FromClass", requests=[choice.name], opaque=entry.opaque)
             )
     for claim_entry in claim.spec.devices.config:
         config.append(

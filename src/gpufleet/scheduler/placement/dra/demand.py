@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from gpufleet.api.dra_claims import ExactDeviceRequest
 from gpufleet.api.dra_devices import DeviceClassSpec
 from gpufleet.api.errors import ValidationError
 from gpufleet.fleet.devices import PoolDevice
@@ -36,7 +37,8 @@ class ClaimDemand:
     gpus: int = 0
     mig: str | None = None
     gpu_models: tuple[str, ...] = ()
-    """The models every request can be met with; empty = not known yet (any)."""
+    """The models every request can be met with, in order of preference (a `firstAvailable` request's
+    preferred alternative's first, else by name); empty = not known yet (any)."""
 
 
 def claim_demand(
@@ -59,43 +61,37 @@ def claim_demand(
     gpus = 0
     migs: list[str] = []
     models: set[str] | None = None
+    preference: list[str] = []
     for claim in claims:
         for index, request in enumerate(claim.spec.devices.requests):
             where = f"spec.devices.requests[{index}]"
-            exact = request.exactly
-            device_class = classes.get(exact.device_class_name)
-            if device_class is None:
-                raise ValidationError(
-                    f"DeviceClass {exact.device_class_name} does not exist",
-                    obj=f"ResourceClaim {claim.key}",
-                    field=f"{where}.exactly.deviceClassName",
+            asked = [
+                _asked(
+                    claim,
+                    exact,
+                    f"{where}.{_field(request.first_available, n)}",
+                    classes,
+                    pool,
+                    selectors,
+                    model_of,
                 )
-            expressions = [s.cel.expression for s in (*device_class.selectors, *exact.selectors)]
-            matching = [
-                d
-                for d in pool
-                if all(
-                    selectors.evaluate(e, (d.driver, d.pool, d.generation, d.device.name), d.device).matched
-                    for e in expressions
-                )
+                for n, (_, exact) in enumerate(request.alternatives)
             ]
-            count = exact.wanted if exact.allocation_mode == "ExactCount" else _most_on_one_node(matching)
-            kinds = {attribute_value(d, TYPE_ATTRIBUTE) for d in matching}
-            if kinds == {"mig"}:
-                profiles = sorted({str(attribute_value(d, PROFILE_ATTRIBUTE)) for d in matching})
-                if len(profiles) > 1:
-                    # the quota flavor of a MIG instance is its profile: one request, one flavor
-                    raise ValidationError(
-                        f"matches MIG instances of several profiles ({', '.join(profiles)}); select one",
-                        obj=f"ResourceClaim {claim.key}",
-                        field=f"{where}.exactly.selectors",
-                    )
-                migs.extend(profiles * count)
-            else:
-                gpus += count
-            found = {
-                model_of(str(p)) for d in matching if (p := attribute_value(d, PRODUCT_ATTRIBUTE)) is not None
-            }
+            # The core counts a request before it knows which alternative a node gives: they must
+            # count alike (the same whole GPUs, or one MIG instance of one profile).
+            if len({(a.gpus, a.migs) for a in asked}) > 1:
+                raise ValidationError(
+                    "firstAvailable alternatives ask for different numbers or kinds of GPUs; quota "
+                    "counts a request the same whichever is allocated",
+                    obj=f"ResourceClaim {claim.key}",
+                    field=f"{where}.firstAvailable",
+                )
+            gpus += asked[0].gpus
+            migs.extend(asked[0].migs)
+            found = {m for a in asked for m in a.models}  # any alternative's models meet the request
+            # Flavors are tried in this order (`flavors.candidate_models`): the preferred alternative's
+            # models first, so the quota flavor follows the prioritized list.
+            preference += [m for a in asked for m in sorted(a.models) if m not in preference]
             if found:
                 models = found if models is None else models & found
                 if not models:
@@ -110,7 +106,66 @@ def claim_demand(
         raise ValidationError(
             "asks for more than one MIG instance; a pod holds at most one", obj=_pod_of(claims)
         )
-    return ClaimDemand(gpus=gpus, mig=migs[0] if migs else None, gpu_models=tuple(sorted(models or ())))
+    return ClaimDemand(
+        gpus=gpus,
+        mig=migs[0] if migs else None,
+        gpu_models=tuple(m for m in preference if m in (models or ())),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    gpus: int
+    migs: tuple[str, ...]
+    models: frozenset[str]
+
+
+def _field(first_available: object, n: int) -> str:
+    return f"firstAvailable[{n}]" if first_available is not None else "exactly"
+
+
+def _asked(
+    claim: PodClaim,
+    exact: ExactDeviceRequest,
+    where: str,
+    classes: Mapping[str, DeviceClassSpec],
+    pool: Sequence[PoolDevice],
+    selectors: SelectorCache,
+    model_of: Callable[[str], str],
+) -> _Asked:
+    """What one exact request (or firstAvailable alternative) asks for in the core's units."""
+    device_class = classes.get(exact.device_class_name)
+    if device_class is None:
+        raise ValidationError(
+            f"DeviceClass {exact.device_class_name} does not exist",
+            obj=f"ResourceClaim {claim.key}",
+            field=f"{where}.deviceClassName",
+        )
+    expressions = [s.cel.expression for s in (*device_class.selectors, *exact.selectors)]
+    matching = [
+        d
+        for d in pool
+        if all(
+            selectors.evaluate(e, (d.driver, d.pool, d.generation, d.device.name), d.device).matched
+            for e in expressions
+        )
+    ]
+    count = exact.wanted if exact.allocation_mode == "ExactCount" else _most_on_one_node(matching)
+    models = frozenset(
+        model_of(str(p)) for d in matching if (p := attribute_value(d, PRODUCT_ATTRIBUTE)) is not None
+    )
+    kinds = {attribute_value(d, TYPE_ATTRIBUTE) for d in matching}
+    if kinds == {"mig"}:
+        profiles = sorted({str(attribute_value(d, PROFILE_ATTRIBUTE)) for d in matching})
+        if len(profiles) > 1:
+            # the quota flavor of a MIG instance is its profile: one request, one flavor
+            raise ValidationError(
+                f"matches MIG instances of several profiles ({', '.join(profiles)}); select one",
+                obj=f"ResourceClaim {claim.key}",
+                field=f"{where}.selectors",
+            )
+        return _Asked(0, tuple(profiles * count), models)
+    return _Asked(count, (), models)
 
 
 def _most_on_one_node(matching: Sequence[PoolDevice]) -> int:
