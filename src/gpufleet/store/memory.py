@@ -338,7 +338,7 @@ class MemoryStore:
         meta.pop("deletionTimestamp", None)
         if "status" in info.model.model_fields:
             data.pop("status", None)  # status is written through update_status, as in Kubernetes
-        return self._record(info, ns, name, "ADDED", data)
+        return self._record(info, ns, name, "ADDED", data, owned=True)
 
     def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
         meta = data["metadata"]
@@ -375,10 +375,13 @@ class MemoryStore:
         meta["resourceVersion"] = str(self._head + 1)
         return self._record(info, ns, name, "DELETED" if remove else "MODIFIED", changed)
 
-    def _record(self, info: KindInfo, ns: str, name: str, event: EventType, data: Json) -> Resource:
+    def _record(
+        self, info: KindInfo, ns: str, name: str, event: EventType, data: Json, *, owned: bool = False
+    ) -> Resource:
         """Validates the object as written, stores it (or removes it) at the next version and logs it;
-        returns the validated object, which shares nothing with what is stored."""
-        result = load(info, _fresh(data))
+        returns the validated object, which shares nothing with what is stored. `owned`: `data` is
+        the caller's own dump, shared with nothing stored (a change shares the current form's values)."""
+        result = load(info, data if owned else _fresh(data))
         stored = result.to_dict(reveal_secrets=True)
         table = self._objects.setdefault(info.kind, {})
         key = (ns, name)

@@ -442,7 +442,9 @@ class Twin:
         if pod is None:
             return None
         for _ in range(3):
-            status = pod.status.model_copy(deep=True)
+            # The changes (`_start`, `_ready`, `_finish_pod`) assign fields and change no nested value
+            # in place: a shallow copy is enough, a deep one was a fiftieth of a simulation's CPU.
+            status = pod.status.model_copy()
             change(status)
             try:
                 written = self.store.update_status(pod.model_copy(update={"status": status}))
