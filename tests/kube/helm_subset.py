@@ -2,8 +2,9 @@
 
 There is no helm binary on the build machines; this renders `deploy/helm/gpufleet/templates` so a
 test can hold the chart and `gpufleet manifests all` to the same objects. Supported: `{{ .Values.x }}`,
-`{{ . }}`, `include "name" ARG`, `toYaml ARG`, `| nindent N`, `if/else`, `range`, `with`, `define`,
-and `{{-`/`-}}` whitespace trimming. Anything else fails loudly, so the chart cannot quietly use more.
+`{{ $.Values.x }}`, `{{ . }}`, `include "name" ARG`, `toYaml ARG`, `| nindent N`, `if/else`, `range`,
+`with`, `define`, and `{{-`/`-}}` whitespace trimming. Anything else fails loudly, so the chart cannot
+quietly use more.
 """
 
 from __future__ import annotations
@@ -123,9 +124,9 @@ class Chart:
             return dot
         if text.startswith('"'):
             return text.strip('"')
-        if text.startswith(".Values"):
+        if text.startswith((".Values", "$.Values")):  # `$` is the root, also inside range and with
             value: Any = self.root
-            for part in text[1:].split("."):
+            for part in text.lstrip("$")[1:].split("."):
                 value = value[part]
             return value
         raise ValueError(f"unsupported template expression {text!r}")

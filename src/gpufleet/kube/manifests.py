@@ -15,12 +15,20 @@ from typing import Any
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.dra_manifests import AGENT_DRA_RULES, device_classes, slice_policy
+from gpufleet.kube.federation_manifests import (
+    Federation,
+    check,
+    federation_from,
+    manager_objects,
+    scheduler_args,
+    scheduler_mounts,
+    scheduler_volumes,
+    worker_objects,
+)
+from gpufleet.kube.manifest_parts import APP, Rule, binding, labels, locked_down, meta, pod_security, role
 from gpufleet.kube.transport import Json
 from gpufleet.observability.logs import FORMATS
 from gpufleet.scheduler.policy_choice import placement_choice
-
-APP = "gpufleet"
-WHY_ANNOTATION = "gpufleet.io/rbac-reasons"
 
 
 @dataclass
@@ -32,6 +40,8 @@ class Image:
 
 @dataclass
 class Scheduler:
+    enabled: bool = True
+    """False in a federation's manager cluster, which runs no scheduler or operator."""
     replicas: int = 2
     schedulerName: str = "gpufleet"
     placement: str = ""
@@ -135,13 +145,11 @@ class Values:
     serviceMonitor: ServiceMonitor = field(default_factory=ServiceMonitor)
     prometheusRule: PrometheusRule = field(default_factory=PrometheusRule)
     grafanaDashboards: GrafanaDashboards = field(default_factory=GrafanaDashboards)
+    federation: Federation = field(default_factory=Federation)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-
-Rule = tuple[str, tuple[str, ...], tuple[str, ...], str]
-"""(API group, resources, verbs, why)."""
 
 SCHEDULER_RULES: tuple[Rule, ...] = (
     (
@@ -275,69 +283,20 @@ NODE_EVENTS_NAMESPACE = "default"
 def render_all(values: Values | None = None) -> list[Json]:
     """Every object, in the order `kubectl apply` needs them (namespace and CRDs first)."""
     v = values or Values()
-    objects: list[Json] = [_meta("v1", "Namespace", v.namespace, None)]
+    objects: list[Json] = [meta("v1", "Namespace", v.namespace, None)]
     if v.installCRDs:
         objects.extend(custom_resource_definitions())
-    objects.extend(_scheduler(v))
+    if v.scheduler.enabled:
+        objects.extend(_scheduler(v))
+        objects.extend(worker_objects(v.namespace, v.federation.worker))
     if v.agent.enabled:
         objects.extend(_agent(v))
+    objects.extend(manager_objects(v))
     return objects
-
-
-def _labels(component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": APP,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": APP,
-    }
-
-
-def _meta(api_version: str, kind: str, name: str, namespace: str | None, component: str = "") -> Json:
-    meta: Json = {"name": name}
-    if namespace:
-        meta["namespace"] = namespace
-    if component:
-        meta["labels"] = _labels(component)
-    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
-
-
-def _rules(rules: tuple[Rule, ...]) -> list[Json]:
-    return [
-        {"apiGroups": [group], "resources": list(res), "verbs": list(verbs)} for group, res, verbs, _ in rules
-    ]
-
-
-def _reasons(rules: tuple[Rule, ...]) -> str:
-    return "; ".join(f"{'/'.join(res)} {','.join(verbs)}: {why}" for _, res, verbs, why in rules)
-
-
-def _role(kind: str, name: str, namespace: str | None, component: str, rules: tuple[Rule, ...]) -> Json:
-    role = _meta("rbac.authorization.k8s.io/v1", kind, name, namespace, component)
-    role["metadata"]["annotations"] = {WHY_ANNOTATION: _reasons(rules)}
-    role["rules"] = _rules(rules)
-    return role
-
-
-def _binding(
-    kind: str, name: str, namespace: str | None, component: str, account: str, account_ns: str
-) -> Json:
-    binding = _meta("rbac.authorization.k8s.io/v1", kind, name, namespace, component)
-    role_kind = "ClusterRole" if kind == "ClusterRoleBinding" else "Role"
-    binding["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
-    binding["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}]
-    return binding
 
 
 def _image(v: Values) -> str:
     return f"{v.image.repository}:{v.image.tag}"
-
-
-def _locked_down() -> Json:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
 
 
 def _otlp(v: Values) -> list[str]:
@@ -358,13 +317,14 @@ def _scheduler(v: Values) -> list[Json]:
     ]
     args += [f"--topology-level={level}" for level in s.topologyLevels]
     args += [f"--metrics-bind-address=:{s.metricsPort}", f"--log-format={v.logFormat}", *_otlp(v)]
-    deployment = _meta("apps/v1", "Deployment", name, ns, "scheduler")
+    args += scheduler_args(v.federation.worker)
+    deployment = meta("apps/v1", "Deployment", name, ns, "scheduler")
     selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "scheduler"}
     deployment["spec"] = {
         "replicas": s.replicas,
         "selector": {"matchLabels": selector},
         "template": {
-            "metadata": {"labels": _labels("scheduler")},
+            "metadata": {"labels": labels("scheduler")},
             "spec": {
                 "serviceAccountName": name,
                 "affinity": {
@@ -380,11 +340,7 @@ def _scheduler(v: Values) -> list[Json]:
                         ]
                     }
                 },
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 65532,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": pod_security(),
                 "containers": [
                     {
                         "name": "scheduler",
@@ -397,7 +353,8 @@ def _scheduler(v: Values) -> list[Json]:
                         ],
                         "ports": [{"name": "sched-metrics", "containerPort": s.metricsPort}],
                         "resources": s.resources,
-                        "securityContext": _locked_down(),
+                        "securityContext": locked_down(),
+                        **_mounts(scheduler_mounts(v.federation.worker)),
                     },
                     {
                         # The operator is leader-elected on a Lease of its own, so the two leaders
@@ -424,23 +381,32 @@ def _scheduler(v: Values) -> list[Json]:
                         ],
                         "ports": [{"name": "oper-metrics", "containerPort": v.operator.metricsPort}],
                         "resources": s.resources,
-                        "securityContext": _locked_down(),
+                        "securityContext": locked_down(),
                     },
                 ],
+                **_volumes(scheduler_volumes(v.federation.worker)),
             },
         },
     }
     return [
-        _meta("v1", "ServiceAccount", name, ns, "scheduler"),
-        _role("ClusterRole", name, None, "scheduler", SCHEDULER_RULES),
-        _binding("ClusterRoleBinding", name, None, "scheduler", name, ns),
-        _role("Role", f"{name}-leader-election", ns, "scheduler", LEASE_RULES),
-        _binding("RoleBinding", f"{name}-leader-election", ns, "scheduler", name, ns),
-        _role("Role", f"{name}-sharing-config", ns, "scheduler", SHARING_CONFIG_RULES),
-        _binding("RoleBinding", f"{name}-sharing-config", ns, "scheduler", name, ns),
+        meta("v1", "ServiceAccount", name, ns, "scheduler"),
+        role("ClusterRole", name, None, "scheduler", SCHEDULER_RULES),
+        binding("ClusterRoleBinding", name, None, "scheduler", name, ns),
+        role("Role", f"{name}-leader-election", ns, "scheduler", LEASE_RULES),
+        binding("RoleBinding", f"{name}-leader-election", ns, "scheduler", name, ns),
+        role("Role", f"{name}-sharing-config", ns, "scheduler", SHARING_CONFIG_RULES),
+        binding("RoleBinding", f"{name}-sharing-config", ns, "scheduler", name, ns),
         deployment,
         *_control_plane_metrics(v),
     ]
+
+
+def _mounts(mounts: list[Json]) -> Json:
+    return {"volumeMounts": mounts} if mounts else {}
+
+
+def _volumes(volumes: list[Json]) -> Json:
+    return {"volumes": volumes} if volumes else {}
 
 
 def _control_plane_metrics(v: Values) -> list[Json]:
@@ -453,7 +419,7 @@ def _control_plane_metrics(v: Values) -> list[Json]:
         ("scheduler", v.scheduler.metricsPort, "sched-metrics"),
         ("operator", v.operator.metricsPort, "oper-metrics"),
     ):
-        service = _meta("v1", "Service", f"gpufleet-{process}-metrics", ns, "scheduler")
+        service = meta("v1", "Service", f"gpufleet-{process}-metrics", ns, "scheduler")
         service["spec"] = {
             "selector": selector,
             "clusterIP": "None",
@@ -461,11 +427,11 @@ def _control_plane_metrics(v: Values) -> list[Json]:
         }
         objects.append(service)
     if v.serviceMonitor.enabled:
-        monitor = _meta(
+        monitor = meta(
             "monitoring.coreos.com/v1", "ServiceMonitor", "gpufleet-control-plane", ns, "scheduler"
         )
         monitor["spec"] = {
-            "selector": {"matchLabels": _labels("scheduler")},
+            "selector": {"matchLabels": labels("scheduler")},
             "endpoints": [{"port": "metrics", "interval": v.serviceMonitor.interval}],
         }
         objects.append(monitor)
@@ -537,44 +503,44 @@ def _agent(v: Values) -> list[Json]:
     }
     if a.runtimeClassName:
         pod_spec["runtimeClassName"] = a.runtimeClassName
-    daemonset = _meta("apps/v1", "DaemonSet", name, ns, "agent")
+    daemonset = meta("apps/v1", "DaemonSet", name, ns, "agent")
     daemonset["spec"] = {
         "selector": {"matchLabels": selector},
         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {"metadata": {"labels": _labels("agent")}, "spec": pod_spec},
+        "template": {"metadata": {"labels": labels("agent")}, "spec": pod_spec},
     }
-    service = _meta("v1", "Service", f"{name}-metrics", ns, "agent")
+    service = meta("v1", "Service", f"{name}-metrics", ns, "agent")
     service["spec"] = {
         "selector": selector,
         "clusterIP": "None",
         "ports": [{"name": "metrics", "port": a.metricsPort, "targetPort": "metrics"}],
     }
     objects: list[Json] = [
-        _meta("v1", "ServiceAccount", name, ns, "agent"),
-        _role("ClusterRole", name, None, "agent", AGENT_RULES),
-        _binding("ClusterRoleBinding", name, None, "agent", name, ns),
+        meta("v1", "ServiceAccount", name, ns, "agent"),
+        role("ClusterRole", name, None, "agent", AGENT_RULES),
+        binding("ClusterRoleBinding", name, None, "agent", name, ns),
     ]
     if a.sharingConfig:
         # Roles: the agents read ConfigMaps only in gpufleet's namespace, write Events only in default.
         events = NODE_EVENTS_NAMESPACE
         objects += [
-            _role("Role", f"{name}-sharing-config", ns, "agent", AGENT_SHARING_RULES),
-            _binding("RoleBinding", f"{name}-sharing-config", ns, "agent", name, ns),
-            _role("Role", f"{name}-node-events", events, "agent", AGENT_EVENT_RULES),
-            _binding("RoleBinding", f"{name}-node-events", events, "agent", name, ns),
+            role("Role", f"{name}-sharing-config", ns, "agent", AGENT_SHARING_RULES),
+            binding("RoleBinding", f"{name}-sharing-config", ns, "agent", name, ns),
+            role("Role", f"{name}-node-events", events, "agent", AGENT_EVENT_RULES),
+            binding("RoleBinding", f"{name}-node-events", events, "agent", name, ns),
         ]
     if a.dra:
         objects += [
-            _role("ClusterRole", f"{name}-dra", None, "agent", AGENT_DRA_RULES),
-            _binding("ClusterRoleBinding", f"{name}-dra", None, "agent", name, ns),
+            role("ClusterRole", f"{name}-dra", None, "agent", AGENT_DRA_RULES),
+            binding("ClusterRoleBinding", f"{name}-dra", None, "agent", name, ns),
             *slice_policy(ns, name),
             *device_classes(),
         ]
     objects += [daemonset, service]
     if v.serviceMonitor.enabled:
-        monitor = _meta("monitoring.coreos.com/v1", "ServiceMonitor", name, ns, "agent")
+        monitor = meta("monitoring.coreos.com/v1", "ServiceMonitor", name, ns, "agent")
         monitor["spec"] = {
-            "selector": {"matchLabels": _labels("agent")},
+            "selector": {"matchLabels": labels("agent")},
             "endpoints": [{"port": "metrics", "interval": v.serviceMonitor.interval}],
         }
         objects.append(monitor)
@@ -621,6 +587,8 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         by_class_field="scheduler.placementByClass",
         obj=source,
     )
+    federation = federation_from(merged["federation"])
+    check(federation, scheduler_enabled=bool(scheduler["enabled"]), source=source)
     return Values(
         namespace=merged["namespace"],
         installCRDs=merged["installCRDs"],
@@ -633,6 +601,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         serviceMonitor=ServiceMonitor(**merged["serviceMonitor"]),
         prometheusRule=PrometheusRule(**merged["prometheusRule"]),
         grafanaDashboards=GrafanaDashboards(**merged["grafanaDashboards"]),
+        federation=federation,
     )
 
 
