@@ -153,6 +153,10 @@ def test_dra_kubelet_registers_the_driver_and_prepares_a_claim_into_a_cdi_spec(n
     del node.claims["team-a", "train"]  # answered from the checkpoint, not from the API server
     again = kubelet.call(info.endpoint, "NodePrepareResources", ("team-a", "uid-1", "train"))
     assert again.claims["uid-1"] == prepared
+    # a reboot empties the CDI dir (a tmpfs) but not the checkpoint: prepare writes the spec again
+    spec_file.unlink()
+    rebooted = kubelet.call(info.endpoint, "NodePrepareResources", ("team-a", "uid-1", "train"))
+    assert rebooted.claims["uid-1"] == prepared and json.loads(spec_file.read_text()) == spec
 
     # the agent restarts: the checkpoint still knows the claim, so unprepare removes its spec
     node.stop()

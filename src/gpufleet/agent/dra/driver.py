@@ -4,7 +4,8 @@ Prepare reads the claim from the API server (the kubelet sends only its namespac
 takes the devices its `status.allocation` gives this driver in this node's pool, checks each is a
 healthy device of this node, writes the claim's CDI spec, records the claim in the checkpoint and
 returns the CDI device ids. A claim already in the checkpoint is answered from it without reading the
-API server again (the kubelet calls prepare again after it restarts). Unprepare removes the spec and
+API server again (the kubelet calls prepare again after it restarts), its CDI spec written again if it
+is gone (a reboot empties /var/run). Unprepare removes the spec and
 the checkpoint entry; a claim never prepared here is already unprepared. A failure is reported for
 that claim only, as the API asks, and the kubelet retries it.
 
@@ -86,6 +87,12 @@ class DraDriver:
         with self._prepare_lock:
             done = self.checkpoint.get(ref.uid)
             if done is not None:
+                # The CDI dir is often a tmpfs (/var/run) that a reboot empties while the checkpoint
+                # stays: the runtime must still find the devices the kubelet is told of.
+                if done.devices and not cdi.spec_path(self.cdi_dir, ref.uid).exists():
+                    cdi.write_spec(
+                        self.cdi_dir, ref.uid, [self._cdi_device(ref, d.device) for d in done.devices]
+                    )
                 return done.devices
             claim = self.read_claim(ref.namespace, ref.name)
             if claim is None:
