@@ -40,6 +40,9 @@ GPU2 = 'gpu="2",Hostname="n1"'
 HELD = 'pod="train-0",namespace="team-a"'
 CHECKPOINT_AT = "gpufleet_trainingjob_last_checkpoint_timestamp_seconds"
 INTERVAL = "gpufleet_trainingjob_checkpoint_interval_seconds"
+CLOCK = "gpufleet_clock_timestamp_seconds"
+WALL = 'instance="w:8000",job="gpufleet"'
+FAST = 'instance="f:8000",job="gpufleet"'
 
 
 def _gpu(labels: str) -> dict[str, str]:
@@ -151,13 +154,34 @@ CASES: dict[str, tuple[dict[str, str], list[tuple[str, list[dict[str, str]]]]]] 
     ),
     "GpufleetCheckpointOverdue": (
         {
-            # j checkpointed at time 0 every 30 minutes; k checkpoints every minute.
-            f'{CHECKPOINT_AT}{{namespace="ns",trainingjob="j"}}': "0x60",
-            f'{INTERVAL}{{namespace="ns",trainingjob="j"}}': "1800x60",
-            f'{CHECKPOINT_AT}{{namespace="ns",trainingjob="k"}}': "0+60x60",
-            f'{INTERVAL}{{namespace="ns",trainingjob="k"}}': "600x60",
+            # On the wall clock (target w): j checkpointed at time 0 every 30 minutes; k every minute.
+            f"{CLOCK}{{{WALL}}}": "0+60x60",
+            f'{CHECKPOINT_AT}{{{WALL},namespace="ns",trainingjob="j"}}': "0x60",
+            f'{INTERVAL}{{{WALL},namespace="ns",trainingjob="j"}}': "1800x60",
+            f'{CHECKPOINT_AT}{{{WALL},namespace="ns",trainingjob="k"}}': "0+60x60",
+            f'{INTERVAL}{{{WALL},namespace="ns",trainingjob="k"}}': "600x60",
+            # `gpufleet up --time-scale 10` (target f): ten fleet minutes a minute. g's checkpoints stop
+            # at 0 with a 30-minute interval: overdue after 3 minutes of the wall clock (the age is
+            # fleet time), not 30; h checkpoints every 10 fleet minutes against 15: never overdue, though
+            # its checkpoint times run far ahead of Prometheus' time().
+            f"{CLOCK}{{{FAST}}}": "0+600x60",
+            f'{CHECKPOINT_AT}{{{FAST},namespace="ns",trainingjob="g"}}': "0x60",
+            f'{INTERVAL}{{{FAST},namespace="ns",trainingjob="g"}}': "1800x60",
+            f'{CHECKPOINT_AT}{{{FAST},namespace="ns",trainingjob="h"}}': "0+600x60",
+            f'{INTERVAL}{{{FAST},namespace="ns",trainingjob="h"}}': "900x60",
         },
-        [("40m", []), ("47m", [{"namespace": "ns", "trainingjob": "j", "severity": "warning"}])],
+        [
+            ("17m", []),
+            ("20m", [{**_gpu(FAST), "namespace": "ns", "trainingjob": "g", "severity": "warning"}]),
+            ("40m", [{**_gpu(FAST), "namespace": "ns", "trainingjob": "g", "severity": "warning"}]),
+            (
+                "47m",
+                [
+                    {**_gpu(FAST), "namespace": "ns", "trainingjob": "g", "severity": "warning"},
+                    {**_gpu(WALL), "namespace": "ns", "trainingjob": "j", "severity": "warning"},
+                ],
+            ),
+        ],
     ),
     "GpufleetSchedulerDown": (
         {

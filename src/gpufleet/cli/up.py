@@ -34,7 +34,7 @@ from gpufleet.cli.output import console
 from gpufleet.cli.placement import PLACEMENT_CLASS_HELP, PLACEMENT_HELP, scheduler_config
 from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
-from gpufleet.observability import tracing
+from gpufleet.observability import metrics, tracing
 from gpufleet.observability.logs import setup_logging
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import FaultRequest, create_app
@@ -198,6 +198,7 @@ def _serve(
     config: SchedulerConfig,
 ) -> None:
     clock = clock_for(directory, time_scale)
+    metrics.use_clock(clock.now)  # checkpoint ages are taken on it (GpufleetCheckpointOverdue)
     with SqliteStore.open(directory, clock=clock.datetime) as store:
         tokens = TokenRegistry(directory)
         twin = Twin(store, clock=clock) if runtime else None

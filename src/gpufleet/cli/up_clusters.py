@@ -44,6 +44,7 @@ from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
 from gpufleet.federation.join import JoinSettings, join_secret, token_secret
 from gpufleet.federation.mirror import FederationController
+from gpufleet.observability import metrics
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
@@ -202,6 +203,7 @@ def serve(
 ) -> None:
     """`gpufleet up --clusters N` (or `--manager`) in the foreground until Ctrl-C."""
     clock = clock_for(directory, time_scale)
+    metrics.use_clock(clock.now)  # checkpoint ages are taken on it (GpufleetCheckpointOverdue)
     federation = build(
         directory,
         objects,

@@ -335,6 +335,10 @@ def trainingjob() -> Json:
     sel = 'namespace="$namespace",trainingjob="$trainingjob"'
     # The operator names a job's workers <job>-<attempt>-<rank>; the agent labels their GPUs' series.
     workers = 'namespace="$namespace",pod=~"$trainingjob-[0-9]+-[0-9]+"'
+    # The age on the control plane's clock, which the checkpoint times are on (with `gpufleet up
+    # --time-scale N` it runs ahead of Prometheus' time()); the latest of the targets' clocks.
+    checkpointed = f"max(gpufleet_trainingjob_last_checkpoint_timestamp_seconds{{{sel}}})"
+    age = f"max(gpufleet_clock_timestamp_seconds) - {checkpointed}"
     panels = [
         Panel("Restarts", [q(f"max(gpufleet_trainingjob_restarts{{{sel}}})")], kind="stat", width=6),
         Panel(
@@ -345,7 +349,7 @@ def trainingjob() -> Json:
         ),
         Panel(
             "Checkpoint age",
-            [q(f"time() - max(gpufleet_trainingjob_last_checkpoint_timestamp_seconds{{{sel}}})")],
+            [q(age)],
             unit="s",
             kind="stat",
             width=6,
@@ -361,7 +365,7 @@ def trainingjob() -> Json:
         Panel(
             "Checkpoint age against its interval",
             [
-                q(f"time() - max(gpufleet_trainingjob_last_checkpoint_timestamp_seconds{{{sel}}})", "age"),
+                q(age, "age"),
                 q(f"max(gpufleet_trainingjob_checkpoint_interval_seconds{{{sel}}})", "interval"),
             ],
             unit="s",
