@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import shutil
 import threading
+import uuid
 from concurrent import futures
 from pathlib import Path
 from types import SimpleNamespace
@@ -236,6 +237,18 @@ class FakePynvml:
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
         numa = self._gpu(handle).numa_node
         return -1 if numa is None else numa
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int:
+        """The GPU's fabric clique as NVML fills the struct in; not supported where it has none."""
+        clique = self._gpu(handle).fabric_clique
+        if clique is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        cluster, clique_id = clique.rsplit(".", 1)
+        info.clusterUuid[:] = list(uuid.UUID(cluster).bytes)
+        info.cliqueId = int(clique_id)
+        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        info.status = pynvml.NVML_SUCCESS
+        return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
         return self._gpu(handle).compute_capability

@@ -4,14 +4,21 @@ unhealthy devices left out until they recover."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from gpufleet.agent.config import AgentConfig
+from gpufleet.agent.deviceplugin.resources import build_resources
 from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.health import HealthState
-from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.agent.labels import gfd_labels
+from gpufleet.agent.nvml import RealNvml, RecordedNvml
 from gpufleet.api.dra_claims import ResourceClaimSpec
 from gpufleet.api.dra_devices import Device, DeviceClassSpec, ResourceSliceSpec
 from gpufleet.fleet.devices import node_devices
 from gpufleet.scheduler.placement.dra import DraUnsatisfied, PodClaim, allocate_claims
 from gpufleet.sharing.dra_slices import DRIVER, PCI_BUS_ID_ATTRIBUTE
+
+from .fakes import FakePynvml
 
 NODE = "a100-mig-0"
 CLASSES = {
@@ -118,3 +125,21 @@ def test_dra_agent_slices_of_gpus_without_nvlink_are_cliques_of_their_own() -> N
     assert found["gpu-0"].attributes["architecture"].value == "Ada Lovelace"
     assert str(found["gpu-0"].capacity["memory"].value) == "23034Mi"  # NVML's, not the model's 24GB
     assert not any(d.consumes_counters for d in found.values())
+
+
+def test_dra_agent_slices_and_labels_carry_nvmls_fabric_clique(a100_mig: RecordedNvml) -> None:
+    """On a rack-scale NVLink fabric (GB200 NVL72) NVML reports each GPU's clique; it is the GPUs'
+    `cliqueId` and, as GPU Feature Discovery labels it, the node's nvidia.com/gpu.clique."""
+    clique = "7d3f1a52-9c0b-4e51-8f1e-2a6b5c4d3e21.4"
+    recorded = a100_mig.discover()
+    fabric = replace(recorded, gpus=tuple(replace(g, fabric_clique=clique) for g in recorded.gpus))
+    node = RealNvml(FakePynvml(fabric)).discover()  # through pynvml's fabric-info query
+    assert {g.fabric_clique for g in node.gpus} == {clique}
+    found = devices(node_slice_specs(node, NODE))
+    assert {d.attributes["cliqueId"].value for d in found.values()} == {clique}
+    config = AgentConfig()
+    assert gfd_labels(node, config, build_resources(node, config))["nvidia.com/gpu.clique"] == clique
+    # no fabric: no label, and the cliques are the node's own NVLink domains
+    assert "nvidia.com/gpu.clique" not in gfd_labels(recorded, config, build_resources(recorded, config))
+    half = replace(recorded, gpus=(replace(recorded.gpus[0], fabric_clique=clique), *recorded.gpus[1:]))
+    assert "nvidia.com/gpu.clique" not in gfd_labels(half, config, build_resources(half, config))

@@ -101,6 +101,10 @@ def gfd_labels(
     # Renamed shared resources carry their labels under their own name, like GFD's.
     gpu_prefix = whole.name if whole is not None and whole_is_gpus else DEFAULT_RESOURCE
     labels |= {f"{gpu_prefix}.{k}": v for k, v in gpu_labels.items()}
+    # The multi-node NVLink domain, as GFD labels it: only when every GPU is in the same clique.
+    cliques = {g.fabric_clique for g in node.gpus}
+    if len(cliques) == 1 and None not in cliques:
+        labels["nvidia.com/gpu.clique"] = str(cliques.pop())
 
     for resource in resources:
         if resource.mig_profile is None:

@@ -44,10 +44,12 @@ def gpu_facts(node: NodeInfo, health: HealthState | None = None) -> dict[int, Gp
 
 
 def cliques(node: NodeInfo, node_name: str) -> dict[int, str]:
-    """Each GPU's NVLink clique: the node's NVLink domains as NVML's links show them, named
-    `<node>.<domain>` as the twin names its nodes' (the `<cluster>.<clique>` shape of NVIDIA's ids).
-    A GPU with no NVLink peer is a clique of its own."""
-    return {gpu: f"{node_name}.{i}" for i, domain in enumerate(node.nvlink_domains()) for gpu in domain}
+    """Each GPU's NVLink clique: its fabric clique where NVML reports one (`<cluster UUID>.<clique id>`,
+    a rack-scale NVLink domain across nodes, as NVIDIA's driver publishes it); else the node's NVLink
+    domain as NVML's links show it, named `<node>.<domain>` as the twin names its nodes' (the same
+    `<cluster>.<clique>` shape). A GPU with no NVLink peer is a clique of its own."""
+    local = {gpu: f"{node_name}.{i}" for i, domain in enumerate(node.nvlink_domains()) for gpu in domain}
+    return {gpu.index: gpu.fabric_clique or local[gpu.index] for gpu in node.gpus}
 
 
 def cuda_version_text(node: NodeInfo) -> str:

@@ -93,6 +93,10 @@ class Gpu:
     # Active NVLinks whose far end is an NVSwitch, and direct GPU-to-GPU links per peer GPU index.
     nvlink_switch_links: int = 0
     nvlink_peers: Mapping[int, int] = field(default_factory=dict)
+    # The multi-node NVLink fabric clique (`<cluster UUID>.<clique id>`, as GPU Feature Discovery's
+    # nvidia.com/gpu.clique label and NVIDIA's DRA driver write it): GPUs of a rack-scale NVLink domain
+    # (GB200 NVL72) across nodes share it. None where the GPU is in no such fabric.
+    fabric_clique: str | None = None
 
     @property
     def device_path(self) -> str:

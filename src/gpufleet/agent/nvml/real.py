@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import socket
+import uuid as uuid_module
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,25 @@ class RealNvml:
             mig_devices=self._mig_devices(handle) if mig_enabled else (),
             nvlink_switch_links=switch_links,
             nvlink_peers=peers,
+            fabric_clique=self._fabric_clique(handle),
         )
+
+    def _fabric_clique(self, handle: Any) -> str | None:
+        """`<cluster UUID>.<clique id>` once the fabric manager has registered the GPU, else None (no
+        fabric, registration not done, or a driver without the query)."""
+        nv = self._nv
+        query = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None)
+        make = getattr(nv, "c_nvmlGpuFabricInfoV_t", None)
+        if query is None or make is None:
+            return None
+        info = make()
+        if self._try(query, handle, info) is None:
+            return None
+        done = info.state == nv.NVML_GPU_FABRIC_STATE_COMPLETED and info.status == nv.NVML_SUCCESS
+        cluster = bytes(info.clusterUuid)
+        if not done or not any(cluster):
+            return None
+        return f"{uuid_module.UUID(bytes=cluster)}.{int(info.cliqueId)}"
 
     def _nvlinks(self, handle: Any, by_bus: Mapping[str, int]) -> tuple[int, dict[int, int]]:
         """Active links to NVSwitches, and direct links per peer GPU (go-gpuallocator's counting)."""
