@@ -1,5 +1,6 @@
-"""`fgd+` scores a large batch once per group of alike rows: the values must be those of every row scored
-one by one, to the bit (a tie between two nodes must not break on rounding)."""
+"""`fgd+` scores a large batch once per group of alike rows, and finishes the scores of a few rows in Python
+floats: the values must be those of every row scored in one numpy batch, to the bit (a tie between two
+nodes must not break on rounding)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def typed_fleet(per_type: int) -> FleetState:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_grouped_scores_equal_scores_of_every_row_to_the_bit(seed: int) -> None:
+def test_grouped_and_row_by_row_scores_equal_one_numpy_batch_to_the_bit(seed: int) -> None:
     rng = np.random.default_rng(seed)
     state = typed_fleet(12)
     policy = AdaptiveFgdPolicy(first_refit=8)
@@ -65,10 +66,13 @@ def test_grouped_scores_equal_scores_of_every_row_to_the_bit(seed: int) -> None:
         scored = policy.score(state, request, rows)
         if rows.size >= GROUP_ROWS:
             grouped_batches += 1
-            values, gpu = policy._compute(state, request, rows)
+            grouped, grouped_gpu = policy._compute(state, request, rows)
+            batch, batch_gpu = policy._compute_rows(state, request, rows)  # numpy throughout
             one_by_one = [policy._compute_rows(state, request, rows[i : i + 1]) for i in range(rows.size)]
-            assert values.tobytes() == np.concatenate([v for v, _ in one_by_one]).tobytes()
-            assert gpu.tolist() == np.concatenate([g for _, g in one_by_one]).tolist()
+            assert grouped.tobytes() == batch.tobytes()
+            assert np.concatenate([v for v, _ in one_by_one]).tobytes() == batch.tobytes()
+            assert grouped_gpu.tolist() == batch_gpu.tolist()
+            assert np.concatenate([g for _, g in one_by_one]).tolist() == batch_gpu.tolist()
         row = int(rows[pick(scored, rng)])
         gpus = choose_gpus(
             state, row, request, proposed=scored.gpus[int(np.flatnonzero(rows == row)[0])]

@@ -35,7 +35,8 @@ def alike_rows(columns: IntArray) -> tuple[Rows, Rows] | None:
         raise ValueError(f"alike_rows: columns must be a rows x columns matrix, got shape {columns.shape}")
     if columns.shape[0] < 2:
         return None
-    hashed = columns @ _multipliers(columns.shape[1])
+    # Elementwise products summed along rows (wrapping): several times faster than an integer matmul.
+    hashed = (columns * _multipliers(columns.shape[1])).sum(axis=1)
     _, first, inverse = np.unique(hashed, return_index=True, return_inverse=True)
     if first.size == columns.shape[0]:
         return None
