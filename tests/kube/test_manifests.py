@@ -178,3 +178,25 @@ def test_the_dra_agent_gets_device_classes_and_only_its_nodes_slices() -> None:
     assert {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"} <= {
         m["mountPath"] for m in mounts
     }
+
+
+def test_the_in_cluster_console_only_lists_and_watches_and_mounts_the_token_secret() -> None:
+    assert not any(o["metadata"]["name"] == "gpufleet-console" for o in render_all())  # off by default
+    values = values_from({"console": {"enabled": True, "port": 9000}, "scheduler": {"schedulerName": "gf"}})
+    assert helm(values.as_dict()) == by_key(render_all(values))
+    objects = by_key(render_all(values))
+    role = objects[("ClusterRole", "gpufleet-console")]
+    assert {v for rule in role["rules"] for v in rule["verbs"]} == {"list", "watch"}
+    assert not any("secrets" in rule["resources"] for rule in role["rules"])
+    pod = objects[("Deployment", "gpufleet-console")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][:2] == ["kube", "console"] and "--scheduler-name=gf" in container["args"]
+    assert (
+        "--tokens-dir=/etc/gpufleet/console-tokens" in container["args"]
+        and "--port=9000" in container["args"]
+    )
+    tokens = next(v for v in pod["volumes"] if v["name"] == "tokens")
+    assert tokens["secret"] == {"secretName": "gpufleet-console-tokens", "optional": True}
+    service = objects[("Service", "gpufleet-console")]["spec"]
+    assert service["ports"] == [{"name": "http", "port": 9000, "targetPort": "http"}]
+    assert objects[("ClusterRoleBinding", "gpufleet-console")]["subjects"][0]["name"] == "gpufleet-console"

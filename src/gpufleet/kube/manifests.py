@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufleet.api.crd import custom_resource_definitions
 from gpufleet.api.errors import ValidationError
+from gpufleet.kube.console_manifests import Console, console_objects
 from gpufleet.kube.dra_manifests import AGENT_DRA_RULES, device_classes, slice_policy
 from gpufleet.kube.federation_manifests import (
     Federation,
@@ -146,6 +147,7 @@ class Values:
     prometheusRule: PrometheusRule = field(default_factory=PrometheusRule)
     grafanaDashboards: GrafanaDashboards = field(default_factory=GrafanaDashboards)
     federation: Federation = field(default_factory=Federation)
+    console: Console = field(default_factory=Console)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -292,6 +294,9 @@ def render_all(values: Values | None = None) -> list[Json]:
     if v.agent.enabled:
         objects.extend(_agent(v))
     objects.extend(manager_objects(v))
+    objects.extend(
+        console_objects(v.namespace, _image(v), v.image.pullPolicy, v.scheduler.schedulerName, v.console)
+    )
     return objects
 
 
@@ -602,6 +607,7 @@ def values_from(overrides: Any, *, source: str = "values") -> Values:
         prometheusRule=PrometheusRule(**merged["prometheusRule"]),
         grafanaDashboards=GrafanaDashboards(**merged["grafanaDashboards"]),
         federation=federation,
+        console=Console(**merged["console"]),
     )
 
 
