@@ -144,3 +144,12 @@ def test_shares_and_mig_count_against_their_own_capacity() -> None:
     assert isinstance(more, NotDispatched)
     whole = d.dispatch(gang("w", 1, gpus=1))
     assert isinstance(whole, NotDispatched), "time-sliced GPUs hold no whole-GPU pod"
+
+
+def test_among_equally_priced_clusters_work_fills_the_fullest_that_fits_it() -> None:
+    """Best fit across clusters: small work goes where room is already broken up, so an emptier cluster
+    keeps whole hosts for a gang that must fit inside one cluster."""
+    d = dispatcher(worker("a", racks=1), worker("b", racks=1))  # 16 GPUs each, same price
+    assert cluster_of(d.dispatch(gang("x", 1, gpus=4), ClusterChoice(preferred=frozenset({"b"})))) == "b"
+    assert cluster_of(d.dispatch(gang("small", 1, gpus=2))) == "b", "b has 12 free, a 16"
+    assert cluster_of(d.dispatch(gang("gang", 2))) == "a", "a kept both hosts whole"

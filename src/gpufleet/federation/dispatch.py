@@ -9,7 +9,8 @@ order), the dispatcher:
 2. keeps those its queue's quota, fleet-wide, admits now;
 3. ranks the clusters that take new work (not draining, within their lease) and that its queue allows:
    preferred clusters first, then the cheapest (price of the model x GPUs), then the model order, then
-   the name (deterministic);
+   the fewest free GPUs of the model (best fit: work fills the fullest cluster it fits, so the emptier
+   ones keep room for gangs that must fit inside one cluster), then the name (deterministic);
 4. takes the first (cluster, model) whose summary the gang fits now (`federation.take`: gang and required
    topology inside one cluster), charges the queue and takes the gang out of that summary until the
    cluster's next heartbeat replaces it.
@@ -139,7 +140,8 @@ class Dispatcher:
                 for summary_model in (model,) if model is not None else tuple(cluster.models):
                     if summary_model in cluster.models:
                         cost = cluster.price(summary_model) * sum(usage.values()) / GPU_MILLI
-                        key = (cluster.name not in choice.preferred, cost, index, cluster.name)
+                        free = cluster.models[summary_model].free_gpus
+                        key = (cluster.name not in choice.preferred, cost, index, free, cluster.name)
                         candidates.append((key, cluster, summary_model, usage))
         if not candidates and not gang.whole and not gang.share and not gang.mig:
             # CPU-only work needs no GPU model: any allowed cluster that takes work.
