@@ -3,6 +3,7 @@ scheduler did in the cluster (GPUs bound, a GPU failed, why a pod waits) and the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -44,8 +45,15 @@ class Console:
 
 @pytest.fixture
 def console(cluster: Cluster) -> Iterator[Console]:
+    with started(cluster) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def started(cluster: Cluster, *options: str) -> Iterator[Console]:
+    """`gpufleet kube console` with these options, once it answers; stopped on the way out."""
     command = [
-        *(sys.executable, "-m", "gpufleet.cli.main", "kube", "console", "--port", "0"),
+        *(sys.executable, "-m", "gpufleet.cli.main", "kube", "console", "--port", "0", *options),
         *("--kubeconfig", os.environ["KUBECONFIG"], "--scheduler-name", cluster.scheduler_name),
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
