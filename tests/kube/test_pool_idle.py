@@ -96,3 +96,23 @@ def test_a_mig_instance_holds_its_slices_of_a_gpu_in_both_worlds() -> None:
         spec=PodSpec.model_construct(node_name="n1", gpus=[], gpu_milli=1000, mig=mig)
     )
     assert pod_use(embedded).gpu_milli == 429
+
+
+def test_a_pass_before_the_informer_shows_the_last_write_counts_on_from_that_write(
+    api: FakeApiServer, clock: Clock
+) -> None:
+    make_pool(api, "h100", pricePerGPUHour=1.0)
+    add_node(api, "n1", labels={"pool": "h100"})
+    op = Operator(api, clock=clock)
+    settle(op)
+    clock.now += 3600
+    place(api, "p1", "n1", gpus=8)
+    op.bound.relist()  # the pod is seen, the pool's new status (written below) not yet
+    op.mark("GPUPoolIdle", "*")
+    op.reconcile_once()
+    assert idle(api) == (0.0, 8.0, 8.0)
+    clock.now += 3600  # an hour with every GPU held: nothing more is idle
+    op.mark("GPUPoolIdle", "*")
+    op.reconcile_once()  # still on the pool's old copy (idleGpus 8 since the start)
+    settle(op)
+    assert idle(api) == (0.0, 8.0, 8.0)

@@ -92,6 +92,8 @@ class Operator:
         self._after_nodes: set[Key] = set()
         """Pools whose sharing ConfigMap kept entries this round: looked at again after its nodes."""
         self._swept = 0
+        self._idle_written: dict[str, tuple[str, Json]] = {}
+        """The pools' idle fields this replica last wrote, by the version they were written on."""
         """The pools informer's list (`relists`) the sharing ConfigMaps were last compared with."""
         self._lock = threading.Lock()
         self._changed = threading.Event()
@@ -252,7 +254,9 @@ class Operator:
             return None
         if kind == IDLE:
             pools, nodes, pods = self.pools.items(), self.nodes.items(), self.bound.items()
-            poolidle.account_pools(self.api, pools, nodes, pods, self.config, now=now)
+            poolidle.account_pools(
+                self.api, pools, nodes, pods, self.config, now=now, written=self._idle_written
+            )
             return now + poolidle.IDLE_PERIOD
         if kind == SHARING:
             settled = self.fleet.sync_sharing(key, self.pools.get(key))

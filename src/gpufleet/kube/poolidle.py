@@ -95,12 +95,23 @@ def account_pools(
     config: KubeConfig,
     *,
     now: float,
+    written: dict[str, tuple[str, Json]],
 ) -> None:
-    """One pass: every pool's idle fields written where they changed."""
+    """One pass: every pool's idle fields written where they changed. `written` is the caller's memory
+    of its last write per pool (the resourceVersion it was made on, the fields): a pool whose copy is
+    still that version has not shown the write yet, and is counted on from what was written, not from
+    the older status (which would count the time since then at the old rate)."""
     holdings = pool_holdings(pools, raw_nodes, raw_pods, config)
     resource = resource_for("GPUPool")
     for pool in pools:
-        gpus, milli = holdings[str(pool["metadata"]["name"])]
+        name = str(pool["metadata"]["name"])
+        version = str(pool["metadata"].get("resourceVersion"))
+        memo = written.get(name)
+        if memo is not None and memo[0] == version:
+            pool = dict(pool, status={**(pool.get("status") or {}), **memo[1]})
+        gpus, milli = holdings[name]
         update = idle_update(pool, ready_gpus=gpus, allocated_milli=milli, now=now)
-        if update:
-            patch_status(api, resource, pool, update)
+        if update and patch_status(api, resource, pool, update):
+            written[name] = (version, update)
+    for gone in written.keys() - {str(p["metadata"]["name"]) for p in pools}:
+        del written[gone]
