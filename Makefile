@@ -39,7 +39,8 @@ bench: $(STAMP)
 	$(BIN)/gpufleet bench throughput --nodes 5000 --gpus-per-node 8
 
 # KUBECONFIG names the cluster; the federation tests take GPUFLEET_E2E_MANAGER, GPUFLEET_E2E_WORKERS
-# (two kubeconfigs, comma-separated) and GPUFLEET_E2E_STOP_WORKER instead (README, "The e2e suite").
+# (two kubeconfigs, comma-separated), GPUFLEET_E2E_STOP_WORKER and GPUFLEET_E2E_STOP_MANAGER instead
+# (README, "The e2e suite").
 e2e: $(STAMP)
 	$(BIN)/pytest -m k8s
 

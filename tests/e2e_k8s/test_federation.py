@@ -8,12 +8,17 @@ suite plays its kubelets on fake Nodes. The scenario, in order:
 1. a TrainingJob submitted to the manager runs in the cheaper worker and its status comes back;
 2. a queue's quota spans both workers: with one job in each, a third waits in the manager although a
    worker has room;
-3. the first worker's API server is stopped: after its lease the manager moves its job to the other.
+3. the first worker's API server is stopped: after its lease the manager moves its job to the other;
+4. last, the manager's API server is stopped: past its lease a worker starts no managed work it has not
+   started (a job dispatched there but not yet placed stays suspended and fenced, even once it would
+   fit) and, by the lease rule, fences what runs (it kept running within the lease), since the manager
+   may move that work once the lease and its grace are over.
 
 Environment (each test is skipped without it, saying so):
 - GPUFLEET_E2E_MANAGER: the manager cluster's kubeconfig;
 - GPUFLEET_E2E_WORKERS: the two workers' kubeconfigs, comma-separated;
-- GPUFLEET_E2E_STOP_WORKER: a shell command that stops the first worker's API server (step 3 only).
+- GPUFLEET_E2E_STOP_WORKER: a shell command that stops the first worker's API server (step 3 only);
+- GPUFLEET_E2E_STOP_MANAGER: a shell command that stops the manager's API server (step 4 only).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import contextlib
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +43,7 @@ from .conftest import RUN, Cluster, delete_run_events, remove_namespace, run_nam
 MANAGER = os.environ.get("GPUFLEET_E2E_MANAGER", "")
 WORKERS = [p for p in os.environ.get("GPUFLEET_E2E_WORKERS", "").split(",") if p]
 STOP_WORKER = os.environ.get("GPUFLEET_E2E_STOP_WORKER", "")
+STOP_MANAGER = os.environ.get("GPUFLEET_E2E_STOP_MANAGER", "")
 
 pytestmark = [
     pytest.mark.k8s,
@@ -65,6 +72,8 @@ class Worker:
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     up: bool = True
+    lease_ends: Callable[[], float | None] = lambda: None
+    """When its lease from the manager ends (its worker loop's, on the wall clock)."""
 
     def shut(self) -> None:
         self.stop.set()
@@ -76,6 +85,7 @@ class Worker:
 class Federation:
     manager: Transport
     workers: list[Worker]
+    manager_up: bool = True
 
     def job(self, name: str) -> Json:
         return self.manager.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/{name}")
@@ -142,6 +152,7 @@ def _start_worker(worker: Worker, manager: Transport) -> None:
     )  # fmt: skip
 
     loop = WorkerLoop(worker.api, manager, worker.name, sched.fleet_copy, heartbeat_seconds=1.0)
+    worker.lease_ends = loop.agent.lease.ends
     sched.informers.start(worker.stop)
     op.informers.start(worker.stop)
     for target in (sched.run, op.run, loop.run, lambda stop: _play_kubelets(worker)):
@@ -173,8 +184,9 @@ def fed() -> Iterator[Federation]:
     for api in (manager, *apis):
         install_crds(api)
     names = [f"fed-{RUN}-w1", f"fed-{RUN}-w2"]
+    state = Federation(manager, [])
     with contextlib.ExitStack() as stack:
-        stack.enter_context(run_namespace(manager, NAMESPACE))
+        stack.enter_context(_unless_stopped(run_namespace(manager, NAMESPACE), state))
         _create(manager, "/api/v1/namespaces", {"metadata": {"name": SYSTEM}})
         queue = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Queue", "metadata": {"name": QUEUE},
                  "spec": {"quotas": {"H100-80GB": {"nominal": 16}}}}  # fmt: skip
@@ -205,7 +217,20 @@ def fed() -> Iterator[Federation]:
         thread.start()
         stack.callback(thread.join, 10)
         stack.callback(stop.set)
-        yield Federation(manager, workers)
+        state.workers = workers
+        yield state
+
+
+@contextlib.contextmanager
+def _unless_stopped(cleaned: contextlib.AbstractContextManager[str], fed: Federation) -> Iterator[None]:
+    """`cleaned`, whose clean-up cannot reach a manager whose API server was stopped on purpose (it is
+    started FRESH next time): then its refusal is dropped."""
+    try:
+        with cleaned:
+            yield
+    except ApiError:
+        if fed.manager_up:
+            raise
 
 
 def _forget(api: Transport, path: str) -> None:
@@ -321,3 +346,56 @@ def test_federation_killing_a_workers_api_server_moves_its_work_to_the_other(fed
     wait_for("a Running again", lambda: fed.job("a").get("status", {}).get("phase") == "Running", timeout=60)
     assert fed.held_by("b") == w2.name
     assert fed.held_by("c") is None, "the quota still holds: a and b use it all"
+
+
+HOLD = "gpufleet.io/e2e-hold"
+FENCED = "gpufleet.io/fenced"
+
+
+def _copy(worker: Worker, job: str) -> Json:
+    return worker.api.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/{job}")
+
+
+def _fenced(worker: Worker, job: str) -> bool:
+    copy = _copy(worker, job)
+    return bool(copy["spec"].get("suspend")) and FENCED in (copy["metadata"].get("annotations") or {})
+
+
+@pytest.mark.skipif(not STOP_MANAGER, reason="GPUFLEET_E2E_STOP_MANAGER is not set: nothing stops it")
+def test_federation_a_worker_that_loses_its_manager_starts_nothing_past_its_lease(fed: Federation) -> None:
+    """Last (it stops the manager's API server): a job dispatched to w2 but not placed there yet is not
+    started past the lease, even once it fits; what runs goes on within the lease and is fenced after."""
+    w2 = fed.workers[1]
+    # Room in w2 that the dispatcher counts but d's pods cannot use (they ask for a label no node has
+    # yet), and quota for d in place of c: d goes to w2 and waits there unplaced.
+    spare = w2.nodes.node(f"{w2.name}-spare")
+    fed.manager.request("DELETE", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/c")
+    quota = {"spec": {"quotas": {"H100-80GB": {"nominal": 24}}}}
+    fed.manager.request("PATCH", f"{GROUP}/queues/{QUEUE}", body=quota, content_type=MERGE_PATCH)
+    held = _job("d")
+    held["spec"]["worker"]["nodeSelector"][HOLD] = RUN
+    fed.manager.request("POST", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs", body=held)
+    assert wait_for("d dispatched", lambda: fed.held_by("d"), timeout=60) == w2.name
+    wait_for("d let start in w2", lambda: _copy(w2, "d")["spec"].get("suspend") is False, timeout=30)
+    assert fed.bound_in(w2, "d") == [], "no node has its label yet"
+    running = [job for job in ("a", "b") if fed.held_by(job) == w2.name]
+    assert running and all(fed.bound_in(w2, job) for job in running)
+
+    fed.manager_up = False
+    subprocess.run(STOP_MANAGER, shell=True, check=True, timeout=60)  # the tester's own command
+    ends = w2.lease_ends()
+    assert ends is not None
+    checks = 0
+    while time.time() < ends - 0.5:  # within the lease the worker goes on as it was
+        assert not any(_fenced(w2, job) for job in running) and all(fed.bound_in(w2, job) for job in running)
+        checks += 1
+        time.sleep(0.5)
+    assert checks, "the lease had run out before the stop command returned: nothing was checked within it"
+
+    wait_for("d fenced past the lease", lambda: _fenced(w2, "d"), timeout=30)
+    wait_for("running work fenced too", lambda: all(_fenced(w2, job) for job in running), timeout=30)
+    wait_for("its pods stopped", lambda: not any(fed.bound_in(w2, job) for job in running), timeout=60)
+    labelled = {"metadata": {"labels": {HOLD: RUN}}}
+    w2.api.request("PATCH", f"/api/v1/nodes/{spare}", body=labelled, content_type=MERGE_PATCH)
+    time.sleep(5)  # the worker's scheduler and operator run each second: d would be placed by now
+    assert fed.bound_in(w2, "d") == [] and _fenced(w2, "d"), "d fits now but is never started here"
