@@ -75,3 +75,25 @@ def test_replica_gpu_hours_count_placed_replicas_and_time_alone_writes_nothing(
     view = client.get("/v1/console", headers={"Authorization": f"Bearer {tokens.admin_token}"}).json()
     (row,) = view["cost"]["services"]
     assert (row["name"], row["gpuHours"], row["cost"], row["gpus"]) == ("chat", 3.0, 7.5, 0.0)
+
+
+def test_a_pass_on_a_copy_that_does_not_show_the_last_write_yet_counts_on_from_that_write(
+    api: FakeApiServer, world
+) -> None:
+    clock, sched = world
+    clock.now = float(int(clock.now))
+    make_service(api, replicas={"min": 2, "max": 4})
+    op = Operator(api, clock=clock, nodes=False)
+    sync(op)
+    run(sched)
+    clock.now += 600
+    sync(op)  # both placed: 2 GPUs from here
+    assert status(api)["placedGpus"] == 2.0
+    # An hour on, one replica's pod is gone: the operator sees that before its informer shows the
+    # status it wrote (its copy still says no GPU was held).
+    clock.now += HOUR
+    del api.objects["/v1/pods"][("team-a", "chat-1")]
+    op.replicas.relist()
+    op.mark("InferenceService", "team-a/chat")
+    op.reconcile_once()
+    assert (status(api)["placedGpus"], status(api)["gpuHours"]) == (1.0, 2.0)

@@ -27,6 +27,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -45,6 +46,7 @@ from gpufleet.kube.config import (
     QUEUE_LABEL,
     KubeConfig,
 )
+from gpufleet.kube.informer import key_of
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.resources import SERVICE, resource_for
@@ -155,10 +157,14 @@ class InferenceServiceOperator:
         self.services = resource_for("InferenceService")
         self.loads = resource_for("ServiceLoad")
         self.last_sample: dict[str, float] = {}
+        self.usage_written: dict[str, tuple[str, dict[str, Any]]] = {}
+        """Per service, the GPU-hour integral this replica last wrote and the version it was written on:
+        a copy still at that version has not shown it yet (`_status` counts on from the write)."""
 
     def forget(self, key: str) -> None:
         self.autoscaler.forget(key)
         self.last_sample.pop(key, None)
+        self.usage_written.pop(key, None)
 
     def reconcile(
         self,
@@ -330,9 +336,15 @@ class InferenceServiceOperator:
         if metrics is not None:
             conditions = set_condition(previous.conditions, metrics, now=when)
             base = previous.model_copy(update={"conditions": conditions})
+        key, version = key_of(raw), str(raw["metadata"].get("resourceVersion"))
+        written = self.usage_written.get(key)
+        if written is not None and written[0] == version:
+            base = base.model_copy(update=written[1])  # the integral as last written, not as the stale copy
         status = servicestate.service_status(base, observed, now=when)
         update = status_patch(raw.get("status") or {}, previous.to_dict(), status.to_dict())
         if update and patch_status(self.api, self.services, raw, update):
+            usage = ("gpu_hours", "placed_gpus", "gpu_hours_counted_time")
+            self.usage_written[key] = (version, {name: getattr(status, name) for name in usage})
             for notice in servicestate.service_events(previous, status):
                 operator_event(self.api, raw, reason=notice.reason, message=notice.message, type=notice.type)
 
