@@ -279,6 +279,41 @@ def test_the_cost_page_shows_each_jobs_gpu_hours_and_cost_as_history_counts_them
     assert _errors(browser) == []
 
 
+def _service_costs(driver: Any) -> dict[str, tuple[float, float, float]]:
+    """The cost page's per-service table: GPUs now, GPU-hours and cost of each InferenceService."""
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#cost-services tr'),"
+        " tr => [tr.getAttribute('data-service'), ...Array.from(tr.cells, c => c.textContent)])"
+    )
+    # Columns: service, queue, state, pool, GPUs now, GPU-hours, cost.
+    return {row[0]: (float(row[5]), float(row[6]), float(row[7])) for row in rows}
+
+
+def test_the_cost_page_shows_each_inference_service_as_gpufleet_cost_counts_it(
+    plane: Plane, browser: Any, shots: Path
+) -> None:
+    browser.get(plane.url + "/")
+    if not browser.find_element("id", "signout").is_displayed():
+        _sign_in(browser, plane.url, plane.admin)
+    _open(browser, "cost")
+    _until("a service's GPU-hours", lambda: any(h > 0 for _, h, _ in _service_costs(browser).values()), 40)
+    started = time.monotonic()
+    shown = _service_costs(browser)
+    counted = json.loads(plane.cli("cost", "-o", "json"))["services"]
+    apart = time.monotonic() - started
+    browser.save_screenshot(str(shots / "admin-cost-services.png"))
+    assert set(shown) == set(counted) and counted
+    for key, record in counted.items():
+        gpus, hours, cost = shown[key]
+        assert gpus == pytest.approx(record["gpus"], abs=0.01)
+        # Read a moment apart, the page up to one redraw old and rounded to two digits (as for jobs).
+        slack = record["gpus"] * (apart + 3.0) / 3600 + 0.01
+        assert record["gpuHours"] - slack <= hours <= record["gpuHours"] + 0.01, (record, hours)
+        price = record["cost"] / record["gpuHours"] if record["gpuHours"] else 0.0
+        assert record["cost"] - slack * price - 0.01 <= cost <= record["cost"] + 0.01, (record, cost)
+    assert _errors(browser) == []
+
+
 def test_a_queue_token_sees_only_its_queue(plane: Plane, browser: Any, shots: Path) -> None:
     with plane.api() as api:
         answer = api.post("/v1/tokens", json={"queue": "team-a"})
