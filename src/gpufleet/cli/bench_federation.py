@@ -8,7 +8,7 @@ import typer
 
 from gpufleet.cli.output import print_figures
 
-WORKLOADS = {"dispatch": 20_000, "failover": 500, "utilisation": 600}
+WORKLOADS = {"dispatch": 20_000, "failover": 500, "utilisation": 400}
 """Each benchmark's full size when `--workloads` is not given."""
 
 
@@ -30,7 +30,7 @@ def federation(
         typer.Option(
             min=0,
             help="Workloads: dispatched one at a time (default 20,000); with --failover those running in "
-            "the lost cluster (500); with --utilisation the jobs of the stream (600).",
+            "the lost cluster (500); with --utilisation the jobs of the stream (400).",
         ),
     ] = None,
     queues: Annotated[int, typer.Option(min=1, help="Leaf queues sharing the fleet-wide quota.")] = 40,
@@ -58,7 +58,7 @@ def federation(
     ] = 1.2,
     mean_seconds: Annotated[
         float, typer.Option(min=10, help="--utilisation: the jobs' mean run time (exponential).")
-    ] = 300.0,
+    ] = 180.0,
     run_seconds: Annotated[
         float, typer.Option(min=0, help="--failover: seconds the jobs run before the cluster is lost.")
     ] = 150.0,

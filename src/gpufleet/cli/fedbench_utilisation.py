@@ -137,9 +137,9 @@ def run(
     *,
     clusters: int = 3,
     nodes: int = 16,
-    jobs: int = 600,
+    jobs: int = 400,
     load: float = 1.2,
-    mean_seconds: float = 300.0,
+    mean_seconds: float = 180.0,
     seed: int = 0,
 ) -> dict[str, Any]:
     logging.getLogger("gpufleet").setLevel(logging.ERROR)
