@@ -21,6 +21,7 @@ from gpufleet.agent.dra._generated import pluginregistration_pb2 as regpb
 from gpufleet.agent.dra._generated import pluginregistration_pb2_grpc as reg_grpc
 from gpufleet.agent.dra.checkpoint import Checkpoint
 from gpufleet.agent.dra.driver import DraDriver
+from gpufleet.agent.dra.migcaps import MigCaps
 from gpufleet.agent.dra.server import DraPlugin
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo, RecordedNvml
@@ -95,6 +96,9 @@ class Node:
             publish=self.publish,
             state_dir=self.root / "plugins" / DRIVER,
             cdi_dir=self.root / "cdi",
+            # this host's /proc is not the recorded node's: no mig-minors, so a MIG instance gets its
+            # parent's node only (tests/agent/test_dra_cdi.py gives it a table)
+            mig_caps=MigCaps(mig_minors=self.root / "no-mig-minors"),
         )
         self.plugin = DraPlugin(
             driver, plugins_dir=self.root / "plugins", registry_dir=self.root / "registry"
@@ -144,9 +148,8 @@ def test_dra_kubelet_registers_the_driver_and_prepares_a_claim_into_a_cdi_spec(n
         "uid-1-gpu-2": [{"path": gpu.device_path}],
         "uid-1-gpu-0-mig-9-4-4": [{"path": mig_gpu.device_path}],  # a MIG instance: its parent's node
     }
-    assert spec["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={gpu.uuid},{mig_gpu.mig_devices[0].uuid}"
-    ]
+    # the same in every claim's spec, so a second claim in the container cannot hide this one's devices
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert {"path": "/dev/nvidiactl"} in spec["containerEdits"]["deviceNodes"]
 
     # the kubelet asks again (it retries, and asks again after its own restart): the same answer

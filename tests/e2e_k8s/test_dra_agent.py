@@ -79,8 +79,11 @@ def test_dra_agent_slices_are_accepted_and_its_claims_prepared(cluster: Cluster,
             assert answer.claims[uid].error == ""
             spec_file = short_dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json"
             spec = json.loads(spec_file.read_text())
-            mig_uuid = info.gpus[6].mig_devices[1].uuid
-            assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}"]
+            # the instance is injected by its device nodes (its parent's /dev/nvidiaN first), not by a list
+            # in NVIDIA_VISIBLE_DEVICES that a second claim in the container would override
+            (device,) = spec["devices"]
+            assert device["containerEdits"]["deviceNodes"][0] == {"path": info.gpus[6].device_path}
+            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
             kubelet.call(plugin.endpoint, "NodeUnprepareResources", ref)
             assert not spec_file.exists()
     finally:
@@ -273,9 +276,10 @@ def test_dra_a_claim_on_the_agents_slices_is_scheduled_then_prepared(
             assert device.device_name == result["device"]
             info = RecordedNvml.from_profile("a100-80gb-mig").discover()
             index = int(result["device"].split("-")[1])
-            (instance,) = [m for m in info.gpus[index].mig_devices
-                           if f"-mig-9-{m.placement_start}-" in result["device"]]  # fmt: skip
             spec = json.loads((short_dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
-            assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={instance.uuid}"]
+            assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={uid}-{result['device']}"]
+            (injected,) = spec["devices"]
+            assert injected["containerEdits"]["deviceNodes"][0] == {"path": info.gpus[index].device_path}
+            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     finally:
         withdraw(cluster.api, node)

@@ -3,11 +3,18 @@ CRI-O) reads to inject the claim's GPUs, and the fully qualified CDI device ids 
 
 One spec file per claim (`<cdi dir>/k8s.gpu.nvidia.com-claim_<uid>.json`, kind
 `k8s.gpu.nvidia.com/claim` as NVIDIA's DRA driver names it), so unprepare removes exactly one file and
-two claims never share one. Each device injects its GPU's device node (a MIG instance its parent's);
-the spec-wide edits, applied once whichever of its devices a container gets, add the driver's control
-nodes and `NVIDIA_VISIBLE_DEVICES` with the claim's GPU or MIG UUIDs, which the NVIDIA container
-toolkit's hook reads to mount the driver's libraries. Written to a temporary file and renamed, so a
-runtime never reads half a spec.
+two claims never share one. Written to a temporary file and renamed, so a runtime never reads half a
+spec.
+
+A container may get devices of several claims (and so of several specs). The runtime merges the edits
+of every injected device and, once per spec, the spec-wide ones: device nodes and mounts add up (one
+per path), hooks are appended, but an environment variable set twice keeps only its last value. So,
+as NVIDIA's DRA driver does, everything that names a device is a per-device edit (its device nodes:
+the GPU's `/dev/nvidiaN`, a MIG instance's parent's plus its `/dev/nvidia-caps` nodes), and the
+spec-wide edits are the same in every claim's spec: the driver's control nodes, the driver's common
+edits from the NVIDIA Container Toolkit (libraries and hooks, `common_edits`), and
+`NVIDIA_VISIBLE_DEVICES=void`, which tells the toolkit's legacy runtime hook to inject nothing of its
+own, since a list there would name one claim's devices only.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,23 @@ CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 CDI_DIR = "/var/run/cdi"
 # Device nodes every CUDA process opens besides its GPUs' own.
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# The same in every claim's spec, so a container with several claims keeps it whatever the merge order.
+VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A CDI `deviceNodes` entry. Without major and minor the runtime reads them from the host's node;
+    with them (the `/dev/nvidia-caps` nodes of a MIG instance) the node needs no twin on the host."""
+
+    path: str
+    major: int | None = None
+    minor: int | None = None
+
+    def to_cdi(self) -> dict[str, Any]:
+        if self.major is None or self.minor is None:
+            return {"path": self.path}
+        return {"path": self.path, "type": "c", "major": self.major, "minor": self.minor}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +61,9 @@ class CdiDevice:
     """The device's name in the pool (`gpu-0`, `gpu-0-mig-9-4-4`)."""
     uuid: str
     """The GPU or MIG UUID the container sees."""
-    device_node: str
-    """The GPU's `/dev/nvidiaN` (a MIG instance's parent's)."""
+    device_nodes: tuple[DeviceNode, ...]
+    """The GPU's `/dev/nvidiaN`; a MIG instance's parent's and its GPU and compute instance's
+    `/dev/nvidia-caps/nvidia-cap<minor>`."""
 
 
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
@@ -55,30 +80,44 @@ def device_id(claim_uid: str, device: str) -> str:
     return f"{CDI_KIND}={device_name(claim_uid, device)}"
 
 
-def claim_spec(claim_uid: str, devices: Sequence[CdiDevice]) -> dict[str, Any]:
-    """The CDI spec (JSON) injecting `devices`."""
+def claim_spec(
+    claim_uid: str, devices: Sequence[CdiDevice], common_edits: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The CDI spec (JSON) injecting `devices`; `common_edits` are the toolkit's spec-wide edits (driver
+    libraries, hooks), merged under ours."""
+    edits: dict[str, Any] = {key: list(value) for key, value in (common_edits or {}).items()}
+    # Whatever the toolkit set for the variable, ours is the one: it must be alike in every claim's spec.
+    edits["env"] = [e for e in edits.get("env", []) if not e.startswith("NVIDIA_VISIBLE_DEVICES=")] + [
+        VISIBLE_DEVICES_VOID
+    ]
+    known = {n["path"] for n in edits.get("deviceNodes", [])}
+    edits["deviceNodes"] = edits.get("deviceNodes", []) + [
+        {"path": path} for path in CONTROL_NODES if path not in known
+    ]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "devices": [
             {
                 "name": device_name(claim_uid, d.name),
-                "containerEdits": {"deviceNodes": [{"path": d.device_node}]},
+                "containerEdits": {"deviceNodes": [node.to_cdi() for node in d.device_nodes]},
             }
             for d in devices
         ],
-        "containerEdits": {
-            "env": [f"NVIDIA_VISIBLE_DEVICES={','.join(d.uuid for d in devices)}"],
-            "deviceNodes": [{"path": path} for path in CONTROL_NODES],
-        },
+        "containerEdits": edits,
     }
 
 
-def write_spec(cdi_dir: Path, claim_uid: str, devices: Sequence[CdiDevice]) -> Path:
+def write_spec(
+    cdi_dir: Path,
+    claim_uid: str,
+    devices: Sequence[CdiDevice],
+    common_edits: Mapping[str, Any] | None = None,
+) -> Path:
     """Writes (or rewrites) the claim's spec atomically; its path."""
     cdi_dir.mkdir(parents=True, exist_ok=True)
     path = spec_path(cdi_dir, claim_uid)
-    atomic_write(path, json.dumps(claim_spec(claim_uid, devices), indent=1))
+    atomic_write(path, json.dumps(claim_spec(claim_uid, devices, common_edits), indent=1))
     return path
 
 

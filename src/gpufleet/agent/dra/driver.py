@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpufleet.agent.dra import cdi
 from gpufleet.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from gpufleet.agent.dra.migcaps import MigCaps, MigCapsError
 from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo
@@ -68,6 +70,8 @@ class DraDriver:
         publish: SlicePublisher | None,
         state_dir: Path,
         cdi_dir: Path = Path(cdi.CDI_DIR),
+        mig_caps: MigCaps | None = None,
+        common_edits: Mapping[str, Any] | None = None,
     ) -> None:
         self.node = node
         self.node_name = node_name
@@ -75,6 +79,8 @@ class DraDriver:
         self.read_claim = read_claim
         self.publish = publish
         self.cdi_dir = cdi_dir
+        self.mig_caps = mig_caps if mig_caps is not None else MigCaps()
+        self.common_edits = common_edits
         self.checkpoint = Checkpoint(state_dir / "checkpoint.json")
         self._devices = _device_table(node)
         self._stop = threading.Event()
@@ -90,9 +96,8 @@ class DraDriver:
                 # The CDI dir is often a tmpfs (/var/run) that a reboot empties while the checkpoint
                 # stays: the runtime must still find the devices the kubelet is told of.
                 if done.devices and not cdi.spec_path(self.cdi_dir, ref.uid).exists():
-                    cdi.write_spec(
-                        self.cdi_dir, ref.uid, [self._cdi_device(ref, d.device) for d in done.devices]
-                    )
+                    injected = [self._cdi_device(ref, d.device) for d in done.devices]
+                    cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
                 return done.devices
             claim = self.read_claim(ref.namespace, ref.name)
             if claim is None:
@@ -113,7 +118,7 @@ class DraDriver:
                 by_device.setdefault(result.device, []).append(result.request)
             injected = [self._cdi_device(ref, name) for name in by_device]
             if injected:
-                cdi.write_spec(self.cdi_dir, ref.uid, injected)
+                cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
             devices = tuple(
                 PreparedDevice(
                     requests=tuple(requests),
@@ -138,10 +143,15 @@ class DraDriver:
         found = self._devices.get(name)
         if found is None:
             raise PrepareError(f"{ref}: device {name} is not a device of node {self.node_name}")
-        uuid, parent_uuid, node_path = found
-        if not self.health.is_healthy(uuid, parent_uuid):
-            raise PrepareError(f"{ref}: device {name} ({uuid}) is unhealthy")
-        return cdi.CdiDevice(name=name, uuid=uuid, device_node=node_path)
+        if not self.health.is_healthy(found.uuid, found.parent_uuid):
+            raise PrepareError(f"{ref}: device {name} ({found.uuid}) is unhealthy")
+        nodes: tuple[cdi.DeviceNode, ...] = (cdi.DeviceNode(f"/dev/nvidia{found.minor}"),)
+        if found.mig is not None:
+            try:
+                nodes += self.mig_caps.nodes(found.minor, *found.mig)
+            except MigCapsError as exc:
+                raise PrepareError(f"{ref}: device {name} ({found.uuid}): {exc}") from exc
+        return cdi.CdiDevice(name=name, uuid=found.uuid, device_nodes=nodes)
 
     # Slices
     def wanted(self, generation: int) -> list[ResourceSliceSpec]:
@@ -191,15 +201,25 @@ class DraDriver:
             )
 
 
-def _device_table(node: NodeInfo) -> dict[str, tuple[str, str | None, str]]:
-    """Device name in the pool -> (UUID, parent GPU's UUID, device node), named as the builder names
-    them (`gpu-<index>`, `gpu-<index>-mig-<GI profile>-<start>-<size>`)."""
-    table: dict[str, tuple[str, str | None, str]] = {}
+@dataclass(frozen=True, slots=True)
+class _NodeDevice:
+    uuid: str
+    parent_uuid: str | None
+    minor: int
+    """The GPU's (a MIG instance's parent's) minor: `/dev/nvidia<minor>`."""
+    mig: tuple[int, int] | None
+    """A MIG instance's GPU and compute instance ids."""
+
+
+def _device_table(node: NodeInfo) -> dict[str, _NodeDevice]:
+    """Device name in the pool -> what injecting it takes, named as the builder names them
+    (`gpu-<index>`, `gpu-<index>-mig-<GI profile>-<start>-<size>`)."""
+    table: dict[str, _NodeDevice] = {}
     for gpu in node.gpus:
-        table[f"gpu-{gpu.index}"] = (gpu.uuid, None, gpu.device_path)
+        table[f"gpu-{gpu.index}"] = _NodeDevice(gpu.uuid, None, gpu.minor_number, None)
         for m in gpu.mig_devices:
             name = f"gpu-{gpu.index}-mig-{m.gi_profile_id}-{m.placement_start}-{m.placement_size}"
-            table[name] = (m.uuid, gpu.uuid, gpu.device_path)
+            table[name] = _NodeDevice(m.uuid, gpu.uuid, gpu.minor_number, (m.gi_id, m.ci_id))
     return table
 
 
