@@ -14,6 +14,7 @@ from gpufleet.scheduler.placement import alike
 from gpufleet.scheduler.placement.alike import alike_rows
 from gpufleet.scheduler.placement.filters import filter_nodes
 from gpufleet.scheduler.placement.gpus import choose_gpus
+from gpufleet.scheduler.placement.score_fgd import FragmentationModel, TypicalWorkload
 from gpufleet.scheduler.placement.score_fgdplus import GROUP_ROWS, AdaptiveFgdPolicy
 from gpufleet.scheduler.placement.scoring import pick
 
@@ -85,6 +86,26 @@ def test_grouped_and_row_by_row_scores_equal_one_numpy_batch_to_the_bit(seed: in
             alloc = state.release(running.pop(int(rng.integers(len(running)))))
             policy.observe(state, alloc.node)
     assert grouped_batches > 50
+
+
+def test_a_row_refreshed_alone_equals_the_row_refreshed_with_the_fleet() -> None:
+    rng = np.random.default_rng(3)
+    state = typed_fleet(3)
+    typical = TypicalWorkload.from_requests(REQUESTS)
+    model = FragmentationModel(typical, by_capacity=True)
+    model.sync(state)
+    for step in range(150):
+        request = REQUESTS[int(rng.integers(len(REQUESTS)))]
+        rows = filter_nodes(state, request).rows
+        if rows.size:
+            row = int(rows[int(rng.integers(rows.size))])
+            state.allocate(f"p{step}", row, request, choose_gpus(state, row, request).gpus)
+            model.refresh(state, row)  # this row alone
+    fresh = FragmentationModel(typical, by_capacity=True)
+    fresh.sync(state)  # every row at once
+    n = state.n_rows
+    for kept in ("fit_gpus", "stranded", "idle", "frag", "_free_seen", "_cpu_seen", "_pods_seen"):
+        assert getattr(model, kept)[:n].tobytes() == getattr(fresh, kept)[:n].tobytes(), kept
 
 
 def test_gpus_alike_in_free_milli_differ_when_one_has_no_replica_left() -> None:

@@ -269,6 +269,9 @@ class FragmentationModel:
         return access
 
     def _refresh(self, state: FleetState, rows: Rows) -> None:
+        if rows.size == 1:
+            self._refresh_row(state, int(rows[0]))
+            return
         free = usable_free(state, rows)
         self._free_seen[rows] = free
         self._cpu_seen[rows] = state.cpu_free[rows]
@@ -278,6 +281,19 @@ class FragmentationModel:
         stranded = self.stranded[rows] = np.where(enough, 0, free[:, :, None]).sum(axis=1)
         idle = self.idle[rows] = free.sum(axis=1)
         self.frag[rows] = self.amount(idle, state.cpu_free[rows], fit_gpus, stranded, self.access[rows])
+
+    def _refresh_row(self, state: FleetState, row: int) -> None:
+        """`_refresh` of one row with plain indexing, which costs less than gathering arrays of one row: a
+        stream of placements refreshes one row at a time. The same operations, so the same values."""
+        free = np.where(state.gpu_ok[row], state.gpu_free[row], 0)
+        self._free_seen[row] = free
+        cpu_free = self._cpu_seen[row] = state.cpu_free[row]
+        self._pods_seen[row] = state.gpu_pods[row] if state.mode[row] != DYNAMIC_CODE else 0
+        enough = free[:, None] >= self.milli
+        fit_gpus = self.fit_gpus[row] = enough.sum(axis=0)
+        stranded = self.stranded[row] = np.where(enough, 0, free[:, None]).sum(axis=0)
+        idle = self.idle[row] = free.sum()
+        self.frag[row] = self.amount(idle, cpu_free, fit_gpus, stranded, self.access[row])
 
     # ------------------------------------------------------------- formula
     def amount(
