@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from .fakeapi import FakeApiServer
-from .test_dra_scheduler import claim, claim_pod, publish, run, scheduler, stored
+from .test_dra_scheduler import CLAIMS, claim, claim_pod, publish, run, scheduler, stored
 from .test_scheduler import bound
 
+PODS = "/api/v1/namespaces/team-a/pods"
 GANG = {"gpufleet.io/gang": "llm", "gpufleet.io/gang-size": "2"}
 
 
@@ -85,3 +86,30 @@ def test_an_allocated_claim_on_a_node_that_cannot_take_its_pod_keeps_the_gang_pe
     assert result is not None and any(p.reason.type == "NoFit" for p in result.pending.values())
     assert "allocation" not in stored(api, "llm-0-gpu-a").get("status", {})
     assert stored(api, "llm-1-gpu-b")["status"]["allocation"]["devices"]["results"][0]["pool"] == "dra-3"
+
+
+def test_devices_of_a_claim_allocated_for_a_pod_not_placed_here_are_not_given_to_another(
+    api: FakeApiServer,
+) -> None:
+    sched = scheduler(api)
+    publish(api, "dra-1")
+    # Another scheduler allocated GPUs 0-3 of dra-1 to its pod's claim and has not bound the pod yet.
+    claim(api, "theirs-gpu", 4, allocated("dra-1", [f"gpu-{i}" for i in range(4)]))
+    claim(api, "p-gpu", 4)
+    claim(api, "q-gpu", 4)
+    api.put(PODS, claim_pod("p", made="p-gpu", created="2026-11-29T11:00:01Z"))
+    api.put(PODS, claim_pod("q", made="q-gpu", created="2026-11-29T11:00:02Z"))
+    run(sched)
+    run(sched)
+    assert bound(api) == {"p": "dra-1"}, "4 GPUs are free, 4 are the other claim's"
+    assert devices_of(api, "p-gpu") == {f"gpu-{i}" for i in range(4, 8)}
+    assert "allocation" not in stored(api, "q-gpu").get("status", {})
+    # The other claim deallocated: its devices are free again for the waiting pod.
+    patch = {"status": {"allocation": None}}
+    api.request(
+        "PATCH", f"{CLAIMS}/theirs-gpu/status", body=patch, content_type="application/merge-patch+json"
+    )
+    run(sched)
+    run(sched)
+    assert bound(api) == {"p": "dra-1", "q": "dra-1"}
+    assert devices_of(api, "q-gpu") == {f"gpu-{i}" for i in range(4)}

@@ -205,6 +205,16 @@ class KubeCache:
             self._sync_workload(key, sources, now=now)
         for key in foreign:
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
+        # Claims allocated that no pod here holds (another scheduler's pods not bound yet, a previous
+        # run's, pods gone and claims not yet deallocated) keep their devices from the allocator; the
+        # pod a claim was allocated for takes them over when it is placed. A change of what the nodes
+        # offer moves the generation: parked workloads look again.
+        if (
+            self.dra is not None
+            and self.dra.synced
+            and self._fleet.devices.pin_allocated(self.dra.allocated())
+        ):
+            self._fleet.generation += 1
         assert self.cache is not None
         return self.cache
 

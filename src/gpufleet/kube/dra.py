@@ -360,6 +360,22 @@ class KubeDra:
                     obj=f"workload {workload}",
                 )
 
+    def allocated(self) -> dict[str, tuple[DeviceId, ...]]:
+        """Every allocated claim (`namespace/name`) with the devices it takes (not those given for admin
+        access), read from the informer's objects as they are (no model: this runs every pass)."""
+        out: dict[str, tuple[DeviceId, ...]] = {}
+        for obj in self.claims.items():
+            allocation = (obj.get("status") or {}).get("allocation")
+            if not allocation:
+                continue
+            results = (allocation.get("devices") or {}).get("results") or []
+            out[key_of(obj)] = tuple(
+                (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+                for r in results
+                if not r.get("adminAccess")
+            )
+        return out
+
     # ------------------------------------------------------------------ bound pods
     def held_by(self, pod: Json, node: str) -> tuple[tuple[DeviceId, ...], tuple[ClaimAllocation, ...]]:
         """What a bound pod holds through its claims, from their status: its own claims' devices, and
