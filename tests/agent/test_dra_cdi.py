@@ -4,6 +4,7 @@ of its GPU and compute instance (minors from the driver's mig-minors table)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from gpufleet.agent.dra.driver import ClaimRef, DraDriver, PrepareError
 from gpufleet.agent.dra.migcaps import MigCaps, MigCapsError, caps_major, parse_mig_minors
+from gpufleet.agent.dra.toolkit import common_edits
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo, RecordedNvml
 from gpufleet.api.dra import ResourceClaim
@@ -155,3 +157,101 @@ def test_dra_mig_minors_and_proc_devices_are_parsed_or_refused_with_the_line() -
         parse_mig_minors("config 1\ngpu0/gi1/access x\n")
     assert caps_major("Character devices:\n  1 mem\n508 nvidia-caps\n\nBlock devices:\n") == 508
     assert caps_major("Character devices:\n195 nvidia\n") is None
+
+
+TOOLKIT_SPEC = {
+    "cdiVersion": "0.5.0",
+    "kind": "nvidia.com/gpu",
+    "devices": [{"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
+    "containerEdits": {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu"],
+        "deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
+        "mounts": [
+            {
+                "hostPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+                "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+                "options": ["ro", "nosuid", "nodev", "bind"],
+            }
+        ],
+        "hooks": [
+            {
+                "hookName": "createContainer",
+                "path": "/usr/bin/nvidia-cdi-hook",
+                "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
+            }
+        ],
+    },
+}
+
+
+def fake_nvidia_ctk(root: Path, spec: object, status: int = 0) -> Path:
+    """An `nvidia-ctk` that records its arguments and writes `spec` (as `cdi generate` does, to stdout)."""
+    (root / "spec.json").write_text(json.dumps(spec))
+    script = root / "nvidia-ctk"
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {root}/args\necho "level=info msg=generating" >&2\n'
+        f"cat {root}/spec.json\nexit {status}\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_dra_specs_carry_the_toolkits_common_edits_and_keep_every_claims_devices(
+    node: NodeInfo, tmp_path: Path, caps: MigCaps
+) -> None:
+    edits = common_edits(str(fake_nvidia_ctk(tmp_path, TOOLKIT_SPEC)))
+    assert (tmp_path / "args").read_text().split() == [
+        "cdi",
+        "generate",
+        "--format=json",
+        "--driver-root=/",
+        "--dev-root=/",
+    ]
+    assert edits is not None and edits["mounts"] == TOOLKIT_SPEC["containerEdits"]["mounts"]  # type: ignore[index]
+    claims = {"a": allocated("a", "uid-a", "gpu-1"), "b": allocated("b", "uid-b", "gpu-0-mig-19-2-1")}
+    driver = DraDriver(
+        node,
+        node_name=NODE,
+        health=HealthState(),
+        read_claim=lambda ns, name: claims.get(name),
+        publish=None,
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        mig_caps=caps,
+        common_edits=edits,
+    )
+    container = inject(tmp_path / "cdi", ids(driver, "a", "uid-a") + ids(driver, "b", "uid-b"))
+    assert container.env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "NVIDIA_CTK_LIBCUDA_DIR": "/usr/lib/x86_64-linux-gnu",
+    }
+    assert list(container.mounts) == ["/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"]
+    assert {h["args"][1] for h in container.hooks} == {"update-ldcache"}
+    # gpu-0's 1g instance at slot 2 is GI 3 / CI 0: gpu0/gi3/access 30, gpu0/gi3/ci0/access 31
+    assert (
+        set(container.device_nodes)
+        == {
+            node.gpus[1].device_path,
+            node.gpus[0].device_path,
+            "/dev/nvidia-caps/nvidia-cap30",
+            "/dev/nvidia-caps/nvidia-cap31",
+        }
+        | CONTROL
+    )
+    spec = json.loads(next((tmp_path / "cdi").glob("*uid-a.json")).read_text())
+    paths = [n["path"] for n in spec["containerEdits"]["deviceNodes"]]
+    assert sorted(paths) == sorted(set(paths))  # the toolkit's control nodes are not listed twice
+
+
+def test_dra_without_a_working_toolkit_the_specs_carry_device_nodes_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gpufleet.agent.dra"):
+        assert common_edits(str(tmp_path / "no-such-ctk")) is None
+        assert common_edits(str(fake_nvidia_ctk(tmp_path, TOOLKIT_SPEC, status=1))) is None
+        assert common_edits(str(fake_nvidia_ctk(tmp_path, {"containerEdits": {"env": "x"}}))) is None
+    said = " | ".join(r.getMessage() for r in caplog.records)
+    assert "no-such-ctk not found: CDI specs of claims carry device nodes only" in said
+    assert "exited 1: level=info msg=generating" in said
+    assert "containerEdits.env is not a list" in said
+    assert common_edits("") is None

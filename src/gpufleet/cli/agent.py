@@ -131,6 +131,12 @@ def run(
     cdi_dir: Path = typer.Option(
         Path(CDI_DIR), "--cdi-dir", help="where the container runtime reads CDI specs"
     ),
+    nvidia_ctk: str = typer.Option(
+        "nvidia-ctk",
+        "--nvidia-ctk",
+        help="with --dra: the NVIDIA Container Toolkit's CLI, asked once for the driver's common CDI edits "
+        "(libraries, hooks) that every claim's spec carries; '' for device nodes only",
+    ),
     kubeconfig: str = typer.Option(
         None, "--kubeconfig", help="with --dra: the API server's kubeconfig (default: in-cluster, KUBECONFIG)"
     ),
@@ -167,7 +173,11 @@ def run(
             pod_resources_socket=pod_resources_socket,
             feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
             node_labeler=labeler,
-            dra=_dra_settings(kubeconfig, dra_plugins_dir, dra_registry_dir, cdi_dir) if dra else None,
+            dra=(
+                _dra_settings(kubeconfig, dra_plugins_dir, dra_registry_dir, cdi_dir, nvidia_ctk)
+                if dra
+                else None
+            ),
         )
     done = threading.Event()
     if sharing_config is None:
@@ -194,9 +204,10 @@ def run(
 
 
 def _dra_settings(
-    kubeconfig: str | None, plugins_dir: Path, registry_dir: Path, cdi_dir: Path
+    kubeconfig: str | None, plugins_dir: Path, registry_dir: Path, cdi_dir: Path, nvidia_ctk: str
 ) -> DraSettings:
     """The DRA driver's settings, reading claims and writing slices through the official client."""
+    from gpufleet.agent.dra.toolkit import common_edits
     from gpufleet.kube.client import KubeTransport
     from gpufleet.kube.dra_node import claim_reader, slice_publisher
 
@@ -207,6 +218,7 @@ def _dra_settings(
         plugins_dir=plugins_dir,
         registry_dir=registry_dir,
         cdi_dir=cdi_dir,
+        common_edits=common_edits(nvidia_ctk),
     )
 
 

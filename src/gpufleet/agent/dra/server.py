@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,8 @@ class DraSettings:
     plugins_dir: Path = field(default=Path(PLUGINS_DIR))
     registry_dir: Path = field(default=Path(PLUGINS_REGISTRY))
     cdi_dir: Path = field(default=Path(cdi.CDI_DIR))
+    common_edits: Mapping[str, Any] | None = None
+    """The driver's spec-wide CDI edits (libraries, hooks) from the toolkit (`toolkit.common_edits`)."""
 
     def plugin(self, node: NodeInfo, node_name: str, health: HealthState) -> DraPlugin:
         """The driver for this node, its state (the checkpoint) beside its socket."""
@@ -65,6 +68,7 @@ class DraSettings:
             publish=self.publish,
             state_dir=self.plugins_dir / DRIVER,
             cdi_dir=self.cdi_dir,
+            common_edits=self.common_edits,
         )
         return DraPlugin(driver, plugins_dir=self.plugins_dir, registry_dir=self.registry_dir)
 
