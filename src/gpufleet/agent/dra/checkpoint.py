@@ -33,6 +33,8 @@ class PreparedClaim:
     namespace: str
     name: str
     devices: tuple[PreparedDevice, ...]
+    time_sliced: tuple[str, ...] = ()
+    """GPUs whose time slice the claim's config set: unprepare sets them back to Default."""
 
 
 class Checkpoint:
@@ -84,6 +86,8 @@ class Checkpoint:
                         )
                         for d in c["devices"]
                     ),
+                    # absent in checkpoints written before claims' configs were applied
+                    time_sliced=tuple(c.get("time_sliced", ())),
                 )
                 for uid, c in data["claims"].items()
             }

@@ -27,11 +27,14 @@ from typing import Any
 
 from gpufleet.agent.dra import cdi
 from gpufleet.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from gpufleet.agent.dra.gpuconfig import CONFIG_FIELD, TIME_SLICE_INTERVALS, ConfigError, device_sharing
 from gpufleet.agent.dra.migcaps import MigCaps, MigCapsError
 from gpufleet.agent.dra.slices import node_slice_specs
+from gpufleet.agent.dra.timeslice import NvidiaSmi, TimeSliceError, TimeSlicer
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo
 from gpufleet.api.dra import ResourceClaim
+from gpufleet.api.dra_claims import AllocationResult
 from gpufleet.api.dra_devices import ResourceSliceSpec
 from gpufleet.sharing.dra_slices import DRIVER
 
@@ -72,6 +75,7 @@ class DraDriver:
         cdi_dir: Path = Path(cdi.CDI_DIR),
         mig_caps: MigCaps | None = None,
         common_edits: Mapping[str, Any] | None = None,
+        time_slicer: TimeSlicer | None = None,
     ) -> None:
         self.node = node
         self.node_name = node_name
@@ -81,6 +85,7 @@ class DraDriver:
         self.cdi_dir = cdi_dir
         self.mig_caps = mig_caps if mig_caps is not None else MigCaps()
         self.common_edits = common_edits
+        self.time_slicer = time_slicer if time_slicer is not None else NvidiaSmi()
         self.checkpoint = Checkpoint(state_dir / "checkpoint.json")
         self._devices = _device_table(node)
         self._stop = threading.Event()
@@ -117,6 +122,7 @@ class DraDriver:
                     )
                 by_device.setdefault(result.device, []).append(result.request)
             injected = [self._cdi_device(ref, name) for name in by_device]
+            time_sliced = self._apply_config(ref, allocation, [(r.request, r.device) for r in ours])
             if injected:
                 cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
             devices = tuple(
@@ -128,16 +134,53 @@ class DraDriver:
                 )
                 for name, requests in by_device.items()
             )
-            self.checkpoint.put(ref.uid, PreparedClaim(ref.namespace, ref.name, devices))
+            self.checkpoint.put(ref.uid, PreparedClaim(ref.namespace, ref.name, devices, time_sliced))
             log.info("prepared %s: %s", ref, [d.device for d in devices] or "no devices of ours")
             return devices
 
     def unprepare(self, ref: ClaimRef) -> None:
         with self._prepare_lock:
             cdi.remove_spec(self.cdi_dir, ref.uid)
-            if self.checkpoint.get(ref.uid) is not None:
+            done = self.checkpoint.get(ref.uid)
+            if done is not None:
+                if done.time_sliced:  # as NVIDIA's driver: back to the Default time slice
+                    self.time_slicer.set_time_slice(done.time_sliced, TIME_SLICE_INTERVALS["Default"])
                 self.checkpoint.remove(ref.uid)
                 log.info("unprepared %s", ref)
+
+    def _apply_config(
+        self, ref: ClaimRef, allocation: AllocationResult, results: list[tuple[str, str]]
+    ) -> tuple[str, ...]:
+        """Validates the claim's configs of this driver for its devices and applies them; the GPUs
+        whose time slice was set."""
+        try:
+            sharing = device_sharing(
+                allocation.devices.config,
+                [(request, device, self._devices[device].mig is not None) for request, device in results],
+            )
+        except ConfigError as exc:
+            raise PrepareError(f"{ref}: {exc}") from exc
+        by_interval: dict[int, list[str]] = {}
+        for device, wanted in sharing.items():
+            if wanted is None:
+                continue
+            if wanted.strategy == "MPS":
+                # NVIDIA's driver starts an MPS control daemon per claim and points the container at
+                # its pipe directory; this agent runs none, so the claim is refused, not half served.
+                raise PrepareError(
+                    f"{ref}: {CONFIG_FIELD}[{wanted.config_index}].opaque.parameters.sharing.strategy: "
+                    f"MPS is not served by gpufleet's DRA driver (it runs no MPS control daemon); "
+                    f"use TimeSlicing"
+                )
+            if wanted.interval is not None:
+                uuid = self._devices[device].uuid
+                by_interval.setdefault(TIME_SLICE_INTERVALS[wanted.interval], []).append(uuid)
+        try:
+            for interval, uuids in sorted(by_interval.items()):
+                self.time_slicer.set_time_slice(uuids, interval)
+        except TimeSliceError as exc:
+            raise PrepareError(f"{ref}: applying the TimeSlicing config: {exc}") from exc
+        return tuple(uuid for uuids in by_interval.values() for uuid in uuids)
 
     def _cdi_device(self, ref: ClaimRef, name: str) -> cdi.CdiDevice:
         found = self._devices.get(name)
