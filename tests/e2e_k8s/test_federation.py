@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,8 @@ class Federation:
     manager: Transport
     workers: list[Worker]
     manager_up: bool = True
+    watched: Callable[[], list[Any]] = list
+    """The manager's watched copies of the workers' jobs (`ManagerLoop.caches`)."""
 
     def job(self, name: str) -> Json:
         return self.manager.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/{name}")
@@ -211,7 +214,10 @@ def fed() -> Iterator[Federation]:
             workers.append(worker)
         for worker in workers:
             _start_worker(worker, manager)
-        loop = ManagerLoop(manager, manager=f"e2e-{RUN}", grace_seconds=GRACE_SECONDS, period_seconds=1.0)
+        loop = ManagerLoop(
+            manager, manager=f"e2e-{RUN}", grace_seconds=GRACE_SECONDS, period_seconds=1.0, watch_workers=True
+        )
+        state.watched = lambda: loop.caches
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
         thread.start()
@@ -295,6 +301,8 @@ def test_federation_a_training_job_submitted_to_the_manager_runs_in_a_worker_and
     assert wait_for("a bound in w1", lambda: fed.bound_in(w1, "a"), timeout=60) == [w1.nodes.nodes[0]]
     wait_for("a Running in the manager", lambda: fed.job("a").get("status", {}).get("phase") == "Running",
              timeout=60)  # fmt: skip
+    caches = fed.watched()
+    assert len(caches) == 2 and all(c.managed() is not None for c in caches), "it watches both workers"
     copy = w1.api.request("GET", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/a")
     assert copy["metadata"]["annotations"]["gpufleet.io/managed-by"] == f"e2e-{RUN}"
     wait_for("w1 reports itself full", lambda: _free_gpus(fed, w1) == 0, timeout=60)

@@ -4,6 +4,7 @@ granted by the rendered roles to the identity that makes it, and every verb a ro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from gpufleet.kube.leader import LeaderElector, LeaseConfig
 from gpufleet.kube.manifests import render_all, values_from
 from gpufleet.kube.store import KubeStore
 from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.worker_cache import CopyCache
 
 from .fakeapi import FakeApiServer
 from .test_federation_kube import GRACE, LEASE, Federation, fleet, job
@@ -74,7 +76,8 @@ class Recorder:
         return self.inner.request(method, path, **kwargs)
 
     def watch(self, path: str, *, query: Mapping[str, str | int | bool], timeout: float) -> Iterator[Json]:
-        raise AssertionError("the federation lists; it does not watch")
+        self.log.append((self.who, request_of("GET", path, {**query, "watch": True})))
+        return self.inner.watch(path, query=query, timeout=timeout)
 
 
 def allowed(objects: list[Json], account: tuple[str, str], req: Request) -> bool:
@@ -205,6 +208,14 @@ def requests() -> list[tuple[tuple[str, str], Request]]:
     fed.store.delete(InferenceService, "chat", "team")
     fed.store.delete(TrainingJob, "train", "team")
     fed.run(3)
+    # What `gpufleet kube manager` does beside the lists above: it watches each worker's copies.
+    cache = CopyCache(Recorder(fed.workers["w2"], ACCESS_SA, log), watch_seconds=1)
+    cache.start()
+    deadline = time.monotonic() + 10
+    while cache.managed() is None or not any(who == ACCESS_SA and r.verb == "watch" for who, r in log):
+        assert time.monotonic() < deadline, "the watched copies did not sync"
+        time.sleep(0.02)
+    cache.close()
     return log
 
 

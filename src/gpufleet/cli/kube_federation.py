@@ -36,6 +36,7 @@ from gpufleet.fleet.state import FleetState
 from gpufleet.kube.federation import KubeManagerLink, ManagerStore, connect_kube
 from gpufleet.kube.store import KubeStore
 from gpufleet.kube.transport import ApiError, Transport
+from gpufleet.kube.worker_cache import CopyCache
 from gpufleet.observability.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -72,10 +73,14 @@ class ManagerLoop:
         period_seconds: float = 1.0,
         connect_transport: Callable[[dict[str, object]], Transport] | None = None,
         clock: Callable[[], float] = time.time,
+        watch_workers: bool = False,
     ) -> None:
+        """`watch_workers`: each worker's jobs and services are watched, not listed every pass (what
+        `gpufleet kube manager` does; the unit tests' virtual clock steps passes faster than a watch)."""
+        self.caches: list[CopyCache] = []
         self.controller = FederationController(
             ManagerStore(api),
-            connect_kube(api, connect_transport),
+            connect_kube(api, connect_transport, cache=self._cache if watch_workers else None),
             manager=manager,
             grace_seconds=grace_seconds,
             period_seconds=period_seconds,
@@ -87,7 +92,17 @@ class ManagerLoop:
         return self.controller.step(now)
 
     def run(self, stop: threading.Event) -> None:
-        _run(self.step, stop, self.clock, "federation manager", self.period_seconds)
+        try:
+            _run(self.step, stop, self.clock, "federation manager", self.period_seconds)
+        finally:  # a replica that lost the lead stops watching the workers
+            for cache in self.caches:
+                cache.close()
+
+    def _cache(self, api: Transport) -> CopyCache:
+        self.caches = [c for c in self.caches if not c.closed]
+        cache = CopyCache(api)
+        self.caches.append(cache)
+        return cache
 
 
 class WorkerLoop:
@@ -144,6 +159,9 @@ def manager(
     leader_elect: bool = typer.Option(
         True, help="Run only while holding the Lease (two replicas: one active)."
     ),
+    watch_workers: bool = typer.Option(
+        True, help="Watch each worker's jobs and services instead of listing them all every pass."
+    ),
     log_format: str = LOG_FORMAT,
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -152,7 +170,13 @@ def manager(
 
     setup_logging(log_format, level=logging.DEBUG if verbose else logging.INFO)
     api = _transport(kubeconfig, context)
-    loop = ManagerLoop(api, manager=name, grace_seconds=grace_seconds, period_seconds=period_seconds)
+    loop = ManagerLoop(
+        api,
+        manager=name,
+        grace_seconds=grace_seconds,
+        period_seconds=period_seconds,
+        watch_workers=watch_workers,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TypeVar, overload
@@ -43,6 +44,7 @@ from gpufleet.kube.console_events import gpufleet_event
 from gpufleet.kube.resources import EVENT, NAMESPACE, resource_for
 from gpufleet.kube.store import KubeStore, api_error
 from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.worker_cache import CopyCache
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +77,30 @@ def reaching(where: str) -> Iterator[None]:
 
 
 class KubeWorker:
-    """A Kubernetes worker cluster as the manager reaches it."""
+    """A Kubernetes worker cluster as the manager reaches it. With a `cache` its jobs and services are
+    watched rather than listed each pass (`kube.worker_cache`); it is closed with this object."""
 
-    def __init__(self, api: Transport, *, name: str = "worker") -> None:
+    def __init__(self, api: Transport, *, name: str = "worker", cache: CopyCache | None = None) -> None:
         self.api = api
         self.store = KubeStore(api)
         self.where = f"Cluster {name}"
         self._namespaces: set[str] = set()
+        self.cache = cache
+        if cache is not None:
+            weakref.finalize(self, cache.close)  # a client replaced (its Secret changed) stops watching
 
     def create(self, obj: Managed) -> None:
         with reaching(self.where):
             self._namespace(obj.namespace or "default")
-            self.store.create(obj)
+            created = self.store.create(obj)
+        if self.cache is not None:
+            self.cache.created(created)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with reaching(self.where), contextlib.suppress(NotFoundError):
             self.store.delete(kind, name, namespace)
+        if self.cache is not None:
+            self.cache.deleted((kind, namespace, name))
 
     def put_checkpoint(self, checkpoint: Checkpoint) -> None:
         with reaching(self.where):
@@ -101,6 +111,11 @@ class KubeWorker:
                 self.store.update_status(written)
 
     def list_managed(self) -> list[Managed]:
+        if self.cache is not None:
+            self.cache.start()
+            watched = self.cache.managed()
+            if watched is not None:
+                return watched
         with reaching(self.where):
             return [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
 
@@ -275,11 +290,14 @@ def worker_kubeconfig(api: Transport, cluster: Cluster) -> Json:
 
 
 def connect_kube(
-    api: Transport, transport: Callable[[Json], Transport] | None = None
+    api: Transport,
+    transport: Callable[[Json], Transport] | None = None,
+    *,
+    cache: Callable[[Transport], CopyCache] | None = None,
 ) -> Callable[[Cluster], KubeWorker]:
     """The manager's `connect` for Kubernetes workers: each through the kubeconfig its Cluster's Secret
     holds in the manager cluster (`api`). `transport` makes the connection from a kubeconfig (tests give
-    an in-memory one)."""
+    an in-memory one); `cache`, when given, makes each worker's watched copies."""
 
     def make(config: Json) -> Transport:
         from gpufleet.kube.client import KubeTransport
@@ -304,6 +322,6 @@ def connect_kube(
                 obj=cluster.describe(),
                 field=SECRET_FIELD,
             ) from None
-        return KubeWorker(reached, name=cluster.name)
+        return KubeWorker(reached, name=cluster.name, cache=cache(reached) if cache is not None else None)
 
     return connect

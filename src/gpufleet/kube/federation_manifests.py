@@ -144,8 +144,8 @@ MANAGER_ACCESS_RULES: tuple[Rule, ...] = (
     (
         "gpufleet.io",
         ("trainingjobs", "inferenceservices"),
-        ("list", "create", "delete"),
-        "managed copies: listed each pass, created on dispatch, deleted once not held here",
+        ("list", "watch", "create", "delete"),
+        "managed copies: watched (or listed each pass), created on dispatch, deleted once not held here",
     ),
     (
         "gpufleet.io",
