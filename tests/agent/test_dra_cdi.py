@@ -91,9 +91,9 @@ def test_dra_two_claims_in_one_container_see_the_devices_of_both(
     both = inject(tmp_path / "cdi", first + second)
     gpus = {node.gpus[i].device_path for i in (2, 3, 5)}
     assert set(both.device_nodes) == gpus | CONTROL
-    # No claim's list overrides the other's: the toolkit's legacy hook is told to inject nothing, the
-    # devices come from the CDI device nodes of both claims.
-    assert both.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    # No claim's list overrides the other's: the variable names no device in any spec (the NVIDIA
+    # runtime's legacy hook mounts only the driver's libraries), the devices are both claims' CDI nodes.
+    assert both.env["NVIDIA_VISIBLE_DEVICES"] == "none"
     # the container does not depend on the order in which the kubelet lists the claims
     assert inject(tmp_path / "cdi", second + first) == both
     # each claim alone: only its own GPUs
@@ -122,7 +122,7 @@ def test_dra_a_mig_instance_brings_its_gpu_and_compute_instance_caps_nodes(
         for m in (12, 13, 21, 22)
     }
     assert node.gpus[0].device_path in container.device_nodes  # the parent's node, once
-    assert container.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert container.env["NVIDIA_VISIBLE_DEVICES"] == "none"
 
 
 def test_dra_a_mig_instance_the_driver_table_lacks_is_refused_naming_claim_and_device(
@@ -251,7 +251,7 @@ def test_dra_without_a_working_toolkit_the_specs_carry_device_nodes_and_the_log_
         assert common_edits(str(fake_nvidia_ctk(tmp_path, TOOLKIT_SPEC, status=1))) is None
         assert common_edits(str(fake_nvidia_ctk(tmp_path, {"containerEdits": {"env": "x"}}))) is None
     said = " | ".join(r.getMessage() for r in caplog.records)
-    assert "no-such-ctk not found: CDI specs of claims carry device nodes only" in said
+    assert "no-such-ctk not found" in said and "NVIDIA_VISIBLE_DEVICES=none" in said
     assert "exited 1: level=info msg=generating" in said
     assert "containerEdits.env is not a list" in said
     assert common_edits("") is None

@@ -116,7 +116,7 @@ def test_dra_time_slicing_config_sets_the_claims_gpus_and_unprepare_restores_def
     assert drv.slicer.calls == [(uuids, 3)]  # the MIG device takes no time slice
     spec = json.loads((drv.root / "cdi" / "k8s.gpu.nvidia.com-claim_uid-ts.json").read_text())
     assert spec["containerEdits"]["env"] == [
-        "NVIDIA_VISIBLE_DEVICES=void"
+        "NVIDIA_VISIBLE_DEVICES=none"
     ]  # a GPU setting, not the container's
     drv.unprepare("ts")
     assert drv.slicer.calls[-1] == (uuids, 0)  # back to Default

@@ -149,7 +149,7 @@ def test_dra_kubelet_registers_the_driver_and_prepares_a_claim_into_a_cdi_spec(n
         "uid-1-gpu-0-mig-9-4-4": [{"path": mig_gpu.device_path}],  # a MIG instance: its parent's node
     }
     # the same in every claim's spec, so a second claim in the container cannot hide this one's devices
-    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=none"]
     assert {"path": "/dev/nvidiactl"} in spec["containerEdits"]["deviceNodes"]
 
     # the kubelet asks again (it retries, and asks again after its own restart): the same answer

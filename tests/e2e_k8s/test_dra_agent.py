@@ -48,7 +48,8 @@ def agent(node: str, where: Path) -> Iterator[subprocess.Popen[str]]:
         [sys.executable, "-m", "gpufleet.cli.main", "agent", "--dra", "--node-name", node,
          "--profile", "a100-80gb-mig", "--plugin-dir", str(where / "device-plugins"),
          "--dra-plugins-dir", str(where / "plugins"), "--dra-registry-dir", str(where / "registry"),
-         "--cdi-dir", str(where / "cdi"), "--metrics-port", "0", "--metrics-address", "127.0.0.1",
+         "--cdi-dir", str(where / "cdi"), "--nvidia-ctk", "",
+         "--metrics-port", "0", "--metrics-address", "127.0.0.1",
          "--feature-file", "", "--no-label-node", "--no-sharing-config",
          "--pod-resources-socket", str(where / "none.sock")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "PYTHONUNBUFFERED": "1"},
@@ -83,7 +84,7 @@ def test_dra_agent_slices_are_accepted_and_its_claims_prepared(cluster: Cluster,
             # in NVIDIA_VISIBLE_DEVICES that a second claim in the container would override
             (device,) = spec["devices"]
             assert device["containerEdits"]["deviceNodes"][0] == {"path": info.gpus[6].device_path}
-            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=none"]
             kubelet.call(plugin.endpoint, "NodeUnprepareResources", ref)
             assert not spec_file.exists()
     finally:
@@ -280,6 +281,6 @@ def test_dra_a_claim_on_the_agents_slices_is_scheduled_then_prepared(
             assert list(device.cdi_device_ids) == [f"k8s.gpu.nvidia.com/claim={uid}-{result['device']}"]
             (injected,) = spec["devices"]
             assert injected["containerEdits"]["deviceNodes"][0] == {"path": info.gpus[index].device_path}
-            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+            assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=none"]
     finally:
         withdraw(cluster.api, node)

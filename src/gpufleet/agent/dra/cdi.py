@@ -11,10 +11,12 @@ of every injected device and, once per spec, the spec-wide ones: device nodes an
 per path), hooks are appended, but an environment variable set twice keeps only its last value. So,
 as NVIDIA's DRA driver does, everything that names a device is a per-device edit (its device nodes:
 the GPU's `/dev/nvidiaN`, a MIG instance's parent's plus its `/dev/nvidia-caps` nodes), and the
-spec-wide edits are the same in every claim's spec: the driver's control nodes, the driver's common
-edits from the NVIDIA Container Toolkit (libraries and hooks, `common_edits`), and
-`NVIDIA_VISIBLE_DEVICES=void`, which tells the toolkit's legacy runtime hook to inject nothing of its
-own, since a list there would name one claim's devices only.
+spec-wide edits are the same in every claim's spec: the driver's control nodes and
+`NVIDIA_VISIBLE_DEVICES` naming no device, since a list there would name one claim's devices only.
+With the driver's common edits from the NVIDIA Container Toolkit (libraries and hooks,
+`toolkit.common_edits`) the value is `void`, as in the toolkit's own specs: its legacy runtime hook
+then adds nothing, CDI brings everything. Without them it is `none`: the NVIDIA runtime's legacy hook,
+where the node has one, mounts the driver's libraries and no device, and CDI brings the devices.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 CDI_DIR = "/var/run/cdi"
 # Device nodes every CUDA process opens besides its GPUs' own.
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-# The same in every claim's spec, so a container with several claims keeps it whatever the merge order.
+# The same in every claim's spec, so a container with several claims keeps it whatever the merge order:
+# `void`, the legacy hook does nothing (CDI carries the libraries too); `none`, it mounts the driver's
+# libraries and no device (NVIDIA Container Toolkit, "GPU Enumeration").
 VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+VISIBLE_DEVICES_NONE = "NVIDIA_VISIBLE_DEVICES=none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +92,9 @@ def claim_spec(
     libraries, hooks), merged under ours."""
     edits: dict[str, Any] = {key: list(value) for key, value in (common_edits or {}).items()}
     # Whatever the toolkit set for the variable, ours is the one: it must be alike in every claim's spec.
-    edits["env"] = [e for e in edits.get("env", []) if not e.startswith("NVIDIA_VISIBLE_DEVICES=")] + [
-        VISIBLE_DEVICES_VOID
-    ]
+    visible = VISIBLE_DEVICES_VOID if common_edits else VISIBLE_DEVICES_NONE
+    edits["env"] = [e for e in edits.get("env", []) if not e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    edits["env"].append(visible)
     known = {n["path"] for n in edits.get("deviceNodes", [])}
     edits["deviceNodes"] = edits.get("deviceNodes", []) + [
         {"path": path} for path in CONTROL_NODES if path not in known

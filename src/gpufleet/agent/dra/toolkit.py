@@ -1,15 +1,17 @@
 """The driver's common CDI edits, from the NVIDIA Container Toolkit.
 
-A claim's spec injects its devices by their device nodes and sets `NVIDIA_VISIBLE_DEVICES=void`
-(`cdi.py`), so the toolkit's legacy runtime hook adds nothing: the driver's user-space libraries,
-binaries, firmware and the hooks that link them (`nvidia-cdi-hook create-symlinks`, `update-ldcache`)
-must be CDI edits of the spec too. NVIDIA's DRA driver gets them from the toolkit's library (nvcdi's
-common edits); the toolkit's CLI gives the same, `nvidia-ctk cdi generate` writing a whole spec whose
-spec-wide `containerEdits` are those common edits. They depend on the installed driver only, so the
-agent asks once at start (a driver upgrade restarts the node's pods, the agent's too).
+A claim's spec injects its devices by their device nodes (`cdi.py`). With the toolkit's common edits
+it sets `NVIDIA_VISIBLE_DEVICES=void`, as the toolkit's own specs do, so the legacy runtime hook adds
+nothing: the driver's user-space libraries, binaries, firmware and the hooks that link them
+(`nvidia-cdi-hook create-symlinks`, `update-ldcache`) are CDI edits of the spec. NVIDIA's DRA driver
+gets them from the toolkit's library (nvcdi's common edits); the toolkit's CLI gives the same,
+`nvidia-ctk cdi generate` writing a whole spec whose spec-wide `containerEdits` are those edits. They
+depend on the installed driver only, so the agent asks once at start (a driver upgrade restarts the
+node's pods, the agent's too).
 
-Without the toolkit (no `nvidia-ctk`, or it fails) the specs carry device nodes only, and the log says
-so: containers then find the driver's libraries only if their image or runtime provides them.
+Without the toolkit's CLI (no `nvidia-ctk`, or it fails) the specs carry device nodes and
+`NVIDIA_VISIBLE_DEVICES=none`, and the log says so: the NVIDIA runtime's legacy hook, where the node
+runs it, then mounts the driver's libraries (and no device).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ NVIDIA_CTK = "nvidia-ctk"
 GENERATE_TIMEOUT_SECONDS = 120.0
 # The list-valued edits of the CDI spec, the ones the toolkit's common edits use (they set no intelRdt).
 EDIT_KEYS = ("env", "deviceNodes", "mounts", "hooks", "additionalGids")
+
+FALLBACK = (
+    "CDI specs of claims carry device nodes only, the driver's libraries left to the NVIDIA runtime's "
+    "hook (NVIDIA_VISIBLE_DEVICES=none)"
+)
 
 log = logging.getLogger("gpufleet.agent.dra")
 
@@ -43,9 +50,9 @@ def common_edits(
     binary = shutil.which(nvidia_ctk)
     if binary is None:
         log.warning(
-            "%s not found: CDI specs of claims carry device nodes only, not the driver's libraries "
-            "(install the NVIDIA Container Toolkit or give --nvidia-ctk)",
+            "%s not found (install the NVIDIA Container Toolkit or give --nvidia-ctk): %s",
             nvidia_ctk,
+            FALLBACK,
         )
         return None
     command = [
@@ -59,20 +66,17 @@ def common_edits(
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.error("%s failed (%s): CDI specs of claims carry device nodes only", " ".join(command), exc)
+        log.error("%s failed (%s): %s", " ".join(command), exc, FALLBACK)
         return None
     if done.returncode != 0:
         log.error(
-            "%s exited %d: %s; CDI specs of claims carry device nodes only",
-            " ".join(command),
-            done.returncode,
-            done.stderr.strip()[-500:],
+            "%s exited %d: %s; %s", " ".join(command), done.returncode, done.stderr.strip()[-500:], FALLBACK
         )
         return None
     try:
         edits = edits_of(json.loads(done.stdout))
     except (ValueError, TypeError) as exc:
-        log.error("%s wrote no CDI spec (%s): CDI specs of claims carry device nodes only", binary, exc)
+        log.error("%s wrote no CDI spec (%s): %s", binary, exc, FALLBACK)
         return None
     log.info("the driver's common CDI edits from %s: %s", binary, {k: len(v) for k, v in edits.items()})
     return edits
