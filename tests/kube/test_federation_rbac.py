@@ -157,6 +157,10 @@ def service() -> InferenceService:
 
 @pytest.fixture(scope="module")
 def requests() -> list[tuple[tuple[str, str], Request]]:
+    return federation_requests()
+
+
+def federation_requests() -> list[tuple[tuple[str, str], Request]]:
     """Each identity's requests through the federation's flows: a job and a service dispatched, the job
     running and checkpointed, its worker silent (fenced there, moved with its checkpoint to the other,
     which holds a Checkpoint of that name already), a conditions write that loses a race, deletes."""
