@@ -2,12 +2,15 @@
 
 Prepare reads the claim from the API server (the kubelet sends only its namespace, name and UID),
 takes the devices its `status.allocation` gives this driver in this node's pool, checks each is a
-healthy device of this node, writes the claim's CDI spec, records the claim in the checkpoint and
-returns the CDI device ids. A claim already in the checkpoint is answered from it without reading the
-API server again (the kubelet calls prepare again after it restarts), its CDI spec written again if it
-is gone (a reboot empties /var/run). Unprepare removes the spec and
-the checkpoint entry; a claim never prepared here is already unprepared. A failure is reported for
-that claim only, as the API asks, and the kubelet retries it.
+healthy device of this node, validates and applies the claim's opaque configs of this driver
+(`gpuconfig.py`: TimeSlicing sets the GPUs' time slice, MPS is refused), writes the claim's CDI spec
+(`cdi.py`; a MIG instance with its `/dev/nvidia-caps` nodes, `migcaps.py`), records the claim in the
+checkpoint and returns the CDI device ids. A claim already in the checkpoint is answered from it
+without reading the API server again (the kubelet calls prepare again after it restarts), its CDI
+spec written again if it is gone (a reboot empties /var/run). Unprepare removes the spec, sets the
+time slice of GPUs a TimeSlicing config set back to Default, and removes the checkpoint entry; a
+claim never prepared here is already unprepared. A failure is reported for that claim only, as the
+API asks, and the kubelet retries it.
 
 The slices: published at start, and again after every health change (a GPU that fails leaves the
 pool's next generation, one that recovers comes back) and every resync interval (a slice someone
