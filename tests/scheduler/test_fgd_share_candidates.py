@@ -27,6 +27,11 @@ def test_a_share_pod_is_tried_on_the_first_gpu_of_each_free_milli_that_can_take_
     assert cand_row.tolist() == [0, 0]
     assert cand_gpu.tolist() == [0, 1]
     assert gains.shape == (2,)
+    # The same node twice in one batch (the vectorised path): the same candidates and gains per row.
+    batch_row, batch_gpu, batch_gains = model.share_gains(state, HALF, np.array([0, 0], dtype=np.intp))
+    assert batch_row.tolist() == [0, 0, 1, 1]
+    assert batch_gpu.tolist() == [0, 1, 0, 1]
+    assert batch_gains.tobytes() == np.concatenate([gains, gains]).tobytes()
 
 
 def test_the_best_candidate_per_row_is_the_lowest_gpu_among_equal_values() -> None:

@@ -167,6 +167,11 @@ class FragmentationModel:
             changed = np.union1d(self._changed_rows(state), marked[marked < self._rows])
             if changed.size:
                 self._refresh(state, changed)
+        elif len(self._dirty) == 1 and self._dirty[0] < self._rows:
+            # The usual case in a stream: one placement since the last scoring.
+            row = self._dirty.pop()
+            changed = np.array([row], dtype=np.intp)
+            self._refresh_row(state, row)
         elif self._dirty:
             marked = np.array(sorted(set(self._dirty)), dtype=np.intp)  # a few rows: cheaper than np.unique
             self._dirty.clear()
@@ -329,6 +334,8 @@ class FragmentationModel:
         """
         self.sync(state)
         free = share_gpu_free(state, request, rows)
+        if rows.size == 1:
+            return self._share_gains_row(state, request, int(rows[0]), free[0])
         # A GPU is a candidate unless a lower-index GPU of its node has the same free milli: a few
         # elementwise operations on (rows, GPUs, GPUs), cheaper than sorting each row.
         repeated = ((free[:, :, None] == free[:, None, :]) & _earlier(free.shape[1])).any(axis=2)
@@ -343,6 +350,26 @@ class FragmentationModel:
         cpu_after = state.cpu_free[sub] - request.cpu_milli
         after = self.amount(idle, cpu_after, fit, stranded, self.access[sub])
         return cand_row, cand_gpu.astype(np.int64), self.frag[sub] - after
+
+    def _share_gains_row(
+        self, state: FleetState, request: PodRequest, row: int, free: IntArray
+    ) -> tuple[IntArray, IntArray, FloatArray]:
+        """`share_gains` of one row with plain indexing (most scorings in a stream rescore the one node
+        the last placement changed): the same candidates and operations, so the same values."""
+        first_gpu: dict[int, int] = {}
+        for gpu, milli in enumerate(free.tolist()):
+            if milli >= 0:
+                first_gpu.setdefault(milli, gpu)
+        cand_gpu = np.array(sorted(first_gpu.values()), dtype=np.int64)
+        f_old = free[cand_gpu][:, None]
+        f_new = f_old - request.gpu_milli
+        m = self.milli
+        fit = self.fit_gpus[row] - (f_old >= m) + (f_new >= m)
+        stranded = self.stranded[row] - np.where(f_old < m, f_old, 0) + np.where(f_new < m, f_new, 0)
+        idle = self.idle[row] - request.gpu_milli
+        cpu_after = state.cpu_free[row] - request.cpu_milli
+        after = self.amount(idle, cpu_after, fit, stranded, self.access[row])
+        return np.zeros(cand_gpu.size, dtype=np.intp), cand_gpu, self.frag[row] - after
 
 
 @cache
