@@ -4,14 +4,16 @@ worker scheduler's reach into the manager, and refusals of values that would fai
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import jsonschema
 import pytest
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.kube.manifests import render_all, values_from
+from gpufleet.kube.manifests import Values, render_all, values_from
 
-from .test_manifests import by_key, helm
+from .test_manifests import CHART, by_key, helm
 
 MANAGER_VALUES: dict[str, Any] = {
     "scheduler": {"enabled": False},
@@ -123,3 +125,41 @@ def test_values_that_would_fail_or_run_work_twice_are_refused_with_their_field(
     with pytest.raises(ValidationError) as caught:
         values_from(overrides, source="values.yaml")
     assert caught.value.field == field and "values.yaml" in str(caught.value)
+
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        ({}, False),
+        (MANAGER_VALUES, False),
+        (WORKER_VALUES, False),
+        ({"federation": {"manager": {"enabled": True}}}, True),
+        ({"scheduler": {"enabled": False}, "federation": {"worker": {"clusterName": "w1"}}}, True),
+        ({"scheduler": {"enabled": False}, "federation": {"manager": {"enabled": True, "workers": ["W_2"]}}},
+         True),
+        ({"scheduler": {"enabled": False},
+          "federation": {"manager": {"enabled": True, "workers": ["w" * 48]}}}, True),
+    ],
+    ids=["defaults", "manager", "worker", "manager-beside-a-scheduler", "worker-without-scheduler",
+         "bad-worker-name", "worker-name-too-long"],
+)  # fmt: skip
+def test_helm_refuses_through_the_schema_what_manifests_all_refuses(
+    overrides: dict[str, Any], refused: bool
+) -> None:
+    values = values_from(overrides).as_dict() if not refused else _merged(Values().as_dict(), overrides)
+    errors = list(jsonschema.Draft7Validator(SCHEMA).iter_errors(values))
+    assert bool(errors) is refused, [e.message for e in errors]
+    if refused:
+        with pytest.raises(ValidationError):
+            values_from(overrides)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Values over the defaults, as Helm merges them before it checks the schema."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(base[key], value) if isinstance(value, dict) and key in base else value
+    return out
