@@ -75,7 +75,15 @@ def ids(driver: DraDriver, name: str, uid: str) -> list[str]:
 def caps(tmp_path: Path) -> MigCaps:
     (tmp_path / "mig-minors").write_text(mig_minors())
     (tmp_path / "devices").write_text(f"Character devices:\n195 nvidia\n{CAPS_MAJOR} nvidia-caps\n")
-    return MigCaps(mig_minors=tmp_path / "mig-minors", proc_devices=tmp_path / "devices")
+    # the driver's per-capability file, here for gpu0's GI 1 only (mode 0444)
+    access = tmp_path / "capabilities" / "gpu0" / "mig" / "gi1"
+    access.mkdir(parents=True)
+    (access / "access").write_text("DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+    return MigCaps(
+        mig_minors=tmp_path / "mig-minors",
+        proc_devices=tmp_path / "devices",
+        capabilities=tmp_path / "capabilities",
+    )
 
 
 def test_dra_two_claims_in_one_container_see_the_devices_of_both(
@@ -118,6 +126,8 @@ def test_dra_a_mig_instance_brings_its_gpu_and_compute_instance_caps_nodes(
             "type": "c",
             "major": CAPS_MAJOR,
             "minor": m,
+            # the mode from the capability's access file where the driver has one
+            **({"fileMode": 0o444} if m == 12 else {}),
         }
         for m in (12, 13, 21, 22)
     }

@@ -51,11 +51,16 @@ class DeviceNode:
     path: str
     major: int | None = None
     minor: int | None = None
+    file_mode: int | None = None
+    """The node's permission bits in the container (CDI's `fileMode`); the runtime's default if None."""
 
     def to_cdi(self) -> dict[str, Any]:
         if self.major is None or self.minor is None:
             return {"path": self.path}
-        return {"path": self.path, "type": "c", "major": self.major, "minor": self.minor}
+        node: dict[str, Any] = {"path": self.path, "type": "c", "major": self.major, "minor": self.minor}
+        if self.file_mode is not None:
+            node["fileMode"] = self.file_mode
+        return node
 
 
 @dataclass(frozen=True, slots=True)

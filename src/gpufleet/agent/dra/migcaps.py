@@ -6,7 +6,10 @@ and the capability nodes of its GPU instance and of its compute instance,
 `/proc/driver/nvidia-caps/mig-minors` (`gpu<parent minor>/gi<GI id>/access <m>` and
 `gpu<parent minor>/gi<GI id>/ci<CI id>/access <m>`, the GI and CI ids NVML gives), and the major is
 the `nvidia-caps` line of `/proc/devices`. As NVIDIA's DRA driver does, the spec names the nodes with
-their major and minor, so the runtime creates them in the container whether or not the host has them.
+their major and minor, so the runtime creates them in the container whether or not the host has them,
+and with the mode the driver gives the capability (`DeviceFileMode` of
+`/proc/driver/nvidia/capabilities/gpu<m>/mig/gi<g>[/ci<c>]/access`, the file NVIDIA's driver reads)
+when that file is there.
 
 Read at each prepare, not once: mig-parted may have made the instances after the agent started. A
 node without the file (no MIG-capable driver, or /proc not mounted into the agent) gives MIG devices
@@ -23,6 +26,7 @@ from gpufleet.agent.dra.cdi import DeviceNode
 
 MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
 PROC_DEVICES = Path("/proc/devices")
+CAPABILITIES = Path("/proc/driver/nvidia/capabilities")
 CAPS_DIR = "/dev/nvidia-caps"
 CAPS_DEVICE = "nvidia-caps"
 
@@ -61,6 +65,7 @@ class MigCaps:
 
     mig_minors: Path = MIG_MINORS
     proc_devices: Path = PROC_DEVICES
+    capabilities: Path = CAPABILITIES
     _warned: bool = field(default=False, init=False)
 
     def nodes(self, parent_minor: int, gi_id: int, ci_id: int) -> tuple[DeviceNode, ...]:
@@ -91,6 +96,25 @@ class MigCaps:
                 "%s has no %s line: naming capability nodes by path only", self.proc_devices, CAPS_DEVICE
             )
         return tuple(
-            DeviceNode(path=f"{CAPS_DIR}/nvidia-cap{minors[name]}", major=major, minor=minors[name])
+            DeviceNode(
+                path=f"{CAPS_DIR}/nvidia-cap{minors[name]}",
+                major=major,
+                minor=minors[name],
+                file_mode=self._file_mode(name),
+            )
             for name in (gi, ci)
         )
+
+    def _file_mode(self, name: str) -> int | None:
+        """`DeviceFileMode` of the capability's access file (`gpu0/gi1/ci0/access` is at
+        `gpu0/mig/gi1/ci0/access`); None when the file or the line is not there."""
+        gpu, rest = name.split("/", 1)
+        try:
+            text = (self.capabilities / gpu / "mig" / rest).read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "DeviceFileMode" and value.strip().isdigit():
+                return int(value.strip())
+        return None
