@@ -137,3 +137,19 @@ def test_a_delete_batch_leaves_objects_with_finalizers_being_deleted(store: Embe
     assert results[1] is None
     assert results[0] is not None and results[0].metadata.deletion_timestamp is not None
     assert [j.name for j in store.list(TrainingJob)] == ["held"]
+
+
+def test_a_dry_run_returns_what_it_would_write_and_keeps_nothing(store: EmbeddedStore) -> None:
+    store.create(job("a"))
+    head = store.resource_version
+    changed = job("a", replicas=5)
+    results = store.apply_many([changed, job("b")], dry_run=True)
+    assert [(r.name, r.metadata.resource_version) for r in results] == [("a", "2"), ("b", "3")]
+    assert store.resource_version == head and store.events_since(head) == []
+    assert [j.name for j in store.list(TrainingJob)] == ["a"]
+    assert store.get(TrainingJob, "a", "team-a").spec.replicas == 2
+    broken = job("c")
+    broken.spec.replicas = -1
+    with pytest.raises(ValidationError, match=r"spec\.replicas"):  # refused as a real apply would be
+        store.apply_many([job("d"), broken], dry_run=True)
+    assert store.resource_version == head
