@@ -5,8 +5,9 @@
 (its ServiceAccounts in a namespace of the run), and every request the federation's flows make
 (recorded per identity by tests/kube/test_federation_rbac.py on in-memory API servers) is put to the
 API server as a SubjectAccessReview for the ServiceAccount that makes it: each must be allowed. A few
-requests each identity must not make are refused. A cluster that has gpufleet's roles already (a real
-installation) is left alone: the test is skipped.
+requests each identity must not make are refused. Every object of both (Deployments included) passes a
+server-side dry run. A cluster that has gpufleet's roles already (a real installation) is left alone:
+the tests are skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.k8s
 
 NS = f"gpufleet-e2e-rbac-{RUN}"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+APPLY = "application/apply-patch+yaml"
 COLLECTIONS = {
     "ServiceAccount": f"/api/v1/namespaces/{NS}/serviceaccounts",
     "Role": f"{RBAC}/namespaces/{NS}/roles",
@@ -35,8 +37,8 @@ COLLECTIONS = {
 }
 
 
-def _objects() -> list[Json]:
-    """The manager cluster's and a worker's RBAC, their ServiceAccounts in the run's namespace."""
+def _rendered() -> list[Json]:
+    """Everything of a manager cluster and of a worker, in the run's namespace."""
     manager = values_from(
         {
             "namespace": NS,
@@ -57,7 +59,12 @@ def _objects() -> list[Json]:
         {"namespace": NS, "installCRDs": False, "agent": {"enabled": False},
          "federation": {"worker": {"clusterName": "w1"}}}
     )  # fmt: skip
-    return [o for o in [*render_all(manager), *render_all(worker)] if o["kind"] in COLLECTIONS]
+    return [*render_all(manager), *render_all(worker)]
+
+
+def _objects() -> list[Json]:
+    """The manager cluster's and a worker's RBAC, their ServiceAccounts in the run's namespace."""
+    return [o for o in _rendered() if o["kind"] in COLLECTIONS]
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +166,29 @@ def test_what_an_identity_must_not_do_is_refused(
     ok = Request("patch", "gpufleet.io", "clusters/status", None, "w1")
     wait_for("the roles reach the authorizer", lambda: allowed(api, (SYSTEM, "gpufleet-worker-w1"), ok))
     assert not allowed(api, (SYSTEM, account), req)
+
+
+def test_every_object_of_a_manager_cluster_and_a_worker_passes_a_server_side_dry_run(
+    api: Transport, installed: None
+) -> None:
+    """`kubectl apply --server-side --dry-run=server`: the API server validates and defaults each object
+    (the Deployments with their volumes, the roles with their resourceNames) and stores nothing."""
+    checked = []
+    for obj in _rendered():
+        path = f"{_collection(obj)}/{obj['metadata']['name']}"
+        query = {"dryRun": "All", "fieldManager": "gpufleet-e2e", "force": "true"}
+        api.request("PATCH", path, query=query, body=obj, content_type=APPLY)
+        checked.append(obj["kind"])
+    assert {"Namespace", "Deployment", "ClusterRole", "Role", "ServiceAccount", "Service"} <= set(checked)
+
+
+def _collection(obj: Json) -> str:
+    """Where a rendered object lives."""
+    group_version, kind = obj["apiVersion"], obj["kind"]
+    if kind in COLLECTIONS:
+        return COLLECTIONS[kind]
+    if kind == "Namespace":
+        return "/api/v1/namespaces"
+    plural = {"Deployment": "deployments", "Service": "services", "DaemonSet": "daemonsets"}[kind]
+    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    return f"{prefix}/namespaces/{NS}/{plural}"
