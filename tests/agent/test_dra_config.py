@@ -118,6 +118,10 @@ def test_dra_time_slicing_config_sets_the_claims_gpus_and_unprepare_restores_def
     assert spec["containerEdits"]["env"] == [
         "NVIDIA_VISIBLE_DEVICES=none"
     ]  # a GPU setting, not the container's
+    # a reboot: the CDI dir (a tmpfs) is empty and the GPUs' time slices reset; prepare sets them again
+    (drv.root / "cdi" / "k8s.gpu.nvidia.com-claim_uid-ts.json").unlink()
+    drv.prepare(drv.claims["ts"])
+    assert drv.slicer.calls == [(uuids, 3), (uuids, 3)]
     drv.unprepare("ts")
     assert drv.slicer.calls[-1] == (uuids, 0)  # back to Default
     # the agent restarted in between: the checkpoint remembers which GPUs to set back

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpufleet.agent.dra.cdi import atomic_write
@@ -33,8 +33,9 @@ class PreparedClaim:
     namespace: str
     name: str
     devices: tuple[PreparedDevice, ...]
-    time_sliced: tuple[str, ...] = ()
-    """GPUs whose time slice the claim's config set: unprepare sets them back to Default."""
+    time_sliced: dict[str, int] = field(default_factory=dict)
+    """GPU UUID -> the time-slice interval the claim's config set: set again when the node rebooted,
+    back to Default at unprepare."""
 
 
 class Checkpoint:
@@ -87,7 +88,7 @@ class Checkpoint:
                         for d in c["devices"]
                     ),
                     # absent in checkpoints written before claims' configs were applied
-                    time_sliced=tuple(c.get("time_sliced", ())),
+                    time_sliced={str(u): int(i) for u, i in c.get("time_sliced", {}).items()},
                 )
                 for uid, c in data["claims"].items()
             }

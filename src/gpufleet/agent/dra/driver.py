@@ -105,6 +105,8 @@ class DraDriver:
                 # stays: the runtime must still find the devices the kubelet is told of.
                 if done.devices and not cdi.spec_path(self.cdi_dir, ref.uid).exists():
                     injected = [self._cdi_device(ref, d.device) for d in done.devices]
+                    # a reboot also reset the GPUs' time slices
+                    self._set_time_slices(ref, done.time_sliced)
                     cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
                 return done.devices
             claim = self.read_claim(ref.namespace, ref.name)
@@ -147,15 +149,15 @@ class DraDriver:
             done = self.checkpoint.get(ref.uid)
             if done is not None:
                 if done.time_sliced:  # as NVIDIA's driver: back to the Default time slice
-                    self.time_slicer.set_time_slice(done.time_sliced, TIME_SLICE_INTERVALS["Default"])
+                    self.time_slicer.set_time_slice(list(done.time_sliced), TIME_SLICE_INTERVALS["Default"])
                 self.checkpoint.remove(ref.uid)
                 log.info("unprepared %s", ref)
 
     def _apply_config(
         self, ref: ClaimRef, allocation: AllocationResult, results: list[tuple[str, str]]
-    ) -> tuple[str, ...]:
+    ) -> dict[str, int]:
         """Validates the claim's configs of this driver for its devices and applies them; the GPUs
-        whose time slice was set."""
+        whose time slice was set, with the interval."""
         try:
             sharing = device_sharing(
                 allocation.devices.config,
@@ -163,7 +165,7 @@ class DraDriver:
             )
         except ConfigError as exc:
             raise PrepareError(f"{ref}: {exc}") from exc
-        by_interval: dict[int, list[str]] = {}
+        time_sliced: dict[str, int] = {}
         for device, wanted in sharing.items():
             if wanted is None:
                 continue
@@ -176,14 +178,19 @@ class DraDriver:
                     f"use TimeSlicing"
                 )
             if wanted.interval is not None:
-                uuid = self._devices[device].uuid
-                by_interval.setdefault(TIME_SLICE_INTERVALS[wanted.interval], []).append(uuid)
+                time_sliced[self._devices[device].uuid] = TIME_SLICE_INTERVALS[wanted.interval]
+        self._set_time_slices(ref, time_sliced)
+        return time_sliced
+
+    def _set_time_slices(self, ref: ClaimRef, time_sliced: Mapping[str, int]) -> None:
+        by_interval: dict[int, list[str]] = {}
+        for uuid, interval in time_sliced.items():
+            by_interval.setdefault(interval, []).append(uuid)
         try:
             for interval, uuids in sorted(by_interval.items()):
                 self.time_slicer.set_time_slice(uuids, interval)
         except TimeSliceError as exc:
             raise PrepareError(f"{ref}: applying the TimeSlicing config: {exc}") from exc
-        return tuple(uuid for uuids in by_interval.values() for uuid in uuids)
 
     def _cdi_device(self, ref: ClaimRef, name: str) -> cdi.CdiDevice:
         found = self._devices.get(name)
