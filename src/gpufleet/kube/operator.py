@@ -254,10 +254,10 @@ class Operator:
             return None
         if kind == IDLE:
             pools, nodes, pods = self.pools.items(), self.nodes.items(), self.bound.items()
-            poolidle.account_pools(
+            moving = poolidle.account_pools(
                 self.api, pools, nodes, pods, self.config, now=now, written=self._idle_written
             )
-            return now + poolidle.IDLE_PERIOD
+            return now + poolidle.IDLE_PERIOD if moving else None
         if kind == SHARING:
             settled = self.fleet.sync_sharing(key, self.pools.get(key))
             return None if settled else now + SHARING_RETRY_SECONDS

@@ -13,8 +13,8 @@ read as the console reads them, `kube.console.console_node`), less what the pods
 
 When: the operator brings every pool up to date in one pass whenever a bound pod, a node or a pool
 changes (the idle GPUs are a step function: each step is counted from when it was seen), and every
-`IDLE_PERIOD` seconds while nothing does, so the hours run on in the status. A pass that would change
-nothing but the hours by less than a hundredth writes nothing.
+`IDLE_PERIOD` seconds while nothing does and some pool has idle GPUs, so the hours run on in the
+status. A pass that would change nothing but the hours by less than a hundredth writes nothing.
 """
 
 from __future__ import annotations
@@ -96,13 +96,15 @@ def account_pools(
     *,
     now: float,
     written: dict[str, tuple[str, Json]],
-) -> None:
-    """One pass: every pool's idle fields written where they changed. `written` is the caller's memory
+) -> bool:
+    """One pass: every pool's idle fields written where they changed; whether some pool has idle GPUs
+    (its hours run on, so a later pass is due even if nothing changes). `written` is the caller's memory
     of its last write per pool (the resourceVersion it was made on, the fields): a pool whose copy is
     still that version has not shown the write yet, and is counted on from what was written, not from
     the older status (which would count the time since then at the old rate)."""
     holdings = pool_holdings(pools, raw_nodes, raw_pods, config)
     resource = resource_for("GPUPool")
+    moving = False
     for pool in pools:
         name = str(pool["metadata"]["name"])
         version = str(pool["metadata"].get("resourceVersion"))
@@ -113,5 +115,7 @@ def account_pools(
         update = idle_update(pool, ready_gpus=gpus, allocated_milli=milli, now=now)
         if update and patch_status(api, resource, pool, update):
             written[name] = (version, update)
+        moving = moving or float({**(pool.get("status") or {}), **update}.get("idleGpus") or 0.0) > 0
     for gone in written.keys() - {str(p["metadata"]["name"]) for p in pools}:
         del written[gone]
+    return moving
