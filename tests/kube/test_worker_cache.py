@@ -151,10 +151,16 @@ def test_a_worker_out_of_touch_is_said_and_not_hidden_behind_the_cache(
     assert names(worker) == {"train": "1"}
 
 
-def test_a_closed_cache_is_not_used(api: FakeApiServer, watched: tuple[KubeWorker, Gated]) -> None:
+def test_a_closed_cache_is_not_used_until_started_again(
+    api: FakeApiServer, watched: tuple[KubeWorker, Gated]
+) -> None:
     worker, _ = watched
     wait("the cache lists", lambda: synced(worker))
     assert worker.cache is not None
     worker.cache.close()
     KubeStore(api).create(copy_of("late", 1))
+    assert worker.cache.managed() is None
     assert names(worker) == {"late": "1"}, "listed: a closed cache no longer follows the worker"
+    wait("watching again (a replica that leads again)", lambda: synced(worker))
+    KubeStore(api).create(copy_of("later", 1))
+    wait("the new watch follows the worker", lambda: "later" in names(worker))

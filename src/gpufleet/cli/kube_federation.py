@@ -24,6 +24,7 @@ import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -77,7 +78,8 @@ class ManagerLoop:
     ) -> None:
         """`watch_workers`: each worker's jobs and services are watched, not listed every pass (what
         `gpufleet kube manager` does; the unit tests' virtual clock steps passes faster than a watch)."""
-        self.caches: list[CopyCache] = []
+        self.caches: weakref.WeakSet[CopyCache] = weakref.WeakSet()
+        """The watched copies of the workers' clients (a client replaced closes its own)."""
         self.controller = FederationController(
             ManagerStore(api),
             connect_kube(api, connect_transport, cache=self._cache if watch_workers else None),
@@ -95,13 +97,12 @@ class ManagerLoop:
         try:
             _run(self.step, stop, self.clock, "federation manager", self.period_seconds)
         finally:  # a replica that lost the lead stops watching the workers
-            for cache in self.caches:
-                cache.close()
+            for cache in list(self.caches):
+                cache.close()  # a KubeWorker starts its cache again at its next list
 
     def _cache(self, api: Transport) -> CopyCache:
-        self.caches = [c for c in self.caches if not c.closed]
         cache = CopyCache(api)
-        self.caches.append(cache)
+        self.caches.add(cache)
         return cache
 
 

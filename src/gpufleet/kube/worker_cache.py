@@ -74,12 +74,10 @@ class CopyCache:
     """A worker's jobs and services, watched; `managed()` is None while it cannot be trusted."""
 
     def __init__(self, api: Transport, *, watch_seconds: int = WATCH_SECONDS) -> None:
+        self._api = api
+        self._watch_seconds = watch_seconds
         self._health = _Health(api)
-        backoff = Backoff(initial=0.2, maximum=5.0)
-        self._informers = {
-            kind: Informer(self._health, resource_for(kind), watch_seconds=watch_seconds, backoff=backoff)
-            for kind in KINDS
-        }
+        self._informers = self._follow()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._started = False
@@ -90,13 +88,29 @@ class CopyCache:
         self._models: dict[Key, tuple[str, Managed]] = {}
         """Each object converted once per resourceVersion."""
 
+    def _follow(self) -> dict[str, Informer]:
+        backoff = Backoff(initial=0.2, maximum=5.0)
+        return {
+            kind: Informer(
+                self._health, resource_for(kind), watch_seconds=self._watch_seconds, backoff=backoff
+            )
+            for kind in KINDS
+        }
+
     def start(self) -> None:
+        """Starts watching; after `close`, afresh (new informers: the old threads end on their own)."""
         with self._lock:
-            if self._started:
+            if self._started and not self._stop.is_set():
                 return
+            if self._started:  # closed: a replica that leads again
+                self._stop = threading.Event()
+                self._health = _Health(self._api)
+                self._informers = self._follow()
+                self._models.clear()
             self._started = True
-        for informer in self._informers.values():
-            informer.start(self._stop)
+            informers, stop = list(self._informers.values()), self._stop
+        for informer in informers:
+            informer.start(stop)
 
     def close(self) -> None:
         self._stop.set()
