@@ -5,7 +5,8 @@ of `kube/` this module does not import the federation; `cli.kube_federation` run
 - `KubeWorker` is the manager's `WorkerClient` for a Kubernetes worker: gpufleet's kinds through a
   `KubeStore` on the worker's API server, which the kubeconfig in the Secret its Cluster names
   (`spec.connection.kubeconfigSecretRef`, a core/v1 Secret in the manager cluster) reaches. The
-  worker's Events are core/v1 Events, read as gpufleet Events.
+  worker's Events are core/v1 Events, read as gpufleet Events. Its jobs and services may be watched
+  rather than listed each pass (`kube.worker_cache`).
 - `KubeManagerLink` is a worker's `ManagerLink`: its Cluster object, a custom resource in the manager
   cluster, read and its status written (409 on a stale resourceVersion, as the protocol asks).
 - `ManagerStore` is the Store the manager's `FederationController` runs on: a `KubeStore` whose Events
