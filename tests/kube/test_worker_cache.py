@@ -131,9 +131,15 @@ def test_the_managers_creates_and_deletes_count_before_their_watch_events(
     assert names(worker) == {"train": "2"}, "the new generation, not the old one the cache holds"
     worker.create(copy_of("serve", 1))
     assert names(worker) == {"train": "2", "serve": "1"}
+    worker.create(copy_of("gone", 1))
+    worker.delete("TrainingJob", "team", "gone")
+    worker.delete("TrainingJob", "team", "train")
+    assert names(worker) == {"serve": "1"}, (
+        "neither generation shows, though the watch has shown neither gone"
+    )
     gated.open.set()
     wait("the watch catches up", lambda: caught_up(worker))
-    assert names(worker) == {"train": "2", "serve": "1"}
+    assert names(worker) == {"serve": "1"}
 
 
 def test_a_worker_out_of_touch_is_said_and_not_hidden_behind_the_cache(

@@ -83,8 +83,8 @@ class CopyCache:
         self._started = False
         self._created: dict[Key, Managed] = {}
         """Created through the manager, until the cache holds that object (its uid)."""
-        self._deleted: dict[Key, str] = {}
-        """Deleted through the manager (key -> uid), until the cache no longer holds that object."""
+        self._deleted: dict[Key, set[str]] = {}
+        """Deleted through the manager (key -> uids), until the cache holds none of those objects."""
         self._models: dict[Key, tuple[str, Managed]] = {}
         """Each object converted once per resourceVersion."""
 
@@ -131,8 +131,8 @@ class CopyCache:
                 for obj in informer.items():
                     meta = obj["metadata"]
                     seen[(kind, meta.get("namespace") or "default", meta["name"])] = obj
-            for key, uid in list(self._deleted.items()):
-                if _uid(seen.get(key)) != uid:
+            for key, uids in list(self._deleted.items()):
+                if _uid(seen.get(key)) not in uids:
                     del self._deleted[key]  # gone from the cache, or another object by now
                 else:
                     del seen[key]
@@ -165,9 +165,11 @@ class CopyCache:
             mine = self._created.pop(key, None)
             informer = self._informers.get(kind)
             cached = informer.get(f"{namespace}/{name}") if informer is not None else None
-            uid = _uid(cached) or (mine.metadata.uid if mine is not None else "") or ""
-            if uid:
-                self._deleted[key] = uid
+            # Both, when the cache still shows an older generation the manager had replaced: neither
+            # may show until the watch has caught up.
+            uids = {_uid(cached), (mine.metadata.uid or "") if mine is not None else ""} - {""}
+            if uids:
+                self._deleted[key] = uids
 
     def _model(self, key: Key, obj: Json) -> Managed:
         version = str(obj["metadata"].get("resourceVersion", ""))
