@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
-from gpufleet.scheduler.placement.score_fgd import FragmentationModel, TypicalWorkload, best_per_row
+from gpufleet.scheduler.placement.score_fgd import (
+    SCALAR_BEST_ROWS,
+    FragmentationModel,
+    TypicalWorkload,
+    best_per_row,
+)
 
 HALF = PodRequest(cpu_milli=2_000, gpu_milli=500)
 QUARTER = PodRequest(cpu_milli=1_000, gpu_milli=250)
@@ -34,10 +40,12 @@ def test_a_share_pod_is_tried_on_the_first_gpu_of_each_free_milli_that_can_take_
     assert batch_gains.tobytes() == np.concatenate([gains, gains]).tobytes()
 
 
-def test_the_best_candidate_per_row_is_the_lowest_gpu_among_equal_values() -> None:
-    cand_row = np.array([0, 0, 0, 2, 2], dtype=np.int64)
-    cand_gpu = np.array([1, 3, 5, 4, 6], dtype=np.int64)
-    values = np.array([2.0, 7.5, 7.5, -1.0, -3.0])
-    best, gpu = best_per_row(3, cand_row, cand_gpu, values)
-    assert best.tolist() == [7.5, -np.inf, -1.0]  # row 1 has no candidate
-    assert gpu.tolist() == [3, 0, 4]
+@pytest.mark.parametrize("count", [3, SCALAR_BEST_ROWS + 3])  # the Python loop and the numpy grid
+def test_the_best_candidate_per_row_is_the_lowest_gpu_among_equal_values(count: int) -> None:
+    # Candidates in any order; row 1 has none.
+    cand_row = np.array([0, 2, 0, 0, 2, 2], dtype=np.int64)
+    cand_gpu = np.array([5, 4, 1, 3, 6, 7], dtype=np.int64)
+    values = np.array([7.5, -1.0, 2.0, 7.5, -3.0, -1.0])
+    best, gpu = best_per_row(count, cand_row, cand_gpu, values)
+    assert best.tolist() == [7.5, -np.inf, -1.0] + [-np.inf] * (count - 3)
+    assert gpu.tolist() == [3, 0, 4] + [0] * (count - 3)

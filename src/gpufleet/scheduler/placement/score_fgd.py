@@ -19,6 +19,7 @@ costs O(candidates x shapes) without rebuilding anything.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -384,11 +385,23 @@ def _limited_pods(state: FleetState, rows: Rows) -> IntArray:
     return np.where(limited[:, None], state.gpu_pods[rows], 0)
 
 
+# Rows up to which `best_per_row` loops in Python.
+SCALAR_BEST_ROWS = 4
+
+
 def best_per_row(
     count: int, cand_row: IntArray, cand_gpu: IntArray, values: FloatArray
 ) -> tuple[FloatArray, IntArray]:
     """Per row, the highest candidate value and its GPU (the lowest index among equal values); -inf and
     GPU 0 for a row without candidates. Values must not be NaN or -inf."""
+    if count <= SCALAR_BEST_ROWS:
+        # A few rows (a stream rescores one or two nodes per pod): a pass over the candidates in Python
+        # costs less than the numpy calls below.
+        top, top_gpu = [-math.inf] * count, [0] * count
+        for row, cand, value in zip(cand_row.tolist(), cand_gpu.tolist(), values.tolist(), strict=True):
+            if value > top[row] or (value == top[row] and cand < top_gpu[row]):
+                top[row], top_gpu[row] = value, cand
+        return np.array(top, dtype=np.float64), np.array(top_gpu, dtype=np.int64)
     # A row x GPU grid where non-candidates are -inf: argmax takes the first, lowest-index, best GPU.
     grid = np.full((count, int(cand_gpu.max(initial=0)) + 1), -np.inf, dtype=np.float64)
     grid[cand_row, cand_gpu] = values
