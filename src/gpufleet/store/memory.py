@@ -43,6 +43,7 @@ from gpufleet.store.objects import (
     conflict,
     describe,
     dumped,
+    dumped_status,
     gone,
     kind_of,
     load,
@@ -223,15 +224,13 @@ class MemoryStore:
         return same_kind(obj, result)
 
     def update_status(self, obj: R) -> R:
-        info, data = dumped(obj)
-        if "status" not in info.model.model_fields:
-            raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
+        info, status = dumped_status(obj)
         ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
         with translated(obj), self._transaction():
             current = self._current(info, ns, name)
             check_version(info, obj, current)
             changed = shallow(current)
-            changed["status"] = data.get("status", {})
+            changed["status"] = status
             result = self._change_locked(info, ns, name, current, changed)
         return same_kind(obj, result)
 
