@@ -237,7 +237,16 @@ def _mig_devices(
                     "type": {"string": "mig"},
                     "profile": {"string": profile.name},
                     "parentIndex": {"int": index},
-                    "uuid": {"string": uuid or f"MIG-{node_name}-{index}-{profile.gi_profile_id}-{start}"},
+                    **(
+                        {}
+                        if uuid is None and known is not None
+                        # a placement of a real GPU (dynamic MIG) has no UUID until prepare makes it
+                        else {
+                            "uuid": {
+                                "string": uuid or f"MIG-{node_name}-{index}-{profile.gi_profile_id}-{start}"
+                            }
+                        }
+                    ),
                 },
                 "capacity": {"memory": {"value": f"{profile.memory_gb}Gi"}},
                 "consumesCounters": [

@@ -29,6 +29,17 @@ class PreparedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatedMig:
+    """A MIG instance a claim's prepare created (dynamic MIG), destroyed at its unprepare."""
+
+    device: str
+    gpu_uuid: str
+    gi_id: int
+    ci_id: int
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedClaim:
     namespace: str
     name: str
@@ -36,6 +47,8 @@ class PreparedClaim:
     time_sliced: dict[str, int] = field(default_factory=dict)
     """GPU UUID -> the time-slice interval the claim's config set: set again when the node rebooted,
     back to Default at unprepare."""
+    mig: tuple[CreatedMig, ...] = ()
+    """The MIG instances prepare created for the claim's devices (dynamic MIG)."""
 
 
 class Checkpoint:
@@ -89,6 +102,8 @@ class Checkpoint:
                     ),
                     # absent in checkpoints written before claims' configs were applied
                     time_sliced={str(u): int(i) for u, i in c.get("time_sliced", {}).items()},
+                    # absent in checkpoints written before dynamic MIG
+                    mig=tuple(CreatedMig(**m) for m in c.get("mig", ())),
                 )
                 for uid, c in data["claims"].items()
             }

@@ -12,6 +12,12 @@ time slice of GPUs a TimeSlicing config set back to Default, and removes the che
 claim never prepared here is already unprepared. A failure is reported for that claim only, as the
 API asks, and the kubelet retries it.
 
+Dynamic MIG (`dynmig.py`, given a `MigControl`): MIG-enabled GPUs publish every placement, prepare
+creates the instance of each allocated placement (and destroys what it made if the claim then fails),
+records it in the checkpoint and injects the new instance's UUID and caps nodes; unprepare destroys
+it. At start the driver reconciles NVML's instances with the checkpoint, so a restart neither leaks
+nor creates twice.
+
 The slices: published at start, and again after every health change (a GPU that fails leaves the
 pool's next generation, one that recovers comes back) and every resync interval (a slice someone
 deleted comes back; the publisher writes nothing when nothing changed), through the publisher the CLI
@@ -20,6 +26,7 @@ gives.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -29,13 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent.dra import cdi
-from gpufleet.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from gpufleet.agent.dra.checkpoint import Checkpoint, CreatedMig, PreparedClaim, PreparedDevice
+from gpufleet.agent.dra.dynmig import DynamicMig, DynamicMigError
 from gpufleet.agent.dra.gpuconfig import CONFIG_FIELD, TIME_SLICE_INTERVALS, ConfigError, device_sharing
 from gpufleet.agent.dra.migcaps import MigCaps, MigCapsError
 from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.dra.timeslice import NvidiaSmi, TimeSliceError, TimeSlicer
 from gpufleet.agent.health import HealthState
-from gpufleet.agent.nvml import NodeInfo
+from gpufleet.agent.nvml import NodeInfo, NvmlError
+from gpufleet.agent.nvml.migctl import MigControl
 from gpufleet.api.dra import ResourceClaim
 from gpufleet.api.dra_claims import AllocationResult
 from gpufleet.api.dra_devices import ResourceSliceSpec
@@ -79,6 +88,7 @@ class DraDriver:
         mig_caps: MigCaps | None = None,
         common_edits: Mapping[str, Any] | None = None,
         time_slicer: TimeSlicer | None = None,
+        mig_control: MigControl | None = None,
     ) -> None:
         self.node = node
         self.node_name = node_name
@@ -90,10 +100,24 @@ class DraDriver:
         self.common_edits = common_edits
         self.time_slicer = time_slicer if time_slicer is not None else NvidiaSmi()
         self.checkpoint = Checkpoint(state_dir / "checkpoint.json")
-        self._devices = _device_table(node)
+        self.dynamic_mig = DynamicMig(node, mig_control) if mig_control is not None else None
+        self._devices = _device_table(node, dynamic_mig=self.dynamic_mig is not None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._prepare_lock = threading.Lock()
+        self._reconcile_mig()
+
+    def _reconcile_mig(self) -> None:
+        """Dynamic MIG after a restart: NVML's instances brought in line with the checkpoint; a claim
+        whose instances were made again (a reboot) has its CDI spec written again at its next prepare,
+        with the new UUIDs and caps nodes."""
+        if self.dynamic_mig is None:
+            return
+        claims = self.checkpoint.claims()
+        remade = self.dynamic_mig.reconcile({uid: c.mig for uid, c in claims.items() if c.mig})
+        for uid, instances in remade.items():
+            self.checkpoint.put(uid, dataclasses.replace(claims[uid], mig=instances))
+            cdi.remove_spec(self.cdi_dir, uid)
 
     # Claims
     def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
@@ -104,7 +128,7 @@ class DraDriver:
                 # The CDI dir is often a tmpfs (/var/run) that a reboot empties while the checkpoint
                 # stays: the runtime must still find the devices the kubelet is told of.
                 if done.devices and not cdi.spec_path(self.cdi_dir, ref.uid).exists():
-                    injected = [self._cdi_device(ref, d.device) for d in done.devices]
+                    injected = [self._cdi_device(ref, d.device, done.mig) for d in done.devices]
                     # a reboot also reset the GPUs' time slices
                     self._set_time_slices(ref, done.time_sliced)
                     cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
@@ -126,10 +150,15 @@ class DraDriver:
                         f"{result.pool}, not of this node {self.node_name}"
                     )
                 by_device.setdefault(result.device, []).append(result.request)
-            injected = [self._cdi_device(ref, name) for name in by_device]
-            time_sliced = self._apply_config(ref, allocation, [(r.request, r.device) for r in ours])
-            if injected:
-                cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
+            created = self._create_mig(ref, list(by_device))
+            try:
+                injected = [self._cdi_device(ref, name, created) for name in by_device]
+                time_sliced = self._apply_config(ref, allocation, [(r.request, r.device) for r in ours])
+                if injected:
+                    cdi.write_spec(self.cdi_dir, ref.uid, injected, self.common_edits)
+            except BaseException:
+                self._destroy_mig(created)  # nothing half prepared: the kubelet retries the claim
+                raise
             devices = tuple(
                 PreparedDevice(
                     requests=tuple(requests),
@@ -139,7 +168,9 @@ class DraDriver:
                 )
                 for name, requests in by_device.items()
             )
-            self.checkpoint.put(ref.uid, PreparedClaim(ref.namespace, ref.name, devices, time_sliced))
+            self.checkpoint.put(
+                ref.uid, PreparedClaim(ref.namespace, ref.name, devices, time_sliced, tuple(created))
+            )
             log.info("prepared %s: %s", ref, [d.device for d in devices] or "no devices of ours")
             return devices
 
@@ -150,8 +181,44 @@ class DraDriver:
             if done is not None:
                 if done.time_sliced:  # as NVIDIA's driver: back to the Default time slice
                     self.time_slicer.set_time_slice(list(done.time_sliced), TIME_SLICE_INTERVALS["Default"])
+                # an NvmlError keeps the claim in the checkpoint: the kubelet retries the unprepare
+                self._destroy_mig(done.mig)
                 self.checkpoint.remove(ref.uid)
                 log.info("unprepared %s", ref)
+
+    def _create_mig(self, ref: ClaimRef, names: list[str]) -> list[CreatedMig]:
+        """The MIG instances of the claim's dynamic placements, created; none left when one fails."""
+        created: list[CreatedMig] = []
+        if self.dynamic_mig is None:
+            return created
+        try:
+            for name in names:
+                placement = self.dynamic_mig.placement(name)
+                if placement is None:
+                    continue
+                if not self.health.is_healthy(placement.gpu.uuid):
+                    raise PrepareError(f"{ref}: device {name}: GPU {placement.gpu.uuid} is unhealthy")
+                created.append(self.dynamic_mig.create(placement))
+        except (DynamicMigError, PrepareError) as exc:
+            self._destroy_mig(created)
+            raise PrepareError(str(exc) if isinstance(exc, PrepareError) else f"{ref}: {exc}") from exc
+        return created
+
+    def _destroy_mig(self, created: Sequence[CreatedMig]) -> None:
+        if self.dynamic_mig is None:
+            return
+        for instance in created:
+            try:
+                self.dynamic_mig.destroy(instance)
+            except NvmlError:
+                log.error("cannot destroy MIG device %s (%s)", instance.uuid, instance.device)
+                raise
+
+    def _is_mig(self, device: str) -> bool:
+        known = self._devices.get(device)
+        if known is not None:
+            return known.mig is not None
+        return self.dynamic_mig is not None and self.dynamic_mig.placement(device) is not None
 
     def _apply_config(
         self, ref: ClaimRef, allocation: AllocationResult, results: list[tuple[str, str]]
@@ -161,7 +228,7 @@ class DraDriver:
         try:
             sharing = device_sharing(
                 allocation.devices.config,
-                [(request, device, self._devices[device].mig is not None) for request, device in results],
+                [(request, device, self._is_mig(device)) for request, device in results],
             )
         except ConfigError as exc:
             raise PrepareError(f"{ref}: {exc}") from exc
@@ -192,8 +259,12 @@ class DraDriver:
         except TimeSliceError as exc:
             raise PrepareError(f"{ref}: applying the TimeSlicing config: {exc}") from exc
 
-    def _cdi_device(self, ref: ClaimRef, name: str) -> cdi.CdiDevice:
+    def _cdi_device(self, ref: ClaimRef, name: str, created: Sequence[CreatedMig] = ()) -> cdi.CdiDevice:
         found = self._devices.get(name)
+        made = next((c for c in created if c.device == name), None)
+        if made is not None and self.dynamic_mig is not None:
+            parent = next(g for g in self.dynamic_mig.gpus.values() if g.uuid == made.gpu_uuid)
+            found = _NodeDevice(made.uuid, made.gpu_uuid, parent.minor_number, (made.gi_id, made.ci_id))
         if found is None:
             raise PrepareError(f"{ref}: device {name} is not a device of node {self.node_name}")
         if not self.health.is_healthy(found.uuid, found.parent_uuid):
@@ -208,7 +279,13 @@ class DraDriver:
 
     # Slices
     def wanted(self, generation: int) -> list[ResourceSliceSpec]:
-        return node_slice_specs(self.node, self.node_name, self.health, generation=generation)
+        return node_slice_specs(
+            self.node,
+            self.node_name,
+            self.health,
+            generation=generation,
+            dynamic_mig=self.dynamic_mig is not None,
+        )
 
     def publish_slices(self) -> None:
         if self.publish is None:
@@ -264,13 +341,14 @@ class _NodeDevice:
     """A MIG instance's GPU and compute instance ids."""
 
 
-def _device_table(node: NodeInfo) -> dict[str, _NodeDevice]:
+def _device_table(node: NodeInfo, *, dynamic_mig: bool = False) -> dict[str, _NodeDevice]:
     """Device name in the pool -> what injecting it takes, named as the builder names them
-    (`gpu-<index>`, `gpu-<index>-mig-<GI profile>-<start>-<size>`)."""
+    (`gpu-<index>`, `gpu-<index>-mig-<GI profile>-<start>-<size>`). With dynamic MIG a MIG-enabled
+    GPU's instances are the claims' (made at prepare), not those discovery saw."""
     table: dict[str, _NodeDevice] = {}
     for gpu in node.gpus:
         table[f"gpu-{gpu.index}"] = _NodeDevice(gpu.uuid, None, gpu.minor_number, None)
-        for m in gpu.mig_devices:
+        for m in () if dynamic_mig and gpu.mig_enabled else gpu.mig_devices:
             name = f"gpu-{gpu.index}-mig-{m.gi_profile_id}-{m.placement_start}-{m.placement_size}"
             table[name] = _NodeDevice(m.uuid, gpu.uuid, gpu.minor_number, (m.gi_id, m.ci_id))
     return table

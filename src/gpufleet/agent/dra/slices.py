@@ -3,7 +3,8 @@ builder the digital twin uses, so the two publish the same devices, names and at
 
 A MIG-enabled GPU publishes the MIG instances that exist on it (mig-parted or the GPU Operator made
 them; the agent does not create instances at prepare), each consuming its placement's counters of
-the GPU's counter set, and the whole GPU consuming all of them. A GPU (or a MIG instance) the health
+the GPU's counter set, and the whole GPU consuming all of them; with dynamic MIG (`dynmig.py`) it
+publishes every placement instead, and prepare creates the allocated one. A GPU (or a MIG instance) the health
 checks marked unhealthy is left out, so it disappears from the pool's next generation and comes back
 when it recovers.
 """
@@ -17,8 +18,11 @@ from gpufleet.api.gpu_models import canonical_name
 from gpufleet.sharing.dra_slices import GpuFacts, MigInstance, node_slices
 
 
-def gpu_facts(node: NodeInfo, health: HealthState | None = None) -> dict[int, GpuFacts]:
-    """Each GPU's facts by index; a MIG instance that is unhealthy is left out of its GPU's list."""
+def gpu_facts(
+    node: NodeInfo, health: HealthState | None = None, *, dynamic_mig: bool = False
+) -> dict[int, GpuFacts]:
+    """Each GPU's facts by index; a MIG instance that is unhealthy is left out of its GPU's list. With
+    `dynamic_mig` a MIG-enabled GPU lists none: it publishes every placement (made at prepare)."""
 
     def healthy(gpu: Gpu, device: MigDevice) -> bool:
         return health is None or health.is_healthy(device.uuid, gpu.uuid)
@@ -36,7 +40,7 @@ def gpu_facts(node: NodeInfo, health: HealthState | None = None) -> dict[int, Gp
                 for d in gpu.mig_devices
                 if healthy(gpu, d)
             )
-            if gpu.mig_enabled
+            if gpu.mig_enabled and not dynamic_mig
             else None,
         )
         for gpu in node.gpus
@@ -59,9 +63,15 @@ def cuda_version_text(node: NodeInfo) -> str:
 
 
 def node_slice_specs(
-    node: NodeInfo, node_name: str, health: HealthState | None = None, *, generation: int = 1
+    node: NodeInfo,
+    node_name: str,
+    health: HealthState | None = None,
+    *,
+    generation: int = 1,
+    dynamic_mig: bool = False,
 ) -> list[ResourceSliceSpec]:
-    """What the node publishes at `generation`, leaving out what `health` says is unhealthy."""
+    """What the node publishes at `generation`, leaving out what `health` says is unhealthy; with
+    `dynamic_mig`, every MIG placement of a MIG-enabled GPU (NVIDIA's DynamicMIG)."""
     if not node.gpus:
         return []
     count = max(gpu.index for gpu in node.gpus) + 1
@@ -80,5 +90,5 @@ def node_slice_specs(
         cuda_driver_version=cuda_version_text(node),
         generation=generation,
         cliques=cliques(node, node_name),
-        facts=gpu_facts(node, health),
+        facts=gpu_facts(node, health, dynamic_mig=dynamic_mig),
     )
