@@ -293,13 +293,26 @@ class Search:
             pool = self.pool
             limits = self._limits
             if isinstance(pool, CandidatePool):
+                parts = [p for p in pool.parts if p.kept]
                 if limits:
                     # Decision 39: only the parts (one queue each) whose refunds reach a binding queue.
-                    pool = CandidatePool([p for p in pool.parts if p.kept and self._relieves(p.kept[0])])
-                head = self._head = pool.head(OUTSIDE_HEAD)
+                    parts = [p for p in parts if self._relieves(p.kept[0])]
+                if self.strict:
+                    # Decision 37: the own queue's first, the only ones that bring it within nominal.
+                    own = [p for p in parts if p.kept[0].cause == WITHIN_QUEUE]
+                    others = [p for p in parts if p.kept[0].cause != WITHIN_QUEUE]
+                    head = CandidatePool(own).head(OUTSIDE_HEAD) + CandidatePool(others).head(OUTSIDE_HEAD)
+                else:
+                    head = CandidatePool(parts).head(OUTSIDE_HEAD)
             else:
-                useful = [c for c in pool if self._relieves(c)] if limits else pool
-                head = self._head = sorted(useful, key=order_of)[:OUTSIDE_HEAD]
+                useful = sorted([c for c in pool if self._relieves(c)] if limits else pool, key=order_of)
+                if self.strict:
+                    mine = [c for c in useful if c.cause == WITHIN_QUEUE]
+                    rest = [c for c in useful if c.cause != WITHIN_QUEUE]
+                    head = mine[:OUTSIDE_HEAD] + rest[:OUTSIDE_HEAD]
+                else:
+                    head = useful[:OUTSIDE_HEAD]
+            self._head = head
         names: set[str] = set()
         out: list[Candidate] = []
         for candidate in head:
@@ -312,6 +325,32 @@ class Search:
                 names.add(name)
             out.append(candidate)
         return out
+
+    def _own_may_bring_within(self, candidates: Sequence[Candidate]) -> bool:
+        """Whether, with every own-queue candidate among `candidates` taken at its most, the preemptor
+        would be within nominal: else no set of them is (quota arithmetic only, undone)."""
+        freed: dict[str, int] = {}
+        most: dict[str, Mapping[str, int]] = {}
+        for candidate in candidates:
+            if candidate.cause != WITHIN_QUEUE:
+                continue
+            amounts = self.options.option(candidate).amounts
+            have = most.get(candidate.name)
+            if have is None or sum(amounts.values()) > sum(have.values()):
+                most[candidate.name] = amounts
+        for taken in most.values():
+            for flavor, amount in taken.items():
+                freed[flavor] = freed.get(flavor, 0) + amount
+        if not freed:
+            return False
+        usage = self.snapshot.cache.usage
+        version = usage.version
+        usage.add(self.preemptor.queue, freed, -1)
+        try:
+            return self._within()
+        finally:
+            usage.add(self.preemptor.queue, freed, 1)
+            usage.rewind(version)
 
     def _relieves(self, candidate: Candidate) -> bool:
         """Whether giving up `candidate` lowers the usage of a queue whose limit binds the preemptor's
@@ -369,8 +408,9 @@ class Search:
         allowed = self._still_borrowing(allowed)
         if self.strict:
             # Kueue's run without borrowing: candidates in victim order (other queues first), given up
-            # until the preemptor fits within its nominal quota.
-            return greedy_set(snapshot, candidates, lambda: fits() and self._within(), flavors, allowed)
+            # until the preemptor fits within its nominal quota (quota arithmetic first: placing is
+            # dearer, and until the own victims are given up it is not within nominal).
+            return greedy_set(snapshot, candidates, lambda: self._within() and fits(), flavors, allowed)
         if not self.conditional:
             return greedy_set(snapshot, candidates, fits, flavors, allowed)
         own = [c for c in candidates if c.cause == WITHIN_QUEUE]
@@ -404,6 +444,8 @@ class Search:
             # minimal set is still a leaf of the walk, whatever the order).
             units = units + self._units(extra)
             candidates = sorted([*candidates, *extra], key=order_of)
+        if self.strict and not self._own_may_bring_within(candidates):
+            return None  # decision 37: not even every own candidate here brings it within nominal
         if len(units) <= EXACT_WORKLOADS:
             found = self._exact(scope, units)
             if found is not None:
