@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from gpufleet.agent.dra.driver import DraDriver
 from gpufleet.agent.dra.migcaps import MigCaps
 from gpufleet.agent.dra.server import DraPlugin
 from gpufleet.agent.health import HealthState
-from gpufleet.agent.nvml import RecordedNvml
+from gpufleet.agent.nvml import RealNvml, RecordedNvml
 from gpufleet.agent.nvml.migctl import NvmlMigControl
 from gpufleet.api.dra import ResourceClaim
 from gpufleet.api.dra_devices import ResourceSliceSpec
+from gpufleet.cli.main import app
 
 from .fakemig import FakeMigPynvml
 from .test_dra_kubelet import DRIVER, NODE, StandInKubelet, allocated
@@ -55,7 +57,7 @@ class DynamicNode:
             state_dir=self.root / "plugins" / DRIVER,
             cdi_dir=self.root / "cdi",
             mig_caps=MigCaps(mig_minors=self.root / "mig-minors", proc_devices=self.root / "devices"),
-            mig_control=NvmlMigControl(self.nvml),
+            mig_control=RealNvml(self.nvml).mig_control(),
         )
         self.plugin = DraPlugin(
             driver, plugins_dir=self.root / "plugins", registry_dir=self.root / "registry"
@@ -126,6 +128,12 @@ def test_dra_dynamic_mig_prepare_creates_the_instance_and_unprepare_destroys_it(
         f"/dev/nvidia-caps/nvidia-cap{10 * gi3 + 1}",
     ]
     assert caps(spec, "gpu-0-mig-19-1-1")[1] == f"/dev/nvidia-caps/nvidia-cap{10 * gi1}"
+    # NVML's discovery (the device plugin's, the exporter's) sees the new instances with their profiles
+    found = RealNvml(dyn.nvml).discover().gpus[0].mig_devices
+    assert sorted((m.profile, m.placement_start, m.uuid) for m in found) == [
+        ("1g.10gb", 1, made[1].uuid),
+        ("3g.40gb", 4, made[4].uuid),
+    ]
     recorded = dyn.checkpoint()["uid-1"]["mig"]
     assert {(m["device"], m["uuid"]) for m in recorded} == {
         ("gpu-0-mig-9-4-4", made[4].uuid),
@@ -187,3 +195,12 @@ def test_dra_dynamic_mig_a_restart_neither_leaks_nor_creates_twice(dyn: DynamicN
     assert caps(dyn.spec("uid-1"), "gpu-0-mig-14-0-2")[1] == f"/dev/nvidia-caps/nvidia-cap{10 * again.gi_id}"
     assert call(endpoint, "NodeUnprepareResources", ("team-a", "uid-1", "c"))["uid-1"].error == ""
     assert dyn.nvml.instances(0) == []
+
+
+def test_dra_dynamic_mig_needs_the_node_s_nvml_not_a_recorded_profile() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["agent", "--dra", "--dra-dynamic-mig", "--profile", "a100-80gb-mig", "--node-name", "n1"],
+    )
+    assert result.exit_code != 0
+    assert "--dra-dynamic-mig" in result.output and "recorded --profile" in result.output

@@ -28,6 +28,7 @@ from gpufleet.agent.dra.slices import node_slice_specs
 from gpufleet.agent.exporter import DEFAULT_PORT, POD_RESOURCES_SOCKET
 from gpufleet.agent.labels import gfd_labels, node_label_patch
 from gpufleet.agent.nvml import NodeInfo, RealNvml, bundled_profiles, node_to_json, open_backend, uuids
+from gpufleet.agent.nvml.migctl import MigControl
 from gpufleet.agent.runtime import Agent
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.agent_config import RESYNC_SECONDS, NodeSharingConfig, SharingConfigWatcher
@@ -137,6 +138,12 @@ def run(
         help="with --dra: the NVIDIA Container Toolkit's CLI, asked once for the driver's common CDI edits "
         "(libraries, hooks) that every claim's spec carries; '' for device nodes only",
     ),
+    dra_dynamic_mig: bool = typer.Option(
+        False,
+        "--dra-dynamic-mig/--no-dra-dynamic-mig",
+        help="with --dra: publish every MIG placement of MIG-enabled GPUs and create the allocated "
+        "instance at prepare (NVIDIA's DynamicMIG); the agent then owns those GPUs' MIG layout",
+    ),
     kubeconfig: str = typer.Option(
         None, "--kubeconfig", help="with --dra: the API server's kubeconfig (default: in-cluster, KUBECONFIG)"
     ),
@@ -155,6 +162,14 @@ def run(
     pinned = _pinned(mig_strategy)
     cfg = with_flags(load_config(config, env=os.environ), pinned)
     backend = open_backend(profile)
+    mig_control = None
+    if dra and dra_dynamic_mig:
+        if not isinstance(backend, RealNvml):
+            raise typer.BadParameter(
+                "creates MIG instances through NVML: it needs the node's driver, not a recorded --profile",
+                param_hint="--dra-dynamic-mig",
+            )
+        mig_control = backend.mig_control()
     if label_node is None:
         label_node = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     labeler = None
@@ -174,7 +189,7 @@ def run(
             feature_file=cfg.flags.gfd.output_file if feature_file is None else feature_file or None,
             node_labeler=labeler,
             dra=(
-                _dra_settings(kubeconfig, dra_plugins_dir, dra_registry_dir, cdi_dir, nvidia_ctk)
+                _dra_settings(kubeconfig, dra_plugins_dir, dra_registry_dir, cdi_dir, nvidia_ctk, mig_control)
                 if dra
                 else None
             ),
@@ -204,7 +219,12 @@ def run(
 
 
 def _dra_settings(
-    kubeconfig: str | None, plugins_dir: Path, registry_dir: Path, cdi_dir: Path, nvidia_ctk: str
+    kubeconfig: str | None,
+    plugins_dir: Path,
+    registry_dir: Path,
+    cdi_dir: Path,
+    nvidia_ctk: str,
+    mig_control: MigControl | None = None,
 ) -> DraSettings:
     """The DRA driver's settings, reading claims and writing slices through the official client."""
     from gpufleet.agent.dra.toolkit import common_edits
@@ -219,6 +239,7 @@ def _dra_settings(
         registry_dir=registry_dir,
         cdi_dir=cdi_dir,
         common_edits=common_edits(nvidia_ctk),
+        mig_control=mig_control,
     )
 
 

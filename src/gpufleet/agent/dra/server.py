@@ -30,6 +30,7 @@ from gpufleet.agent.dra._generated import pluginregistration_pb2_grpc as _reg_gr
 from gpufleet.agent.dra.driver import ClaimReader, ClaimRef, DraDriver, SlicePublisher, prepare_all
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import NodeInfo
+from gpufleet.agent.nvml.migctl import MigControl
 from gpufleet.sharing.dra_slices import DRIVER
 
 log = logging.getLogger("gpufleet.agent.dra")
@@ -57,6 +58,8 @@ class DraSettings:
     cdi_dir: Path = field(default=Path(cdi.CDI_DIR))
     common_edits: Mapping[str, Any] | None = None
     """The driver's spec-wide CDI edits (libraries, hooks) from the toolkit (`toolkit.common_edits`)."""
+    mig_control: MigControl | None = None
+    """Dynamic MIG (`dynmig.py`): MIG-enabled GPUs publish every placement, made at prepare through it."""
 
     def plugin(self, node: NodeInfo, node_name: str, health: HealthState) -> DraPlugin:
         """The driver for this node, its state (the checkpoint) beside its socket."""
@@ -69,6 +72,7 @@ class DraSettings:
             state_dir=self.plugins_dir / DRIVER,
             cdi_dir=self.cdi_dir,
             common_edits=self.common_edits,
+            mig_control=self.mig_control,
         )
         return DraPlugin(driver, plugins_dir=self.plugins_dir, registry_dir=self.registry_dir)
 

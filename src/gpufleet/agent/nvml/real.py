@@ -24,6 +24,7 @@ from gpufleet.agent.nvml.devices import (
     NvmlError,
     Telemetry,
 )
+from gpufleet.agent.nvml.migctl import NvmlMigControl
 
 _MIB = 1024 * 1024
 
@@ -78,6 +79,10 @@ class RealNvml:
             raise NvmlError(f"cannot load libnvidia-ml ({exc}); use --profile for a recorded node") from exc
         self._event_set: Any = None
         self._handles: dict[str, Any] = {}
+
+    def mig_control(self) -> NvmlMigControl:
+        """MIG instances of this node's GPUs created and destroyed through this NVML (dynamic MIG)."""
+        return NvmlMigControl(self._nv)
 
     # Helpers
     def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
