@@ -99,7 +99,9 @@ def node_spec(node: Node) -> NodeSpec:
         mode, replicas = SharingMode.TIME_SLICING, sharing.time_slicing.replicas
     elif sharing.mps is not None:
         mode, replicas = SharingMode.MPS, sharing.mps.replicas
-    elif sharing.mig is not None:
+    elif sharing.mig is not None and not spec.dra:
+        # A `dra` node's MIG GPUs are partitioned by its claims (dynamic MIG, fleet/dynmig.py): no
+        # fixed layout; `sharing.mig` only says which GPUs publish MIG devices (twin/draslices.py).
         mode = SharingMode.MIG
         for gpu in range(spec.gpus):
             layout = sharing.mig.get(str(gpu), sharing.mig.get("*"))

@@ -22,10 +22,12 @@ import numpy.typing as npt
 
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.versions import parse_driver_version
-from gpufleet.fleet import cuda
+from gpufleet.fleet import cuda, dynmig
 from gpufleet.fleet.devices import DeviceId, NodeDevices
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.dra_view import DeviceView
+from gpufleet.fleet.dynmig import MigInstance as _MigInstance
+from gpufleet.fleet.dynmig import MigSlot as MigSlot
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
 from gpufleet.sharing import mig
@@ -79,15 +81,6 @@ class AllocationError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class MigSlot:
-    """One MIG instance: the GPU, the profile and the memory slice it starts at."""
-
-    gpu: int
-    profile: str
-    start: int
-
-
-@dataclass(frozen=True, slots=True)
 class Allocation:
     """Exactly what one pod holds on one node: whole GPUs (milli 1000), a share of one GPU, or a MIG slot."""
 
@@ -106,13 +99,6 @@ class Allocation:
     @property
     def gpu_milli_total(self) -> int:
         return self.milli * len(self.gpus)
-
-
-@dataclass(slots=True)
-class _MigInstance:
-    profile: str
-    start: int
-    holder: str | None = None
 
 
 class FleetState:
@@ -487,7 +473,10 @@ class FleetState:
             if chosen:
                 raise AllocationError(f"pod {pod}: a MIG instance is chosen by profile, not by GPU list")
             # No fixed layout: the instance is the partition the pod's claim holds (in `devices`).
-            slot = None if devices and not self._mig[row] else self._take_mig(pod, row, request.mig, mig_gpu)
+            if devices and mode != MIG_CODE:
+                slot = dynmig.create(self, pod, row, request.mig, devices)
+            else:
+                slot = self._take_mig(pod, row, request.mig, mig_gpu)
         elif chosen:
             raise AllocationError(f"pod {pod}: asks for no GPU but was given {chosen}")
         cpu, memory = request.cpu_milli, request.memory_mib
@@ -506,7 +495,9 @@ class FleetState:
         for gpu in alloc.gpus:
             if not 0 <= gpu < self.gpu_count[row] or self.gpu_free[row, gpu] < alloc.milli:
                 raise AllocationError(f"pod {alloc.pod}: GPU {gpu} of {self.names[row]} is taken")
-        if alloc.mig is not None:
+        if alloc.mig is not None and self.mode[row] != MIG_CODE:
+            dynmig.create(self, alloc.pod, row, alloc.mig.profile, alloc.devices, alloc.mig)
+        elif alloc.mig is not None:
             inst = self._mig_instance(row, alloc.mig)
             if inst is None or inst.holder is not None:
                 raise AllocationError(f"pod {alloc.pod}: MIG slot {alloc.mig} is taken or absent")
@@ -581,7 +572,9 @@ class FleetState:
         for gpu in alloc.gpus:
             self.gpu_free[row, gpu] += alloc.milli
             self.gpu_pods[row, gpu] -= 1
-        if alloc.mig is not None:
+        if alloc.mig is not None and self.mode[row] != MIG_CODE:
+            dynmig.remove(self, pod, row, alloc.mig)
+        elif alloc.mig is not None:
             inst = self._mig_instance(row, alloc.mig)
             assert inst is not None and inst.holder == pod
             inst.holder = None
@@ -646,7 +639,7 @@ class FleetState:
         clone.node_pods = [set(pods) for pods in self.node_pods]
         clone._mig = [
             {
-                gpu: [_MigInstance(i.profile, i.start, i.holder) for i in insts]
+                gpu: [_MigInstance(i.profile, i.start, i.holder, i.size) for i in insts]
                 for gpu, insts in layout.items()
             }
             for layout in self._mig
@@ -701,11 +694,13 @@ class FleetState:
             if not alive[row]:
                 continue
             if self.mode[row] == MIG_CODE:
-                self._check_mig_row(row)
+                dynmig.check_layout_row(self, row)
                 continue
+            dynmig.check_dynamic_row(self, row)
             expected = np.zeros(self.max_gpus, dtype=np.int64)
             expected[: self.gpu_count[row]] = GPU_MILLI
-            assert np.array_equal(self.gpu_free[row], expected - gpu_used[row]), f"row {row} gpu_free drift"
+            expected -= gpu_used[row] + dynmig.partitioned(self, row)
+            assert np.array_equal(self.gpu_free[row], expected), f"row {row} gpu_free drift"
             if self.mode[row] not in (DYNAMIC_CODE, MIG_CODE) and not WHOLE_MODES[self.mode[row]]:
                 assert (self.gpu_pods[row] <= self.replicas[row]).all(), f"row {row} exceeds its replicas"
             whole = 0
@@ -723,26 +718,6 @@ class FleetState:
                 if dom >= 0 and alive[row]:
                     totals[dom] += self.whole_free[row]
             assert np.array_equal(totals, self.free_whole_gpus_in(self.levels[level_no]))
-
-    def _check_mig_row(self, row: int) -> None:
-        holders = [i.holder for insts in self._mig[row].values() for i in insts if i.holder]
-        assert len(holders) == len(set(holders)), "a MIG instance is held twice"
-        for pod in holders:
-            held = self.allocations[pod].mig
-            assert held is not None and self.allocations[pod].node == row
-        for pod in self.node_pods[row]:
-            slot = self.allocations[pod].mig
-            if slot is not None:
-                inst = self._mig_instance(row, slot)
-                assert inst is not None and inst.holder == pod, f"{pod} lost its MIG instance"
-        free = np.zeros(self.mig_free.shape[1], dtype=np.int64)
-        for gpu, insts in self._mig[row].items():
-            if self.gpu_ok[row, gpu]:
-                for inst in insts:
-                    if inst.holder is None:
-                        free[self._mig_profile_index[inst.profile]] += 1
-        assert np.array_equal(self.mig_free[row], free), f"row {row} mig_free drift"
-        assert self.whole_free[row] == 0 and not self.gpu_pods[row].any()
 
 
 def _holds_gpu(alloc: Allocation, gpu: int) -> bool:
