@@ -2,6 +2,10 @@
 gpu.nvidia.com, `sharing/dra_slices.py`) while it is Ready, keeps them current as GPUs fail and recover
 (a new pool generation without the failed GPU), and withdraws them when it goes.
 
+A MIG GPU (named in the pool's `sharing.mig`) publishes every placement the catalogue allows, as
+NVIDIA's driver does with dynamic MIG: the node has no fixed layout, its instances are those its claims
+were allocated (`fleet/dynmig.py`), so the profiles listed there are not a layout.
+
 Writes only when what the node publishes changed, so the node events its own writes cause settle.
 """
 

@@ -3,11 +3,12 @@
 A node that publishes its GPUs in ResourceSlices as partitionable devices (NVIDIA's DRA driver: the whole
 GPU and every MIG instance at every start, all consuming the GPU's counters) has no fixed MIG layout:
 which instances exist is whatever its claims were allocated, and the shared counters keep them from
-overlapping. The fleet's MIG arrays describe fixed layouts (`GPUPool.spec.sharing.mig`, MIG resources a
-node advertises), so for such a node they say nothing; the claim allocator, which sees the devices and
-their counters, is the one that decides whether a MIG instance fits. These helpers let the vectorised
-capacity filters defer to it for those rows, and nowhere else: a node with a fixed layout (the twin's
-DRA MIG pools) keeps being checked against its layout.
+overlapping. The fleet's MIG free counts describe fixed layouts (`GPUPool.spec.sharing.mig` of a pool
+without `dra`, MIG resources a node advertises), so for such a node they say nothing; the claim
+allocator, which sees the devices and their counters, is the one that decides whether a MIG instance
+fits. These helpers let the vectorised capacity filters defer to it for those rows, and nowhere else: a
+node with a fixed layout keeps being checked against it. Once allocated, the instance is recorded at
+its device's GPU and slices (`fleet/dynmig.py`; the twin's `dra` MIG pools work this way too).
 """
 
 from __future__ import annotations
