@@ -150,7 +150,9 @@ class GPUPoolSpec(ApiModel):
     dra: bool = Field(
         default=False,
         description="Embedded world: the pool's nodes publish their GPUs in ResourceSlices (driver "
-        "gpu.nvidia.com) and hand them out through ResourceClaims only.",
+        "gpu.nvidia.com) and hand them out through ResourceClaims only. With sharing.mig, the GPUs it "
+        "names publish every MIG placement and are partitioned by the claims (dynamic MIG): the "
+        "profiles listed there are no fixed layout.",
     )
 
     @model_validator(mode="after")
