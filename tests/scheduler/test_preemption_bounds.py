@@ -19,7 +19,7 @@ from gpufleet.scheduler.cycle import Scheduler, apply_decisions
 from gpufleet.scheduler.preemption.bounds import quick_bound
 from gpufleet.scheduler.preemption.feasibility import capacity_feasible, quota_feasible
 from gpufleet.scheduler.preemption.scopes import scopes_of
-from gpufleet.scheduler.preemption.search import Search, search_phases
+from gpufleet.scheduler.preemption.search import Search, leaves_within, search_phases
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -60,8 +60,9 @@ def _every_scope(
     now: float,
     pool: Sequence[Any],
     strict: bool = False,
-) -> preemption.SetRank | None:
-    """The best key over every scope, each searched (no bound, no scope limit); checks each bound."""
+) -> tuple[preemption.SetRank, preemption.VictimSet] | None:
+    """The best key and set over every scope, each searched (no bound, no scope limit); checks each
+    bound."""
     search = Search(snapshot, preemptor, assignment, fits, now, pool, strict=strict)
     best = None
     for scope in scopes_of(snapshot, preemptor, pool):
@@ -71,8 +72,8 @@ def _every_scope(
             continue
         key = preemption.SetRank(0 if search.keeps_nominal(found.victims) else 1, found.cost())
         assert bound <= key, (scope.node, bound, key)
-        if best is None or key < best:
-            best = key
+        if best is None or key < best[0]:
+            best = (key, found)
     return best
 
 
@@ -98,17 +99,26 @@ def test_stopping_at_the_bound_finds_the_cheapest_set_of_every_scope(
         now = kwargs["now"]
         if pool is None:
             pool = preemption.candidates(snapshot, preemptor, assignment, now=now)
-        expected = None
+        expected = fallback = None
         # The pools in the order the search takes them (decisions 29 and 37), the first with a set wins.
-        for part, strict in search_phases(snapshot, preemptor, assignment, pool):
+        for phase in search_phases(snapshot, preemptor, assignment, pool):
+            part = phase.pool
             if (
                 part
                 and quota_feasible(snapshot, preemptor, assignment, part)
                 and capacity_feasible(snapshot, preemptor, assignment, part)
             ):
-                expected = _every_scope(snapshot, preemptor, assignment, fits, now, part, strict)
+                best = _every_scope(snapshot, preemptor, assignment, fits, now, part, phase.strict)
+                expected = None if best is None else best[0]
+                if (
+                    best is not None
+                    and phase.within_only
+                    and not leaves_within(snapshot, preemptor, assignment, best[1])
+                ):
+                    fallback, expected = expected, None
             if expected is not None:
                 break
+        expected = expected or fallback
         found = original(snapshot, preemptor, assignment, fits, now=now, pool=pool, max_scopes=1_000)
         search = Search(snapshot, preemptor, assignment, fits, now, pool)  # keeps_nominal: no phase used
         key = (

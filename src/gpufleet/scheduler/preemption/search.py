@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from gpufleet.scheduler.cache import Snapshot
 from gpufleet.scheduler.flavors import Assignment, usage_of
@@ -64,34 +65,67 @@ def select_victims(
     if pool is None:
         pool = candidates(snapshot, preemptor, assignment, now=now)
     found: VictimSet | None = None
-    for part, strict in search_phases(snapshot, preemptor, assignment, pool):
-        found = _select_across(snapshot, preemptor, assignment, fits, now, max_scopes, part, strict=strict)
+    fallback: VictimSet | None = None
+    for phase in search_phases(snapshot, preemptor, assignment, pool):
+        found = _select_across(
+            snapshot, preemptor, assignment, fits, now, max_scopes, phase.pool, strict=phase.strict
+        )
+        if (
+            found is not None
+            and phase.within_only
+            and not leaves_within(snapshot, preemptor, assignment, found)
+        ):
+            fallback, found = found, None  # stands only if no later phase gives a set
         if found is not None:
             break
+    found = found or fallback
     if found is None or keeps_nominal(snapshot, Options(snapshot, preemptor, assignment, now), found.victims):
         return found
     return VictimSet(found.preemptor, found.victims, below_nominal=1)
 
 
+class Phase(NamedTuple):
+    """One search of `select_victims` (`search_phases`)."""
+
+    pool: Sequence[Candidate]
+    strict: bool
+    """Every set must leave the preemptor within its nominal quota (decision 37)."""
+    within_only: bool
+    """A set found stands only if it leaves the preemptor within nominal; else it is kept and chosen
+    only when no later phase gives a set."""
+
+
 def search_phases(
     snapshot: Snapshot, preemptor: Workload, assignment: Assignment, pool: Sequence[Candidate]
-) -> list[tuple[Sequence[Candidate], bool]]:
-    """The pools `select_victims` searches in turn, each with whether every set must leave the
-    preemptor within its nominal quota (`strict`); the first that gives a set wins.
+) -> list[Phase]:
+    """The pools `select_victims` searches in turn; the first that gives a set wins.
 
     A preemptor that borrows now and has reclaim candidates (decision 29: its own queue's victims would
-    bring it within nominal) is searched as Kueue's classical preemption runs: with
-    `borrowWithinCohort: Never`, first without borrowing over every candidate, then its own queue's with
-    borrowing (decision 37); with `LowerPriority`, first its own and borrowing candidates, then every
-    candidate, a set that reclaims only if it brings the preemptor within nominal (decision 29)."""
+    bring it within nominal) is searched as Kueue's classical preemption runs. With
+    `borrowWithinCohort: Never` a set after which it is within nominal comes first (decision 37): its
+    own queue's cheapest set when that one does, else its own queue's cheapest of those that do (Kueue's
+    run without borrowing gives back every other queue's victim not needed), else the cheapest over
+    every candidate of those that do, else its own queue's cheapest, with which it borrows. With
+    `LowerPriority`, first its own and borrowing candidates, then every candidate, a set that reclaims
+    only if it brings the preemptor within nominal (decision 29)."""
     if not (
         isinstance(pool, CandidatePool) and _reclaims(pool) and borrows_now(snapshot, preemptor, assignment)
     ):
-        return [(pool, False)]
+        return [Phase(pool, False, False)]
     own = CandidatePool([part for part in pool.parts if part.kept and part.kept[0].cause != RECLAIM])
     if snapshot.cache.settings[preemptor.queue].preemption.borrow_within_cohort == "Never":
-        return [(pool, True), (own, False)]
-    return [(own, False), (pool, False)]
+        return [Phase(own, False, True), Phase(own, True, False), Phase(pool, True, False)]
+    return [Phase(own, False, False), Phase(pool, False, False)]
+
+
+def leaves_within(snapshot: Snapshot, preemptor: Workload, assignment: Assignment, found: VictimSet) -> bool:
+    """Whether the preemptor is within its nominal quota (decision 27) with `found` taken (undone)."""
+    mark = snapshot.mark()
+    for candidate in found.victims:
+        apply_if_held(snapshot, candidate)
+    within = snapshot.cache.usage.guarantor(preemptor.queue, assignment.usage) is not None
+    snapshot.rollback(mark)
+    return within
 
 
 CROSS_CANDIDATES = 24
