@@ -22,6 +22,7 @@ from gpufleet.api.requests import PodRequest
 from gpufleet.api.runtime import WorkloadPodSet, WorkloadSpec
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet import cuda
+from gpufleet.sharing import mig
 
 ONE_NODE_LEVELS = ("host", "nvlink")
 """Required topology levels no wider than one node."""
@@ -36,9 +37,11 @@ def pods_per_node(request: PodRequest, pool: GPUPoolSpec) -> int:
     if wanted is not None and not cuda.supports(driver, wanted):
         return 0  # new nodes of a pool whose driver cannot run the pod would only stand idle
     mode = pool.sharing.mode
+    # A dra pool's MIG GPUs are partitioned by claims (dynamic MIG): whole, or any instances that fit.
+    dynamic = pool.dra and mode == "mig"
     fits: float = math.inf
     if request.gpus:
-        if mode != "exclusive":
+        if mode != "exclusive" and not dynamic:
             return 0
         fits = pool.gpus_per_node // request.gpus
     elif request.gpu_milli:
@@ -47,6 +50,11 @@ def pods_per_node(request: PodRequest, pool: GPUPoolSpec) -> int:
         replicated = pool.sharing.time_slicing or pool.sharing.mps
         per_gpu = replicated.replicas if replicated else 1000 // request.gpu_milli
         fits = pool.gpus_per_node * per_gpu
+    elif request.mig and dynamic:
+        profile = mig.find_profile(pool.gpu_model, request.mig)
+        layout = pool.sharing.mig or {}
+        mig_gpus = sum(1 for gpu in range(pool.gpus_per_node) if str(gpu) in layout or "*" in layout)
+        fits = 0 if profile is None else mig_gpus * profile.max_count
     elif request.mig:
         layout = pool.sharing.mig or {}
         fits = sum(
