@@ -85,10 +85,13 @@ def create(
     profile: str,
     devices: Sequence[DeviceId],
     slot: MigSlot | None = None,
-) -> MigSlot:
+) -> MigSlot | None:
     """Records the MIG instance of the pod's MIG device on its parent GPU; AllocationError (nothing
-    changed) when the device names none, or the GPU or slices are held. A pod put back after a restart
-    gives its recorded `slot`, used when the node's slices are not known yet (sized by the catalogue)."""
+    changed) when the GPU or slices are held. A pod put back (`reinstate`) gives its recorded `slot`,
+    used when the node's slices are not known yet (sized by the catalogue). None, recording no
+    instance, when the devices show no placement and no slot is given (a pod found bound before its
+    node's slices were read): its devices are still held in the DeviceView, whose counters keep
+    partitions apart, as before instances were recorded."""
     from gpufleet.fleet.state import AllocationError
 
     name = state.names[row]
@@ -96,8 +99,10 @@ def create(
     known = mig.find_profile(state.specs[row].gpu_model, profile) if slot is not None else None
     if found is None and slot is not None and known is not None:
         found = (slot.gpu, slot.start, known.memory_slices)
+    if found is None and slot is None:
+        return None
     if found is None:
-        raise AllocationError(f"pod {pod}: none of its devices on {name} is a MIG device with a placement")
+        raise AllocationError(f"pod {pod}: MIG slot {slot} of {name} has no known placement")
     gpu, start, size = found
     if not 0 <= gpu < state.gpu_count[row]:
         raise AllocationError(f"pod {pod}: node {name} has no GPU {gpu}")

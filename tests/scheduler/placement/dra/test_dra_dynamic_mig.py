@@ -169,4 +169,9 @@ def test_dra_dynamic_mig_the_fleet_refuses_a_gpu_or_slices_held_already() -> Non
     with pytest.raises(AllocationError, match="memory slices 2-3 of GPU 0 of n1 are held by m2"):
         state.allocate("m3", 0, PodRequest(mig="2g.10gb"), devices=[clash])
     assert "m3" not in state.allocations
-    check(state)
+    # devices whose placement the fleet cannot see (a pod found bound before its node's slices were
+    # read) are held in the device view, and no instance is recorded
+    unknown = ("gpu.nvidia.com", "elsewhere", "gpu-0-mig-19-6-1")
+    assert state.allocate("u", 0, PodRequest(mig="1g.5gb"), devices=[unknown]).mig is None
+    assert state.devices.in_use[unknown] == "u" and len(state.mig_instances(0)[0]) == 2
+    state.check_invariants()
