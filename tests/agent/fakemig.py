@@ -33,6 +33,8 @@ class FakeMigPynvml(FakePynvml):
         self.created: list[tuple[int, int, int]] = []
         """(GPU index, GI profile id, start) of every GPU instance created."""
         self.gis: dict[tuple[int, int], _Gi] = {}
+        self.busy: set[str] = set()
+        """UUIDs of MIG devices a process uses: destroying their compute instance is IN_USE."""
         for gpu in node.gpus:
             catalogue = {p.gi_profile_id: p for p in mig.catalogue(gpu_model(gpu)).values()}
             for m in gpu.mig_devices:
@@ -129,6 +131,11 @@ class FakeMigPynvml(FakePynvml):
 
     def nvmlComputeInstanceDestroy(self, ci_handle: Any) -> None:
         _, index, gi_id, ci = ci_handle
+        if any(
+            (m.gi_id, m.ci_id) == (gi_id, ci) and m.uuid in self.busy
+            for m in self._node.gpus[index].mig_devices
+        ):
+            raise _error(pynvml.NVML_ERROR_IN_USE)
         left = [m for m in self._node.gpus[index].mig_devices if (m.gi_id, m.ci_id) != (gi_id, ci)]
         self._set_gpus({index: tuple(dataclasses.replace(m, index=j) for j, m in enumerate(left))})
 

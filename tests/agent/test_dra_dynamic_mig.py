@@ -197,6 +197,16 @@ def test_dra_dynamic_mig_a_restart_neither_leaks_nor_creates_twice(dyn: DynamicN
     assert dyn.nvml.instances(0) == []
 
 
+def test_dra_dynamic_mig_an_instance_in_use_is_left_at_start_and_its_slices_refused(dyn: DynamicNode) -> None:
+    busy = next(m for m in dyn.nvml.node.gpus[7].mig_devices if m.placement_start == 4)
+    dyn.nvml.busy.add(busy.uuid)  # mig-parted's 3g.40gb at slices 4-7 still runs a process
+    endpoint = dyn.start()
+    assert dyn.nvml.instances(7) == [("3g.40gb", 4, 4)] and dyn.nvml.instances(6) == []
+    dyn.claims["team-a", "c"] = allocated("c", "uid-1", "gpu-7-mig-19-5-1")
+    error = call(endpoint, "NodePrepareResources", ("team-a", "uid-1", "c"))["uid-1"].error
+    assert f"already taken by MIG device {busy.uuid}" in error
+
+
 def test_dra_dynamic_mig_needs_the_node_s_nvml_not_a_recorded_profile() -> None:
     result = CliRunner().invoke(
         app,

@@ -107,8 +107,9 @@ class DynamicMig:
 
     def reconcile(self, recorded: dict[str, tuple[CreatedMig, ...]]) -> dict[str, tuple[CreatedMig, ...]]:
         """Brings NVML in line with the prepared claims' instances (claim UID -> instances): destroys
-        the instances no claim records, and creates again those recorded but gone. Returns the claims
-        whose instances were created again, with their new identities."""
+        the instances no claim records (one NVML will not destroy is logged and left), and creates
+        again those recorded but gone. Returns the claims whose instances were created again, with
+        their new identities."""
         existing = {m.uuid: m for gpu in self.gpus.values() for m in self.control.instances(gpu.uuid)}
         wanted = {c.uuid for instances in recorded.values() for c in instances}
         for instance in existing.values():
@@ -118,7 +119,12 @@ class DynamicMig:
                     instance.uuid,
                     instance.gi_id,
                 )
-                self.control.destroy(instance.gpu_uuid, instance.gi_id, instance.ci_id)
+                try:
+                    self.control.destroy(instance.gpu_uuid, instance.gi_id, instance.ci_id)
+                except NvmlError as exc:
+                    # in use by a process (mig-parted's layout still running work): the agent starts
+                    # anyway, and a claim whose placement overlaps it is refused naming it
+                    log.error("cannot destroy MIG device %s: %s", instance.uuid, exc)
         remade: dict[str, tuple[CreatedMig, ...]] = {}
         for uid, instances in recorded.items():
             if all(c.uuid in existing for c in instances):
