@@ -327,25 +327,13 @@ class Search:
             pool = self.pool
             limits = self._limits
             if isinstance(pool, CandidatePool):
-                parts = [p for p in pool.parts if p.kept]
                 if limits:
                     # Decision 39: only the parts (one queue each) whose refunds reach a binding queue.
-                    parts = [p for p in parts if self._relieves(p.kept[0])]
-                if self.strict:
-                    # Decision 37: the own queue's first, the only ones that bring it within nominal.
-                    own = [p for p in parts if p.kept[0].cause == WITHIN_QUEUE]
-                    others = [p for p in parts if p.kept[0].cause != WITHIN_QUEUE]
-                    head = CandidatePool(own).head(OUTSIDE_HEAD) + CandidatePool(others).head(OUTSIDE_HEAD)
-                else:
-                    head = CandidatePool(parts).head(OUTSIDE_HEAD)
+                    pool = CandidatePool([p for p in pool.parts if p.kept and self._relieves(p.kept[0])])
+                head = pool.head(OUTSIDE_HEAD)
             else:
-                useful = sorted([c for c in pool if self._relieves(c)] if limits else pool, key=order_of)
-                if self.strict:
-                    mine = [c for c in useful if c.cause == WITHIN_QUEUE]
-                    rest = [c for c in useful if c.cause != WITHIN_QUEUE]
-                    head = mine[:OUTSIDE_HEAD] + rest[:OUTSIDE_HEAD]
-                else:
-                    head = useful[:OUTSIDE_HEAD]
+                useful = [c for c in pool if self._relieves(c)] if limits else pool
+                head = sorted(useful, key=order_of)[:OUTSIDE_HEAD]
             self._head = head
         names: set[str] = set()
         out: list[Candidate] = []
