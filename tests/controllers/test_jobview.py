@@ -117,6 +117,9 @@ def test_the_view_matches_the_store_through_checkpoints_a_node_loss_and_compacti
     for _ in range(10):
         runtime.run_for(60)
         assert snapshot(controller.view) == from_store(store)
+    # A deleted job's Workload is collected, and with it the capacity its pods held.
+    assert [w.name for w in store.list(WorkloadObject) if w.metadata.labels.get(JOB_LABEL) == "gone"] == []
+    assert [p.name for p in store.list(Pod) if p.metadata.labels.get(JOB_LABEL) == "gone"] == []
     runtime.run_for(1800)
     assert snapshot(controller.view) == from_store(store)
     finished = {j.name: j.status for j in store.list(TrainingJob)}

@@ -63,6 +63,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
         super().__init__(store)
         self.view = JobView(store)
         """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
+        self.with_series: set[Key] = set()
+        """Jobs whose metric series were set since they were last forgotten."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -83,8 +85,13 @@ class TrainingJobController(ViewedReconciler[JobView]):
         self.catch_up(now)
         job = view.jobs.get(key)
         if job is None:
-            self._collect(namespace, name)
-            jobstate.forget_metrics(namespace, name)
+            # A deleted job is looked at again for each of its objects that goes after it (its
+            # Workload, then its pods): only what is still there needs collecting.
+            if (namespace, workload_name(name)) in view.workloads:
+                self._collect(namespace, name)
+            if key in self.with_series:
+                self.with_series.discard(key)
+                jobstate.forget_metrics(namespace, name)
             return None
         checkpoint = self._latest_checkpoint(job)
         workload = self._ensure_workload(job, checkpoint)
@@ -92,6 +99,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
         status = self._status(job, workload, pods, checkpoint, now)
         interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
         jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
+        self.with_series.add(key)
         if status.phase in ("Succeeded", "Failed") and workload.spec.active:
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))
