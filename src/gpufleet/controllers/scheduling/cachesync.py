@@ -36,6 +36,7 @@ from gpufleet.controllers.scheduling.state import (
     rv,
 )
 from gpufleet.controllers.scheduling.status import StatusWriter
+from gpufleet.controllers.scheduling.workloadtable import WorkloadTable
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
 from gpufleet.scheduler.cache import ClusterCache
@@ -109,7 +110,7 @@ class CacheSync:
         cache = ClusterCache(fleet=fleet, tree=tree, settings=settings, history=history)
         state.cache = cache
         state.nodes = {}
-        state.workloads = {}
+        state.workloads = WorkloadTable()
         state.pods = {}
         state.backoff.clear()
         state.broken.clear()

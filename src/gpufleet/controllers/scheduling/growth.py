@@ -114,9 +114,8 @@ class Growth:
         state = self.state
         cache = state.cache
         assert cache is not None
-        for key, obj in list(state.workloads.items()):
-            if obj.status.phase != "Admitted":
-                continue
+        # Only those that can carry a mark (Admitted, and checkpointed or marked): not a walk of all.
+        for key, obj in state.workloads.may_need_marks():
             admitted = cache.admitted.get(key)
             wanted = None
             if admitted is not None and obj.spec.last_checkpoint_time is not None:

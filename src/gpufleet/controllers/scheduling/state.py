@@ -19,6 +19,7 @@ from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import claims, convert, jobstate
 from gpufleet.controllers.scheduling.claimsync import ClaimSync
+from gpufleet.controllers.scheduling.workloadtable import WorkloadTable
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
@@ -51,7 +52,7 @@ class SchedulingState:
     store: Store
     config: SchedulerConfig
     cache: ClusterCache | None = None
-    workloads: dict[str, WorkloadObject] = field(default_factory=dict)
+    workloads: WorkloadTable = field(default_factory=WorkloadTable)
     pods: dict[str, dict[str, Pod]] = field(default_factory=dict)
     """Per workload key, its pods by core pod name."""
     nodes: dict[str, Node] = field(default_factory=dict)
