@@ -33,31 +33,22 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar, overload
 
-from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.store.objects import (
     Json,
-    RolledBack,
-    check_version,
-    conflict,
     describe,
-    dumped,
-    dumped_status,
     gone,
     kind_of,
     load,
     namespace_of,
-    same_kind,
-    shallow,
-    translated,
     utc_now,
-    validated,
     version_of,
-    with_spec_and_meta,
 )
-from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
+from gpufleet.store.protocol import EventType, ListResult, Selector, Store, WatchEvent
 from gpufleet.store.watch import LogWatch
+from gpufleet.store.writes import ObjectWrites
 
 R = TypeVar("R", bound=Resource)
 Key = tuple[str, str]
@@ -101,7 +92,7 @@ def _model(info: KindInfo, data: Json) -> Resource:
     return load(info, _fresh(data))
 
 
-class MemoryStore:
+class MemoryStore(ObjectWrites):
     """The Store protocol in memory (see the module docstring).
 
     `event_retention` is how many recent events the log keeps; a watch from further back raises
@@ -205,74 +196,7 @@ class MemoryStore:
             kind_of(kind)
         return LogWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
 
-    # ---------------------------------------------------------------------------------- writes
-
-    def create(self, obj: R) -> R:
-        info, data = dumped(obj)
-        with translated(obj), self._transaction():
-            created = self._create_locked(info, data)
-        return same_kind(obj, created)
-
-    def update(self, obj: R) -> R:
-        info, data = dumped(obj)
-        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
-        with translated(obj), self._transaction():
-            current = self._current(info, ns, name)
-            check_version(info, obj, current)
-            changed = with_spec_and_meta(info, current, data, finalizers=True)
-            result = self._change_locked(info, ns, name, current, changed)
-        return same_kind(obj, result)
-
-    def update_status(self, obj: R) -> R:
-        info, status = dumped_status(obj)
-        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
-        with translated(obj), self._transaction():
-            current = self._current(info, ns, name)
-            check_version(info, obj, current)
-            changed = shallow(current)
-            changed["status"] = status
-            result = self._change_locked(info, ns, name, current, changed)
-        return same_kind(obj, result)
-
-    def apply(self, obj: R) -> R:
-        info, data = dumped(obj)
-        with translated(obj), self._transaction():
-            result = self._apply_locked(info, data)
-        return same_kind(obj, result)
-
-    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
-        # As in the SQLite store: every object is checked first, then all are written in one
-        # transaction (consecutive versions, all or none); a dry run is that transaction undone.
-        checked = [validated(obj) for obj in objs]
-        try:
-            with self._transaction():
-                results = [self._apply_locked(info, data) for info, data in checked]
-                if dry_run:
-                    raise RolledBack(results)
-                return results
-        except RolledBack as rolled_back:
-            return rolled_back.results
-
-    def delete(
-        self,
-        kind: type[Resource] | str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-    ) -> Resource | None:
-        info = kind_of(kind)
-        ns = namespace_of(info, namespace)
-        with self._transaction():
-            return self._delete_locked(info, ns, name, resource_version)
-
-    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
-        checked = []
-        for ref in refs:
-            info = kind_of(ref.kind)
-            checked.append((info, namespace_of(info, ref.namespace), ref.name, ref.resource_version))
-        with self._transaction():
-            return [self._delete_locked(*target) for target in checked]
+    # ------------------------------------- writes: store.writes.ObjectWrites over the primitives below
 
     def compact(self, *, keep: int | None = None) -> int:
         """Drops all but the newest `keep` events (default: the retention); returns the oldest version
@@ -310,11 +234,8 @@ class MemoryStore:
                 self._own.writes = self.writes_by_this_thread() + written
                 self._changed.notify_all()
 
-    def _current(self, info: KindInfo, ns: str, name: str) -> Json:
-        data = self._objects.get(info.kind, {}).get((ns, name))
-        if data is None:
-            raise NotFoundError("not found", obj=describe(info, ns, name))
-        return data
+    def _find(self, info: KindInfo, ns: str, name: str) -> Json | None:
+        return self._objects.get(info.kind, {}).get((ns, name))
 
     def _create_locked(self, info: KindInfo, data: Json) -> Resource:
         meta = data["metadata"]
@@ -338,30 +259,6 @@ class MemoryStore:
         if "status" in info.model.model_fields:
             data.pop("status", None)  # status is written through update_status, as in Kubernetes
         return self._record(info, ns, name, "ADDED", data, owned=True)
-
-    def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
-        meta = data["metadata"]
-        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
-        current = self._objects.get(info.kind, {}).get((ns, name))
-        if current is None:
-            meta.pop("resourceVersion", None)
-            return self._create_locked(info, data)
-        changed = with_spec_and_meta(info, current, data, finalizers=False)
-        return self._change_locked(info, ns, name, current, changed)
-
-    def _delete_locked(
-        self, info: KindInfo, ns: str, name: str, resource_version: str | None
-    ) -> Resource | None:
-        current = self._current(info, ns, name)
-        if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
-            raise conflict(info, current, resource_version)
-        changed = shallow(current)
-        meta = changed["metadata"]
-        meta.setdefault("deletionTimestamp", self._clock())
-        if meta.get("finalizers"):
-            return self._change_locked(info, ns, name, current, changed)
-        self._change_locked(info, ns, name, current, changed, remove=True)
-        return None
 
     def _change_locked(
         self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False

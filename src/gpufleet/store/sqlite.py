@@ -35,33 +35,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.store.eventtail import EventTail, TailEvent
 from gpufleet.store.objects import (
     STORED,
     Json,
-    RolledBack,
-    check_version,
-    conflict,
     describe,
-    dumped,
-    dumped_status,
     gone,
     kind_of,
     load,
     namespace_of,
-    same_kind,
-    shallow,
-    translated,
     utc_now,
-    validated,
     version_of,
-    with_spec_and_meta,
 )
-from gpufleet.store.protocol import EventType, ListResult, ObjectRef, Selector, Store, WatchEvent
+from gpufleet.store.protocol import EventType, ListResult, Selector, Store, WatchEvent
 from gpufleet.store.watch import LogWatch
+from gpufleet.store.writes import ObjectWrites
 
 R = TypeVar("R", bound=Resource)
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
@@ -99,7 +90,7 @@ SqliteWatch = LogWatch
 """A watch on a SqliteStore (the embedded stores share one kind of watch)."""
 
 
-class SqliteStore:
+class SqliteStore(ObjectWrites):
     """The Store protocol on SQLite (see the module docstring for durability and threads).
 
     `event_retention` is how many recent events the watch log keeps; a watch from further back
@@ -237,82 +228,7 @@ class SqliteStore:
             kind_of(kind)
         return LogWatch(self, kinds=kinds, namespace=namespace, since=start, timeout=timeout)
 
-    # ---------------------------------------------------------------------------------- writes
-
-    # A single object's write validates what it stores once, inside its transaction (`load` of the
-    # object as written), and translates a refusal as `validated` does; validating the object before
-    # the transaction as well was a tenth of a write's cost. A batch is checked whole beforehand.
-
-    def create(self, obj: R) -> R:
-        info, data = dumped(obj)
-        with translated(obj), self._transaction():
-            created = self._create_locked(info, data)
-        return same_kind(obj, created)
-
-    def update(self, obj: R) -> R:
-        info, data = dumped(obj)
-        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
-        with translated(obj), self._transaction():
-            current = self._current(info, ns, name)
-            check_version(info, obj, current)
-            changed = with_spec_and_meta(info, current, data, finalizers=True)
-            result = self._change_locked(info, ns, name, current, changed)
-        return same_kind(obj, result)
-
-    def update_status(self, obj: R) -> R:
-        info, status = dumped_status(obj)
-        ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
-        with translated(obj), self._transaction():
-            current = self._current(info, ns, name)
-            check_version(info, obj, current)
-            changed = shallow(current)
-            changed["status"] = status
-            result = self._change_locked(info, ns, name, current, changed)
-        return same_kind(obj, result)
-
-    def apply(self, obj: R) -> R:
-        info, data = dumped(obj)
-        with translated(obj), self._transaction():
-            result = self._apply_locked(info, data)
-        return same_kind(obj, result)
-
-    def apply_many(self, objs: Sequence[Resource], *, dry_run: bool = False) -> builtins.list[Resource]:
-        # Every object is checked before the transaction opens; then all writes, their events and
-        # the counter move in one transaction, so the versions are consecutive and a crash or an
-        # error part-way leaves nothing of the batch. A dry run is the same transaction rolled back.
-        checked = [validated(obj) for obj in objs]
-        try:
-            with self._transaction():
-                results = [self._apply_locked(info, data) for info, data in checked]
-                if dry_run:
-                    raise RolledBack(results)
-                return results
-        except RolledBack as rolled_back:
-            return rolled_back.results
-
-    def delete(
-        self,
-        kind: type[Resource] | str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-    ) -> Resource | None:
-        info = kind_of(kind)
-        ns = namespace_of(info, namespace)
-        with self._transaction():
-            return self._delete_locked(info, ns, name, resource_version)
-
-    def delete_many(self, refs: Sequence[ObjectRef]) -> builtins.list[Resource | None]:
-        # Kinds and namespaces are checked before the transaction opens; then every deletion, its
-        # event and the counter move in one transaction, so an object missing or changed anywhere
-        # in the batch leaves all of them as they were.
-        checked = []
-        for ref in refs:
-            info = kind_of(ref.kind)
-            checked.append((info, namespace_of(info, ref.namespace), ref.name, ref.resource_version))
-        with self._transaction():
-            return [self._delete_locked(*target) for target in checked]
+    # ------------------------------------- writes: store.writes.ObjectWrites over the primitives below
 
     def compact(self, *, keep: int | None = None) -> int:
         """Drops all but the newest `keep` events (default: the retention); returns the oldest version
@@ -385,12 +301,6 @@ class SqliteStore:
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
-    def _current(self, info: KindInfo, ns: str, name: str) -> Json:
-        data = self._find(info, ns, name)
-        if data is None:
-            raise NotFoundError("not found", obj=describe(info, ns, name))
-        return data
-
     def _next_version(self) -> int:
         row = self._db.execute(
             "UPDATE counters SET value = value + 1 WHERE name = 'resource_version' RETURNING value"
@@ -422,30 +332,6 @@ class SqliteStore:
         created = load(info, data)
         self._record(info, ns, name, "ADDED", version, created.to_dict(reveal_secrets=True))
         return created
-
-    def _apply_locked(self, info: KindInfo, data: Json) -> Resource:
-        meta = data["metadata"]
-        ns, name = namespace_of(info, meta.get("namespace")), meta["name"]
-        current = self._find(info, ns, name)
-        if current is None:
-            meta.pop("resourceVersion", None)
-            return self._create_locked(info, data)
-        changed = with_spec_and_meta(info, current, data, finalizers=False)
-        return self._change_locked(info, ns, name, current, changed)
-
-    def _delete_locked(
-        self, info: KindInfo, ns: str, name: str, resource_version: str | None
-    ) -> Resource | None:
-        current = self._current(info, ns, name)
-        if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
-            raise conflict(info, current, resource_version)
-        changed = shallow(current)
-        meta = changed["metadata"]
-        meta.setdefault("deletionTimestamp", self._clock())
-        if meta.get("finalizers"):
-            return self._change_locked(info, ns, name, current, changed)
-        self._change_locked(info, ns, name, current, changed, remove=True)
-        return None
 
     def _change_locked(
         self, info: KindInfo, ns: str, name: str, current: Json, changed: Json, *, remove: bool = False
