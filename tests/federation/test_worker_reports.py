@@ -57,3 +57,25 @@ def test_a_change_in_free_gpus_is_reported_within_a_second_not_at_the_next_heart
     agent.step(3.0)
     assert manager.reports[-1] == (3.0, 8) and len(manager.reports) == 3
     store.close()
+
+
+def test_a_change_later_in_the_instant_of_a_report_is_reported_in_that_instant(tmp_path: Path) -> None:
+    # The scheduler places the work the manager just sent a round after the agent reported the job
+    # that ended: the manager must not dispatch on the earlier count for a whole second.
+    fleet = FleetState(())
+    fleet.add_node(NodeSpec("n1", gpu_model="H100-80GB", gpus=8))
+    manager = Manager()
+    store = SqliteStore.open(tmp_path, synchronous="OFF")
+    agent = WorkerAgent(store, "w1", manager, lambda: fleet, heartbeat_seconds=10.0)
+    agent.step(5.0)
+    fleet.allocate("p1", 0, PodRequest(gpus=4), (0, 1, 2, 3))
+    agent.step(5.0)
+    assert manager.reports == [(5.0, 8), (5.0, 4)]
+    agent.step(5.0)
+    assert len(manager.reports) == 2, "no change since: no second write in the instant"
+    fleet.release("p1")
+    agent.step(5.5)
+    assert len(manager.reports) == 2, "a later instant still waits a second after the last report"
+    agent.step(6.0)
+    assert manager.reports[-1] == (6.0, 8)
+    store.close()

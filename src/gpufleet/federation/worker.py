@@ -42,7 +42,10 @@ CHANGE_REPORT_SECONDS = 1.0
 """Least time from one heartbeat to the next sent early because the free GPUs changed (work ended or
 started). The manager dispatches on the newest report: one up to a heartbeat period old leaves GPUs
 idle after work ends, which on a twin run of minute-long jobs cost several points of utilisation
-against one cluster of the same size (`gpufleet bench federation --utilisation`)."""
+against one cluster of the same size (`gpufleet bench federation --utilisation`). The limit is between
+instants: a change later in the instant of the last report (the scheduler placing the work the manager
+just sent, a job's end reaching the fleet a round after the report) is reported in that instant too, or
+the manager would dispatch for a whole second on free GPUs that are gone, or miss ones just freed."""
 ENDED = ("Succeeded", "Failed")
 BEATS_PER_LEASE = 4
 
@@ -99,7 +102,7 @@ class WorkerAgent:
     def step(self, now: float) -> float | None:
         changed = self._free_capacity() != self.reported
         early = self.last_beat + CHANGE_REPORT_SECONDS
-        if now >= self.next_beat or (changed and now >= early):
+        if now >= self.next_beat or (changed and (now >= early or now == self.last_beat)):
             self.next_beat = now + self.period()
             self.last_beat = now
             self._beat(now)
