@@ -21,7 +21,6 @@ Measured, all from the twins' pod records and training runs, not from what the c
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +139,6 @@ def run(
 ) -> dict[str, Any]:
     """The figures of one run (see the module docstring); `horizon_seconds` after the lease expiry it
     gives up waiting for the work to run again."""
-    logging.getLogger("gpufleet").setLevel(logging.ERROR)  # a partitioned plane warns on every call
     wall, cpu = time.perf_counter(), time.process_time()
     spare = -(-workloads * 3 // 5)  # 60% each: room for all in the two spares, and some left over
     workers = {"w1": (pool(workloads), 1.0), "w2": (pool(spare), 2.0), "w3": (pool(spare), 2.0)}

@@ -14,7 +14,6 @@ about placement). Target: the federation within 2 points of the single cluster.
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 import time
 from dataclasses import dataclass
@@ -142,7 +141,6 @@ def run(
     mean_seconds: float = 180.0,
     seed: int = 0,
 ) -> dict[str, Any]:
-    logging.getLogger("gpufleet").setLevel(logging.ERROR)
     wall, cpu = time.perf_counter(), time.process_time()
     gpus = clusters * nodes * 8
     arrivals = stream(jobs, gpus, load=load, mean_seconds=mean_seconds, seed=seed)

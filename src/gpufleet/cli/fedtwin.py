@@ -16,6 +16,7 @@ This lives in `cli` because it is the one package that may wire the federation t
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -237,6 +238,10 @@ def twin_federation(
     every worker reads (`CheckpointBucket`)."""
     clock = VirtualClock()
     with contextlib.ExitStack() as stack:
+        # A partitioned plane warns on every call; the level is the process's, so it is put back.
+        logger = logging.getLogger("gpufleet")
+        stack.callback(logger.setLevel, logger.level)
+        logger.setLevel(logging.ERROR)
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpufleet-fed-")))
 
         def open_store(name: str) -> SqliteStore:
