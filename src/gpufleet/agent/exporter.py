@@ -211,6 +211,11 @@ class DcgmCollector(Collector):
         self._health = health
         self._pods = pod_resources
 
+    def set_node(self, node: NodeInfo) -> None:
+        """Follows MIG instances created or destroyed since discovery (dynamic MIG); the next scrape
+        reports the new layout."""
+        self._node = node
+
     def _entities(self) -> Iterator[_Entity]:
         for gpu in self._node.gpus:
             telemetry = self._backend.telemetry(gpu.uuid)

@@ -134,6 +134,16 @@ class HealthMonitor:
         self._faults: dict[str, _Fault] = {}
         self._parents = {m.uuid: gpu.uuid for gpu in node.gpus for m in gpu.mig_devices}
 
+    def set_node(self, node: NodeInfo) -> None:
+        """Follows MIG instances created or destroyed since discovery (dynamic MIG): XIDs naming a GPU
+        instance find the new ones. A destroyed instance's fault and unhealthy mark are dropped: its
+        UUID is never used again, and a new instance at its placement is a new device."""
+        parents = {m.uuid: gpu.uuid for gpu in node.gpus for m in gpu.mig_devices}
+        for gone in set(self._parents) - set(parents):
+            self._faults.pop(gone, None)
+            self.state.mark_healthy(gone)
+        self._node, self._parents = node, parents
+
     def start(self) -> None:
         if self._config.disabled:
             log.info("health checks are disabled")
@@ -212,5 +222,5 @@ class HealthMonitor:
             return
         for target, fault in list(self._faults.items()):
             if fault.observe(self._probe(self._parents.get(target, target))):
-                del self._faults[target]
+                self._faults.pop(target, None)  # set_node may have dropped it meanwhile
                 self.state.mark_healthy(target)

@@ -23,6 +23,7 @@ from gpufleet.agent.exporter import (
 )
 from gpufleet.agent.health import HealthMonitor, HealthState
 from gpufleet.agent.labels import gfd_labels, write_feature_file
+from gpufleet.agent.nodeview import NodeView
 from gpufleet.agent.nvml import NodeInfo, NvmlBackend
 from gpufleet.api.errors import ValidationError
 
@@ -75,9 +76,6 @@ class Agent:
             plugin_dir=plugin_dir,
             poll_interval=kubelet_poll_interval,
         )
-        # A node serves its GPUs either as extended resources or as DRA devices, never both: the
-        # scheduler would count each GPU twice.
-        self.dra: DraPlugin | None = None if dra is None else dra.plugin(self.node, node_name, self.health)
         self.collector = DcgmCollector(
             backend,
             self.node,
@@ -94,6 +92,15 @@ class Agent:
             )
             if metrics_port is not None
             else None
+        )
+        # The exporter and the health checks follow MIG instances the DRA driver creates and destroys.
+        self.view = NodeView(backend, self.node)
+        self.view.subscribe(self.monitor.set_node)
+        self.view.subscribe(self.collector.set_node)
+        # A node serves its GPUs either as extended resources or as DRA devices, never both: the
+        # scheduler would count each GPU twice. Made last: its start reconciles MIG instances.
+        self.dra: DraPlugin | None = (
+            None if dra is None else dra.plugin(self.node, node_name, self.health, self.view.refresh)
         )
         self.feature_file = feature_file
         self.node_labeler = node_labeler

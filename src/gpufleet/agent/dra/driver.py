@@ -89,6 +89,7 @@ class DraDriver:
         common_edits: Mapping[str, Any] | None = None,
         time_slicer: TimeSlicer | None = None,
         mig_control: MigControl | None = None,
+        on_mig_change: Callable[[], object] | None = None,
     ) -> None:
         self.node = node
         self.node_name = node_name
@@ -100,7 +101,7 @@ class DraDriver:
         self.common_edits = common_edits
         self.time_slicer = time_slicer if time_slicer is not None else NvidiaSmi()
         self.checkpoint = Checkpoint(state_dir / "checkpoint.json")
-        self.dynamic_mig = DynamicMig(node, mig_control) if mig_control is not None else None
+        self.dynamic_mig = DynamicMig(node, mig_control, on_mig_change) if mig_control is not None else None
         self._devices = _device_table(node, dynamic_mig=self.dynamic_mig is not None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufleet.agent.dra.checkpoint import CreatedMig
@@ -53,9 +54,18 @@ class Placement:
 class DynamicMig:
     """Creates and destroys the MIG instances of this node's MIG-enabled GPUs for claims."""
 
-    def __init__(self, node: NodeInfo, control: MigControl) -> None:
+    def __init__(
+        self, node: NodeInfo, control: MigControl, on_change: Callable[[], object] | None = None
+    ) -> None:
         self.control = control
         self.gpus = {gpu.index: gpu for gpu in node.gpus if gpu.mig_enabled}
+        # Called after every instance created or destroyed, so the agent's exporter and health checks
+        # (which discovered the node at start) follow the layout (`agent/nodeview.py`).
+        self.on_change = on_change
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def placement(self, device: str) -> Placement | None:
         """The placement a device name stands for, None when it is not one of a dynamic GPU's."""
@@ -99,11 +109,13 @@ class DynamicMig:
         except NvmlError as exc:
             raise DynamicMigError(f"{where}: {exc}") from exc
         log.info("created MIG device %s (%s) for %s", made.uuid, placement.profile.name, placement.device)
+        self._changed()
         return CreatedMig(placement.device, made.gpu_uuid, made.gi_id, made.ci_id, made.uuid)
 
     def destroy(self, created: CreatedMig) -> None:
         self.control.destroy(created.gpu_uuid, created.gi_id, created.ci_id)
         log.info("destroyed MIG device %s (%s)", created.uuid, created.device)
+        self._changed()
 
     def reconcile(self, recorded: dict[str, tuple[CreatedMig, ...]]) -> dict[str, tuple[CreatedMig, ...]]:
         """Brings NVML in line with the prepared claims' instances (claim UID -> instances): destroys
@@ -121,6 +133,7 @@ class DynamicMig:
                 )
                 try:
                     self.control.destroy(instance.gpu_uuid, instance.gi_id, instance.ci_id)
+                    self._changed()
                 except NvmlError as exc:
                     # in use by a process (mig-parted's layout still running work): the agent starts
                     # anyway, and a claim whose placement overlaps it is refused naming it

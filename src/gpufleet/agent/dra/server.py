@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +61,15 @@ class DraSettings:
     mig_control: MigControl | None = None
     """Dynamic MIG (`dynmig.py`): MIG-enabled GPUs publish every placement, made at prepare through it."""
 
-    def plugin(self, node: NodeInfo, node_name: str, health: HealthState) -> DraPlugin:
-        """The driver for this node, its state (the checkpoint) beside its socket."""
+    def plugin(
+        self,
+        node: NodeInfo,
+        node_name: str,
+        health: HealthState,
+        on_mig_change: Callable[[], object] | None = None,
+    ) -> DraPlugin:
+        """The driver for this node, its state (the checkpoint) beside its socket; `on_mig_change` is
+        called after each MIG instance dynamic MIG creates or destroys."""
         driver = DraDriver(
             node,
             node_name=node_name,
@@ -73,6 +80,7 @@ class DraSettings:
             cdi_dir=self.cdi_dir,
             common_edits=self.common_edits,
             mig_control=self.mig_control,
+            on_mig_change=on_mig_change,
         )
         return DraPlugin(driver, plugins_dir=self.plugins_dir, registry_dir=self.registry_dir)
 
