@@ -9,11 +9,11 @@ with cursors, retention and compaction (`GoneError`), and validation of every ob
 
 Isolation. A stored form is never changed in place (a write builds a new one from a shallow copy,
 as in the SQLite store), so the object table and the event log share them. Nothing handed out
-shares anything with them: every model returned or carried by an event is validated from a deep
-copy of the stored form, because pydantic keeps the values of `dict[str, Any]` fields (a pod
-template, a pending reason's details) as given, and a caller changing such a value in place would
-otherwise change the store. The copy is a pickle round trip of plain JSON data, done in C: a fifth
-of `copy.deepcopy`'s cost.
+shares anything with them: every model returned or carried by an event is validated from a copy
+of the stored form in which every value pydantic keeps as given (the values of `dict[str, Any]`
+fields: a pod template, a pending reason's details) is deep-copied, since a caller changing such a
+value in place would otherwise change the store. Validation builds every other container anew, so
+only those values are copied (`store.fresh`), a pickle round trip each, done in C.
 
 Threads. One lock guards everything, as in the SQLite store, so the HTTP API may share it; watches
 wait on a condition that writers signal. Nothing survives the process.
@@ -22,7 +22,6 @@ wait on a condition that writers signal. Nothing survives the process.
 from __future__ import annotations
 
 import builtins
-import pickle
 import threading
 import uuid
 from collections import deque
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, TypeVar, overload
 from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.fresh import fresh
 from gpufleet.store.objects import (
     Json,
     describe,
@@ -81,15 +81,9 @@ class _Undo:
     objects: list[tuple[dict[Key, Json], Key, Json | None]]
 
 
-def _fresh(data: Json) -> Json:
-    """A deep copy of plain JSON data (see the module docstring on isolation)."""
-    copied: Json = pickle.loads(pickle.dumps(data, pickle.HIGHEST_PROTOCOL))
-    return copied
-
-
 def _model(info: KindInfo, data: Json) -> Resource:
-    """A model of a stored form that shares nothing with it."""
-    return load(info, _fresh(data))
+    """A model of a stored form that shares nothing with it (`store.fresh`)."""
+    return load(info, fresh(info.model, data))
 
 
 class MemoryStore(ObjectWrites):
@@ -277,7 +271,7 @@ class MemoryStore(ObjectWrites):
         """Validates the object as written, stores it (or removes it) at the next version and logs it;
         returns the validated object, which shares nothing with what is stored. `owned`: `data` is
         the caller's own dump, shared with nothing stored (a change shares the current form's values)."""
-        result = load(info, data if owned else _fresh(data))
+        result = load(info, data if owned else fresh(info.model, data))
         stored = result.to_dict(reveal_secrets=True)
         table = self._objects.setdefault(info.kind, {})
         key = (ns, name)
