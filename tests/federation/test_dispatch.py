@@ -153,33 +153,3 @@ def test_among_equally_priced_clusters_work_fills_the_fullest_that_fits_it() -> 
     assert cluster_of(d.dispatch(gang("x", 1, gpus=4), ClusterChoice(preferred=frozenset({"b"})))) == "b"
     assert cluster_of(d.dispatch(gang("small", 1, gpus=2))) == "b", "b has 12 free, a 16"
     assert cluster_of(d.dispatch(gang("gang", 2))) == "a", "a kept both hosts whole"
-
-
-def test_the_cluster_closest_to_fitting_the_waiting_gang_is_held_for_it() -> None:
-    """The head gang fits nowhere: the cluster with the fewest GPUs still to free keeps its hosts, so
-    small work goes to another cluster instead of taking them one by one; the next pass lets it go."""
-    d = dispatcher(worker("a", racks=1, price=1.0), worker("b", racks=1, price=2.0))  # 2 hosts each
-    assert cluster_of(d.dispatch(gang("s1", 1, gpus=1))) == "a"  # a: hosts with 8 and 7 free
-    only_b = ClusterChoice(allowed=frozenset({"b"}))
-    for name in ("s2", "s3"):
-        assert cluster_of(d.dispatch(gang(name, 1, gpus=4), only_b)) == "b"  # b: 8 and 0 free
-    waiting = d.dispatch(gang("big", 2))
-    assert isinstance(waiting, NotDispatched) and waiting.reason == "NoCluster"
-    assert d.hold is not None and (d.hold.workload, d.hold.cluster) == ("big", "a"), "1 GPU to free, not 8"
-    assert cluster_of(d.dispatch(gang("small", 1, gpus=1))) == "b", "a is cheaper but held"
-    only_a = d.dispatch(gang("only-a", 1, gpus=1), ClusterChoice(allowed=frozenset({"a"})))
-    assert isinstance(only_a, NotDispatched) and only_a.reason == "NoCluster"
-    assert "held for big" in str(only_a.details["clusters"])
-    d.begin_pass()
-    assert cluster_of(d.dispatch(gang("small-2", 1, gpus=1))) == "a", "the hold lasts one pass"
-
-
-def test_the_held_cluster_still_takes_work_that_leaves_the_gangs_hosts() -> None:
-    d = dispatcher(worker("a", racks=2))  # 4 hosts of 8
-    for name in ("f1", "f2"):
-        assert cluster_of(d.dispatch(gang(name, 1, gpus=7))) == "a"  # hosts free: 1, 1, 8, 8
-    assert isinstance(d.dispatch(gang("big", 3)), NotDispatched)  # waits for a third whole host
-    assert d.hold is not None and d.hold.cluster == "a"
-    assert cluster_of(d.dispatch(gang("tiny", 1, gpus=1))) == "a", "fits a host the gang does not need"
-    two = d.dispatch(gang("two", 1, gpus=2))
-    assert isinstance(two, NotDispatched), "it would take one of the whole hosts the gang waits for"

@@ -131,7 +131,6 @@ def run(
     heartbeat = 0
     started = time.perf_counter()
     for i, (workload, choice) in enumerate(stream):
-        dispatcher.begin_pass()  # each arrival is tried once: no gang waits for a hold to serve
         t0 = time.perf_counter()
         decision = dispatcher.dispatch(workload, choice)
         latencies[i] = time.perf_counter() - t0

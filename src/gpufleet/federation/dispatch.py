@@ -16,9 +16,7 @@ order), the dispatcher:
    cluster's next heartbeat replaces it.
 
 A workload that does not fit any cluster now stays with the manager, with the reason; it is never split
-across clusters. The first such workload of a pass with whole-GPU pods holds the cluster closest to
-fitting it (`federation.hold`): later work in the pass goes there only if it leaves the gang's hosts.
-Pure: no I/O, no clock.
+across clusters. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.labels import LabelSelector
-from gpufleet.federation.hold import Hold
-from gpufleet.federation.hold import shortfall as gpus_to_free
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take
 from gpufleet.fleet.request import GPU_MILLI, GpuKind
@@ -102,12 +98,6 @@ class Dispatcher:
     def __init__(self, clusters: Iterable[ClusterSummary], quota: QuotaUsage) -> None:
         self.clusters: dict[str, ClusterSummary] = {c.name: c for c in clusters}
         self.quota = quota
-        self.hold: Hold | None = None
-        """The cluster held for the pass's first workload that fit nowhere; `begin_pass` clears it."""
-
-    def begin_pass(self) -> None:
-        """A new pass over the waiting work: the hold of the last pass goes (its gang is tried again)."""
-        self.hold = None
 
     def update(self, summary: ClusterSummary) -> None:
         """A heartbeat: the worker's own count replaces what the dispatcher took out of the old one."""
@@ -159,25 +149,12 @@ class Dispatcher:
         candidates.sort(key=lambda found: found[0])
         reasons: dict[str, str] = {}
         for key, cluster, summary_model, usage in candidates:
-            before = cluster.models[summary_model]
-            after = take(before, gang, cluster.levels)
-            if (
-                isinstance(after, ModelSummary)
-                and self.hold is not None
-                and self.hold.blocks(cluster.name, summary_model, before, after)
-            ):
-                after = f"held for {self.hold.workload}"
+            after = take(cluster.models[summary_model], gang, cluster.levels)
             if isinstance(after, ModelSummary):
                 cluster.models[summary_model] = after
                 self.quota.add(workload.queue, usage)
                 return Dispatched(workload.name, workload.queue, cluster.name, summary_model, usage, key[1])
             reasons.setdefault(f"{cluster.name}/{summary_model}", after)
-        if self.hold is None and gang.whole and candidates:
-            # Closest to fitting first, then the cheapest, then the name (deterministic).
-            _, _, name, model = min(
-                (gpus_to_free(c.models[m], gang), key[1], c.name, m) for key, c, m, _ in candidates
-            )
-            self.hold = Hold(workload.name, name, model, gang)
         return NotDispatched(
             workload.name,
             "NoCluster",

@@ -97,7 +97,6 @@ def simulate_cluster_loss(
             cluster = dispatcher.clusters[name]
             if cluster.accepting == ledger.expired(name, now):
                 dispatcher.update(replace(cluster, accepting=not ledger.expired(name, now)))
-        dispatcher.begin_pass()
         for workload in sorted(ledger.pending):
             decision = dispatcher.dispatch(jobs[workload])
             if isinstance(decision, Dispatched):
