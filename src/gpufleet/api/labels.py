@@ -45,6 +45,10 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 resource-claim controller writes it)."""
 BENCH_RUN_LABEL = "gpufleet.io/bench-run"
 """On what a benchmark creates (on a server or a cluster): its run, so the run cleans up only its own."""
+MANAGED_BY_ANNOTATION = "gpufleet.io/managed-by"
+"""On what a federation manager made in a worker (a copy of its work, the queue it grants quota in, a
+carried Checkpoint): the manager. Only such work follows the lease rule, and the manager's token there
+writes only such objects (`server.federation_access`)."""
 
 _SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
 _EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")

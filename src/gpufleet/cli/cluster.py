@@ -1,20 +1,25 @@
 """`gpufleet cluster join|leave|drain|resume`: worker clusters of a federation, from the command line.
 
 `join` makes a running `gpufleet up` plane (the one `--server`/`--token`/`--state` address, as for every
-command) a worker of the management plane at `--manager` (a `gpufleet up --manager`). It writes, in
+command) a worker of the management plane at `--manager` (a `gpufleet up --manager`). With the admin
+token of each plane it mints a federation token in the other's stead (`server.federation_access`): in
+the worker one for the manager, which may write only managed work there; in the manager one for the
+worker, which may read its own Cluster and write that Cluster's status, nothing else. It writes, in
 one go per plane:
 
-- in the manager, a Secret with the worker's token and a `Cluster` whose `embedded.tokenSecretRef`
+- in the manager, a Secret with the worker's token for it and a `Cluster` whose `embedded.tokenSecretRef`
   names it, the worker's URL, and prices read from the worker's pools (the dearest pool of each model);
-- in the worker, the Secret `gpufleet-system/gpufleet-manager` with the manager's URL and token, which
-  the worker's runtime picks up within a second and starts reporting (`federation.join`).
+- in the worker, the Secret `gpufleet-system/gpufleet-manager` with the manager's URL and the token for
+  it, which the worker's runtime picks up within a second and starts reporting (`federation.join`).
 
 Tokens are never printed; the API shows Secret values as `**********`. Joining again (another URL, a
-new token) replaces both Secrets and the Cluster's connection.
+new token) mints new federation tokens, which replace the earlier ones, and replaces both Secrets and
+the Cluster's connection.
 
 `leave` takes a joined plane out: it drains the Cluster, removes the worker's join Secret (the worker
 fences its managed work at once, and the manager takes that work back and dispatches it elsewhere),
-waits until the manager holds nothing there, then deletes the Cluster and its token Secret.
+waits until the manager holds nothing there, then deletes the Cluster and its token Secret and revokes
+both federation tokens.
 
 `drain` sets the Cluster's `spec.drain` in the manager: the dispatcher sends it no new work, and what
 runs there finishes, or with `--move-at-checkpoint` moves to other clusters, each job right after its
@@ -44,6 +49,7 @@ from gpufleet.cli.client import token as token_of
 from gpufleet.cli.output import console
 from gpufleet.federation.join import MANAGER_SECRET, JoinSettings, join_secret, token_secret
 from gpufleet.federation.link import CLUSTER
+from gpufleet.server.federation_access import MANAGER_ROLE, WORKER_ROLE
 
 Name = Annotated[str, typer.Argument(metavar="NAME", help="The cluster's name in the manager.")]
 ManagerUrl = Annotated[str, typer.Option("--manager", metavar="URL", help="The management plane's API URL.")]
@@ -53,7 +59,8 @@ ManagerToken = Annotated[
         "--manager-token",
         metavar="TOKEN",
         envvar="GPUFLEET_MANAGER_TOKEN",
-        help="A token of the manager (its admin token) [env GPUFLEET_MANAGER_TOKEN].",
+        help="The manager's admin token (the join mints the worker's own token there from it) "
+        "[env GPUFLEET_MANAGER_TOKEN].",
     ),
 ]
 Server = Annotated[str | None, typer.Option("--server", metavar="URL", help="API URL.")]
@@ -105,11 +112,11 @@ def join(
     worker = Client(server_url(server, directory), worker_token)
     if worker_token is None:
         raise ValidationError(
-            "the manager needs a token of the worker: give --token or --state (its admin token)",
+            "the join mints the manager's token in the worker: give --token or --state (its admin token)",
             field="--token",
         )
+    _, ref = token_secret(name, "")
     prices = pool_prices(worker.get(f"{PREFIX}/gpupools")["items"])  # also checks the worker answers
-    secret, ref = token_secret(name, worker_token)
     cluster = Cluster(
         metadata=ObjectMeta(name=name),
         spec=ClusterSpec(
@@ -125,12 +132,28 @@ def join(
     )
     boss = Client(manager.rstrip("/"), manager_token)
     _rejoining(boss, cluster)
+    # Minted once both planes answered and the name is free: each replaces the role's earlier token.
+    secret, _ = token_secret(name, mint(worker, MANAGER_ROLE, name))
+    settings = JoinSettings(manager.rstrip("/"), mint(boss, WORKER_ROLE, name), name)
     boss.apply([secret.to_dict(reveal_secrets=True), cluster.to_dict()])
-    settings = JoinSettings(manager.rstrip("/"), manager_token, name)
     worker.apply([join_secret(settings).to_dict(reveal_secrets=True)])
     out = console()
     out.print(f"cluster/{name} joined the manager at {settings.url}: {worker.server} reports into it")
     out.print("  `gpufleet get clusters` on the manager shows its capacity and heartbeat")
+
+
+def mint(client: Client, role: str, cluster: str) -> str:
+    """A federation token of `role` for the worker `cluster`, from the plane `client` reaches (with its
+    admin token: another token is refused there with 403)."""
+    answer = client.request("POST", "/v1/tokens", json={"role": role, "cluster": cluster})
+    token = answer.get("token") if isinstance(answer, dict) else None
+    if not isinstance(token, str):  # pragma: no cover - the server answers with the token
+        raise ValidationError(f"{client.server} answered no token for role {role}", field="role")
+    return token
+
+
+def revoke(client: Client, role: str, cluster: str) -> None:
+    client.request("DELETE", "/v1/tokens", params={"role": role, "cluster": cluster})
 
 
 def _rejoining(boss: Client, cluster: Cluster) -> None:
@@ -251,6 +274,9 @@ def leave(
     boss.request("DELETE", f"{PREFIX}/clusters/{name}")
     with contextlib.suppress(NotFoundError):
         boss.request("DELETE", f"{PREFIX}/namespaces/{secret.namespace}/secrets/{secret.name}")
+    # Last: the manager needed its token in the worker to take the work back.
+    revoke(boss, WORKER_ROLE, name)
+    revoke(worker, MANAGER_ROLE, name)
     console().print(f"cluster/{name} left the manager at {boss.server}; its work runs elsewhere")
 
 

@@ -67,9 +67,17 @@ class HttpWorker:
             self.client.request("DELETE", f"{PREFIX}/namespaces/{namespace}/{PLURALS[kind]}/{name}")
 
     def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        path = f"{PREFIX}/namespaces/{checkpoint.namespace}/checkpoints/{checkpoint.name}"
+        try:
+            current = _parsed(self.client.get(path), Checkpoint)
+        except NotFoundError:
+            current = None
+        if current is not None and _same_checkpoint(current, checkpoint):
+            # The worker wrote it itself while the job ran there before: nothing to carry, and the
+            # manager's token there may not change the worker's own Checkpoints.
+            return
         self.client.apply([checkpoint.to_dict()])
-        path = f"{PREFIX}/namespaces/{checkpoint.namespace}/checkpoints/{checkpoint.name}/status"
-        self.client.request("PUT", path, json={"metadata": {}, "status": {"phase": "Complete"}})
+        self.client.request("PUT", path + "/status", json={"metadata": {}, "status": {"phase": "Complete"}})
 
     def list_managed(self) -> list[Managed]:
         jobs = self.client.get(f"{PREFIX}/{PLURALS['TrainingJob']}")["items"]
@@ -96,6 +104,13 @@ class HttpWorker:
 
     def apply_queue(self, queue: Queue) -> None:
         self.client.apply([queue.to_dict()])
+
+
+def _same_checkpoint(current: Checkpoint, carried: Checkpoint) -> bool:
+    """Whether the worker's Checkpoint is already the complete one the manager carries."""
+    mine, theirs = current.spec, carried.spec
+    same = (mine.job, mine.step, mine.uri) == (theirs.job, theirs.step, theirs.uri)
+    return same and current.status.phase == "Complete"
 
 
 class HttpManager:

@@ -17,6 +17,7 @@ from typing import Protocol
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.labels import MANAGED_BY_ANNOTATION
 from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
@@ -24,7 +25,7 @@ from gpufleet.api.training import TrainingJob
 Managed = TrainingJob | InferenceService
 """What a manager dispatches to workers (`federation.managed` says how each kind differs)."""
 
-MANAGED_BY = "gpufleet.io/managed-by"
+MANAGED_BY = MANAGED_BY_ANNOTATION
 """On a worker's copy: the manager that dispatched it. Only such work follows the lease rule."""
 GENERATION = "gpufleet.io/assignment-generation"
 """On both copies: which dispatch this is (1, then +1 for each re-dispatch)."""

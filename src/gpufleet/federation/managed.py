@@ -35,7 +35,7 @@ from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers.convert import core_workload
 from gpufleet.controllers.training import workload_spec
 from gpufleet.controllers.workload_class import workload_class
-from gpufleet.federation.link import LOST, MOVED, Managed
+from gpufleet.federation.link import LOST, MANAGED_BY, MOVED, Managed
 from gpufleet.scheduler.flavors import pod_gpu_milli
 from gpufleet.scheduler.lostwork import lost_gpu_seconds
 from gpufleet.scheduler.workload import Workload
@@ -121,16 +121,19 @@ def taken_back(
     return status, {k: v for k, v in carried.items() if v != "0"}
 
 
-def carried_checkpoint(obj: Managed) -> Checkpoint | None:
+def carried_checkpoint(obj: Managed, *, manager: str) -> Checkpoint | None:
     """The job's latest checkpoint as a Checkpoint object for the worker it goes to, so it resumes
-    there from that step (a checkpoint's URI is storage every cluster reaches); None when it has none."""
+    there from that step (a checkpoint's URI is storage every cluster reaches); None when it has none.
+    Marked as the manager's, as its copies are: the manager's token in a worker writes only such."""
     if not isinstance(obj, TrainingJob):
         return None
     ref = obj.status.last_checkpoint
     if ref is None or ref.name is None or ref.step is None or ref.uri is None:
         return None
     return Checkpoint(
-        metadata=ObjectMeta(name=ref.name, namespace=obj.namespace or "default"),
+        metadata=ObjectMeta(
+            name=ref.name, namespace=obj.namespace or "default", annotations={MANAGED_BY: manager}
+        ),
         spec=CheckpointSpec(job=obj.name, step=ref.step, uri=ref.uri, time=ref.time),
     )
 

@@ -259,7 +259,7 @@ class FederationController:
             if queue is not None:
                 self._grant(client, worker_queue(queue, grant, manager=self.manager))
             client.delete(*key_of(copy))  # an older generation's leftover
-            checkpoint = carried_checkpoint(job)
+            checkpoint = carried_checkpoint(job, manager=self.manager)
             if checkpoint is not None:
                 client.put_checkpoint(checkpoint)
             client.create(copy)

@@ -10,6 +10,8 @@ refused with 403. Only the admin writes status (`.../status`).
 An Event names its object by kind and name (in the Event's namespace, or none for a cluster-wide
 kind); whether it may be read is decided by reading that object, through a `Lookup` the caller
 gives. An Event whose object is gone is not shown to queue tokens: nothing says whose it was.
+
+The federation tokens of a join have rules of their own (`federation_access`), checked here first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.server import federation_access as federation
 from gpufleet.server.auth import Principal
 from gpufleet.server.errors import ForbiddenError
 
@@ -49,6 +52,9 @@ def may_read(principal: Principal, obj: Resource, lookup: Lookup | None = None) 
     """Whether the principal may see `obj`; for an Event, `lookup` finds its object (none: no)."""
     if principal.admin:
         return True
+    if principal.role is not None:
+        about = None if lookup is None or obj.kind != EVENT else involved_object(obj, lookup)
+        return federation.may_read(principal.role, principal.cluster, obj, about)
     if obj.kind == EVENT:
         involved = None if lookup is None else involved_object(obj, lookup)
         return involved is not None and involved.kind != EVENT and may_read(principal, involved)
@@ -69,6 +75,9 @@ def involved_object(event: Resource, lookup: Lookup) -> Resource | None:
 
 def check_kind_readable(principal: Principal, info: KindInfo) -> None:
     """A queue's token may list queues, queued kinds and events (each filtered by `may_read`)."""
+    if principal.role is not None:
+        federation.check_kind_readable(principal.role, principal.cluster, info)
+        return
     if principal.admin or info.kind in ("Queue", EVENT) or submits_to_queue(info):
         return
     raise ForbiddenError(f"{principal.describe()} may not read {info.plural}")
@@ -82,6 +91,9 @@ def check_readable(principal: Principal, obj: Resource, lookup: Lookup | None = 
 def check_writable(principal: Principal, obj: Resource, existing: Resource | None) -> None:
     """A queue's token may create, change and delete only objects submitted to its own queue."""
     if principal.admin:
+        return
+    if principal.role is not None:
+        federation.check_writable(principal.role, principal.cluster, obj, existing)
         return
     if not submits_to_queue(_info_of(obj)):
         raise ForbiddenError(f"{principal.describe()} may not write {obj.kind} objects", obj=obj.describe())
@@ -106,8 +118,18 @@ def _info_of(obj: Resource) -> KindInfo:
     return info
 
 
-def check_status_writable(principal: Principal, info: KindInfo) -> None:
+def check_status_writable(principal: Principal, info: KindInfo, name: str) -> None:
     """Status is the controllers' record of what happened: only the admin (and through it external
-    controllers) may write it. The answer does not depend on the object, so it reveals nothing."""
+    controllers) may write it, and a federation token what its role writes (a worker its own Cluster's).
+    The answer depends on no stored object, so it reveals nothing."""
+    if principal.role is not None:
+        federation.check_status_writable(principal.role, principal.cluster, info, name)
+        return
     if not principal.admin:
         raise ForbiddenError(f"{principal.describe()} may not write the status of {info.plural}")
+
+
+def check_status_object(principal: Principal, obj: Resource) -> None:
+    """What `check_status_writable` could not tell without the object: a federation token's marks."""
+    if principal.role is not None:
+        federation.check_status_object(principal.role, principal.cluster, obj)

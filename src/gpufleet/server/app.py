@@ -5,7 +5,8 @@ GET  /apis/gpufleet.io/v1alpha1         discovery: the kinds served, their plura
 POST /v1/apply                          many objects (JSON list or multi-document YAML), all or none
 POST /v1/delete                         delete many objects (named as for apply), all or none
 GET  /v1/changes                        the change log after a resourceVersion (long poll)
-POST /v1/tokens                         a queue-scoped token (admin only)
+POST /v1/tokens                         a queue-scoped token, or a federation token (admin only)
+DELETE /v1/tokens?role=R&cluster=C      revokes a federation token (admin only)
 GET  /v1/whoami                         what the caller's token may do
 GET  /v1/stats                          open watches and long polls, memory, threads (admin only)
 GET  /openapi.json, /docs               the OpenAPI document and its browser
@@ -35,13 +36,15 @@ from gpufleet.server import admission
 from gpufleet.server.auth import Principal, TokenRegistry
 from gpufleet.server.bodies import all_objects, object_refs, with_body
 from gpufleet.server.changefeed import ChangeFeed, Interest
-from gpufleet.server.errors import ForbiddenError, error_responses, install_error_handlers
+from gpufleet.server.errors import BadRequestError, ForbiddenError, error_responses, install_error_handlers
+from gpufleet.server.federation_access import Role
 from gpufleet.server.logs import LogSource, add_log_route
 from gpufleet.server.operations import MAX_EVENTS, Operations, event_dict
 from gpufleet.server.routes import MAX_WATCH_SECONDS, PREFIX, add_kind_routes, deleted_response
 from gpufleet.server.schemas import (
     ApiResourceList,
     Health,
+    Revoked,
     Stats,
     StatusAnswer,
     Token,
@@ -66,7 +69,19 @@ _EXTRA_SHORT_NAMES = {"InferenceService": ("isvc",)}
 
 
 class TokenRequest(pydantic.BaseModel):
-    queue: str = pydantic.Field(description="The queue the token may submit to and read.")
+    """Either `queue`, or `role` with `cluster` (`gpufleet cluster join` asks for the latter)."""
+
+    queue: str | None = pydantic.Field(
+        default=None, description="The queue the token may submit to and read."
+    )
+    role: Role | None = pydantic.Field(
+        default=None,
+        description="A federation token: `federation-manager` (in a worker, for its manager) or "
+        "`federation-worker` (in a manager, for the worker `cluster`); see docs/federation.md.",
+    )
+    cluster: str | None = pydantic.Field(
+        default=None, description="With `role`: the worker cluster's name (in its manager)."
+    )
 
 
 class FaultRequest(pydantic.BaseModel):
@@ -173,7 +188,8 @@ def create_app(
         responses={200: {"model": WhoAmI, "description": "The token's scope."}, **error_responses(401)},
     )
     async def whoami(who: Who) -> dict[str, Any]:
-        return {"admin": who.admin, "queue": who.queue}
+        roles = {"role": who.role, "cluster": who.cluster} if who.role is not None else {}
+        return {"admin": who.admin, "queue": who.queue, **roles}
 
     @app.get(
         "/v1/stats",
@@ -298,16 +314,42 @@ def create_app(
         "/v1/tokens",
         tags=["server"],
         status_code=201,
-        summary="Create a queue-scoped token",
+        summary="Create a queue-scoped token or a federation token",
         response_model=None,
-        responses={201: {"model": Token, "description": "The token."}, **error_responses(401, 403, 404, 422)},
+        responses={
+            201: {"model": Token, "description": "The token."},
+            **error_responses(400, 401, 403, 404, 422),
+        },
     )
     def create_token(request: TokenRequest, who: Who) -> JSONResponse:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not create tokens")
+        if (request.queue is None) == (request.role is None):
+            raise BadRequestError("give either queue or role (with cluster)", field="queue")
+        if request.queue is None:  # a federation token (`role`, checked above to be given)
+            if request.role is None or request.cluster is None:
+                raise BadRequestError(f"role {request.role} needs the worker cluster's name", field="cluster")
+            token = tokens.create_role(request.role, request.cluster)
+            answer = {"token": token, "queue": None, "role": request.role, "cluster": request.cluster}
+            return JSONResponse(answer, status_code=201)
         admission.check_queue_exists(store, request.queue)
         token = tokens.create(request.queue)
         return JSONResponse({"token": token, "queue": request.queue}, status_code=201)
+
+    @app.delete(
+        "/v1/tokens",
+        tags=["server"],
+        summary="Revoke the federation token of a role for a cluster",
+        response_model=None,
+        responses={
+            200: {"model": Revoked, "description": "How many tokens went."},
+            **error_responses(401, 403, 422),
+        },
+    )
+    def revoke_token(who: Who, role: Role, cluster: Annotated[str, Query(max_length=253)]) -> dict[str, int]:
+        if not who.admin:
+            raise ForbiddenError(f"{who.describe()} may not revoke tokens")
+        return {"revoked": tokens.revoke_role(role, cluster)}
 
     @app.post(
         "/v1/faults",

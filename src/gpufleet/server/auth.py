@@ -1,9 +1,12 @@
-"""Bearer tokens: one admin token made at first start, and tokens scoped to one queue.
+"""Bearer tokens: one admin token made at first start, tokens scoped to one queue, and the federation
+tokens of a join (`server.federation_access`).
 
 Tokens are 256-bit random strings, so a plain SHA-256 is enough to store them: nothing can be
 guessed from the hash, and a slow password hash would only slow every request. The state directory
-keeps the hashes in `tokens.json`; the admin token itself is also written, readable by its owner
-only, to `admin-token` so that the CLI on the same machine can use it without being told.
+keeps the hashes in `tokens.json` (the federation tokens under a key of their own, `roles`: a release
+that knows no roles reads only `tokens`, and must not take a role token for the admin's); the admin
+token itself is also written, readable by its owner only, to `admin-token` so that the CLI on the same
+machine can use it without being told.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.meta import check_name
 from gpufleet.server.errors import UnauthorizedError
+from gpufleet.server.federation_access import ROLES, WORKER_ROLE, Role
+from gpufleet.server.federation_access import describe as describe_role
 
 ADMIN_TOKEN_FILE = "admin-token"
 TOKENS_FILE = "tokens.json"
@@ -35,16 +40,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts for: the admin (queue None) or the holder of one queue's token."""
+    """Who a request acts for: the admin (queue and role None), the holder of one queue's token, or
+    the holder of a federation token (`role`, with the worker's `cluster`)."""
 
     queue: str | None
     token_id: str
+    role: Role | None = None
+    cluster: str | None = None
 
     @property
     def admin(self) -> bool:
-        return self.queue is None
+        return self.queue is None and self.role is None
 
     def describe(self) -> str:
+        if self.role is not None:
+            return describe_role(self.role, self.cluster)
         return "the admin token" if self.admin else f"a token of queue {self.queue}"
 
 
@@ -80,7 +90,7 @@ class TokenRegistry:
         self._dir = Path(state_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._entries: dict[str, dict[str, Any]] = self._load()
+        self._entries, self._roles = self._load()
         self.admin_token = self._ensure_admin()
 
     @property
@@ -98,6 +108,9 @@ class TokenRegistry:
         with self._lock:
             # Look every entry up with a constant-time comparison, so timing reveals no prefix.
             found = next((e for d, e in self._entries.items() if hmac.compare_digest(d, digest)), None)
+            role = next((e for d, e in self._roles.items() if hmac.compare_digest(d, digest)), None)
+        if role is not None:
+            return Principal(queue=None, token_id=digest[:12], role=role["role"], cluster=role.get("cluster"))
         if found is None:
             raise UnauthorizedError("unknown token")
         return Principal(queue=found.get("queue"), token_id=digest[:12])
@@ -114,15 +127,51 @@ class TokenRegistry:
             self._save()
         return token
 
-    def _load(self) -> dict[str, dict[str, Any]]:
+    def create_role(self, role: str, cluster: str) -> str:
+        """A new federation token (shown once): `federation-worker` for the worker cluster `cluster`
+        in its manager, or `federation-manager` for the manager of this plane, which is the worker
+        `cluster`. It replaces the role's earlier token for that cluster (a worker has one manager, so
+        the manager's token replaces any earlier one): a join made again leaves no old credential."""
+        if role not in ROLES:
+            raise ValidationError(f"unknown role {role!r}; one of {', '.join(ROLES)}", field="role")
+        try:
+            check_name(cluster)
+        except ValueError as exc:
+            raise ValidationError(str(exc), field="cluster") from None
+        token = new_token()
+        with self._lock:
+            self._roles = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
+            entry = {"role": role, "cluster": cluster, "created": datetime.now(UTC).isoformat()}
+            self._roles[_digest(token)] = entry
+            self._save()
+        return token
+
+    def revoke_role(self, role: str, cluster: str) -> int:
+        """Removes the role's tokens for `cluster` (as `create_role` replaces them); how many."""
+        with self._lock:
+            kept = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
+            removed = len(self._roles) - len(kept)
+            if removed:
+                self._roles = kept
+                self._save()
+        return removed
+
+    def _load(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         path = self._dir / TOKENS_FILE
         if not path.exists():
-            return {}
+            return {}, {}
         data = json.loads(path.read_text(encoding="utf-8"))
-        return {digest: dict(entry) for digest, entry in data.get("tokens", {}).items()}
+        tokens = {digest: dict(entry) for digest, entry in data.get("tokens", {}).items()}
+        roles = {
+            digest: dict(entry)
+            for digest, entry in data.get("roles", {}).items()
+            if entry.get("role") in ROLES  # a role this release does not know grants nothing
+        }
+        return tokens, roles
 
     def _save(self) -> None:
-        _write_private(self._dir / TOKENS_FILE, json.dumps({"tokens": self._entries}, indent=2))
+        data = {"tokens": self._entries, "roles": self._roles}
+        _write_private(self._dir / TOKENS_FILE, json.dumps(data, indent=2))
 
     def _ensure_admin(self) -> str:
         path = self.admin_token_path
@@ -138,6 +187,12 @@ class TokenRegistry:
             self._save()
         _write_private(path, token + "\n")
         return token
+
+
+def _replaced(entry: dict[str, Any], role: str, cluster: str) -> bool:
+    """Whether a new token of (role, cluster) replaces `entry`: the worker role's per cluster, the
+    manager role's whatever cluster it named."""
+    return entry.get("role") == role and (role != WORKER_ROLE or entry.get("cluster") == cluster)
 
 
 class ScopedTokens:

@@ -135,11 +135,12 @@ class Operations:
         A `metadata.resourceVersion` in `doc` must be the object's current one. Without it the write
         goes to the latest status: read again and retried when a controller wrote meanwhile.
         """
-        access.check_status_writable(principal, info)
+        access.check_status_writable(principal, info, name)
         given = _status_target(info, name, namespace, doc)
         with self._writes:
             for attempt in range(STATUS_RETRIES):
                 current = self.store.get(info.kind, name, namespace)
+                access.check_status_object(principal, current)
                 data = current.to_dict(reveal_secrets=True)
                 data["status"] = merge_patch(data.get("status"), doc["status"]) if patch else doc["status"]
                 data["metadata"]["resourceVersion"] = given or current.metadata.resource_version

@@ -220,6 +220,10 @@ class ApiResourceList(pydantic.BaseModel):
 class WhoAmI(pydantic.BaseModel):
     admin: bool = pydantic.Field(description="Whether the token is the admin token.")
     queue: str | None = pydantic.Field(description="The queue a queue's token is for; null for the admin.")
+    role: str | None = pydantic.Field(
+        default=None, description="A federation token's role (absent for the others): see docs/federation.md."
+    )
+    cluster: str | None = pydantic.Field(default=None, description="A federation token's worker cluster.")
 
 
 class Stats(pydantic.BaseModel):
@@ -232,7 +236,13 @@ class Stats(pydantic.BaseModel):
 
 class Token(pydantic.BaseModel):
     token: str = pydantic.Field(description="The token; shown once, only its hash is kept.")
-    queue: str = pydantic.Field(description="The queue it may submit to and read.")
+    queue: str | None = pydantic.Field(description="The queue it may submit to and read (null for a role).")
+    role: str | None = pydantic.Field(default=None, description="A federation token's role.")
+    cluster: str | None = pydantic.Field(default=None, description="A federation token's worker cluster.")
+
+
+class Revoked(pydantic.BaseModel):
+    revoked: int = pydantic.Field(description="How many tokens were revoked (0: there was none).")
 
 
 class StatusAnswer(pydantic.BaseModel):

@@ -1,0 +1,201 @@
+"""`gpufleet cluster join` end to end in this process: a manager plane and a worker plane, each a store with
+its HTTP API on loopback, on one virtual clock. The join mints a federation token in each plane and the
+federation runs on those alone: the manager's token in the worker writes only managed work, the
+worker's token in the manager only its own Cluster's status; `cluster leave` revokes both."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api import load_objects
+from gpufleet.api.cluster import Cluster
+from gpufleet.api.errors import NotFoundError
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
+from gpufleet.api.training import TrainingJob
+from gpufleet.cli.client import PREFIX, AuthError, Client
+from gpufleet.cli.federation_http import connect_embedded, joined_worker
+from gpufleet.controllers.plane import build_manager
+from gpufleet.federation.join import MANAGER_SECRET
+from gpufleet.federation.link import CLUSTER, MANAGED_BY
+from gpufleet.federation.mirror import FederationController
+from gpufleet.server.app import create_app
+from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.serve import ApiServer
+from gpufleet.store.sqlite import SqliteStore
+from gpufleet.twin.clock import VirtualClock
+from gpufleet.twin.driver import Runtime
+from gpufleet.twin.twin import Twin
+
+from .conftest import Result
+
+WORKER_FLEET = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: h100}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, pricePerGPUHour: 2.0}
+"""
+MANAGER_FLEET = """
+apiVersion: gpufleet.io/v1alpha1
+kind: Queue
+metadata: {name: team}
+spec: {quotas: {H100-80GB: {nominal: 8}}}
+"""
+JOB = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: llm, namespace: team}
+spec: {queue: team, replicas: 1, worker: {gpus: 8, gpuModel: H100-80GB}, durationSeconds: 3600}
+"""
+
+
+@dataclass
+class Plane:
+    store: SqliteStore
+    tokens: TokenRegistry
+    server: ApiServer
+    thread: threading.Thread
+
+    def client(self, token: str) -> Client:
+        return Client(self.server.url, token)
+
+
+def serve(directory: Path, clock: VirtualClock) -> Plane:
+    store = SqliteStore.open(directory, clock=clock.datetime, synchronous="OFF")
+    tokens = TokenRegistry(directory)
+    server = ApiServer(create_app(store, tokens, now=clock.datetime), state_dir=directory, port=0)
+    server.bind()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert server.started.wait(30), "the server did not start"
+    return Plane(store, tokens, server, thread)
+
+
+@dataclass
+class Federation:
+    manager: Plane
+    worker: Plane
+    clock: VirtualClock
+    runtimes: list[Runtime]
+
+    def run(self, seconds: int) -> None:
+        for _ in range(seconds):
+            self.clock.advance_to(self.clock.now() + 1)
+            for runtime in self.runtimes:
+                runtime.settle()
+
+    def until(self, what: str, check: Callable[[], bool], seconds: int = 60) -> None:
+        for _ in range(seconds):
+            if check():
+                return
+            self.run(1)
+        raise AssertionError(f"not within {seconds} s: {what}")
+
+
+@pytest.fixture
+def federation(tmp_path: Path) -> Iterator[Federation]:
+    clock = VirtualClock()
+    manager, worker = serve(tmp_path / "manager", clock), serve(tmp_path / "w1", clock)
+    for obj in load_objects(MANAGER_FLEET):
+        manager.store.apply(obj)
+    for obj in load_objects(WORKER_FLEET):
+        worker.store.apply(obj)
+    # The manager reaches the worker, and the worker the manager, with what the join wrote.
+    controller = FederationController(manager.store, connect_embedded(manager.store), grace_seconds=2.0)
+    controllers = build_manager(worker.store)
+    joined = joined_worker(worker.store, controllers, heartbeat_seconds=2.0)
+    runtimes = [
+        Runtime(manager.store, clock=clock, participants=[controller]),
+        Runtime(
+            worker.store, clock=clock, participants=[Twin(worker.store, clock=clock), controllers, joined]
+        ),
+    ]
+    yield Federation(manager, worker, clock, runtimes)
+    for plane in (manager, worker):
+        plane.server.stop()
+        plane.thread.join(timeout=30)
+        plane.store.close()
+
+
+def secret_value(store: SqliteStore, name: str, key: str) -> str:
+    return store.get(Secret, name, SYSTEM_NAMESPACE).value(key)
+
+
+def test_a_join_runs_the_federation_on_scoped_tokens_and_leave_revokes_them(
+    federation: Federation, cli: Callable[..., Result]
+) -> None:
+    manager, worker = federation.manager, federation.worker
+    manager_admin, worker_admin = manager.tokens.admin_token, worker.tokens.admin_token
+    addressing = ("--manager", manager.server.url, "--manager-token", manager_admin)
+    worker_args = ("--server", worker.server.url, "--token", worker_admin)
+    joined = cli("cluster", "join", "w1", *addressing, "--lease-seconds", "10", *worker_args)
+    assert joined.code == 0, joined.err
+
+    into_worker = secret_value(manager.store, "cluster-w1-token", "token")
+    into_manager = secret_value(worker.store, MANAGER_SECRET, "token")
+    assert into_worker != worker_admin and into_manager != manager_admin, "no admin token leaves its plane"
+    assert worker.client(into_worker).get("/v1/whoami") == {
+        "admin": False,
+        "queue": None,
+        "role": "federation-manager",
+        "cluster": "w1",
+    }
+    assert manager.client(into_manager).get("/v1/whoami")["role"] == "federation-worker"
+
+    # The federation runs on those tokens: heartbeats, dispatch, the queue's grant, status back.
+    manager.store.apply(load_objects(JOB)[0])
+    federation.until(
+        "llm running in w1", lambda: manager.store.get(TrainingJob, "llm", "team").status.phase == "Running"
+    )
+    held = manager.store.get(TrainingJob, "llm", "team")
+    assert held.metadata.annotations[CLUSTER] == "w1"
+    copy = worker.store.get(TrainingJob, "llm", "team")
+    assert copy.metadata.annotations[MANAGED_BY] == "manager" and copy.status.phase == "Running"
+    assert manager.store.get(Cluster, "w1").status.heartbeat_time is not None
+
+    # What each token may not do is refused, naming the kind and the verb.
+    as_manager = worker.client(into_worker)
+    own = load_objects(JOB.replace("name: llm", "name: own"))[0].to_dict()
+    with pytest.raises(
+        AuthError, match=r"may create only TrainingJob objects marked gpufleet\.io/managed-by"
+    ):
+        as_manager.apply([own])
+    with pytest.raises(AuthError, match="may not read secrets"):
+        as_manager.get(f"{PREFIX}/namespaces/{SYSTEM_NAMESPACE}/secrets")
+    with pytest.raises(AuthError, match="may not change or delete GPUPool"):
+        as_manager.apply([load_objects(WORKER_FLEET.replace("nodes: 1", "nodes: 9"))[0].to_dict()])
+    as_worker = manager.client(into_manager)
+    with pytest.raises(AuthError, match="may not create TrainingJob"):
+        as_worker.apply([own])
+    with pytest.raises(AuthError, match="may not write the status of trainingjobs"):
+        as_worker.request("PUT", f"{PREFIX}/namespaces/team/trainingjobs/llm/status", json={"status": {}})
+    with pytest.raises(AuthError, match="may not read queues"):
+        as_worker.get(f"{PREFIX}/queues")
+
+    # Leaving: the work is taken back, the Cluster goes, and neither token works any more.
+    # `leave` waits for the manager to take the work back: the planes go on meanwhile, in a thread.
+    stop = threading.Event()
+
+    def go_on() -> None:
+        while not stop.is_set():
+            federation.run(1)
+            stop.wait(0.02)
+
+    running = threading.Thread(target=go_on, daemon=True)
+    running.start()
+    try:
+        left = cli("cluster", "leave", "w1", *addressing, "--wait-seconds", "60", *worker_args)
+    finally:
+        stop.set()
+        running.join(timeout=30)
+    assert left.code == 0, left.err
+    with pytest.raises(NotFoundError):
+        manager.store.get(Cluster, "w1")
+    for plane, token in ((worker, into_worker), (manager, into_manager)):
+        with pytest.raises(AuthError, match="unknown token"):
+            plane.client(token).get("/v1/whoami")
+    assert worker.client(worker_admin).get("/v1/whoami")["admin"], "the admin tokens stay"
