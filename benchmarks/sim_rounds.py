@@ -5,7 +5,8 @@
 Runs `sim_decisions.py record` (into a temporary file) with the runtime and the in-memory store
 watched, then prints: settle calls and rounds, and per participant its CPU and the steps it took
 although no one had written since its last step at that instant and it was not due (the steps a
-kube-style "nothing to do" could skip); the writes by method, kind and calling function; and the
+kube-style "nothing to do" could skip); the writes by method, kind and calling function (a batch
+counts each object it holds; a single delete is not counted); and the
 writes of an object that it had already had in the same settle (one instant), by kind. Watching
 costs CPU: take CPU figures from `sim_decisions.py`, not from here.
 """
@@ -55,7 +56,13 @@ def watched_settle(self: driver.Runtime) -> float | None:
             wakes.append(wake)
         due = [w for w in wakes if w is not None]
         if self.store.writes_by_this_thread() == before and all(w > now for w in due):
-            return min(due) if due else None
+            started = time.process_time()
+            flush = getattr(self, "flush", None)  # held writes (a runtime without them: never)
+            flushed = bool(flush(now)) if flush is not None else False
+            cpu["flush"] += time.process_time() - started
+            if not flushed:
+                return min(due) if due else None
+            rounds["rounds ended by a flush that wrote"] += 1
     raise driver.LivelockError(f"participants did not settle at t={now} after {driver.MAX_ROUNDS} rounds")
 
 
@@ -71,15 +78,32 @@ def watch_writes(method: str) -> None:
     setattr(MemoryStore, method, watched)
 
 
+def watch_batches(method: str) -> None:
+    """A batch (`apply_many`, `delete_many`) counts one write per object it holds."""
+    original: Callable[..., Any] = getattr(MemoryStore, method)
+
+    def watched(self: MemoryStore, objs: Any, *args: Any, **kwargs: Any) -> Any:
+        caller = inspect.stack(context=0)[1]
+        for obj in objs:
+            writes[(method, obj.kind, f"{Path(caller.filename).name}:{caller.function}")] += 1
+            seen[(obj.kind, obj.namespace, obj.name, rounds["settle calls"])] += 1
+        return original(self, objs, *args, **kwargs)
+
+    setattr(MemoryStore, method, watched)
+
+
 def main(argv: list[str]) -> int:
     driver.Runtime.settle = watched_settle  # type: ignore[method-assign]
     for method in ("create", "update", "update_status"):
         watch_writes(method)
+    for method in ("apply_many", "delete_many"):
+        watch_batches(method)
     with tempfile.TemporaryDirectory() as tmp:
         code = sim_decisions.main(["record", str(Path(tmp) / "decisions.json"), *argv])
     print(f"{rounds['settle calls']} settle calls, {rounds['rounds']} rounds")
     for name in cpu:
         print(f"  {name}: {cpu[name]:.2f} s CPU (watched), {idle_steps[name]} steps with nothing new")
+    print(f"writes: {sum(writes.values())} in all")
     print("writes (method, kind, caller):")
     for key, count in writes.most_common():
         print(f"  {count:7d} {key}")

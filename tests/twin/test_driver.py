@@ -98,3 +98,42 @@ def test_the_store_counts_each_threads_committed_writes(store: SqliteStore) -> N
     store.update_status(store.get(Queue, "a"))  # changes nothing: not a write
     assert store.writes_by_this_thread() == 2
     assert int(store.resource_version) == 3
+
+
+def test_held_writes_are_made_once_the_instant_is_quiet_and_seen_before_it_ends(store: SqliteStore) -> None:
+    class Holder:
+        """Holds a write back (as a controller holds a status) until the runtime flushes it."""
+
+        def __init__(self) -> None:
+            self.holding = False
+            self.pending: list[str] = []
+            self.flushes = 0
+
+        def hold_until_settled(self) -> None:
+            self.holding = True
+
+        def step(self, now: float) -> float | None:
+            if not self.flushes:
+                self.pending.append("held")
+            return None
+
+        def flush(self, now: float) -> None:
+            self.flushes += 1
+            for name in self.pending:
+                store.create(_queue(name))
+            self.pending.clear()
+
+    class Reader:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def step(self, now: float) -> float | None:
+            self.seen = [q.name for q in store.list(Queue)]
+            return None
+
+    holder, reader = Holder(), Reader()
+    runtime = Runtime(store, clock=VirtualClock(), participants=[holder, reader])
+    assert holder.holding, "the runtime tells a Settling participant that it flushes it"
+    assert runtime.settle() is None
+    # A quiet round, the flush's write, a round that sees it, a flush with nothing left.
+    assert holder.flushes == 2 and reader.seen == ["held"]

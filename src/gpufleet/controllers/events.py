@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 from typing import Literal
 
 from gpufleet.api.errors import GpuFleetError
@@ -57,8 +58,27 @@ def record_about(
     source: str = "",
 ) -> None:
     """`record` for an object known by kind and name only (e.g. a Workload's owner)."""
+    event = about(kind, name, namespace, reason=reason, message=message, now=now, type=type, source=source)
+    try:
+        store.create(event)
+    except GpuFleetError as exc:
+        log.warning("event %s for %s %s not recorded: %s", reason, kind, name, exc)
+
+
+def about(
+    kind: str,
+    name: str,
+    namespace: str | None,
+    *,
+    reason: str,
+    message: str,
+    now: float,
+    type: Literal["Normal", "Warning"] = "Normal",
+    source: str = "",
+) -> Event:
+    """The Event `record_about` writes, to be written later (`record_all`)."""
     event_name = f"{name}.{int(now * 1000):x}.{next(_seq)}"
-    event = Event(
+    return Event(
         metadata=ObjectMeta(name=event_name[-253:].lstrip(".-"), namespace=namespace or "default"),
         spec=EventSpec(
             involved_kind=kind,
@@ -70,7 +90,25 @@ def record_about(
             source=source,
         ),
     )
+
+
+def record_all(store: Store, events: Sequence[Event]) -> None:
+    """Writes `events` in one batch. As `record`, an event that cannot be written is logged and
+    dropped: the batch being all or none, a refused batch is written one event at a time."""
+    if not events:
+        return
     try:
-        store.create(event)
-    except GpuFleetError as exc:
-        log.warning("event %s for %s %s not recorded: %s", reason, kind, name, exc)
+        store.apply_many(events)
+    except GpuFleetError:
+        for event in events:
+            try:
+                store.create(event)
+            except GpuFleetError as exc:
+                spec = event.spec
+                log.warning(
+                    "event %s for %s %s not recorded: %s",
+                    spec.reason,
+                    spec.involved_kind,
+                    spec.involved_name,
+                    exc,
+                )

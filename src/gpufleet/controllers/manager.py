@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError
 from gpufleet.store.protocol import Store, WatchEvent
@@ -39,6 +39,13 @@ class Controller(Protocol):
     def step(self, now: float) -> float | None:
         """Does what is due; returns the next time it wants to run (None: on the next change)."""
         ...
+
+
+@runtime_checkable
+class Flushable(Protocol):
+    """A controller that holds writes back until the manager is flushed."""
+
+    def flush(self, now: float) -> None: ...
 
 
 class Reconciler:
@@ -105,6 +112,19 @@ class ControllerManager:
         self.controllers = list(controllers)
         self.kinds = sorted({kind for c in self.controllers for kind in c.kinds})
         self.cursor: str | None = None
+        self.held = False
+        """Whether a runtime flushes the controllers once an instant has settled (else each step
+        ends with a flush)."""
+        # Found once: a runtime-checkable protocol's isinstance is slow, and flushes are many.
+        self.flushable = [c for c in self.controllers if isinstance(c, Flushable)]
+
+    def hold_until_settled(self) -> None:
+        self.held = True
+
+    def flush(self, now: float) -> None:
+        """Has each controller write what it held back (`controllers.heldstatus`)."""
+        for controller in self.flushable:
+            controller.flush(now)
 
     def _resync(self, now: float) -> None:
         self.cursor = self.store.resource_version
@@ -120,6 +140,8 @@ class ControllerManager:
             wake = controller.step(now)
             if wake is not None:
                 wakes.append(wake)
+        if not self.held:
+            self.flush(now)
         return min(wakes, default=None)
 
     def _dispatch(self, now: float) -> None:

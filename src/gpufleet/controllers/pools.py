@@ -24,7 +24,8 @@ removed, idle ones first. With it, the count follows demand between minNodes and
 Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time and `idleCost` prices them
 (`api.accounting.idle_account`, the rule the Kubernetes operator keeps them by too);
 the integral runs on from `idleCountedTime` with `idleGpus`, both in the status, so it survives a
-restart too.
+restart too. The status is held until the instant has settled (`controllers.heldstatus`) and written
+once: the integral gains nothing over an instant, so the one write holds what the last would have.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from gpufleet.api.runtime import (
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
 from gpufleet.controllers.eventview import ViewedReconciler
+from gpufleet.controllers.heldstatus import HeldStatuses
 from gpufleet.controllers.manager import Key
 from gpufleet.controllers.poolview import PoolView
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
@@ -81,11 +83,14 @@ class PoolController(ViewedReconciler[PoolView]):
         """Pools, nodes, live pods and node demands, kept from events instead of listed each time."""
         self.node_pool = self.view.node_pool
         """node -> pool, so that a pod event finds its pool without a read."""
+        self.held: HeldStatuses[GPUPool, GPUPoolStatus] = HeldStatuses()
+        """Statuses computed at this instant, written when it has settled."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
         if isinstance(obj, GPUPool):
-            return [("", obj.name)]
+            key = ("", obj.name)
+            return [] if event.type == "MODIFIED" and self.held.echo(key, obj) else [key]
         if isinstance(obj, Node):
             if obj.spec.pool:
                 self.node_pool[obj.name] = obj.spec.pool
@@ -104,12 +109,13 @@ class PoolController(ViewedReconciler[PoolView]):
         view = self.view
         self.catch_up(now)
         pools = view.pools
-        pool = pools.get(name)
-        if pool is None:
+        stored = pools.get(name)
+        if stored is None:
             for node in view.nodes_of(name):
                 self._delete_node(node.name)
             metrics.forget_pool(name)
             return None
+        pool = self.held.effective(key, stored)
         metrics.record_pool(name, pool.spec.price_per_gpu_hour)
         group = view.group(name)
         steady = len(group.members) - len(group.interrupted) == pool.spec.nodes
@@ -136,6 +142,19 @@ class PoolController(ViewedReconciler[PoolView]):
         ready = {n.name for n in nodes if n.status.phase == "Ready"}
         self._write_status(pool, len(nodes), len(ready), view.allocated_milli(ready), idle_since, now)
         return min(self.status_period, wake) if wake is not None else self.status_period
+
+    def flush(self, now: float) -> None:
+        """Writes the held statuses (the manager calls it once the instant has settled)."""
+        if not self.held:
+            return
+        self.catch_up(now)
+        conflicted = self.held.flush(
+            self.store,
+            lambda key: self.view.pools.get(key[1]),
+            unchanged=lambda status, pool: _comparable(status) == _comparable(pool.status),
+        )
+        for key in conflicted:
+            self.enqueue(key, now)
 
     # ------------------------------------------------------------------ static
     def _converge(self, pool: GPUPool, nodes: list[Node], busy: set[str], now: float) -> set[str]:
@@ -355,7 +374,7 @@ class PoolController(ViewedReconciler[PoolView]):
         )
         if _comparable(status) == _comparable(old):
             return
-        self.store.update_status(pool.model_copy(update={"status": status}))
+        self.held.hold(("", pool.name), status)
 
 
 _MOVING = ("idle_gpu_hours", "idle_cost", "idle_counted_time")

@@ -16,6 +16,8 @@ of `controllers.jobstate` that the Kubernetes operator follows too:
 
 What the store holds is read through `controllers.jobview`, a cache of jobs, workloads, pods and
 checkpoints kept from the store's events and caught up with its event log before each reconcile.
+A new status is held until the instant has settled (`controllers.heldstatus`): the job's status is
+written once per instant, its Events (one per transition, in order) in one batch before it.
 
 Restarts resume from the last checkpoint: the workload is queued again after `backoffSeconds`, and
 the twin (or the real job) resumes from the checkpoint's step.
@@ -40,6 +42,7 @@ from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers import events, jobstate, lifecycle
 from gpufleet.controllers.eventview import ViewedReconciler
+from gpufleet.controllers.heldstatus import HeldStatuses
 from gpufleet.controllers.jobview import JobView
 from gpufleet.controllers.manager import Key
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
@@ -65,12 +68,15 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
         self.with_series: set[Key] = set()
         """Jobs whose metric series were set since they were last forgotten."""
+        self.held: HeldStatuses[TrainingJob, TrainingJobStatus] = HeldStatuses()
+        """Statuses and Events computed at this instant, written when it has settled."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
         ns = obj.namespace or ""
         if isinstance(obj, TrainingJob):
-            return [(ns, obj.name)]
+            key = (ns, obj.name)
+            return [] if event.type == "MODIFIED" and self.held.echo(key, obj) else [key]
         if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "TrainingJob":
             return [(ns, obj.spec.owner.name)]
         if isinstance(obj, Pod) and JOB_LABEL in obj.metadata.labels:
@@ -83,8 +89,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
         namespace, name = key
         view = self.view
         self.catch_up(now)
-        job = view.jobs.get(key)
-        if job is None:
+        stored = view.jobs.get(key)
+        if stored is None:
             # A deleted job is looked at again for each of its objects that goes after it (its
             # Workload, then its pods): only what is still there needs collecting.
             if (namespace, workload_name(name)) in view.workloads:
@@ -93,6 +99,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
                 self.with_series.discard(key)
                 jobstate.forget_metrics(namespace, name)
             return None
+        job = self.held.effective(key, stored)
         checkpoint = self._latest_checkpoint(job)
         workload = self._ensure_workload(job, checkpoint)
         pods = [p for p in view.pods_of(namespace, name) if p.spec.attempt == workload.status.attempts]
@@ -106,7 +113,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
         if status != job.status:
             why = _last_disruption(workload)
             self._announce(job, status, why, now)
-            self.store.update_status(job.model_copy(update={"status": status}))
+            self.held.hold(key, status)
             if tracing.enabled():  # the job's trace is its Workload's, which the scheduler names too
                 lifecycle.job_changed(
                     workload.metadata.uid,
@@ -119,6 +126,17 @@ class TrainingJobController(ViewedReconciler[JobView]):
                     now=now,
                 )
         return None
+
+    def flush(self, now: float) -> None:
+        """Writes the held Events and statuses (the manager calls it once the instant has settled)."""
+        if not self.held:
+            return
+        self.catch_up(now)
+        conflicted = self.held.flush(
+            self.store, self.view.jobs.get, unchanged=lambda status, job: status == job.status
+        )
+        for key in conflicted:
+            self.enqueue(key, now)
 
     # ----------------------------------------------------------------- workload
     def _desired_spec(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
@@ -176,8 +194,16 @@ class TrainingJobController(ViewedReconciler[JobView]):
         self, job: TrainingJob, status: TrainingJobStatus, why: jobstate.Disruption | None, now: float
     ) -> None:
         for event in jobstate.job_events(job.status, status, why=why):
-            events.record(
-                self.store, job, reason=event.reason, message=event.message, now=now, type=event.type
+            self.held.announce(
+                events.about(
+                    job.kind,
+                    job.name,
+                    job.namespace,
+                    reason=event.reason,
+                    message=event.message,
+                    now=now,
+                    type=event.type,
+                )
             )
 
 

@@ -1,0 +1,91 @@
+"""Statuses held back until their instant has settled: one status write per object per instant.
+
+At one instant a TrainingJob moves through several hand-offs (its Workload made, admitted, its pods
+running), each in its own settle round, and each round's reconcile computed a new status and wrote
+it: three writes of the job at its submission, with a pool status write for every pod that came or
+went. The status a user or a watcher reads after the instant is the last one; the ones before it
+lived for no time at all. So the TrainingJob and pool controllers hold each computed status here
+and write it once, when the runtime has nothing else to do at the instant
+(`twin.driver.Settling.flush`, through the manager); the Events announcing each transition are
+kept in order and written in one batch just before.
+
+While a status is held, the controller reads its object *with the held status*
+(`effective`), so every later reconcile at the instant decides from what it would have read had the
+status been written: the decisions and the statuses finally written are those of writing at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from gpufleet.api.errors import ConflictError
+from gpufleet.api.resource import Resource
+from gpufleet.api.runtime import Event
+from gpufleet.controllers import events
+from gpufleet.controllers.manager import Key
+from gpufleet.store.protocol import Store
+
+Obj = TypeVar("Obj", bound=Resource)
+Status = TypeVar("Status")
+
+
+class HeldStatuses(Generic[Obj, Status]):
+    """The statuses and Events computed at this instant and not written yet."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[Key, Status] = {}
+        self.events: list[Event] = []
+        self.written: dict[Key, str | None] = {}
+        """Per key, the resourceVersion its last flushed status write gave the object."""
+
+    def __bool__(self) -> bool:
+        return bool(self.statuses or self.events)
+
+    def effective(self, key: Key, obj: Obj) -> Obj:
+        """`obj` as stored, with its held status in place of the stored one (if any)."""
+        held = self.statuses.get(key)
+        if held is None:
+            return obj
+        return obj.model_copy(update={"status": held})
+
+    def echo(self, key: Key, obj: Resource) -> bool:
+        """Whether `obj` (from an event) is what the last flush wrote for `key` and nothing since:
+        a reconcile of it would find what the one that computed the status found, so the controller
+        need not look again (as a Kubernetes controller ignores its own status writes)."""
+        if key not in self.written:
+            return False
+        return self.written.pop(key) == obj.metadata.resource_version
+
+    def hold(self, key: Key, status: Status) -> None:
+        self.statuses[key] = status
+
+    def announce(self, event: Event) -> None:
+        self.events.append(event)
+
+    def flush(
+        self,
+        store: Store,
+        current: Callable[[Key], Obj | None],
+        *,
+        unchanged: Callable[[Status, Obj], bool],
+    ) -> list[Key]:
+        """Writes the held Events in one batch, then each held status onto the object as stored now
+        (`current`; a key gone since is skipped, and so is a status `unchanged` against the stored
+        one). Returns the keys whose write met a conflict (another writer, e.g. the HTTP API): their
+        statuses stay held and the caller looks at them again."""
+        held, self.statuses = self.statuses, {}
+        batch, self.events = self.events, []
+        events.record_all(store, batch)
+        conflicted: list[Key] = []
+        for key in sorted(held):
+            obj = current(key)
+            if obj is None or unchanged(held[key], obj):
+                continue
+            try:
+                written = store.update_status(obj.model_copy(update={"status": held[key]}))
+                self.written[key] = written.metadata.resource_version
+            except ConflictError:
+                self.statuses[key] = held[key]
+                conflicted.append(key)
+        return conflicted

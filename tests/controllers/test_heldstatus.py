@@ -1,0 +1,147 @@
+"""A job's and a pool's status are written once per instant, and say what writing at once said.
+
+Under a runtime the TrainingJob and pool controllers hold each status they compute until the
+instant has settled (`controllers.heldstatus`). Users rely on three things that must survive it:
+the job's Events list every transition in order (Admitted, then Running), the status read after the
+instant is the one writing at once would have left, and the pool's idle GPU-hours are the same. So
+each world is run twice, once holding and once writing at the end of every manager step (as a
+manager stepped by hand does), and compared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.api import load_objects
+from gpufleet.api.pool import GPUPool
+from gpufleet.api.runtime import Event
+from gpufleet.api.training import TrainingJob
+from gpufleet.controllers.plane import build_manager
+from gpufleet.store.sqlite import SqliteStore
+from gpufleet.twin.clock import VirtualClock
+from gpufleet.twin.driver import Runtime
+from gpufleet.twin.twin import Twin
+
+FLEET = """
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {name: fixed}
+spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 2, pricePerGPUHour: 2.0}
+"""
+
+JOBS = """
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: one, namespace: team}
+spec: {replicas: 2, worker: {gpus: 8}, durationSeconds: 600}
+---
+apiVersion: gpufleet.io/v1alpha1
+kind: TrainingJob
+metadata: {name: two, namespace: team}
+spec: {replicas: 2, worker: {gpus: 8}, durationSeconds: 900}
+"""
+
+PHASES = ("Pending", "Admitted", "Running", "Succeeded", "Failed")
+
+
+class World:
+    def __init__(self, tmp_path: Path, *, held: bool) -> None:
+        self.clock = VirtualClock()
+        self.store = SqliteStore.open(tmp_path, synchronous="OFF", clock=self.clock.datetime)
+        manager = build_manager(self.store)
+        self.runtime = Runtime(
+            self.store, clock=self.clock, participants=[Twin(self.store, clock=self.clock), manager]
+        )
+        if not held:
+            manager.held = False  # as a manager stepped by hand: each step ends with its writes
+        for obj in load_objects(FLEET):
+            self.store.apply(obj)
+        self.runtime.run_for(5)
+
+    def submit(self) -> str:
+        """Submits both jobs at one instant and settles it; returns the version before it."""
+        version = self.store.resource_version
+        self.store.apply_many(load_objects(JOBS))
+        self.runtime.settle()
+        return version
+
+    def writes_since(self, version: str, kind: str) -> dict[str, int]:
+        """Per object of `kind`, its changes logged after `version` (status writes, after a create)."""
+        out: dict[str, int] = {}
+        for event in self.store.events_since(version, kinds=[kind]):
+            if event.type == "MODIFIED":
+                out[event.object.name] = out.get(event.object.name, 0) + 1
+        return out
+
+    def job_events(self, name: str) -> list[str]:
+        events = [e for e in self.store.list(Event, namespace="team") if e.spec.involved_name == name]
+        events.sort(key=lambda e: (e.spec.time, int(e.metadata.resource_version or 0)))
+        return [e.spec.reason for e in events if e.spec.reason in PHASES]
+
+    def job(self, name: str) -> TrainingJob:
+        return self.store.get(TrainingJob, name, "team")
+
+    def pool(self) -> GPUPool:
+        return self.store.get(GPUPool, "fixed")
+
+
+def _shown(job: TrainingJob) -> dict[str, object]:
+    """What `gpufleet get` and `describe` show of a job's status."""
+    status = job.status
+    return {
+        "phase": status.phase,
+        "replicas": (status.replicas, status.ready_replicas),
+        "nodes": status.nodes,
+        "times": (status.admitted_time, status.start_time, status.completion_time),
+        "conditions": [(c.type, c.status, c.reason, c.last_transition_time) for c in status.conditions],
+    }
+
+
+@pytest.fixture
+def worlds(tmp_path: Path) -> tuple[World, World]:
+    return World(tmp_path / "held", held=True), World(tmp_path / "at-once", held=False)
+
+
+def test_a_submitted_job_is_written_once_and_its_events_list_every_transition(
+    worlds: tuple[World, World],
+) -> None:
+    held, at_once = worlds
+    before = [world.submit() for world in worlds]
+    # Writing at once wrote the first job at each hand-off of the instant (queued, admitted, running).
+    assert held.writes_since(before[0], "TrainingJob") == {"one": 1, "two": 1}
+    assert at_once.writes_since(before[1], "TrainingJob")["one"] == 3
+    assert held.job("one").status.phase == "Running" and held.job("two").status.phase == "Pending"
+    for name in ("one", "two"):
+        assert _shown(held.job(name)) == _shown(at_once.job(name))
+        assert held.job_events(name) == at_once.job_events(name)
+    assert held.job_events("one") == ["Admitted", "Running"]
+
+
+def test_a_finished_job_and_the_pool_say_what_writing_at_once_said(worlds: tuple[World, World]) -> None:
+    start = worlds[0].clock.now()
+    before = []
+    for world in worlds:
+        world.submit()
+        world.runtime.run_until(start + 599)
+        before.append(world.store.resource_version)
+        world.runtime.run_until(start + 600)  # one finishes; two takes its GPUs at the same instant
+    held, at_once = worlds
+    assert held.job("one").status.phase == "Succeeded" and held.job("two").status.phase == "Running"
+    # The pool's pods went and came back at one instant: its status is what it was, where writing
+    # at once wrote it twice.
+    assert held.writes_since(before[0], "GPUPool") == {}
+    assert at_once.writes_since(before[1], "GPUPool") == {"fixed": 2}
+    for world in worlds:
+        world.runtime.run_for(1200)
+    for name in ("one", "two"):
+        assert held.job(name).status.phase == "Succeeded"
+        assert _shown(held.job(name)) == _shown(at_once.job(name))
+        assert held.job_events(name) == at_once.job_events(name)
+    assert held.job_events("one") == ["Admitted", "Running", "Succeeded"]
+    pools = [world.pool().status for world in worlds]
+    assert pools[0].idle_gpu_hours == pytest.approx(pools[1].idle_gpu_hours)
+    assert pools[0].idle_gpu_hours > 0
+    assert pools[0].idle_cost == pytest.approx(pools[1].idle_cost)
+    assert (pools[0].allocated_gpu_milli, pools[0].idle_gpus) == (0, 16)
