@@ -15,6 +15,7 @@ import pytest
 from gpufleet.api import load_objects
 from gpufleet.api.cluster import Cluster
 from gpufleet.api.errors import NotFoundError
+from gpufleet.api.queue import Queue
 from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
 from gpufleet.api.training import TrainingJob
 from gpufleet.cli.client import PREFIX, AuthError, Client
@@ -176,7 +177,15 @@ def test_a_join_runs_the_federation_on_scoped_tokens_and_leave_revokes_them(
     with pytest.raises(AuthError, match="may not read queues"):
         as_worker.get(f"{PREFIX}/queues")
 
-    # Leaving: the work is taken back, the Cluster goes, and neither token works any more.
+    # Deleted in the manager: its copy goes from the worker, and so does the queue the manager made.
+    assert worker.store.get(Queue, "team").metadata.annotations[MANAGED_BY] == "manager"
+    manager.store.delete(TrainingJob, "llm", "team")
+    federation.until(
+        "the copy and its queue gone from w1",
+        lambda: not list(worker.store.list(TrainingJob)) and not list(worker.store.list(Queue)),
+    )
+
+    # Leaving: the Cluster goes, and neither token works any more.
     # `leave` waits for the manager to take the work back: the planes go on meanwhile, in a thread.
     stop = threading.Event()
 

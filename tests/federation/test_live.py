@@ -293,7 +293,35 @@ def test_a_job_deleted_in_the_manager_goes_from_its_worker_and_the_workers_event
     planes["w1"].cut[0] = False
     run(planes, 3)
     assert not list(planes["w1"].store.list(TrainingJob)), "and it is deleted once it answers"
-    assert granted(planes["w1"]) == {}, "no work there: no quota"
+    assert "team" not in {q.name for q in planes["w1"].store.list(Queue)}, "no work there: its queue goes"
+
+
+def test_a_queue_the_manager_made_goes_once_nothing_in_the_worker_names_it(planes: dict[str, Plane]) -> None:
+    manager, w1 = planes["manager"], planes["w1"]
+
+    def queues() -> list[str]:
+        return [q.name for q in w1.store.list(Queue)]
+
+    run(planes, 3)
+    manager.store.apply(load_objects(JOB.replace("name: llm", "name: short").replace("3600", "5"))[0])
+    run(planes, 15)
+    assert manager.store.get(TrainingJob, "short", "team").status.phase == "Succeeded"
+    assert w1.store.get(TrainingJob, "short", "team").status.phase == "Succeeded"
+    assert queues() == ["team"], "its finished copy still names it"
+    assert granted(w1) == {}, "though it is granted nothing"
+
+    # The worker's own work in that queue keeps it too (waiting, suspended, not to run on its quota).
+    own = load_objects(
+        JOB.replace("name: llm", "name: own").replace("queue: team", "queue: team\n  suspend: true")
+    )
+    w1.store.apply(own[0])
+    manager.store.delete(TrainingJob, "short", "team")
+    run(planes, 3)
+    assert [j.name for j in w1.store.list(TrainingJob)] == ["own"], "the finished copy went with its job"
+    assert queues() == ["team"], "the worker's own job names it"
+    w1.store.delete(TrainingJob, "own", "team")
+    run(planes, 3)
+    assert queues() == [], "nothing names it any more"
 
 
 def test_a_cluster_drained_with_move_at_checkpoint_lets_its_job_go_after_its_next_checkpoint(

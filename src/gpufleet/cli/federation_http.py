@@ -105,6 +105,10 @@ class HttpWorker:
     def apply_queue(self, queue: Queue) -> None:
         self.client.apply([queue.to_dict()])
 
+    def delete_queue(self, name: str) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.client.request("DELETE", f"{PREFIX}/queues/{name}")
+
 
 def _same_checkpoint(current: Checkpoint, carried: Checkpoint) -> bool:
     """Whether the worker's Checkpoint is already the complete one the manager carries."""

@@ -109,6 +109,11 @@ class StoreWorker:
         self.link.check()
         self.store.apply(queue)
 
+    def delete_queue(self, name: str) -> None:
+        self.link.check()
+        with contextlib.suppress(NotFoundError):
+            self.store.delete(Queue, name)
+
 
 class StoreManager:
     """A worker's `ManagerLink` to the manager plane in this process, through the worker's link."""

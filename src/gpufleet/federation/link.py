@@ -2,7 +2,8 @@
 
 - `WorkerClient`: what the manager does in a worker (create a managed TrainingJob or InferenceService,
   list the copies for their status, delete one when the work moves or is deleted in the manager; give
-  the work's queue its quota there; read the worker's Events).
+  the work's queue its quota there, and delete that queue once nothing there names it; read the
+  worker's Events).
 - `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
 
 The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
@@ -76,6 +77,11 @@ class WorkerClient(Protocol):
 
     def apply_queue(self, queue: Queue) -> None:
         """Creates the worker's queue, or replaces its spec."""
+        ...
+
+    def delete_queue(self, name: str) -> None:
+        """Deletes a queue the manager made there; no error when it has none. `ConflictError` when
+        the worker keeps it (unfinished work names it)."""
         ...
 
 

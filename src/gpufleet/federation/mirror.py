@@ -64,7 +64,15 @@ from gpufleet.federation.managed import (
     workload_of,
 )
 from gpufleet.federation.manager import manager_view
-from gpufleet.federation.sync import EventMirror, Key, key_of, read_copies, stale_copies
+from gpufleet.federation.sync import (
+    EventMirror,
+    Key,
+    copies_in,
+    key_of,
+    queues_in_use,
+    stale_copies,
+    unused_queue,
+)
 from gpufleet.scheduler.flavors import usage_of
 from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import Store
@@ -101,6 +109,8 @@ class FederationController:
         self._lease_ends: dict[str, float] = {}
         """Per cluster, when the lease of its newest heartbeat ends: kept when the Cluster is deleted."""
         self._clients: dict[str, WorkerClient] = {}
+        self._in_use: dict[str, set[str]] = {}
+        """Per worker read this pass, the queues its jobs and services name (`sync.queues_in_use`)."""
 
     def step(self, now: float) -> float | None:
         when = to_datetime(now)
@@ -158,13 +168,15 @@ class FederationController:
                 continue  # silent: not worth a timeout each pass; cleaned up once it reports again
             try:
                 client = self._client(cluster)
-                copies = read_copies(client, self.manager)
+                listed = client.list_managed()
+                copies = copies_in(listed, self.manager)
                 for key in stale_copies(cluster.name, copies, jobs):
                     client.delete(*key)
                     del copies[key]
             except GpuFleetError as exc:
                 log.warning("cluster %s: cannot read its jobs: %s", cluster.name, exc)
                 continue
+            self._in_use[cluster.name] = queues_in_use(listed, copies, self.manager)
             self.events.mirror(cluster.name, client, copies, now)
             found[cluster.name] = copies
         return found
@@ -289,14 +301,22 @@ class FederationController:
 
     def _resize_grants(self, cluster: Cluster, queues: Mapping[str, Queue], grants: Grants) -> None:
         """Keeps each queue the manager made in an answering worker at what it grants there now: it
-        shrinks as work ends or leaves, and follows the manager queue's other settings."""
+        shrinks as work ends or leaves, and follows the manager queue's other settings; once nothing
+        there names it any more, it is deleted."""
         try:
             client = self._client(cluster)
             for current in client.list_queues():
+                grant = grants.with_(cluster.name, current.name, {})
+                in_use = self._in_use.get(cluster.name, {current.name})
+                if unused_queue(current, self.manager, grant, in_use):
+                    try:
+                        client.delete_queue(current.name)
+                    except ConflictError as exc:  # work the pass's list did not show names it: kept
+                        log.info("cluster %s: queue %s stays: %s", cluster.name, current.name, exc)
+                    continue
                 queue = queues.get(current.name)
                 if current.metadata.annotations.get(MANAGED_BY) != self.manager or queue is None:
                     continue
-                grant = grants.with_(cluster.name, current.name, {})
                 wanted = worker_queue(queue, grant, manager=self.manager)
                 if not same_grant(current, wanted):
                     client.apply_queue(wanted)

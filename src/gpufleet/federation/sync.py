@@ -1,10 +1,14 @@
 """What the manager reads from each worker once a pass, and what it keeps in step there.
 
-- `read_copies`: one list of a worker's TrainingJobs and InferenceServices per pass (not one read per
+- `copies_in`: of one list of a worker's TrainingJobs and InferenceServices per pass (not one read per
   held object); the copies this manager made there, by (kind, namespace, name).
 - `stale_copies`: the copies the manager no longer holds in that worker (the job was deleted in the
   manager, or it moved while the worker was out of reach). The manager deletes them, so deleting a job
   in the manager deletes its copy, also in a worker that was away when it happened.
+- `queues_in_use` and `unused_queue`: a queue the manager made in a worker is deleted once nothing there
+  names it any more: no job or service of the worker (the manager's finished copies included, until
+  the job is deleted in the manager) and no grant of this pass. The worker's own work counts too, and
+  its API refuses to delete a queue unfinished work names, so nothing there loses its queue.
 - `EventMirror`: the worker's Events about the work it holds, copied into the manager under the
   object's name (so `gpufleet describe` on the manager tells what happened in the worker), each once.
 """
@@ -12,10 +16,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from gpufleet.api.errors import ConflictError, GpuFleetError
 from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import Event
 from gpufleet.federation.link import CLUSTER, MANAGED_BY, Managed, WorkerClient
 from gpufleet.store.protocol import Store
@@ -28,13 +33,25 @@ def key_of(obj: Managed) -> Key:
     return (obj.kind, obj.namespace or "default", obj.name)
 
 
-def read_copies(client: WorkerClient, manager: str) -> dict[Key, Managed]:
-    """The worker's copies of this manager's work; raises `GpuFleetError` when it does not answer."""
+def copies_in(listed: Iterable[Managed], manager: str) -> dict[Key, Managed]:
+    """Of a worker's jobs and services, the copies of this manager's work."""
+    return {key_of(obj): obj for obj in listed if obj.metadata.annotations.get(MANAGED_BY) == manager}
+
+
+def queues_in_use(listed: Iterable[Managed], copies: Mapping[Key, Managed], manager: str) -> set[str]:
+    """The queues a worker's jobs and services name: its own work's, and the copies of this manager's
+    still there (`copies`, without those deleted since the list)."""
     return {
-        key_of(obj): obj
-        for obj in client.list_managed()
-        if obj.metadata.annotations.get(MANAGED_BY) == manager
+        obj.spec.queue
+        for obj in listed
+        if obj.metadata.annotations.get(MANAGED_BY) != manager or key_of(obj) in copies
     }
+
+
+def unused_queue(queue: Queue, manager: str, granted: Mapping[str, int], in_use: Collection[str]) -> bool:
+    """Whether a worker's queue is one this manager made that nothing there needs any more."""
+    mine = queue.metadata.annotations.get(MANAGED_BY) == manager
+    return mine and not any(granted.values()) and queue.name not in in_use
 
 
 def stale_copies(cluster: str, copies: Iterable[Key], jobs: Mapping[Key, Managed]) -> list[Key]:

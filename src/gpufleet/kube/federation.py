@@ -146,6 +146,10 @@ class KubeWorker:
         with reaching(self.where):
             self.store.apply(queue)
 
+    def delete_queue(self, name: str) -> None:
+        with reaching(self.where), contextlib.suppress(NotFoundError):
+            self.store.delete(Queue, name)
+
     def _namespace(self, name: str) -> None:
         """The work's namespace exists in the worker (the manager's namespaces are not the worker's)."""
         if name in self._namespaces:

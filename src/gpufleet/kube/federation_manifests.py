@@ -150,8 +150,8 @@ MANAGER_ACCESS_RULES: tuple[Rule, ...] = (
     (
         "gpufleet.io",
         ("queues",),
-        ("get", "list", "create", "patch"),
-        "the queue of managed work, with the quota the manager grants here",
+        ("get", "list", "create", "patch", "delete"),
+        "the queue of managed work, with the quota the manager grants here; deleted once nothing names it",
     ),
     (
         "gpufleet.io",
