@@ -9,9 +9,11 @@ from pathlib import Path
 
 from gpufleet.api import Cluster
 from gpufleet.api.inference import InferenceService
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
 from gpufleet.api.training import TrainingJob
 from gpufleet.cli.up import demo_objects
 from gpufleet.cli.up_clusters import build, shut_down
+from gpufleet.federation.join import MANAGER_SECRET
 from gpufleet.federation.link import CLUSTER, MANAGED_BY
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.twin.clock import VirtualClock
@@ -58,6 +60,12 @@ def test_demo_over_three_clusters(tmp_path: Path) -> None:
         assert (
             sum(1 for w in federation.workers for j in w.store.list(TrainingJob) if j.name == job.name) == 1
         )
+        # Each side holds a federation token of the other, not its admin token (`server.federation_access`).
+        into_worker = manager.store.get(Secret, f"cluster-{held}-token", SYSTEM_NAMESPACE).value("token")
+        assert into_worker != worker.tokens.admin_token
+        assert worker.tokens.authenticate(f"Bearer {into_worker}").role == "federation-manager"
+        into_manager = worker.store.get(Secret, MANAGER_SECRET, SYSTEM_NAMESPACE).value("token")
+        assert manager.tokens.authenticate(f"Bearer {into_manager}").cluster == held
         chat = manager.store.get(InferenceService, "chat", "serving")
         holder = next(w for w in federation.workers if w.name == chat.metadata.annotations[CLUSTER])
         served = holder.store.get(InferenceService, "chat", "serving")

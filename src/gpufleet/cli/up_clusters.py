@@ -48,6 +48,7 @@ from gpufleet.observability import metrics
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.federation_access import MANAGER_ROLE, WORKER_ROLE
 from gpufleet.server.serve import ApiServer
 from gpufleet.store import SqliteStore
 from gpufleet.twin.clock import Clock, as_datetime
@@ -146,12 +147,13 @@ def build(
     for index, worker in enumerate(workers):
         for obj in to_every:
             worker.store.apply(obj)
-        # Joined as `gpufleet cluster join` joins a separate process: each side keeps the other's
-        # token in a Secret, and the Cluster names the manager's.
-        secret, ref = token_secret(worker.name, worker.tokens.admin_token)
+        # Joined as `gpufleet cluster join` joins a separate process: each side keeps the federation
+        # token the other minted for it in a Secret, and the Cluster names the manager's.
+        secret, ref = token_secret(worker.name, worker.tokens.create_role(MANAGER_ROLE, worker.name))
         manager.store.apply(secret)
         manager.store.apply(_cluster(worker, index, pools, ref))
-        settings = JoinSettings(manager.server.url, manager.tokens.admin_token, worker.name)
+        minted = manager.tokens.create_role(WORKER_ROLE, worker.name)
+        settings = JoinSettings(manager.server.url, minted, worker.name)
         worker.store.apply(join_secret(settings))
     for obj in to_manager:
         manager.store.apply(obj)
