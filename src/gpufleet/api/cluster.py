@@ -207,6 +207,28 @@ class ModelCapacity(ApiModel):
         return value
 
 
+class DispatchCount(ApiModel):
+    """Which of the manager's dispatches a report's figures already count.
+
+    The manager numbers each dispatch (`gpufleet.io/dispatch-sequence` on the copy, increasing) and takes
+    out of a cluster's summary the work it holds there that the report does not count: dispatched after
+    the report was taken, or there but not placed yet. Without this, work dispatched since a report
+    would be dispatched onto again until the next report (a slow or lossy link over-fills a cluster).
+    Only the copies not yet placed are listed, so the report stays small however much work runs there.
+    """
+
+    newest: int = Field(
+        ge=0,
+        description="The newest dispatch sequence among the managed work the worker held when it took the "
+        "report (0: none): every dispatch up to it had reached the worker.",
+    )
+    uncounted: list[int] = Field(
+        default_factory=list,
+        description="Sequences of that work the figures do not count: not placed yet (suspended, or waiting "
+        "in the worker's queue). Finished and placed work is counted.",
+    )
+
+
 class ClusterStatus(ObjectStatus):
     capacity: dict[str, ModelCapacity] = Field(
         default_factory=dict, description="Per GPU model, the worker's capacity and what is free."
@@ -220,6 +242,11 @@ class ClusterStatus(ObjectStatus):
         "freeDomains besides nvlink and host, in the order a gang inside one rack is inside one block.",
     )
     running_workloads: int = Field(default=0, ge=0, description="Managed workloads running there.")
+    dispatches: DispatchCount | None = Field(
+        default=None,
+        description="Which of the manager's dispatches the figures count. Absent (a worker of an older "
+        "release): the manager takes the figures as counting all it sent there.",
+    )
     lease_seconds: float | None = Field(
         default=None,
         gt=0,

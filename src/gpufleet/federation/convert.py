@@ -13,6 +13,7 @@ from gpufleet.api.cluster import (
     READY,
     Cluster,
     ClusterAffinity,
+    ClusterStatus,
     ModeCapacity,
     ModelCapacity,
     SharingModeName,
@@ -20,6 +21,7 @@ from gpufleet.api.cluster import (
 from gpufleet.api.labels import LabelSelector
 from gpufleet.federation.dispatch import ANY_CLUSTER, ClusterChoice
 from gpufleet.federation.summary import ClusterSummary, ModelSummary, ModeSummary
+from gpufleet.federation.unreported import ALL_COUNTED, Counted
 
 
 def choice_of(affinity: ClusterAffinity | None) -> ClusterChoice:
@@ -106,3 +108,10 @@ def summary_of(cluster: Cluster, *, now: datetime) -> ClusterSummary:
         accepting=takes_work(cluster, now=now),
         levels=tuple(cluster.status.topology_levels),
     )
+
+
+def counted_of(status: ClusterStatus) -> Counted:
+    """Which of the manager's dispatches a worker's report counts (`federation.unreported`)."""
+    if status.dispatches is None:
+        return ALL_COUNTED
+    return Counted(status.dispatches.newest, frozenset(status.dispatches.uncounted))

@@ -40,7 +40,8 @@ from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers.events import record
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.federation.controller import ClusterConditions
-from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
+from gpufleet.federation.convert import counted_of
+from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched, gang_shape
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
 from gpufleet.federation.join import connection_version
 from gpufleet.federation.link import (
@@ -73,6 +74,8 @@ from gpufleet.federation.sync import (
     stale_copies,
     unused_queue,
 )
+from gpufleet.federation.take import GangShape
+from gpufleet.federation.unreported import SEQUENCE, next_sequence, sequence_of, take_out_all
 from gpufleet.scheduler.flavors import usage_of
 from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import Store
@@ -111,6 +114,8 @@ class FederationController:
         self._clients: dict[str, WorkerClient] = {}
         self._in_use: dict[str, set[str]] = {}
         """Per worker read this pass, the queues its jobs and services name (`sync.queues_in_use`)."""
+        self._sequence = 0
+        """The number of the last dispatch (`federation.unreported.next_sequence`)."""
 
     def step(self, now: float) -> float | None:
         when = to_datetime(now)
@@ -126,6 +131,7 @@ class FederationController:
         jobs = {key_of(obj): obj for obj in managed}
         copies = self._read_workers(clusters.values(), jobs, now)
         waiting: list[tuple[Managed, Workload]] = []
+        unreported: list[tuple[str, int | None, str | None, GangShape]] = []
         for job in jobs.values():
             if job.status.phase in ENDED:
                 continue
@@ -138,6 +144,13 @@ class FederationController:
             counts = tuple(ps.minimum for ps in workload.pod_sets)
             view.dispatcher.quota.add(workload.queue, usage_of(workload, model, counts))
             grants.add(held, workload.queue, full_usage(workload, model))
+            if job.status.phase not in ENDED:  # as mirrored just now: one that ended holds nothing
+                sequence = sequence_of(job.metadata.annotations)
+                unreported.append((held, sequence, model, gang_shape(workload, counts)))
+        # The summaries are the workers' last reports: work sent since, or not placed yet, is not in
+        # them and would be dispatched onto again (`federation.unreported`).
+        reports = {name: counted_of(cluster.status) for name, cluster in clusters.items()}
+        take_out_all(view.dispatcher.clusters, reports, unreported)
         waiting.sort(key=lambda pair: (-pair[1].priority, pair[1].submitted_at, pair[1].name))
         for job, workload in waiting:
             decision = view.dispatcher.dispatch(workload, view.choices.get(workload.queue, ANY_CLUSTER))
@@ -236,7 +249,7 @@ class FederationController:
                 # when it comes back (what is left there is marked with an older generation).
                 log.warning("cluster %s: cannot remove %s: %s", cluster.name, job.describe(), exc)
         status, carried = taken_back(job, stopped_at)
-        dropped = (CLUSTER, MODEL, MOVED, LOST)
+        dropped = (CLUSTER, MODEL, MOVED, LOST, SEQUENCE)
         annotations = {k: v for k, v in job.metadata.annotations.items() if k not in dropped} | carried
         self._set_meta(job, annotations)
         where = cluster.name if cluster is not None else job.metadata.annotations.get(CLUSTER, "?")
@@ -256,6 +269,8 @@ class FederationController:
         now: float,
     ) -> bool:
         generation = int(job.metadata.annotations.get(GENERATION, "0")) + 1
+        self._sequence = next_sequence(self._sequence, now)
+        sequence = str(self._sequence)
         # Suspended until the worker has checked its lease (federation.worker starts it).
         copy = suspended_copy(
             job,
@@ -263,7 +278,7 @@ class FederationController:
                 name=job.name,
                 namespace=job.namespace or "default",
                 labels=dict(job.metadata.labels),
-                annotations={MANAGED_BY: self.manager, GENERATION: str(generation)},
+                annotations={MANAGED_BY: self.manager, GENERATION: str(generation), SEQUENCE: sequence},
             ),
         )
         try:
@@ -280,6 +295,7 @@ class FederationController:
             return False
         annotations = dict(job.metadata.annotations)
         annotations.update({CLUSTER: cluster.name, GENERATION: str(generation), MODEL: decision.model or ""})
+        annotations[SEQUENCE] = sequence
         job = self._set_meta(job, annotations)
         message = f"dispatched to cluster {cluster.name} (generation {generation})"
         record(self.store, job, reason=DISPATCHED, message=message, now=now, source=SOURCE)

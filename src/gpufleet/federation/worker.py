@@ -24,13 +24,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpufleet.api.cluster import Cluster
+from gpufleet.api.cluster import Cluster, DispatchCount
 from gpufleet.api.errors import ConflictError, GpuFleetError
 from gpufleet.api.inference import InferenceService
 from gpufleet.api.training import TrainingJob
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.federation.link import FENCED, MANAGED_BY, Managed, ManagerLink
 from gpufleet.federation.manager import worker_status
+from gpufleet.federation.unreported import sequence_of
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.protocol import Store
 
@@ -88,8 +89,8 @@ class WorkerAgent:
         self.lease = LeaseState()
         self.next_beat = 0.0
         self.last_beat = -math.inf
-        self.reported: tuple[int, int, int] | None = None
-        """The free capacity of the last report (`_free_capacity`)."""
+        self.reported: tuple[object, ...] | None = None
+        """What the last report depended on (`_report_key`)."""
 
     def period(self) -> float:
         """Seconds between heartbeats: `heartbeat_seconds`, or a quarter of the lease when that is
@@ -100,16 +101,17 @@ class WorkerAgent:
         return self.heartbeat_seconds
 
     def step(self, now: float) -> float | None:
-        changed = self._free_capacity() != self.reported
+        managed = self._managed()
+        changed = self._report_key(managed) != self.reported
         early = self.last_beat + CHANGE_REPORT_SECONDS
         if now >= self.next_beat or (changed and (now >= early or now == self.last_beat)):
             self.next_beat = now + self.period()
             self.last_beat = now
-            self._beat(now)
+            self._beat(now, managed)
             self.next_beat = min(self.next_beat, now + self.period())  # the lease the ack gave
-        self._enforce(now)
+        self._enforce(now, managed)
         wake = self.next_beat
-        if self._free_capacity() != self.reported:
+        if self._report_key(managed) != self.reported:
             wake = min(wake, max(early, self.last_beat + CHANGE_REPORT_SECONDS))
         ends = self.lease.ends()
         if ends is not None and ends >= now:
@@ -118,32 +120,42 @@ class WorkerAgent:
             return min(wake, math.nextafter(ends, math.inf))
         return wake
 
-    def _free_capacity(self) -> tuple[int, int, int] | None:
-        """What the report's free GPUs depend on, cheap to compare: the fleet's node generation and its
-        free whole GPUs and free milli-GPU (None before the scheduler has a view)."""
+    def _report_key(self, managed: list[Managed]) -> tuple[object, ...] | None:
+        """What the report depends on, cheap to compare: the fleet's node generation, its free whole
+        GPUs and free milli-GPU, and how many numbered dispatches it counts (with their sum, so one
+        counted and another deleted in the same step still differ); None before the scheduler has a
+        view. A dispatch whose status shows it placed a round after its GPUs left the free count must be
+        reported as counted, or the manager would take it out of the summary twice."""
         fleet = self.fleet()
         if fleet is None:
             return None
         n = fleet.n_rows
-        return fleet.generation, int(fleet.whole_free[:n].sum()), int(fleet.free_milli[:n].sum())
+        counted = [seq for seq, copy in _numbered(managed) if _counts(copy)]
+        free = (fleet.generation, int(fleet.whole_free[:n].sum()), int(fleet.free_milli[:n].sum()))
+        return (*free, len(counted), sum(counted))
 
     def leave(self, now: float) -> None:
         """The plane no longer reports to this manager: its managed work is fenced at once, as when
         the lease lapses, so the manager takes it back rather than waiting out the lease."""
         self.lease = LeaseState(acknowledged_at=-math.inf)
-        self._enforce(now)
+        self._enforce(now, self._managed())
 
     def _managed(self) -> list[Managed]:
         found: list[Managed] = [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
         return [obj for obj in found if MANAGED_BY in obj.metadata.annotations]
 
-    def _beat(self, now: float) -> None:
+    def _beat(self, now: float, managed: list[Managed]) -> None:
+        # The copies are read before the fleet: a copy whose status says placed was placed before this
+        # read, so its GPUs are out of the free count taken after it (the other order could name as
+        # counted work the figures do not yet count).
+        dispatches = dispatch_count(managed)
         fleet = self.fleet()
         if fleet is None:
             return  # the scheduler has not built its view yet: nothing true to report
-        self.reported = self._free_capacity()
-        running = sum(1 for job in self._managed() if job.status.phase in ("Admitted", "Running"))
+        self.reported = self._report_key(managed)
+        running = sum(1 for job in managed if job.status.phase in ("Admitted", "Running"))
         status = worker_status(fleet, now=to_datetime(now), running_workloads=running)
+        status.dispatches = dispatches
         try:
             for attempt in range(ATTEMPTS):
                 current: Cluster = self.manager.read_cluster(self.cluster)
@@ -167,9 +179,9 @@ class WorkerAgent:
             # Out of touch: the lease runs out on its own; the next heartbeat tries again.
             log.warning("cluster %s: heartbeat to the manager failed: %s", self.cluster, exc)
 
-    def _enforce(self, now: float) -> None:
+    def _enforce(self, now: float, managed: list[Managed]) -> None:
         valid = self.lease.valid(now)
-        for job in self._managed():
+        for job in managed:
             annotations = job.metadata.annotations
             if job.status.phase in ENDED or FENCED in annotations:
                 continue
@@ -190,3 +202,30 @@ class WorkerAgent:
         # A controller that wrote meanwhile wins; the next step sees the fresh object.
         with contextlib.suppress(ConflictError):
             self.store.update(job.model_copy(update={"metadata": metadata, "spec": spec}))
+
+
+def _numbered(managed: list[Managed]) -> list[tuple[int, Managed]]:
+    """The managed copies whose dispatch has a number, with it."""
+    found = ((sequence_of(copy.metadata.annotations), copy) for copy in managed)
+    return [(seq, copy) for seq, copy in found if seq is not None]
+
+
+def _counts(copy: Managed) -> bool:
+    """Whether the worker's figures count a managed copy: placed (its GPUs are taken: a job with workers
+    placed, its gang whole; a service with a replica placed), or finished or fenced (it holds none and
+    takes none)."""
+    if copy.status.phase in ENDED or FENCED in copy.metadata.annotations:
+        return True
+    if isinstance(copy, TrainingJob):
+        return copy.status.replicas > 0
+    return copy.status.placed_gpus > 0 or copy.status.ready_replicas > 0
+
+
+def dispatch_count(managed: list[Managed]) -> DispatchCount:
+    """Which of the manager's dispatches a report of the worker's present figures counts: the newest it
+    holds, and those it holds but has not placed (`federation.unreported`)."""
+    numbered = _numbered(managed)
+    return DispatchCount(
+        newest=max((seq for seq, _ in numbered), default=0),
+        uncounted=sorted(seq for seq, copy in numbered if not _counts(copy)),
+    )
