@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
+from gpufleet.server.console import add_console
+from gpufleet.store import SqliteStore
+from gpufleet.store.console import StoreSource
 
 from .helpers import API, job, queue
 
@@ -184,3 +188,14 @@ def test_a_bad_token_request_names_its_field(
     answer = client.post("/v1/tokens", json=body)
     assert answer.status_code == status, answer.text
     assert field in json.dumps(answer.json()["error"])
+
+
+def test_the_console_refuses_a_federation_token(store: SqliteStore, tokens: TokenRegistry) -> None:
+    app = create_app(store, tokens)
+    add_console(app, StoreSource(store), tokens)
+    with TestClient(app, raise_server_exceptions=False) as console:
+        for role in ("federation-manager", "federation-worker"):
+            headers = {"Authorization": f"Bearer {tokens.create_role(role, 'w1')}"}
+            refused(console.get("/v1/console", headers=headers), "may not read the console's view")
+        admin = {"Authorization": f"Bearer {tokens.admin_token}"}
+        assert console.get("/v1/console", headers=admin).status_code == 200

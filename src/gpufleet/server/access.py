@@ -129,6 +129,13 @@ def check_status_writable(principal: Principal, info: KindInfo, name: str) -> No
         raise ForbiddenError(f"{principal.describe()} may not write the status of {info.plural}")
 
 
+def check_person(principal: Principal, what: str) -> None:
+    """The web console is for people: a federation token, one plane's credential in another, is
+    refused there rather than shown what the queue tokens' views would make of it."""
+    if principal.role is not None:
+        raise ForbiddenError(f"{principal.describe()} may not {what}")
+
+
 def check_status_object(principal: Principal, obj: Resource) -> None:
     """What `check_status_writable` could not tell without the object: a federation token's marks."""
     if principal.role is not None:

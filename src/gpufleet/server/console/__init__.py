@@ -75,10 +75,11 @@ def add_console(
         tags=["server"],
         summary="What the web console shows: fleet map, queues, jobs and services, cost",
         response_model=None,
-        responses={200: {"description": "The console's view for this token."}, **error_responses(401)},
+        responses={200: {"description": "The console's view for this token."}, **error_responses(401, 403)},
     )
     async def console_view(request: Request) -> JSONResponse:
         who = tokens.authenticate(request.headers.get("authorization"))
+        access.check_person(who, "read the console's view")
         return JSONResponse(await run_in_threadpool(build_view, source, who, now()))
 
 

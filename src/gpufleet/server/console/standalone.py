@@ -56,6 +56,7 @@ def console_app(
         timeout_seconds: Annotated[float, Query(alias="timeoutSeconds", ge=0, le=MAX_WAIT_SECONDS)] = 0.0,
     ) -> JSONResponse:
         who = tokens.authenticate(request.headers.get("authorization"))
+        access.check_person(who, "read the console's changes")
         if kind != ["Event"]:
             raise ValidationError("this console serves the changes of Events only", field="kind")
         items, cursor = await run_in_threadpool(
