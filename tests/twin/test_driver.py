@@ -100,28 +100,27 @@ def test_the_store_counts_each_threads_committed_writes(store: SqliteStore) -> N
     assert int(store.resource_version) == 3
 
 
-def test_held_writes_are_made_once_the_instant_is_quiet_and_seen_before_it_ends(store: SqliteStore) -> None:
+def test_a_participant_that_holds_writes_until_a_quiet_step_gets_that_step(store: SqliteStore) -> None:
     class Holder:
-        """Holds a write back (as a controller holds a status) until the runtime flushes it."""
+        """Writes one queue and holds another back (as a controller holds a status) until a step of
+        its own has nothing else to write, once a runtime has said it steps it until then."""
 
         def __init__(self) -> None:
             self.holding = False
-            self.pending: list[str] = []
-            self.flushes = 0
+            self.held: list[str] = []
+            self.steps = 0
 
         def hold_until_settled(self) -> None:
             self.holding = True
 
         def step(self, now: float) -> float | None:
-            if not self.flushes:
-                self.pending.append("held")
+            self.steps += 1
+            if self.steps == 1:
+                store.create(_queue("now"))
+                self.held.append("held")
+            elif self.held:
+                store.create(_queue(self.held.pop()))
             return None
-
-        def flush(self, now: float) -> None:
-            self.flushes += 1
-            for name in self.pending:
-                store.create(_queue(name))
-            self.pending.clear()
 
     class Reader:
         def __init__(self) -> None:
@@ -133,7 +132,7 @@ def test_held_writes_are_made_once_the_instant_is_quiet_and_seen_before_it_ends(
 
     holder, reader = Holder(), Reader()
     runtime = Runtime(store, clock=VirtualClock(), participants=[holder, reader])
-    assert holder.holding, "the runtime tells a Settling participant that it flushes it"
+    assert holder.holding, "the runtime tells a Settling participant that it steps it until quiet"
     assert runtime.settle() is None
-    # A quiet round, the flush's write, a round that sees it, a flush with nothing left.
-    assert holder.flushes == 2 and reader.seen == ["held"]
+    # A round with the write, a quiet step of the holder that writes what it held, a quiet round.
+    assert holder.steps == 3 and sorted(reader.seen) == ["held", "now"]

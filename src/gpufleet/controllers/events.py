@@ -93,22 +93,19 @@ def about(
 
 
 def record_all(store: Store, events: Sequence[Event]) -> None:
-    """Writes `events` in one batch. As `record`, an event that cannot be written is logged and
-    dropped: the batch being all or none, a refused batch is written one event at a time."""
-    if not events:
-        return
-    try:
-        store.apply_many(events)
-    except GpuFleetError:
-        for event in events:
-            try:
-                store.create(event)
-            except GpuFleetError as exc:
-                spec = event.spec
-                log.warning(
-                    "event %s for %s %s not recorded: %s",
-                    spec.reason,
-                    spec.involved_kind,
-                    spec.involved_name,
-                    exc,
-                )
+    """Writes `events` in order. As `record`, an event that cannot be written is logged and dropped.
+
+    One create each, not one `apply_many`: a batch validates every object before its transaction
+    and again as it stores it, and an Event is too small for a transaction to cost more than that."""
+    for event in events:
+        try:
+            store.create(event)
+        except GpuFleetError as exc:
+            spec = event.spec
+            log.warning(
+                "event %s for %s %s not recorded: %s",
+                spec.reason,
+                spec.involved_kind,
+                spec.involved_name,
+                exc,
+            )

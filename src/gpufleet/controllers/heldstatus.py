@@ -5,18 +5,18 @@ running), each in its own settle round, and each round's reconcile computed a ne
 it: three writes of the job at its submission, with a pool status write for every pod that came or
 went. The status a user or a watcher reads after the instant is the last one; the ones before it
 lived for no time at all. So the TrainingJob and pool controllers hold each computed status here
-and write it once, when the runtime has nothing else to do at the instant
-(`twin.driver.Settling.flush`, through the manager); the Events announcing each transition are
-kept in order and written in one batch just before.
+and write it once the control plane is quiet: at the end of a manager step in which no controller
+wrote anything else (under a runtime; a manager stepped by hand writes at the end of every step).
+The Events announcing each transition are kept in order and written just before the status.
 
-While a status is held, the controller reads its object *with the held status*
-(`effective`), so every later reconcile at the instant decides from what it would have read had the
-status been written: the decisions and the statuses finally written are those of writing at once.
+While a status is held, the controller reads its object *with the held status* (`effective`), so
+every later reconcile at the instant decides from what it would have read had the status been
+written: the decisions and the statuses finally written are those of writing at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from gpufleet.api.errors import ConflictError
@@ -35,7 +35,7 @@ class HeldStatuses(Generic[Obj, Status]):
 
     def __init__(self) -> None:
         self.statuses: dict[Key, Status] = {}
-        self.events: list[Event] = []
+        self.events: dict[Key, list[Event]] = {}
         self.written: dict[Key, str | None] = {}
         """Per key, the resourceVersion its last flushed status write gave the object."""
 
@@ -60,8 +60,8 @@ class HeldStatuses(Generic[Obj, Status]):
     def hold(self, key: Key, status: Status) -> None:
         self.statuses[key] = status
 
-    def announce(self, event: Event) -> None:
-        self.events.append(event)
+    def announce(self, key: Key, event: Event) -> None:
+        self.events.setdefault(key, []).append(event)
 
     def flush(
         self,
@@ -69,23 +69,26 @@ class HeldStatuses(Generic[Obj, Status]):
         current: Callable[[Key], Obj | None],
         *,
         unchanged: Callable[[Status, Obj], bool],
+        keys: Iterable[Key] | None = None,
     ) -> list[Key]:
-        """Writes the held Events in one batch, then each held status onto the object as stored now
-        (`current`; a key gone since is skipped, and so is a status `unchanged` against the stored
-        one). Returns the keys whose write met a conflict (another writer, e.g. the HTTP API): their
-        statuses stay held and the caller looks at them again."""
-        held, self.statuses = self.statuses, {}
-        batch, self.events = self.events, []
-        events.record_all(store, batch)
+        """Writes, per key (all, or `keys`), its held Events in order, then its held status onto the
+        object as stored now (`current`; a key gone since is skipped, and so is a status `unchanged`
+        against the stored one). Returns the keys whose write met a conflict (another writer, e.g.
+        the HTTP API): their statuses stay held and the caller looks at them again."""
+        chosen = sorted(set(self.statuses) | set(self.events)) if keys is None else sorted(keys)
         conflicted: list[Key] = []
-        for key in sorted(held):
+        for key in chosen:
+            events.record_all(store, self.events.pop(key, []))
+            if key not in self.statuses:
+                continue
+            status = self.statuses.pop(key)
             obj = current(key)
-            if obj is None or unchanged(held[key], obj):
+            if obj is None or unchanged(status, obj):
                 continue
             try:
-                written = store.update_status(obj.model_copy(update={"status": held[key]}))
+                written = store.update_status(obj.model_copy(update={"status": status}))
                 self.written[key] = written.metadata.resource_version
             except ConflictError:
-                self.statuses[key] = held[key]
+                self.statuses[key] = status
                 conflicted.append(key)
         return conflicted

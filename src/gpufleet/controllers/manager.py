@@ -113,8 +113,8 @@ class ControllerManager:
         self.kinds = sorted({kind for c in self.controllers for kind in c.kinds})
         self.cursor: str | None = None
         self.held = False
-        """Whether a runtime flushes the controllers once an instant has settled (else each step
-        ends with a flush)."""
+        """Whether a runtime steps the manager until it is quiet: then held writes wait for a step in
+        which nothing else was written (else each step ends with them)."""
         # Found once: a runtime-checkable protocol's isinstance is slow, and flushes are many.
         self.flushable = [c for c in self.controllers if isinstance(c, Flushable)]
 
@@ -134,15 +134,22 @@ class ControllerManager:
     def step(self, now: float) -> float | None:
         if self.cursor is None:
             self._resync(now)
+        before = self._own_writes()
         self._dispatch(now)
         wakes = []
         for controller in self.controllers:
             wake = controller.step(now)
             if wake is not None:
                 wakes.append(wake)
-        if not self.held:
+        # A store that cannot count this thread's writes (none of ours) gets the held writes each step.
+        if not self.held or before is None or self._own_writes() == before:
             self.flush(now)
         return min(wakes, default=None)
+
+    def _own_writes(self) -> int | None:
+        """The writes this thread has made to the store (`writes_by_this_thread`), where it counts."""
+        counter = getattr(self.store, "writes_by_this_thread", None)
+        return int(counter()) if counter is not None else None
 
     def _dispatch(self, now: float) -> None:
         assert self.cursor is not None

@@ -17,7 +17,7 @@ of `controllers.jobstate` that the Kubernetes operator follows too:
 What the store holds is read through `controllers.jobview`, a cache of jobs, workloads, pods and
 checkpoints kept from the store's events and caught up with its event log before each reconcile.
 A new status is held until the instant has settled (`controllers.heldstatus`): the job's status is
-written once per instant, its Events (one per transition, in order) in one batch before it.
+written once per instant, its Events (one per transition, in order) just before it.
 
 Restarts resume from the last checkpoint: the workload is queued again after `backoffSeconds`, and
 the twin (or the real job) resumes from the checkpoint's step.
@@ -112,8 +112,12 @@ class TrainingJobController(ViewedReconciler[JobView]):
             self.store.update(workload.model_copy(update={"spec": spec}))
         if status != job.status:
             why = _last_disruption(workload)
-            self._announce(job, status, why, now)
+            self._announce(key, job, status, why, now)
             self.held.hold(key, status)
+            if status.phase in jobstate.FINISHED:
+                # Final: nothing later at the instant changes it, and whoever waits for the end
+                # (a user, the simulator's recorder) sees it in this round.
+                self._write_held(now, keys=[key])
             if tracing.enabled():  # the job's trace is its Workload's, which the scheduler names too
                 lifecycle.job_changed(
                     workload.metadata.uid,
@@ -129,11 +133,13 @@ class TrainingJobController(ViewedReconciler[JobView]):
 
     def flush(self, now: float) -> None:
         """Writes the held Events and statuses (the manager calls it once the instant has settled)."""
-        if not self.held:
-            return
-        self.catch_up(now)
+        if self.held:
+            self.catch_up(now)
+            self._write_held(now)
+
+    def _write_held(self, now: float, keys: list[Key] | None = None) -> None:
         conflicted = self.held.flush(
-            self.store, self.view.jobs.get, unchanged=lambda status, job: status == job.status
+            self.store, self.view.jobs.get, unchanged=lambda status, job: status == job.status, keys=keys
         )
         for key in conflicted:
             self.enqueue(key, now)
@@ -191,10 +197,16 @@ class TrainingJobController(ViewedReconciler[JobView]):
         )
 
     def _announce(
-        self, job: TrainingJob, status: TrainingJobStatus, why: jobstate.Disruption | None, now: float
+        self,
+        key: Key,
+        job: TrainingJob,
+        status: TrainingJobStatus,
+        why: jobstate.Disruption | None,
+        now: float,
     ) -> None:
         for event in jobstate.job_events(job.status, status, why=why):
             self.held.announce(
+                key,
                 events.about(
                     job.kind,
                     job.name,
@@ -203,7 +215,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
                     message=event.message,
                     now=now,
                     type=event.type,
-                )
+                ),
             )
 
 

@@ -8,14 +8,14 @@ simulator) hands both to one `Runtime`.
 At each instant the participants are stepped round after round until a round in which they wrote
 nothing and no one is due: then, on a virtual clock, time jumps to the earliest wake-up; on the wall
 clock the driver sleeps until then (waking at least every `poll_seconds` to see writes made by the
-HTTP API). A participant that holds writes back until its instant has settled (`Settling`: status
-writes that would otherwise be made once per hand-off at one instant) is told so when the runtime is
-built, and its `flush(now)` runs after each round in which nothing else was written; what it writes
-then is one more round's change, so the others see it before the instant ends. Only the
-participants' own writes (those of the driver's thread) count: the HTTP API writes from other threads
-meanwhile, and a steady stream of its writes (a client deleting thousands of objects one by one) must
-not look like participants chasing each other. What it wrote is seen at the
-next round or the next settle.
+HTTP API). A participant that may hold writes back until a step of its own finds nothing else to
+write (`Settling`: status writes that would otherwise be made once per hand-off at one instant) is
+told so when the runtime is built: the runtime steps it again after any round with writes, so such a
+quiet step comes before the instant ends, and what it writes then the others see in one more round.
+Only the participants' own writes (those of the driver's thread) count: the HTTP API writes from
+other threads meanwhile, and a steady stream of its writes (a client deleting thousands of objects
+one by one) must not look like participants chasing each other. What it wrote is seen at the next
+round or the next settle.
 """
 
 from __future__ import annotations
@@ -43,11 +43,8 @@ class Settling(Protocol):
     as each hand-off of the instant moves it) and make them once, when nothing else is left to do."""
 
     def hold_until_settled(self) -> None:
-        """From now on, hold such writes until `flush` (before it, each step made them itself)."""
-        ...
-
-    def flush(self, now: float) -> None:
-        """Writes what was held back at `now`."""
+        """From now on, a runtime steps this participant until its steps are quiet: writes may be held
+        until a step that has nothing else to write (without a runtime, each step made them)."""
         ...
 
 
@@ -78,33 +75,24 @@ class Runtime:
         self.clock = clock
         self.participants = list(participants)
         self.poll_seconds = poll_seconds
-        self.settling = [p for p in self.participants if isinstance(p, Settling)]
-        for participant in self.settling:
-            participant.hold_until_settled()
+        for participant in self.participants:
+            if isinstance(participant, Settling):
+                participant.hold_until_settled()
 
     def settle(self) -> float | None:
         """Steps every participant until they change nothing at this instant; returns the next wake-up.
 
         A round counts as quiet when the participants wrote nothing in it, whatever other threads (the
-        HTTP API) wrote meanwhile: the participants see those writes at their next step. A quiet round
-        is followed by the held writes (`Settling.flush`); the instant has settled when they are none.
+        HTTP API) wrote meanwhile: the participants see those writes at their next step.
         """
         now = self.clock.now()
         for _ in range(MAX_ROUNDS):
             before = self.store.writes_by_this_thread()
             wakes = [p.step(now) for p in self.participants]
             due = [w for w in wakes if w is not None]
-            quiet = self.store.writes_by_this_thread() == before and all(w > now for w in due)
-            if quiet and not self.flush(now):
+            if self.store.writes_by_this_thread() == before and all(w > now for w in due):
                 return min(due) if due else None
         raise LivelockError(f"participants did not settle at t={now} after {MAX_ROUNDS} rounds")
-
-    def flush(self, now: float) -> bool:
-        """Has every `Settling` participant write what it held back; True if anything was written."""
-        before = self.store.writes_by_this_thread()
-        for participant in self.settling:
-            participant.flush(now)
-        return self.store.writes_by_this_thread() != before
 
     # ------------------------------------------------------------------- virtual time
     def run_until(self, end: float) -> None:
