@@ -40,6 +40,7 @@ from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
 from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
+from gpufleet.sim.heap import FrozenHeap
 from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
 from gpufleet.sim.philly import Trace, TraceJob
 from gpufleet.store.memory import MemoryStore
@@ -486,6 +487,7 @@ def simulate(
             store,
             config=options.scheduler,
             pool_status_seconds=QUIET_SECONDS,
+            pool_write_seconds=QUIET_SECONDS,
             queue_status_seconds=QUIET_SECONDS,
         )
         series = Series(start, options.bucket_seconds)
@@ -495,9 +497,12 @@ def simulate(
         wall = time.perf_counter()
         end = start + (days * 86400.0 if days is not None else 0.0)
         last_report = wall
+        # The run's state only grows; frozen, the cyclic collector stops walking it (sim.heap).
+        heap = stack.enter_context(FrozenHeap())
 
         def unfinished() -> bool:
             nonlocal last_report
+            heap.tick()
             if progress is not None and time.perf_counter() - last_report > 10:
                 last_report = time.perf_counter()
                 progress(
