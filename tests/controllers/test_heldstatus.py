@@ -19,6 +19,7 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.runtime import Event
 from gpufleet.api.training import TrainingJob
 from gpufleet.controllers.plane import build_manager
+from gpufleet.controllers.pools import PoolController
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 from gpufleet.twin.driver import Runtime
@@ -47,10 +48,11 @@ PHASES = ("Pending", "Admitted", "Running", "Succeeded", "Failed")
 
 
 class World:
-    def __init__(self, tmp_path: Path, *, held: bool) -> None:
+    def __init__(self, tmp_path: Path, *, held: bool, pool_write_seconds: float = 0.0) -> None:
         self.clock = VirtualClock()
         self.store = SqliteStore.open(tmp_path, synchronous="OFF", clock=self.clock.datetime)
-        manager = build_manager(self.store)
+        manager = build_manager(self.store, pool_write_seconds=pool_write_seconds)
+        self.pools = next(c for c in manager.controllers if isinstance(c, PoolController))
         self.runtime = Runtime(
             self.store, clock=self.clock, participants=[Twin(self.store, clock=self.clock), manager]
         )
@@ -145,3 +147,28 @@ def test_a_finished_job_and_the_pool_say_what_writing_at_once_said(worlds: tuple
     assert pools[0].idle_gpu_hours > 0
     assert pools[0].idle_cost == pytest.approx(pools[1].idle_cost)
     assert (pools[0].allocated_gpu_milli, pools[0].idle_gpus) == (0, 16)
+
+
+def test_a_pool_written_at_most_hourly_keeps_its_idle_hours_exact(tmp_path: Path) -> None:
+    """The simulator's pools (`pool_write_seconds`): the store's copy lags, the status does not."""
+    hourly = World(tmp_path / "hourly", held=True, pool_write_seconds=3600)
+    at_once = World(tmp_path / "at-once", held=False)
+    before = []
+    for world in (hourly, at_once):
+        before.append(world.store.resource_version)
+        world.submit()
+        world.runtime.run_for(1800)
+    writes = [
+        w.writes_since(v, "GPUPool").get("fixed", 0) for w, v in zip((hourly, at_once), before, strict=True)
+    ]
+    assert writes[0] == 0 < writes[1], "written less than hourly, where every change was written"
+    held = hourly.pools.held.effective(("", "fixed"), hourly.pool())
+    assert held.status.idle_gpu_hours == pytest.approx(at_once.pool().status.idle_gpu_hours)
+    assert held.status.allocated_gpu_milli == at_once.pool().status.allocated_gpu_milli
+    assert hourly.pool().status.idle_gpu_hours < held.status.idle_gpu_hours, "the stored copy lags"
+    version = hourly.store.resource_version
+    for world in (hourly, at_once):
+        world.runtime.run_for(3600)
+    assert hourly.writes_since(version, "GPUPool") == {"fixed": 1}, "an hour later it is written"
+    held = hourly.pools.held.effective(("", "fixed"), hourly.pool())
+    assert held.status.idle_gpu_hours == pytest.approx(at_once.pool().status.idle_gpu_hours)

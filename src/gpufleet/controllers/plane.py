@@ -25,17 +25,21 @@ def build_manager(
     config: SchedulerConfig | None = None,
     autoscaler: AutoscalerConfig | None = None,
     pool_status_seconds: float = STATUS_PERIOD,
+    pool_write_seconds: float = 0.0,
     queue_status_seconds: float = 0.0,
 ) -> ControllerManager:
     """`pool_status_seconds`: how often an unchanged pool's status (idle GPU-hours) is brought up to
     date; the job simulator, whose pools change with every pod, looks less often.
+    `pool_write_seconds`: the least time between two writes of a pool's status (0: once per instant
+    it changed), kept exact in the controller meanwhile; the job simulator, where nothing reads it,
+    writes it at most hourly.
     `queue_status_seconds`: the least time between two writes of queue status (0: after every
     change); the job simulator, where nothing reads it, writes it at most hourly."""
     controllers: list[Controller] = [
         SchedulingController(store, config=config, queue_status_seconds=queue_status_seconds),
         HealthController(store),
         TrainingJobController(store),
-        PoolController(store, status_period=pool_status_seconds),
+        PoolController(store, status_period=pool_status_seconds, write_period=pool_write_seconds),
         InferenceServiceController(store, config=autoscaler),
     ]
     return ControllerManager(store, controllers)

@@ -26,6 +26,9 @@ Cost. `status.idleGpuHours` integrates ready-but-unallocated GPUs over time and 
 the integral runs on from `idleCountedTime` with `idleGpus`, both in the status, so it survives a
 restart too. The status is held until the instant has settled (`controllers.heldstatus`) and written
 once: the integral gains nothing over an instant, so the one write holds what the last would have.
+With `write_period` (the job simulator's, where nothing reads a pool's status) a held status is
+written at most that often: it stays exact meanwhile, each reconcile integrating on from the held
+one, and only the store's copy lags.
 """
 
 from __future__ import annotations
@@ -75,10 +78,15 @@ class PoolController(ViewedReconciler[PoolView]):
     kinds: tuple[str, ...] = ("GPUPool", "Node", "Pod", "Workload")
     primary = "GPUPool"
 
-    def __init__(self, store: Store, *, status_period: float = STATUS_PERIOD) -> None:
+    def __init__(
+        self, store: Store, *, status_period: float = STATUS_PERIOD, write_period: float = 0.0
+    ) -> None:
         super().__init__(store)
         self.status_period = status_period
         """Seconds between two looks at a pool that nothing changed (its idle GPU-hours accrue)."""
+        self.write_period = write_period
+        """Least seconds between two writes of a pool's status (0: once per instant it changed)."""
+        self.written_at: dict[Key, float] = {}
         self.view = PoolView(store)
         """Pools, nodes, live pods and node demands, kept from events instead of listed each time."""
         self.node_pool = self.view.node_pool
@@ -111,6 +119,7 @@ class PoolController(ViewedReconciler[PoolView]):
         pools = view.pools
         stored = pools.get(name)
         if stored is None:
+            self.held.statuses.pop(key, None)
             for node in view.nodes_of(name):
                 self._delete_node(node.name)
             metrics.forget_pool(name)
@@ -144,15 +153,23 @@ class PoolController(ViewedReconciler[PoolView]):
         return min(self.status_period, wake) if wake is not None else self.status_period
 
     def flush(self, now: float) -> None:
-        """Writes the held statuses (the manager calls it once the instant has settled)."""
-        if not self.held:
+        """Writes the held statuses that are due (the manager calls it once the instant has settled)."""
+        due = [
+            key
+            for key in self.held.statuses
+            if now - self.written_at.get(key, float("-inf")) >= self.write_period
+        ]
+        if not due:
             return
         self.catch_up(now)
         conflicted = self.held.flush(
             self.store,
             lambda key: self.view.pools.get(key[1]),
             unchanged=lambda status, pool: _comparable(status) == _comparable(pool.status),
+            keys=due,
         )
+        for key in due:
+            self.written_at[key] = now
         for key in conflicted:
             self.enqueue(key, now)
 
