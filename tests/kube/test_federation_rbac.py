@@ -216,7 +216,12 @@ def federation_requests() -> list[tuple[tuple[str, str], Request]]:
     cache = CopyCache(Recorder(fed.workers["w2"], ACCESS_SA, log), watch_seconds=1)
     cache.start()
     deadline = time.monotonic() + 10
-    while cache.managed() is None or not any(who == ACCESS_SA and r.verb == "watch" for who, r in log):
+    watched = {"trainingjobs", "inferenceservices", "events"}  # the copies and their Events
+
+    def watching() -> set[str]:
+        return {r.resource for who, r in log if who == ACCESS_SA and r.verb == "watch"}
+
+    while cache.managed() is None or not cache.events.synced or watching() < watched:
         assert time.monotonic() < deadline, "the watched copies did not sync"
         time.sleep(0.02)
     cache.close()

@@ -8,7 +8,7 @@ are the client's `GpuFleetError`s, an unreachable plane included.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from gpufleet.api.checkpoint import Checkpoint
@@ -24,7 +24,7 @@ from gpufleet.cli.client import PREFIX, Client
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.federation.join import JoinedWorker, JoinSettings, worker_token
-from gpufleet.federation.link import Managed, ManagerLink, WorkerClient
+from gpufleet.federation.link import EventPage, Managed, ManagerLink, WorkerClient
 from gpufleet.fleet.state import FleetState
 from gpufleet.store.protocol import Store
 
@@ -33,6 +33,11 @@ R = TypeVar("R", bound=Resource)
 TIMEOUT_SECONDS = 5.0
 """Of each request between planes: an unreachable plane must not stall a pass for long."""
 
+
+CHANGES = "/v1/changes"
+EVENT_PAGE = 1000
+"""Events a page of the change log holds (the server's most); a read follows at most `EVENT_PAGES`."""
+EVENT_PAGES = 20
 
 PLURALS = {"TrainingJob": "trainingjobs", "InferenceService": "inferenceservices"}
 
@@ -87,9 +92,26 @@ class HttpWorker:
             *(_parsed(item, InferenceService) for item in services),
         ]
 
-    def list_events(self, namespace: str) -> list[Event]:
-        answer = self.client.get(f"{PREFIX}/namespaces/{namespace}/events")
-        return [_parsed(item, Event) for item in answer["items"]]
+    def read_events(self, namespaces: Collection[str], since: str | None) -> EventPage:
+        """A cursor reads the worker's change log of Events (`GET /v1/changes`, page after page): only
+        what it wrote since; the manager's token there sees only those about managed work. No cursor
+        lists each namespace, and the oldest list's resourceVersion is where the next read goes on."""
+        if since is None:
+            events: list[Event] = []
+            versions = []
+            for namespace in namespaces:
+                answer = self.client.get(f"{PREFIX}/namespaces/{namespace}/events")
+                versions.append(int(answer["metadata"]["resourceVersion"]))
+                events += [_parsed(item, Event) for item in answer["items"]]
+            return events, str(min(versions)) if versions else None
+        events, cursor = [], since
+        for _ in range(EVENT_PAGES):
+            answer = self.client.get(CHANGES, kind="Event", resourceVersion=cursor, limit=EVENT_PAGE)
+            events += [_parsed(c["object"], Event) for c in answer["items"] if c["type"] != "DELETED"]
+            if answer["resourceVersion"] == cursor:
+                break  # caught up with the worker
+            cursor = answer["resourceVersion"]
+        return events, cursor
 
     def list_queues(self) -> list[Queue]:
         return [_parsed(item, Queue) for item in self.client.get(f"{PREFIX}/queues")["items"]]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from gpufleet.api.training import TrainingJob
 from gpufleet.cli.client import ServerUnreachableError
 from gpufleet.controllers.plane import build_manager
 from gpufleet.controllers.scheduling import SchedulingController
-from gpufleet.federation.link import Managed
+from gpufleet.federation.link import EventPage, Managed
 from gpufleet.federation.mirror import FederationController
 from gpufleet.federation.worker import WorkerAgent
 from gpufleet.fleet.state import FleetState
@@ -90,9 +90,17 @@ class StoreWorker:
         self.link.check()
         return [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
 
-    def list_events(self, namespace: str) -> list[Event]:
+    def read_events(self, namespaces: Collection[str], since: str | None) -> EventPage:
         self.link.check()
-        return list(self.store.list(Event, namespace=namespace))
+        # The head first: every Event up to it is in the answer, so reading on from it misses nothing.
+        head = self.store.resource_version
+        if since is None:
+            listed = [e for ns in namespaces for e in self.store.list(Event, namespace=ns)]
+            return listed, head
+        changes = self.store.events_since(since, kinds=["Event"])  # GoneError when compacted past it
+        events = [c.object for c in changes if c.type != "DELETED" and isinstance(c.object, Event)]
+        last = changes[-1].resource_version if changes else 0
+        return events, str(max(int(head), last, int(since)))
 
     def list_queues(self) -> list[Queue]:
         self.link.check()

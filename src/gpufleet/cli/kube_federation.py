@@ -32,6 +32,7 @@ import typer
 
 from gpufleet.cli.kube import CONTEXT, KUBECONFIG, LOG_FORMAT, _transport
 from gpufleet.federation.mirror import FederationController
+from gpufleet.federation.reach import LIVE_DEADLINE_SECONDS, WorkerReach
 from gpufleet.federation.worker import WorkerAgent
 from gpufleet.fleet.state import FleetState
 from gpufleet.kube.federation import KubeManagerLink, ManagerStore, connect_kube
@@ -75,9 +76,12 @@ class ManagerLoop:
         connect_transport: Callable[[dict[str, object]], Transport] | None = None,
         clock: Callable[[], float] = time.time,
         watch_workers: bool = False,
+        reach: WorkerReach | None = None,
     ) -> None:
         """`watch_workers`: each worker's jobs and services are watched, not listed every pass (what
-        `gpufleet kube manager` does; the unit tests' virtual clock steps passes faster than a watch)."""
+        `gpufleet kube manager` does; the unit tests' virtual clock steps passes faster than a watch).
+        `reach`: how a pass calls the workers (`federation.reach`; `gpufleet kube manager` gives each
+        worker's calls a deadline, so one that hangs does not hold up the others)."""
         self.caches: weakref.WeakSet[CopyCache] = weakref.WeakSet()
         """The watched copies of the workers' clients (a client replaced closes its own)."""
         self.controller = FederationController(
@@ -86,6 +90,7 @@ class ManagerLoop:
             manager=manager,
             grace_seconds=grace_seconds,
             period_seconds=period_seconds,
+            reach=reach,
         )
         self.period_seconds = period_seconds
         self.clock = clock
@@ -177,6 +182,7 @@ def manager(
         grace_seconds=grace_seconds,
         period_seconds=period_seconds,
         watch_workers=watch_workers,
+        reach=WorkerReach(deadline_seconds=LIVE_DEADLINE_SECONDS),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -44,6 +44,7 @@ from gpufleet.cli.timescale import clock_for
 from gpufleet.controllers.plane import build_manager
 from gpufleet.federation.join import JoinSettings, join_secret, token_secret
 from gpufleet.federation.mirror import FederationController
+from gpufleet.federation.reach import LIVE_DEADLINE_SECONDS, WorkerReach
 from gpufleet.observability import metrics
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.server.app import create_app
@@ -158,7 +159,10 @@ def build(
     for obj in to_manager:
         manager.store.apply(obj)
     controller = FederationController(
-        manager.store, connect_embedded(manager.store), grace_seconds=grace_seconds
+        manager.store,
+        connect_embedded(manager.store),
+        grace_seconds=grace_seconds,
+        reach=WorkerReach(deadline_seconds=LIVE_DEADLINE_SECONDS),
     )
     manager.runtime = Runtime(manager.store, clock=clock, participants=[controller])
     for worker in workers:

@@ -3,7 +3,7 @@
 - `WorkerClient`: what the manager does in a worker (create a managed TrainingJob or InferenceService,
   list the copies for their status, delete one when the work moves or is deleted in the manager; give
   the work's queue its quota there, and delete that queue once nothing there names it; read the
-  worker's Events).
+  worker's Events from a cursor, so a long event history is not read again every period).
 - `ManagerLink`: what a worker does in the manager (read its Cluster, write the Cluster's status).
 
 The embedded implementations speak the HTTP API of `gpufleet up` (`cli/federation_http.py`, over the
@@ -13,6 +13,7 @@ free of HTTP and lets tests cut the network between planes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
 from gpufleet.api.checkpoint import Checkpoint
@@ -44,6 +45,12 @@ FENCED = "gpufleet.io/fenced"
 """On a worker's copy: the worker stopped it because its lease lapsed; it never starts again there."""
 
 
+EventPage = tuple[list[Event], str | None]
+"""Events a worker wrote after a cursor, and the cursor to read on from (a resourceVersion, or the link's
+own count); None when the link cannot read from a cursor: the next read lists again. A plain tuple, so
+that `kube/`, which does not import this package, gives the same type."""
+
+
 class WorkerClient(Protocol):
     """The manager's reach into one worker. Errors raise `GpuFleetError` (unreachable included)."""
 
@@ -63,8 +70,10 @@ class WorkerClient(Protocol):
         """Every TrainingJob and InferenceService of the worker (all namespaces)."""
         ...
 
-    def list_events(self, namespace: str) -> list[Event]:
-        """The worker's Events in a namespace."""
+    def read_events(self, namespaces: Collection[str], since: str | None) -> EventPage:
+        """The worker's Events in `namespaces` written (or changed) after the cursor `since`; None: all of
+        them. `GoneError` when the worker no longer keeps what came after `since`: read again from None.
+        Events outside `namespaces` may be in the page (a cursor follows the whole worker)."""
         ...
 
     def list_queues(self) -> list[Queue]:

@@ -20,6 +20,11 @@ Each pass, at `now`:
    `pendingReason`;
 5. brings the queues it made in each answering worker to what it grants there now.
 
+The calls to workers in steps 2 and 5 go through `WorkerReach` (`federation.reach`): a worker whose
+call failed or ran late is left alone for a few passes (not read, not written, not dispatched to)
+while its lease alone decides whether its work moves, and with a deadline one slow worker does not
+hold up the pass for the others.
+
 The manager plane runs no scheduler of its own: its jobs run only in workers. A worker is reached
 through `connect(cluster)` (a `WorkerClient`); an unreachable worker leaves its jobs as they are
 until its lease says otherwise.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Literal
 
 from gpufleet.api.cluster import Cluster
@@ -52,6 +58,7 @@ from gpufleet.federation.link import (
     MANAGED_BY,
     MODEL,
     MOVED,
+    EventPage,
     Managed,
     WorkerClient,
 )
@@ -65,6 +72,7 @@ from gpufleet.federation.managed import (
     workload_of,
 )
 from gpufleet.federation.manager import manager_view
+from gpufleet.federation.reach import WorkerReach
 from gpufleet.federation.sync import (
     EventMirror,
     Key,
@@ -81,6 +89,9 @@ from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import Store
 
 log = logging.getLogger(__name__)
+
+_Read = tuple[list[Managed], dict[Key, Managed], EventPage | None]
+"""What a pass reads from a worker: its jobs and services, this manager's copies there, its new Events."""
 
 SOURCE = "federation"
 """The source of the manager's own Events (the workers' mirrored ones name their cluster)."""
@@ -99,7 +110,10 @@ class FederationController:
         manager: str = "manager",
         grace_seconds: float = 5.0,
         period_seconds: float = 1.0,
+        reach: WorkerReach | None = None,
     ) -> None:
+        """`reach`: how the pass calls its workers (`federation.reach`); by default one after another,
+        backing off a worker whose call failed."""
         if grace_seconds < 0:
             raise ValueError(f"the lease grace must not be negative, got {grace_seconds}")
         self.store = store
@@ -109,6 +123,7 @@ class FederationController:
         self.period_seconds = period_seconds
         self.conditions = ClusterConditions(store)
         self.events = EventMirror(store)
+        self.reach = reach or WorkerReach()
         self._lease_ends: dict[str, float] = {}
         """Per cluster, when the lease of its newest heartbeat ends: kept when the Cluster is deleted."""
         self._clients: dict[str, WorkerClient] = {}
@@ -130,6 +145,9 @@ class FederationController:
         managed: list[Managed] = [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
         jobs = {key_of(obj): obj for obj in managed}
         copies = self._read_workers(clusters.values(), jobs, now)
+        for name, summary in view.dispatcher.clusters.items():
+            if name not in copies:  # out of reach this pass: what is sent there would wait on a timeout
+                summary.accepting = False
         waiting: list[tuple[Managed, Workload]] = []
         unreported: list[tuple[str, int | None, str | None, GangShape]] = []
         for job in jobs.values():
@@ -165,8 +183,12 @@ class FederationController:
             else:
                 reason = PendingReason(type=decision.reason, message=decision.message)
                 self._set_status(job, _waiting_status(job, reason, now))
+        resizes: dict[str, Callable[[], None]] = {}
         for name in copies:
-            self._resize_grants(clusters[name], queues, grants)
+            if self.reach.available(name, now):  # a dispatch there may have failed just now
+                client = self._client(clusters[name])
+                resizes[name] = partial(self._resize_grants, name, client, queues, grants)
+        self.reach.run(resizes, now)
         return now + self.period_seconds
 
     # ------------------------------------------------------------------ held work
@@ -174,25 +196,37 @@ class FederationController:
         self, clusters: Iterable[Cluster], jobs: Mapping[Key, Managed], now: float
     ) -> dict[str, dict[Key, Managed]]:
         """Each answering worker's copies, read once; copies the manager no longer holds there are
-        deleted, and the worker's Events about those it holds are mirrored."""
-        found: dict[str, dict[Key, Managed]] = {}
+        deleted, and the worker's Events about those it holds are mirrored. Workers silent past their
+        lease, and those `reach` leaves alone for now, are not called."""
+        calls: dict[str, Callable[[], _Read]] = {}
+        clients: dict[str, WorkerClient] = {}
         for cluster in clusters:
-            if self._lease_lost(cluster, now):
+            if self._lease_lost(cluster, now) or not self.reach.available(cluster.name, now):
                 continue  # silent: not worth a timeout each pass; cleaned up once it reports again
             try:
-                client = self._client(cluster)
-                listed = client.list_managed()
-                copies = copies_in(listed, self.manager)
-                for key in stale_copies(cluster.name, copies, jobs):
-                    client.delete(*key)
-                    del copies[key]
+                clients[cluster.name] = client = self._client(cluster)
             except GpuFleetError as exc:
-                log.warning("cluster %s: cannot read its jobs: %s", cluster.name, exc)
+                log.warning("cluster %s: cannot connect to it: %s", cluster.name, exc)
                 continue
-            self._in_use[cluster.name] = queues_in_use(listed, copies, self.manager)
-            self.events.mirror(cluster.name, client, copies, now)
-            found[cluster.name] = copies
+            calls[cluster.name] = partial(self._read_worker, cluster.name, client, jobs, now)
+        found: dict[str, dict[Key, Managed]] = {}
+        for name, (listed, copies, page) in self.reach.run(calls, now).items():
+            self._in_use[name] = queues_in_use(listed, copies, self.manager)
+            self.events.copy(name, clients[name], copies, page)
+            found[name] = copies
         return found
+
+    def _read_worker(
+        self, cluster: str, client: WorkerClient, jobs: Mapping[Key, Managed], now: float
+    ) -> _Read:
+        """The calls of a pass that read one worker (they may run off the pass's thread: they write
+        nothing into the manager's store)."""
+        listed = client.list_managed()
+        copies = copies_in(listed, self.manager)
+        for key in stale_copies(cluster, copies, jobs):
+            client.delete(*key)
+            del copies[key]
+        return listed, copies, self.events.fetch(cluster, client, copies, now)
 
     def _still_held(
         self,
@@ -240,14 +274,16 @@ class FederationController:
         self, job: Managed, cluster: Cluster | None, reason: str, why: str, stopped_at: float, now: float
     ) -> None:
         """Ends the cluster's hold: its copy is deleted where it can be, and the job waits for a cluster
-        again with its history (restarts, lost work until `stopped_at`) carried in annotations."""
-        if cluster is not None:
+        again with its history (restarts, lost work until `stopped_at`) carried in annotations. A worker
+        that `reach` leaves alone is not asked (a lost cluster's hundreds of jobs would each wait on a
+        timeout): its copies go once it answers again."""
+        if cluster is not None and self.reach.available(cluster.name, now):
             try:
                 self._client(cluster).delete(*key_of(job))
             except GpuFleetError as exc:
-                # Unreachable: it fenced the copy itself when its lease lapsed; the copy is removed
-                # when it comes back (what is left there is marked with an older generation).
-                log.warning("cluster %s: cannot remove %s: %s", cluster.name, job.describe(), exc)
+                # It fenced the copy itself when its lease lapsed, or it stopped it; the copy is removed
+                # when it answers again (`sync.stale_copies`: the job is no longer held there).
+                self.reach.failed(cluster.name, now, f"cannot remove {job.describe()}: {exc}")
         status, carried = taken_back(job, stopped_at)
         dropped = (CLUSTER, MODEL, MOVED, LOST, SEQUENCE)
         annotations = {k: v for k, v in job.metadata.annotations.items() if k not in dropped} | carried
@@ -291,7 +327,7 @@ class FederationController:
                 client.put_checkpoint(checkpoint)
             client.create(copy)
         except GpuFleetError as exc:
-            log.warning("cluster %s: cannot create %s: %s", cluster.name, job.describe(), exc)
+            self.reach.failed(cluster.name, now, f"cannot create {job.describe()}: {exc}")
             return False
         annotations = dict(job.metadata.annotations)
         annotations.update({CLUSTER: cluster.name, GENERATION: str(generation), MODEL: decision.model or ""})
@@ -315,29 +351,28 @@ class FederationController:
         if current is None or not same_grant(current, wanted):
             client.apply_queue(wanted)
 
-    def _resize_grants(self, cluster: Cluster, queues: Mapping[str, Queue], grants: Grants) -> None:
+    def _resize_grants(
+        self, cluster: str, client: WorkerClient, queues: Mapping[str, Queue], grants: Grants
+    ) -> None:
         """Keeps each queue the manager made in an answering worker at what it grants there now: it
         shrinks as work ends or leaves, and follows the manager queue's other settings; once nothing
-        there names it any more, it is deleted."""
-        try:
-            client = self._client(cluster)
-            for current in client.list_queues():
-                grant = grants.with_(cluster.name, current.name, {})
-                in_use = self._in_use.get(cluster.name, {current.name})
-                if unused_queue(current, self.manager, grant, in_use):
-                    try:
-                        client.delete_queue(current.name)
-                    except ConflictError as exc:  # work the pass's list did not show names it: kept
-                        log.info("cluster %s: queue %s stays: %s", cluster.name, current.name, exc)
-                    continue
-                queue = queues.get(current.name)
-                if current.metadata.annotations.get(MANAGED_BY) != self.manager or queue is None:
-                    continue
-                wanted = worker_queue(queue, grant, manager=self.manager)
-                if not same_grant(current, wanted):
-                    client.apply_queue(wanted)
-        except GpuFleetError as exc:
-            log.warning("cluster %s: cannot bring its queues to their grants: %s", cluster.name, exc)
+        there names it any more, it is deleted. (It may run off the pass's thread: it writes only in the
+        worker.)"""
+        for current in client.list_queues():
+            grant = grants.with_(cluster, current.name, {})
+            in_use = self._in_use.get(cluster, {current.name})
+            if unused_queue(current, self.manager, grant, in_use):
+                try:
+                    client.delete_queue(current.name)
+                except ConflictError as exc:  # work the pass's list did not show names it: kept
+                    log.info("cluster %s: queue %s stays: %s", cluster, current.name, exc)
+                continue
+            queue = queues.get(current.name)
+            if current.metadata.annotations.get(MANAGED_BY) != self.manager or queue is None:
+                continue
+            wanted = worker_queue(queue, grant, manager=self.manager)
+            if not same_grant(current, wanted):
+                client.apply_queue(wanted)
 
     def _client(self, cluster: Cluster) -> WorkerClient:
         # A worker that joins again (another URL, a new token) is reached with what it joined with.

@@ -5,8 +5,8 @@ of `kube/` this module does not import the federation; `cli.kube_federation` run
 - `KubeWorker` is the manager's `WorkerClient` for a Kubernetes worker: gpufleet's kinds through a
   `KubeStore` on the worker's API server, which the kubeconfig in the Secret its Cluster names
   (`spec.connection.kubeconfigSecretRef`, a core/v1 Secret in the manager cluster) reaches. The
-  worker's Events are core/v1 Events, read as gpufleet Events. Its jobs and services may be watched
-  rather than listed each pass (`kube.worker_cache`).
+  worker's Events are core/v1 Events, read as gpufleet Events. Its jobs and services, and its Events
+  about them, may be watched rather than listed each pass (`kube.worker_cache`).
 - `KubeManagerLink` is a worker's `ManagerLink`: its Cluster object, a custom resource in the manager
   cluster, read and its status written (409 on a stale resourceVersion, as the protocol asks).
 - `ManagerStore` is the Store the manager's `FederationController` runs on: a `KubeStore` whose Events
@@ -23,7 +23,7 @@ import base64
 import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime
 from typing import TypeVar, overload
 
@@ -50,6 +50,8 @@ from gpufleet.kube.worker_cache import CopyCache
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Resource)
+EventPage = tuple[list[Event], str | None]
+"""`federation.link.EventPage`: Events after a cursor, and where to read on (None: list again)."""
 Managed = TrainingJob | InferenceService
 """What a manager dispatches (`federation.link.Managed`: this package does not import the federation,
 whose protocols these classes implement structurally; `cli.kube_federation` puts them together)."""
@@ -120,16 +122,20 @@ class KubeWorker:
         with reaching(self.where):
             return [*self.store.list(TrainingJob), *self.store.list(InferenceService)]
 
-    def list_events(self, namespace: str) -> list[Event]:
-        with reaching(self.where):
-            answer = self.api.request("GET", EVENT.collection(namespace))
-        events = []
-        for raw in answer.get("items") or []:
-            try:
-                events.append(Event.model_validate(gpufleet_event(raw)))
-            except pydantic.ValidationError:
-                continue  # an Event without a time or a name: nothing to mirror
-        return events
+    def read_events(self, namespaces: Collection[str], since: str | None) -> EventPage:
+        """With a cache, the Events its feed saw after the cursor (`kube.worker_events`); without one, or
+        while the feed cannot be trusted, each namespace listed whole (no cursor: the next read lists
+        again)."""
+        if self.cache is not None:
+            self.cache.start()
+            watched = self.cache.events_after(namespaces, since)
+            if watched is not None:
+                return _events(watched[0]), watched[1]
+        listed: list[Json] = []
+        for namespace in namespaces:
+            with reaching(self.where):
+                listed += self.api.request("GET", EVENT.collection(namespace)).get("items") or []
+        return _events(listed), None
 
     def list_queues(self) -> list[Queue]:
         with reaching(self.where):
@@ -161,6 +167,16 @@ class KubeWorker:
             if exc.status != 409:
                 raise
         self._namespaces.add(name)
+
+
+def _events(raw: Iterable[Json]) -> list[Event]:
+    events = []
+    for item in raw:
+        try:
+            events.append(Event.model_validate(gpufleet_event(item)))
+        except pydantic.ValidationError:
+            continue  # an Event without a time or a name: nothing to mirror
+    return events
 
 
 class KubeManagerLink:

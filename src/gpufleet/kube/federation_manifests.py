@@ -160,7 +160,12 @@ MANAGER_ACCESS_RULES: tuple[Rule, ...] = (
         "a moved job's last Checkpoint, written before its copy so it resumes from it",
     ),
     ("gpufleet.io", ("checkpoints/status",), ("patch",), "that Checkpoint marked Complete"),
-    ("", ("events",), ("list",), "the worker's Events about managed work, mirrored into the manager"),
+    (
+        "",
+        ("events",),
+        ("list", "watch"),
+        "the worker's Events about managed work, mirrored into the manager: watched (or listed each period)",
+    ),
 )
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

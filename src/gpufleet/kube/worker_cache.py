@@ -15,13 +15,16 @@ Two rules keep what `KubeWorker.list_managed` answers as true as a list:
   failed after their last success (a watch that broke, a relist refused), the cache is not used: the
   caller lists, as without a cache, and an API server that does not answer raises as before. A watch
   round lasts `watch_seconds`, so even a server that hangs without closing shows within that.
+
+The worker's Events about jobs and services are watched beside them (`kube.worker_events`), so the
+manager's event mirror reads only what the worker wrote since its last read.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from gpufleet.api.inference import InferenceService
@@ -31,6 +34,7 @@ from gpufleet.kube.informer import Backoff, Informer
 from gpufleet.kube.resources import resource_for
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import ApiError, Json, Transport
+from gpufleet.kube.worker_events import EventFeed
 
 Managed = TrainingJob | InferenceService
 Key = tuple[str, str, str]
@@ -78,6 +82,8 @@ class CopyCache:
         self._watch_seconds = watch_seconds
         self._health = _Health(api)
         self._informers = self._follow()
+        self.events = EventFeed(self._health, watch_seconds=watch_seconds)
+        """The worker's Events about jobs and services, watched by the same rules (`kube.worker_events`)."""
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._started = False
@@ -106,11 +112,13 @@ class CopyCache:
                 self._stop = threading.Event()
                 self._health = _Health(self._api)
                 self._informers = self._follow()
+                self.events = EventFeed(self._health, watch_seconds=self._watch_seconds)
                 self._models.clear()
             self._started = True
-            informers, stop = list(self._informers.values()), self._stop
+            informers, events, stop = list(self._informers.values()), self.events, self._stop
         for informer in informers:
             informer.start(stop)
+        events.start(stop)
 
     def close(self) -> None:
         self._stop.set()
@@ -118,6 +126,13 @@ class CopyCache:
     @property
     def closed(self) -> bool:
         return self._stop.is_set()
+
+    def events_after(self, namespaces: Collection[str], since: str | None) -> tuple[list[Json], str] | None:
+        """The worker's Events after the cursor (`EventFeed.read`); None while the feed cannot be trusted
+        (not listed yet, its last request failed, closed): the caller lists them."""
+        if self.closed or not self._health.healthy:
+            return None
+        return self.events.read(namespaces, since)
 
     def managed(self) -> list[Managed] | None:
         """Every job and service of the worker as it stands, with the manager's own writes (shared:
