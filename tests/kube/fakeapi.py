@@ -239,6 +239,7 @@ class FakeApiServer:
             self._served(key)
         since = int(query.get("resourceVersion") or self.head)
         selector = LabelSelector.parse(str(query.get("labelSelector", "")) or None)
+        fields = _field_selector(str(query.get("fieldSelector", "")))
         bookmarks = bool(query.get("allowWatchBookmarks"))
         deadline = time.monotonic() + min(timeout, float(query.get("timeoutSeconds", timeout)))
         while True:
@@ -262,8 +263,12 @@ class FakeApiServer:
                 since = rv
                 # As the API server's watch cache: an object that comes into the selection is ADDED,
                 # one that leaves it is DELETED, whatever the change was.
-                now_in = kind != "DELETED" and selector.matches(obj["metadata"].get("labels") or {})
-                was_in = before is not None and selector.matches(before)
+                # A field selector here names fields an object keeps (an Event's involvedObject).
+                fields_in = all((_field(obj, path) == value) is equal for path, equal, value in fields)
+                now_in = (
+                    fields_in and kind != "DELETED" and selector.matches(obj["metadata"].get("labels") or {})
+                )
+                was_in = fields_in and before is not None and selector.matches(before)
                 if now_in:
                     yield {"type": "MODIFIED" if was_in else "ADDED", "object": copy.deepcopy(obj)}
                 elif was_in:
