@@ -1,5 +1,5 @@
-"""The simulator freezes its long-lived objects out of the cyclic collector during a run, collects the
-cycles that die young, and leaves the collector as it found it."""
+"""The simulator keeps the cyclic collector off during a run, freezes what is alive at each of its own
+collections, frees the cycles that died before one, and leaves the collector as it found it."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()
     yield
     gc.unfreeze()
+    gc.enable()
 
 
 def test_objects_alive_at_a_freeze_leave_the_collector_until_the_run_ends() -> None:
@@ -77,6 +78,20 @@ def test_a_freeze_made_before_the_run_is_left_in_place() -> None:
     assert node.me is node
 
 
+def test_automatic_collection_is_off_during_the_run_and_back_after_it() -> None:
+    assert gc.isenabled()
+    with FrozenHeap():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with FrozenHeap():
+            pass
+        assert not gc.isenabled()  # a collector turned off before the run stays off
+    finally:
+        gc.enable()
+
+
 def test_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match="every must be at least 1"):
         FrozenHeap(every=0)
@@ -88,4 +103,4 @@ def test_a_simulation_leaves_nothing_frozen(tmp_path: Path) -> None:
     queues = jobfleet.trace_queues(trace.gpu_demand(), pools)
     result = jobsim.simulate(trace, pools, queues)
     assert len(result.jobs) == 20 and all(r.end is not None for r in result.jobs.values())
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
