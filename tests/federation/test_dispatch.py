@@ -153,3 +153,15 @@ def test_among_equally_priced_clusters_work_fills_the_fullest_that_fits_it() -> 
     assert cluster_of(d.dispatch(gang("x", 1, gpus=4), ClusterChoice(preferred=frozenset({"b"})))) == "b"
     assert cluster_of(d.dispatch(gang("small", 1, gpus=2))) == "b", "b has 12 free, a 16"
     assert cluster_of(d.dispatch(gang("gang", 2))) == "a", "a kept both hosts whole"
+
+
+def test_a_small_pod_fills_a_partial_host_in_any_cluster_before_it_breaks_a_whole_one() -> None:
+    """Best fit over the fleet's hosts, as one cluster of them all would place it: the fullest cluster
+    has only a whole host left for the pod, the other a partial host it fits, so the pod goes there and
+    both clusters keep a whole host for a one-host job."""
+    d = dispatcher(worker("a", racks=1), worker("b", racks=1))  # 2 hosts of 8 each
+    only = {name: ClusterChoice(allowed=frozenset({name})) for name in ("a", "b")}
+    assert cluster_of(d.dispatch(gang("four", 1, gpus=4), only["a"])) == "a"  # a: hosts 4 and 8 free
+    assert cluster_of(d.dispatch(gang("seven", 1, gpus=7), only["b"])) == "b"  # b: hosts 1 and 8 free
+    assert cluster_of(d.dispatch(gang("three", 1, gpus=3))) == "a", "a's host of 4, not b's whole host"
+    assert {cluster_of(d.dispatch(gang(f"host-{i}", 1))) for i in range(2)} == {"a", "b"}

@@ -9,8 +9,10 @@ order), the dispatcher:
 2. keeps those its queue's quota, fleet-wide, admits now;
 3. ranks the clusters that take new work (not draining, within their lease) and that its queue allows:
    preferred clusters first, then the cheapest (price of the model x GPUs), then the model order, then
-   the fewest free GPUs of the model (best fit: work fills the fullest cluster it fits, so the emptier
-   ones keep room for gangs that must fit inside one cluster), then the name (deterministic);
+   best fit: the tightest host for the gang's biggest pod (`take.tightest_host`: a small pod fills a
+   partial host in any cluster before it breaks a whole one, as one cluster's best fit over all its
+   hosts would), then the fewest free GPUs of the model (work fills the fullest cluster it fits, so the
+   emptier ones keep room for gangs that must fit inside one cluster), then the name (deterministic);
 4. takes the first (cluster, model) whose summary the gang fits now (`federation.take`: gang and required
    topology inside one cluster), charges the queue and takes the gang out of that summary until the
    cluster's next heartbeat replaces it.
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.labels import LabelSelector
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
-from gpufleet.federation.take import GangShape, take
+from gpufleet.federation.take import GangShape, take, tightest_host
 from gpufleet.fleet.request import GPU_MILLI, GpuKind
 from gpufleet.scheduler.flavors import candidate_models, split_flavor, usage_of
 from gpufleet.scheduler.quota import QuotaShortfall, QuotaUsage
@@ -140,8 +142,10 @@ class Dispatcher:
                 for summary_model in (model,) if model is not None else tuple(cluster.models):
                     if summary_model in cluster.models:
                         cost = cluster.price(summary_model) * sum(usage.values()) / GPU_MILLI
-                        free = cluster.models[summary_model].free_gpus
-                        key = (cluster.name not in choice.preferred, cost, index, free, cluster.name)
+                        summary = cluster.models[summary_model]
+                        tightest = tightest_host(summary, gang)
+                        not_preferred = cluster.name not in choice.preferred
+                        key = (not_preferred, cost, index, tightest, summary.free_gpus, cluster.name)
                         candidates.append((key, cluster, summary_model, usage))
         if not candidates and not gang.whole and not gang.share and not gang.mig:
             # CPU-only work needs no GPU model: any allowed cluster that takes work.

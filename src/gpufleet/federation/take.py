@@ -76,6 +76,22 @@ def spread(histogram: Histogram, amount: int) -> None:
         amount -= taken
 
 
+def tightest_host(summary: ModelSummary, gang: GangShape) -> int:
+    """Free whole GPUs on the host the gang's biggest pod would take (the smallest with room for it).
+
+    The dispatcher ranks equally priced clusters by it, so a small pod goes to the cluster whose free
+    GPUs are already broken up the most tightly around it, as one cluster's best fit over all its
+    hosts would place it, instead of breaking a whole host in the fullest cluster while another has a
+    partial host it fits. A gang required on one host or NVLink domain is one pod. 0 for a gang with no
+    whole-GPU pod (the host does not matter to it); past any host when none has room (it does not fit).
+    """
+    if not gang.whole:
+        return 0
+    pod = gang.whole_gpus if gang.required in (HOST_LEVEL, NVLINK_LEVEL) else max(gang.whole)
+    fitting = [free for free in summary.free_domains.get(HOST_LEVEL, {}) if free >= pod]
+    return min(fitting, default=summary.gpus + 1)
+
+
 def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> ModelSummary | str:
     """The summary with the gang taken out, or why it does not fit (a short phrase naming what lacks).
 
