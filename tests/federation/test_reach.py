@@ -11,9 +11,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
+from pydantic import SecretStr
 
 from gpufleet.api import Cluster, load_objects
 from gpufleet.api.cluster import DispatchCount
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret, SecretSpec
 from gpufleet.api.training import TrainingJob
 from gpufleet.cli.client import ServerUnreachableError
 from gpufleet.cli.fedtwin import Link, StoreWorker
@@ -196,6 +199,22 @@ def test_a_failing_worker_is_left_alone_for_a_while_and_its_lease_still_decides(
     fed.manager.create(job("c"))
     fed.controller.step(START + 12)
     assert fed.cluster_of("c") == "w1", "answering again: it gets work again"
+
+
+def test_a_worker_that_joins_again_is_reached_at_once_whatever_its_old_client_met() -> None:
+    fed = Fleet(WorkerReach(backoff_seconds=2.0))
+    fed.report(START)
+    fed.controller.step(START)
+    lossy = fed.links["w1"]
+    lossy.mode = "fail"  # the join revoked the old token: the old client is refused ...
+    fed.controller.step(START + 1)
+    lossy.mode = "ok"
+    lossy.calls.clear()
+    # ... and the join's new token, in the Secret the Cluster names, gives the manager a new client.
+    fed.manager.apply(Secret(metadata=ObjectMeta(name="w1-token", namespace=SYSTEM_NAMESPACE),
+                             spec=SecretSpec(data={"token": SecretStr("new")})))  # fmt: skip
+    fed.controller.step(START + 1.5)
+    assert lossy.calls["list_managed"] == 1, "read at once, not after the old client's back-off"
 
 
 def test_a_worker_silent_past_its_lease_loses_its_work_without_a_call_per_job() -> None:

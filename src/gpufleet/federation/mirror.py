@@ -201,13 +201,17 @@ class FederationController:
         calls: dict[str, Callable[[], _Read]] = {}
         clients: dict[str, WorkerClient] = {}
         for cluster in clusters:
-            if self._lease_lost(cluster, now) or not self.reach.available(cluster.name, now):
+            if self._lease_lost(cluster, now):
                 continue  # silent: not worth a timeout each pass; cleaned up once it reports again
             try:
-                clients[cluster.name] = client = self._client(cluster)
+                # First: a worker that joined again is reached anew, whatever its old client met.
+                client = self._client(cluster)
             except GpuFleetError as exc:
                 log.warning("cluster %s: cannot connect to it: %s", cluster.name, exc)
                 continue
+            if not self.reach.available(cluster.name, now):
+                continue
+            clients[cluster.name] = client
             calls[cluster.name] = partial(self._read_worker, cluster.name, client, jobs, now)
         found: dict[str, dict[Key, Managed]] = {}
         for name, (listed, copies, page) in self.reach.run(calls, now).items():
@@ -379,6 +383,8 @@ class FederationController:
         key = f"{cluster.name} {connection_version(self.store, cluster)}"
         if key not in self._clients:
             self._clients[key] = self.connect(cluster)
+            # What the old connection met (a token revoked by the new join) says nothing of this one.
+            self.reach.succeeded(cluster.name)
         return self._clients[key]
 
     # ------------------------------------------------------------------ writes

@@ -90,6 +90,7 @@ class WorkerReach:
         log.warning("cluster %s: %s; not called again for %.0f s", cluster, why, delay)
 
     def succeeded(self, cluster: str) -> None:
+        """A call answered, or the worker is reached anew (it joined again): no back-off."""
         with self._lock:
             state = self._workers.get(cluster)
             if state is not None:
