@@ -105,6 +105,40 @@ def test_a_plane_reports_once_joined_and_fences_its_managed_work_when_unjoined(s
     assert job.metadata.annotations[MANAGED_BY] == "manager"
 
 
+def test_joining_the_same_manager_again_keeps_the_work_and_another_manager_fences_it(
+    store: SqliteStore,
+) -> None:
+    """A join mints a new token each time: joining the same manager again (to change the lease, say)
+    must not stop the work that manager placed here, while a join to another manager must."""
+    manager = Manager()
+    links: list[JoinSettings] = []
+
+    def link(settings: JoinSettings) -> ManagerLink:
+        links.append(settings)
+        return manager
+
+    worker = JoinedWorker(store, link, lambda: FleetState(), heartbeat_seconds=2.0)
+    store.apply(load_objects(MANAGED)[0])
+    store.apply(join_secret(JoinSettings("http://manager:8080", "token-1", "w1")))
+    worker.step(0.0)
+    assert not store.get(TrainingJob, "llm", "team").spec.suspend
+
+    renewed = JoinSettings("http://manager:8080", "token-2", "w1")
+    store.apply(join_secret(renewed))
+    worker.step(1.0)
+    job = store.get(TrainingJob, "llm", "team")
+    assert not job.spec.suspend and FENCED not in job.metadata.annotations, "the same manager: work goes on"
+    assert links[-1] == renewed, "the manager is reached with the new token"
+    beats = manager.beats
+    worker.step(3.0)
+    assert manager.beats > beats, "the same lease is renewed"
+
+    store.apply(join_secret(JoinSettings("http://other:8080", "token-3", "w1")))
+    worker.step(4.0)
+    job = store.get(TrainingJob, "llm", "team")
+    assert job.spec.suspend and job.metadata.annotations[FENCED] == "LeaseExpired", "another manager"
+
+
 def test_a_short_lease_is_renewed_four_times_over(store: SqliteStore) -> None:
     """A 10 s lease with 5 s heartbeats would lapse after one lost heartbeat; the agent beats every
     2.5 s instead, once it has learnt the lease from the manager's first ack."""

@@ -120,6 +120,11 @@ def read_join(store: Store) -> JoinSettings | None:
     return JoinSettings(url, token, cluster)
 
 
+def _token_only(old: JoinSettings | None, new: JoinSettings) -> bool:
+    """Whether `new` names the manager and cluster `old` named (with another token)."""
+    return old is not None and (old.url, old.cluster) == (new.url, new.cluster)
+
+
 class JoinedWorker:
     """A plane's participant: a `WorkerAgent` for the manager its join Secret names, while it names one."""
 
@@ -145,7 +150,14 @@ class JoinedWorker:
         if now >= self.next_check:
             self.next_check = now + self.check_seconds
             settings = read_join(self.store)
-            if settings != self.settings:
+            renewed = settings is not None and self.agent is not None and _token_only(self.settings, settings)
+            if settings != self.settings and renewed:
+                # The plane joined the same manager again, which mints a new token: the lease and the
+                # work it covers go on, reached with the new token.
+                assert settings is not None and self.agent is not None
+                self.settings = settings
+                self.agent.manager = self.link(settings)
+            elif settings != self.settings:
                 self.settings = settings
                 if self.agent is not None:
                     self.agent.leave(now)
