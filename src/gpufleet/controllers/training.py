@@ -51,6 +51,11 @@ from gpufleet.observability import tracing
 from gpufleet.store.protocol import Store, WatchEvent
 
 PREFIX = "job-"
+SETTLED = ("Running", *jobstate.FINISHED)
+"""Phases written at once rather than held: the hand-offs of an instant (workload made, admitted,
+pods started) end in them, and a finished job's never changes again. Holding them too would only
+add a round to the instant (a checkpoint's, where the status changes once) before the write, and
+make whoever waits for a job's end (a user, the simulator's recorder) see it a round later."""
 
 
 def workload_name(job: str) -> str:
@@ -114,9 +119,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
             why = _last_disruption(workload)
             self._announce(key, job, status, why, now)
             self.held.hold(key, status)
-            if status.phase in jobstate.FINISHED:
-                # Final: nothing later at the instant changes it, and whoever waits for the end
-                # (a user, the simulator's recorder) sees it in this round.
+            if status.phase in SETTLED:
                 self._write_held(now, keys=[key])
             if tracing.enabled():  # the job's trace is its Workload's, which the scheduler names too
                 lifecycle.job_changed(
