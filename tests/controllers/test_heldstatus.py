@@ -17,7 +17,8 @@ import pytest
 from gpufleet.api import load_objects
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.runtime import Event
-from gpufleet.api.training import TrainingJob
+from gpufleet.api.training import TrainingJob, TrainingJobStatus
+from gpufleet.controllers.heldstatus import HeldStatuses
 from gpufleet.controllers.plane import build_manager
 from gpufleet.controllers.pools import PoolController
 from gpufleet.store.sqlite import SqliteStore
@@ -172,3 +173,27 @@ def test_a_pool_written_at_most_hourly_keeps_its_idle_hours_exact(tmp_path: Path
     assert hourly.writes_since(version, "GPUPool") == {"fixed": 1}, "an hour later it is written"
     held = hourly.pools.held.effective(("", "fixed"), hourly.pool())
     assert held.status.idle_gpu_hours == pytest.approx(at_once.pool().status.idle_gpu_hours)
+
+
+def test_a_held_status_that_meets_another_writer_stays_held_and_is_written_on_a_fresh_object(
+    tmp_path: Path,
+) -> None:
+    """In `gpufleet up` the HTTP API may change the job between the controller's look and the
+    write: the write is refused, the status kept for the next flush, never lost."""
+    store = SqliteStore.open(tmp_path, synchronous="OFF")
+    job = store.create(next(o for o in load_objects(JOBS) if isinstance(o, TrainingJob)))
+    key = ("team", job.name)
+    held: HeldStatuses[TrainingJob, TrainingJobStatus] = HeldStatuses()
+    held.hold(key, job.status.model_copy(update={"phase": "Admitted"}))
+    store.update(job.model_copy(update={"spec": job.spec.model_copy(update={"replicas": 1})}))
+    assert held.flush(store, lambda _: job, unchanged=lambda s, j: s == j.status) == [key]
+    assert store.get(TrainingJob, job.name, "team").status.phase == "Pending"
+    assert held.effective(key, job).status.phase == "Admitted", "still held"
+
+    def fresh(_: object) -> TrainingJob:
+        return store.get(TrainingJob, job.name, "team")
+
+    assert held.flush(store, fresh, unchanged=lambda s, j: s == j.status) == []
+    written = fresh(None)
+    assert written.status.phase == "Admitted" and written.spec.replicas == 1
+    assert held.echo(key, written), "the controller's own write, not looked at again"

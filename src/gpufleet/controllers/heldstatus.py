@@ -5,9 +5,10 @@ running), each in its own settle round, and each round's reconcile computed a ne
 it: three writes of the job at its submission, with a pool status write for every pod that came or
 went. The status a user or a watcher reads after the instant is the last one; the ones before it
 lived for no time at all. So the TrainingJob and pool controllers hold each computed status here
-and write it once the control plane is quiet: at the end of a manager step in which no controller
-wrote anything else (under a runtime; a manager stepped by hand writes at the end of every step).
-The Events announcing each transition are kept in order and written just before the status.
+(the TrainingJob controller a job's until it runs) and write it once the control plane is quiet:
+at the end of a manager step in which no controller wrote anything else (under a runtime; a
+manager stepped by hand writes at the end of every step). The Events announcing each transition
+are kept in order and written just before the status.
 
 While a status is held, the controller reads its object *with the held status* (`effective`), so
 every later reconcile at the instant decides from what it would have read had the status been
