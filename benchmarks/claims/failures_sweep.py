@@ -13,6 +13,9 @@ the restart time on all its GPUs; the model line is that, at the claim's rate:
 `--gang-gpus 8192` runs three 8,192-GPU gangs instead of six of 4,096 (the same GPUs).
 A window holds few failures (4.8 expected in 12 h), so the measured figure also scales to the claim's
 rate: baseline - (baseline - goodput) x expected failures / failures seen.
+The committed traces are drawn for 12 h (`--days 0.5`); for another window the sweep draws the same
+trace at that length (make_traces.failures_trace), so the gangs still run through the window and the
+fill backlog lasts it.
 
 Run from the repository root:
     .venv/bin/python benchmarks/claims/failures_sweep.py --restart 5m --intervals 15m,30m,1h,2h [--days 0.5]
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +34,11 @@ from gpufleet.sim import jobfleet, jobreport, jobsim, philly
 from gpufleet.sim.options import parse_duration
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # make_traces sits beside this script; benchmarks/ is not a package
+import make_traces  # noqa: E402
+
+TRACE_DAYS = 0.5
+"""The window the committed traces are drawn for."""
 FLEET_GPUS = 25_000
 GANG_GPUS = 6 * 4096
 """GPUs in gangs: six of 4,096 or three of 8,192."""
@@ -38,6 +48,16 @@ MTBF = 2.5 * 3600
 def trace_file(gang: int) -> Path:
     """The trace of gangs of `gang` GPUs (make_traces.py: 4,096, the default, and 8,192)."""
     return HERE / "traces" / ("failures-25k.csv" if gang == 4096 else f"failures-25k-{gang}.csv")
+
+
+def trace_for(gang: int, days: float, folder: Path) -> Path:
+    """The committed trace for the 12 h window; for another window the same trace drawn at its length
+    into `folder` (the committed one would end inside it: gangs that finish, a fill backlog that runs out)."""
+    if days == TRACE_DAYS:
+        return trace_file(gang)
+    path = folder / f"failures-25k-{gang}-{days:g}d.csv"
+    make_traces.write(path, make_traces.failures_trace(days=days, job_gpus=gang))
+    return path
 
 
 def run(
@@ -74,7 +94,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gang-gpus", type=int, default=4096, choices=(4096, 8192))
     args = parser.parse_args()
-    path = trace_file(args.gang_gpus)
+    path = trace_for(args.gang_gpus, args.days, Path(tempfile.mkdtemp(prefix="failures-sweep-")))
     restart = parse_duration(args.restart, "--restart")
     hours = args.days * 24
     expected = hours * 3600 / MTBF
