@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -107,6 +108,14 @@ def simulate(
         typer.Argument(metavar="[CONFIG.yaml]...", help="With --compare: the configurations to run."),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fault draws.")] = 0,
+    keep_events: Annotated[
+        bool,
+        typer.Option(
+            "--keep-events",
+            help="Keep the Events the controllers record (by default each is validated, counted by "
+            "reason and dropped: nothing in a simulation reads them, and they cost time and memory).",
+        ),
+    ] = False,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write report.md and PNG plots to this directory.")
     ] = None,
@@ -154,6 +163,7 @@ def simulate(
             report=report,
             data_dir=data_dir,
             as_json=as_json,
+            keep_events=keep_events,
         )
         return
     policy = policy or "gpufleet"
@@ -175,6 +185,7 @@ def simulate(
         spot_interruptions_per_day=parse_spot(spot) if spot else 0.0,
         seed=seed,
         gang_slowdown=parse_slowdown(gang_slowdown) if gang_slowdown else {},
+        keep_events=keep_events,
     )
     err = Console(stderr=True, highlight=False, emoji=False)
     loaded = philly.load(philly.resolve(trace, data_dir))
@@ -231,6 +242,7 @@ def _compare(
     report: Path | None,
     data_dir: Path | None,
     as_json: bool = False,
+    keep_events: bool = False,
 ) -> None:
     """`--compare`: every configuration checked (files, fields, queues) before the first run starts."""
     from rich.console import Console
@@ -255,8 +267,9 @@ def _compare(
     runs = []
     for spec, pools, queue_objs in planned:
         err.print(f"run {spec.name} ({spec.path})")
+        options = dataclasses.replace(spec.options, keep_events=keep_events)
         result = jobsim.simulate(
-            loaded, pools, queue_objs, begin=begin, days=days, options=spec.options, progress=err.print
+            loaded, pools, queue_objs, begin=begin, days=days, options=options, progress=err.print
         )
         runs.append((spec, result))
     if as_json:  # one object per run, its name and policy first

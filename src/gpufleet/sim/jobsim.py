@@ -94,6 +94,11 @@ class SimOptions:
     gang_slowdown: Mapping[str, float] = field(default_factory=dict)
     """Per topology level, how many times slower a gang computes when it spans domains of it (the
     twin reads where its pods were placed; `TwinConfig.gang_slowdown`)."""
+    keep_events: bool = False
+    """Keep the Events the controllers record (for a state directory to be inspected afterwards).
+    By default the store validates each and drops it, counting it by reason (`SimResult.events`):
+    nothing in a simulation reads an Event, and keeping them cost CPU on every job and most of a long
+    run's memory (docs/simulation.md, "Events are not kept")."""
 
 
 def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:
@@ -220,6 +225,8 @@ class SimResult:
     peak_allocated: float = 0.0
     double_booked: list[str] = field(default_factory=list)
     """GPUs found held by two live pods at once (an invariant: always empty)."""
+    events: dict[str, int] = field(default_factory=dict)
+    """Events recorded and dropped unkept, by reason (empty with `SimOptions.keep_events`)."""
 
     @property
     def capacity(self) -> int:
@@ -465,11 +472,18 @@ def simulate(
         spot_interruptions_per_node_hour=options.spot_interruptions_per_day / 24.0,
         seed=options.seed,
     )
+    discard = () if options.keep_events else ("Event",)
     with contextlib.ExitStack() as stack:
         store: SimStore = (
-            SqliteStore.open(state_dir, synchronous="OFF", clock=clock.datetime, event_retention=EVENTS_KEPT)
+            SqliteStore.open(
+                state_dir,
+                synchronous="OFF",
+                clock=clock.datetime,
+                event_retention=EVENTS_KEPT,
+                discard_kinds=discard,
+            )
             if state_dir is not None
-            else MemoryStore(clock=clock.datetime, event_retention=EVENTS_KEPT)
+            else MemoryStore(clock=clock.datetime, event_retention=EVENTS_KEPT, discard_kinds=discard)
         )
         stack.callback(store.close)
         store.apply_many([*pools, *queues])
@@ -536,4 +550,5 @@ def simulate(
             cycles=cycles,
             peak_allocated=recorder.peak_allocated,
             double_booked=recorder.double_booked,
+            events={reason: n for (_, reason), n in sorted(store.discarded.items())},
         )

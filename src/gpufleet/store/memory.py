@@ -25,7 +25,7 @@ import builtins
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TypeVar, overload
 from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.discard import Discards
 from gpufleet.store.fresh import fresh
 from gpufleet.store.objects import (
     Json,
@@ -91,11 +92,19 @@ class MemoryStore(ObjectWrites):
 
     `event_retention` is how many recent events the log keeps; a watch from further back raises
     `GoneError`. `clock` stamps creation and deletion times (the simulator passes a virtual one).
+    `discard_kinds`: kinds validated on create but neither stored nor logged (`store.discard`).
     """
 
-    def __init__(self, *, event_retention: int = 10_000, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        *,
+        event_retention: int = 10_000,
+        clock: Callable[[], datetime] = utc_now,
+        discard_kinds: Iterable[str] = (),
+    ) -> None:
         if event_retention < 1:
             raise ValueError("event_retention must be at least 1")
+        self._discards = Discards(discard_kinds)
         self._retention = event_retention
         self._clock = clock
         self._lock = threading.RLock()

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.discard import Discards
 from gpufleet.store.eventtail import EventTail, TailEvent
 from gpufleet.store.objects import (
     STORED,
@@ -95,6 +96,7 @@ class SqliteStore(ObjectWrites):
 
     `event_retention` is how many recent events the watch log keeps; a watch from further back
     raises `GoneError`. `clock` stamps creation and deletion times (the twin passes a virtual one).
+    `discard_kinds`: kinds validated on create but neither stored nor logged (`store.discard`).
     """
 
     def __init__(
@@ -104,9 +106,11 @@ class SqliteStore(ObjectWrites):
         synchronous: Synchronous = "FULL",
         event_retention: int = 10_000,
         clock: Callable[[], datetime] = utc_now,
+        discard_kinds: Iterable[str] = (),
     ) -> None:
         if event_retention < 1:
             raise ValueError("event_retention must be at least 1")
+        self._discards = Discards(discard_kinds)
         self._path = str(path)
         self._retention = event_retention
         self._clock = clock

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.discard import Discards
 from gpufleet.store.objects import (
     Json,
     RolledBack,
@@ -45,6 +47,13 @@ class ObjectWrites(ABC):
     """create, update, update_status, apply, delete and their batches over a store's primitives."""
 
     _clock: Callable[[], datetime]
+    _discards: Discards
+    """Kinds validated on create but not kept (`store.discard`); each store sets it, empty by default."""
+
+    @property
+    def discarded(self) -> Counter[tuple[str, str]]:
+        """(kind, reason) -> objects validated on create and dropped, not stored (`discard_kinds`)."""
+        return self._discards.counts
 
     # ------------------------------------------------------------------ what each store provides
 
@@ -71,6 +80,9 @@ class ObjectWrites(ABC):
 
     def create(self, obj: R) -> R:
         info, data = dumped(obj)
+        if info.kind in self._discards.kinds:
+            with translated(obj):  # no transaction: nothing is stored, no version taken
+                return same_kind(obj, self._discards.created(info, data, self._clock()))
         with translated(obj), self._transaction():
             created = self._create_locked(info, data)
         return same_kind(obj, created)
