@@ -33,10 +33,17 @@ def test_jobs_sorted_by_submission_relative_to_the_first(tmp_path: Path) -> None
     assert [j.name for j in trace.window(100.0, None).jobs] == ["j2"]
 
 
+def test_times_read_zero_padded_or_not(tmp_path: Path) -> None:
+    path = write(tmp_path, "2016-02-29 23:59:59,66.0,1,66.0,aa\n2016-3-1 0:0:9,66.0,1,66.0,aa\n")
+    assert [j.submit for j in philly.load(path).jobs] == [0.0, 10.0]
+
+
 @pytest.mark.parametrize(
     ("row", "field", "says"),
     [
         ("2017-10-09,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
+        ("2017-02-29 07:01:55,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
+        ("2017-10-09 24:00:00,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
         ("2017-10-09 07:01:55,soon,1,66,aa", "duration", "not a number"),
         ("2017-10-09 07:01:55,-5,1,66,aa", "duration", "positive"),
         ("2017-10-09 07:01:55,66,1.5,66,aa", "num_gpus", "whole number"),

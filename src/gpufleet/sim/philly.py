@@ -21,6 +21,7 @@ repository, then the user's cache).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +35,9 @@ from gpufleet.sim.datasets import data_dirs
 PHILLY_FILE = Path("philly-derived-pollux") / "philly.csv"
 COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+# The trace's own form of TIME_FORMAT (zero-padded): read by hand, a tenth of strptime's cost, which was
+# most of loading the trace's 82,000 rows; anything else strptime still reads or refuses.
+_PADDED_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 TRACE_NAMES = {"philly": PHILLY_FILE}
 DAY = 86400.0
 
@@ -130,10 +134,19 @@ def load(path: str | Path) -> Trace:
     return Trace(path, start, jobs)
 
 
+def _timestamp(text: str) -> float:
+    """Seconds since the epoch of a TIME_FORMAT time in UTC; ValueError if it is not one."""
+    match = _PADDED_TIME.fullmatch(text)
+    if match is None:
+        return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
+    year, month, day, hour, minute, second = map(int, match.groups())
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+
+
 def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, float, int, str, str | None]:
     text = values["timestamp"]
     try:
-        submit = datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
+        submit = _timestamp(text)
     except ValueError:
         raise DataError(
             f"not a time of the form YYYY-MM-DD HH:MM:SS: {text!r}", path=where, line=line, field="timestamp"
