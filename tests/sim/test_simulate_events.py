@@ -57,7 +57,7 @@ def test_cli_keep_events_reaches_the_simulation(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(jobsim, "simulate", spy)
     trace = synthetic_trace(tmp_path / "trace.csv", 20)
     base = ["simulate", "--trace", str(trace), "--gpus", "64", "--start-day", "0", "--json"]
-    for extra in ([], ["--keep-events"]):
+    for extra in ([], ["--keep-events", "--state-dir", str(tmp_path / "kept")]):
         result = CliRunner().invoke(app, [*base, *extra])
         assert result.exit_code == 0, result.output
     assert seen == [False, True]

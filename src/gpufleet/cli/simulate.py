@@ -112,10 +112,21 @@ def simulate(
         bool,
         typer.Option(
             "--keep-events",
-            help="Keep the Events the controllers record (by default each is validated, counted by "
-            "reason and dropped: nothing in a simulation reads them, and they cost time and memory).",
+            help="Keep the Events the controllers record in the --state-dir store (by default each is "
+            "validated, counted by reason and dropped: nothing in a simulation reads them, and they cost "
+            "time and memory).",
         ),
     ] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            metavar="DIR",
+            help="Keep the simulated world in a SQLite store in DIR (with --compare, DIR/<run name>), to "
+            "look at with `gpufleet up --state DIR --no-runtime` and `gpufleet get ... --state DIR`; "
+            "DIR must not hold a gpufleet state yet.",
+        ),
+    ] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write report.md and PNG plots to this directory.")
     ] = None,
@@ -127,6 +138,7 @@ def simulate(
     its work is done. Prints JCT, queueing delay, utilisation and goodput."""
     from rich.console import Console
 
+    from gpufleet.cli import simstate
     from gpufleet.sim import jobfleet, jobreport, jobsim, philly
 
     if gpus is not None and fleet is not None:
@@ -135,6 +147,12 @@ def simulate(
         raise ValidationError(f"must be a positive number of days, got {days}", obj="--days")
     if start_day is not None and (not math.isfinite(start_day) or start_day < 0):
         raise ValidationError(f"must be zero or more days, got {start_day}", obj="--start-day")
+    if keep_events and state_dir is None:
+        # An error, not a warning: without a state directory the kept Events die with the in-memory
+        # store, so the flag would only make the run slower.
+        raise ValidationError(
+            "Events are kept only in a state directory: give --state-dir DIR", obj="--keep-events"
+        )
     if compare or configs:
         per_run = {
             "--policy": policy,
@@ -164,6 +182,7 @@ def simulate(
             data_dir=data_dir,
             as_json=as_json,
             keep_events=keep_events,
+            state_dir=state_dir,
         )
         return
     policy = policy or "gpufleet"
@@ -187,6 +206,8 @@ def simulate(
         gang_slowdown=parse_slowdown(gang_slowdown) if gang_slowdown else {},
         keep_events=keep_events,
     )
+    if state_dir is not None:  # before the trace is read: a refusal should not wait for it
+        simstate.check_fresh(state_dir)
     err = Console(stderr=True, highlight=False, emoji=False)
     loaded = philly.load(philly.resolve(trace, data_dir))
     pools = (
@@ -200,11 +221,18 @@ def simulate(
         raise ValidationError("no job of the trace is submitted in the window", obj="--days")
     queue_objs = jobfleet.queues_for(policy, pools, window, queues)
     result = jobsim.simulate(
-        loaded, pools, queue_objs, begin=begin, days=days, options=options, progress=err.print
+        loaded,
+        pools,
+        queue_objs,
+        begin=begin,
+        days=days,
+        options=options,
+        state_dir=state_dir,
+        progress=err.print,
     )
     summary = jobreport.summarise(result)
     if as_json:
-        typer.echo(json.dumps({k: getattr(summary, k) for k in summary.__slots__}))
+        typer.echo(json.dumps(simstate.summary_json(summary, result)))
     else:
         out = Console(highlight=False, soft_wrap=True, emoji=False)
         s = summary
@@ -228,6 +256,8 @@ def simulate(
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate"
         files = jobreport.write_report(result, report, title=f"Simulation of {trace}", command=command)
         err.print(f"report: {files[0]}")
+    if state_dir is not None:
+        err.print(simstate.hint(state_dir), soft_wrap=True)
 
 
 def _compare(
@@ -243,10 +273,12 @@ def _compare(
     data_dir: Path | None,
     as_json: bool = False,
     keep_events: bool = False,
+    state_dir: Path | None = None,
 ) -> None:
     """`--compare`: every configuration checked (files, fields, queues) before the first run starts."""
     from rich.console import Console
 
+    from gpufleet.cli import simstate
     from gpufleet.sim import compare, jobfleet, jobreport, jobsim, philly
 
     specs = compare.load_configs(configs, seed=seed)
@@ -263,19 +295,26 @@ def _compare(
             else jobfleet.fleet_of_gpus(gpus or 2048, spot=spec.spot)
         )
         planned.append((spec, pools, compare.queues_of(spec, pools, window)))
+    dirs = simstate.run_dirs(state_dir, [spec.name for spec in specs]) if state_dir is not None else {}
     err = Console(stderr=True, highlight=False, emoji=False)
     runs = []
     for spec, pools, queue_objs in planned:
         err.print(f"run {spec.name} ({spec.path})")
         options = dataclasses.replace(spec.options, keep_events=keep_events)
         result = jobsim.simulate(
-            loaded, pools, queue_objs, begin=begin, days=days, options=options, progress=err.print
+            loaded,
+            pools,
+            queue_objs,
+            begin=begin,
+            days=days,
+            options=options,
+            state_dir=dirs.get(spec.name),
+            progress=err.print,
         )
         runs.append((spec, result))
     if as_json:  # one object per run, its name and policy first
         for spec, result in runs:
-            summary = jobreport.summarise(result)
-            figures = {k: getattr(summary, k) for k in summary.__slots__}
+            figures = simstate.summary_json(jobreport.summarise(result), result)
             typer.echo(json.dumps({"run": spec.name, "policy": spec.policy, **figures}))
     else:
         Console(highlight=False, soft_wrap=True, emoji=False).print(compare.table(runs))
@@ -283,3 +322,5 @@ def _compare(
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate --compare"
         files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
         err.print(f"report: {files[0]}")
+    for directory in dirs.values():
+        err.print(simstate.hint(directory), soft_wrap=True)
