@@ -40,6 +40,8 @@ def test_the_kept_world_and_its_events_are_read_by_get_and_events(cli: Cli, tmp_
         queues = cli("get", "queues", "-o", "name", *state)
         assert queues.code == 0, queues.err
         assert {"queue.gpufleet.io/vc-aa", "queue.gpufleet.io/vc-bb"} <= set(queues.out.split())
+        described = cli("describe", "queue", "vc-aa", *state)
+        assert described.code == 0 and "vc-aa" in described.out, described.err
         # The simulator collects a job once it finished (its record is in the summary): none is left.
         jobs = cli("get", "trainingjobs", "-A", "-o", "json", *state)
         assert jobs.code == 0, jobs.err
