@@ -25,8 +25,7 @@ import builtins
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -209,33 +208,9 @@ class MemoryStore(ObjectWrites):
 
     # -------------------------------------------------------------------------------- internals
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self) -> _Transaction:
         """Writes inside it are kept all together or, on any exception, undone all together."""
-        with self._lock:
-            if self._undo is not None:  # pragma: no cover - writes never nest
-                raise RuntimeError("a store transaction is already open")
-            undo = self._undo = _Undo(self._head, [])
-            try:
-                yield
-            except BaseException:
-                for table, key, previous in reversed(undo.objects):
-                    if previous is None:
-                        table.pop(key, None)
-                    else:
-                        table[key] = previous
-                while self._log and self._log[-1].version > undo.head:
-                    self._log.pop()
-                self._head = undo.head
-                raise
-            finally:
-                self._undo = None
-            written = self._head - undo.head
-            if written:
-                if self._head // COMPACT_EVERY > undo.head // COMPACT_EVERY:
-                    self._compact_locked(self._retention)
-                self._own.writes = self.writes_by_this_thread() + written
-                self._changed.notify_all()
+        return _Transaction(self)
 
     def _find(self, info: KindInfo, ns: str, name: str) -> Json | None:
         return self._objects.get(info.kind, {}).get((ns, name))
@@ -338,6 +313,49 @@ class MemoryStore(ObjectWrites):
     def _wake_watchers(self) -> None:
         with self._changed:
             self._changed.notify_all()
+
+
+class _Transaction:
+    """`MemoryStore._transaction`: a class, not a `contextmanager` generator, since every write opens
+    one and a generator's set-up and tear-down cost several times the work of these two calls."""
+
+    __slots__ = ("store", "undo")
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        store = self.store
+        store._lock.acquire()
+        if store._undo is not None:  # pragma: no cover - writes never nest
+            store._lock.release()
+            raise RuntimeError("a store transaction is already open")
+        self.undo = store._undo = _Undo(store._head, [])
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        store, undo = self.store, self.undo
+        try:
+            store._undo = None
+            if kind is not None:
+                for table, key, previous in reversed(undo.objects):
+                    if previous is None:
+                        table.pop(key, None)
+                    else:
+                        table[key] = previous
+                while store._log and store._log[-1].version > undo.head:
+                    store._log.pop()
+                store._head = undo.head
+                return  # the exception goes on
+            written = store._head - undo.head
+            if written:
+                if store._head // COMPACT_EVERY > undo.head // COMPACT_EVERY:
+                    store._compact_locked(store._retention)
+                store._own.writes = store.writes_by_this_thread() + written
+                store._changed.notify_all()
+        finally:
+            store._lock.release()
 
 
 if TYPE_CHECKING:  # mypy proves that MemoryStore implements the Store protocol

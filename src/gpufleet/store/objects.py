@@ -9,9 +9,8 @@ event log. These functions are those rules, kept in one place so the two stores 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import Any, TypeVar
 
 import pydantic
@@ -123,13 +122,25 @@ def validated(obj: Resource) -> tuple[KindInfo, Json]:
     return info, data
 
 
-@contextmanager
-def translated(obj: Resource) -> Iterator[None]:
-    """A refusal by the model's validation as a ValidationError naming `obj` and the field."""
-    try:
-        yield
-    except pydantic.ValidationError as exc:
-        raise translate_error(exc, obj=obj.describe()) from None
+class translated:
+    """A refusal by the model's validation as a ValidationError naming `obj` and the field.
+
+    A class, not a `contextmanager` generator: it wraps every store write, and a generator's
+    set-up and tear-down cost several times the two calls here."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Resource) -> None:
+        self.obj = obj
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, pydantic.ValidationError):
+            raise translate_error(exc, obj=self.obj.describe()) from None
 
 
 def check_version(info: KindInfo, obj: Resource, current: Json) -> None:
