@@ -25,55 +25,9 @@ from gpufleet.federation.link import CLUSTER
 from gpufleet.federation.manager import worker_status
 from gpufleet.federation.mirror import FederationController
 from gpufleet.federation.reach import WorkerReach
-from gpufleet.fleet.node import NodeSpec
-from gpufleet.fleet.state import FleetState
 from gpufleet.store.memory import MemoryStore
 
-START = 1_900_000_000.0
-MODEL = "H100-80GB"
-
-MANAGER = """
-apiVersion: gpufleet.io/v1alpha1
-kind: Queue
-metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 200}}}
----
-apiVersion: gpufleet.io/v1alpha1
-kind: Cluster
-metadata: {name: w1}
-spec:
-  connection: {embedded: {url: "http://w1.invalid", tokenSecretRef: {name: w1-token, key: token}}}
-  pricePerGPUHour: {H100-80GB: 1.0}
-  leaseSeconds: 60
----
-apiVersion: gpufleet.io/v1alpha1
-kind: Cluster
-metadata: {name: w2}
-spec:
-  connection: {embedded: {url: "http://w2.invalid", tokenSecretRef: {name: w2-token, key: token}}}
-  pricePerGPUHour: {H100-80GB: 2.0}
-  leaseSeconds: 60
-"""
-
-
-def job(name: str) -> TrainingJob:
-    obj = load_objects(
-        f"""
-apiVersion: gpufleet.io/v1alpha1
-kind: TrainingJob
-metadata: {{name: {name}, namespace: team}}
-spec: {{queue: team, replicas: 1, worker: {{gpus: 8, gpuModel: {MODEL}}}}}
-"""
-    )[0]
-    assert isinstance(obj, TrainingJob)
-    return obj
-
-
-def hosts(count: int) -> FleetState:
-    fleet = FleetState()
-    for i in range(count):
-        fleet.add_node(NodeSpec(f"h{i}", gpu_model=MODEL, gpus=8))
-    return fleet
+from .twoworkers import MANAGER, START, hosts, job
 
 
 class Troubled(StoreWorker):
