@@ -17,6 +17,7 @@ from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import Resource, api_version_field, kind_field
+from gpufleet.api.runtime import NodeTaint
 from gpufleet.api.status import ObjectStatus
 
 READY: Final = "Ready"
@@ -192,6 +193,22 @@ class ModelCapacity(ApiModel):
         default_factory=dict,
         description="Per topology level, how many domains have each count of free whole GPUs ({host: "
         "{'8': 1500, '3': 20}}: 1,500 hosts with 8 free, 20 with 3); what the manager dispatches on.",
+    )
+    host_cpu_milli: int | None = Field(
+        default=None,
+        ge=0,
+        description="The most allocatable CPU of one host of the model, in milli-CPU: a pod asking more "
+        "never fits there. Absent (a worker of an older release): taken as enough for any pod.",
+    )
+    host_memory_mib: int | None = Field(
+        default=None,
+        ge=0,
+        description="The most allocatable memory of one host of the model, in MiB; absent as for CPU.",
+    )
+    host_taints: list[NodeTaint] = Field(
+        default_factory=list,
+        description="The NoSchedule and NoExecute taints every host of the model carries (empty when one "
+        "has none): a pod that does not tolerate one of them never fits there.",
     )
 
     @field_validator("free_domains")

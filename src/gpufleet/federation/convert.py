@@ -19,9 +19,11 @@ from gpufleet.api.cluster import (
     SharingModeName,
 )
 from gpufleet.api.labels import LabelSelector
+from gpufleet.api.runtime import NodeTaint
 from gpufleet.federation.dispatch import ANY_CLUSTER, ClusterChoice
 from gpufleet.federation.summary import ClusterSummary, ModelSummary, ModeSummary
 from gpufleet.federation.unreported import ALL_COUNTED, Counted
+from gpufleet.fleet.request import Taint
 
 
 def choice_of(affinity: ClusterAffinity | None) -> ClusterChoice:
@@ -53,6 +55,12 @@ def capacity_status(models: dict[str, ModelSummary]) -> dict[str, ModelCapacity]
                 level: {str(free): count for free, count in sorted(histogram.items())}
                 for level, histogram in summary.free_domains.items()
             },
+            host_cpu_milli=summary.host_cpu_milli,
+            host_memory_mib=summary.host_memory_mib,
+            host_taints=[
+                NodeTaint.model_validate({"key": t.key, "value": t.value, "effect": t.effect})
+                for t in summary.taints
+            ],
         )
         for model, summary in models.items()
     }
@@ -77,6 +85,9 @@ def _model_summary(capacity: ModelCapacity) -> ModelSummary:
             for level, histogram in capacity.free_domains.items()
         },
         by_mode=by_mode,
+        host_cpu_milli=capacity.host_cpu_milli,
+        host_memory_mib=capacity.host_memory_mib,
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in capacity.host_taints),
     )
 
 

@@ -14,7 +14,8 @@ order), the dispatcher:
    hosts would), then the fewest free GPUs of the model (work fills the fullest cluster it fits, so the
    emptier ones keep room for gangs that must fit inside one cluster), then the name (deterministic);
 4. takes the first (cluster, model) whose summary the gang fits now (`federation.take`: gang and required
-   topology inside one cluster), charges the queue and takes the gang out of that summary until the
+   topology inside one cluster, and every GPU pod fits one of its hosts ever: CPU, memory, taints
+   every host carries), charges the queue and takes the gang out of that summary until the
    cluster's next heartbeat replaces it.
 
 A workload that does not fit any cluster now stays with the manager, with the reason; it is never split
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from gpufleet.api.labels import LabelSelector
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take, tightest_host
-from gpufleet.fleet.request import GPU_MILLI, GpuKind
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, Toleration
 from gpufleet.scheduler.flavors import candidate_models, split_flavor, usage_of
 from gpufleet.scheduler.quota import QuotaShortfall, QuotaUsage
 from gpufleet.scheduler.workload import Workload
@@ -82,8 +83,13 @@ def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
     whole: list[int] = []
     share: list[int] = []
     mig: list[str] = []
+    cpu = memory = 0
+    tolerations: set[tuple[Toleration, ...]] = set()
     for pod_set, count in zip(workload.pod_sets, counts, strict=True):
         request = pod_set.request
+        if count and request.kind is not GpuKind.NONE:
+            cpu, memory = max(cpu, request.cpu_milli), max(memory, request.memory_mib)
+            tolerations.add(request.tolerations)
         if request.kind is GpuKind.WHOLE:
             whole.extend([request.gpus] * count)
         elif request.kind is GpuKind.SHARE:
@@ -91,7 +97,15 @@ def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
         elif request.kind is GpuKind.MIG:
             assert request.mig is not None
             mig.extend([request.mig] * count)
-    return GangShape(tuple(whole), tuple(share), tuple(mig), workload.topology.required)
+    return GangShape(
+        tuple(whole),
+        tuple(share),
+        tuple(mig),
+        workload.topology.required,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        tolerations=tuple(sorted(tolerations, key=repr)),
+    )
 
 
 class Dispatcher:
@@ -162,7 +176,9 @@ class Dispatcher:
         return NotDispatched(
             workload.name,
             "NoCluster",
-            f"fits no cluster now ({len(candidates)} cluster and model pairs tried)",
+            f"fits no cluster now ({len(candidates)} cluster and model pairs tried"
+            + "".join(f"; {pair}: {why}" for pair, why in list(reasons.items())[:3])
+            + ")",
             {"clusters": reasons},
         )
 

@@ -11,6 +11,10 @@ Levels are the built-in `nvlink` and `host` and the worker's labelled levels (ra
 is a necessary condition, not a placement: the worker's own scheduler places the pods and may still
 find the free GPUs too scattered; then the workload waits there, or comes back to be dispatched again.
 
+Beside what is free now, a summary says what could ever fit on one host of the model: the largest
+allocatable CPU and memory of one host, and the taints every host carries. A pod asking more than that,
+or not tolerating such a taint, fits nowhere in the cluster however long it waits there.
+
 Pure: no I/O, no clock; `summarize` reads a FleetState and nothing else.
 """
 
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.fleet.node import SharingMode
-from gpufleet.fleet.request import GPU_MILLI
+from gpufleet.fleet.request import GPU_MILLI, SCHEDULING_EFFECTS, Taint
 from gpufleet.fleet.state import HOST_LEVEL, MODE_CODES, NVLINK_LEVEL, SHARE_MODES, WHOLE_MODES, FleetState
 
 Histogram = dict[int, int]
@@ -53,6 +57,14 @@ class ModelSummary:
     free_domains: dict[str, Histogram] = field(default_factory=dict)
     """Per level (nvlink, host, rack...), domains by free whole GPUs."""
     by_mode: dict[str, ModeSummary] = field(default_factory=dict)
+    host_cpu_milli: int | None = None
+    """The most allocatable CPU of one host of the model; None: not reported (an older worker), which the
+    dispatcher takes as enough for any pod."""
+    host_memory_mib: int | None = None
+    """The most allocatable memory of one host of the model; None as for CPU."""
+    taints: tuple[Taint, ...] = ()
+    """The NoSchedule and NoExecute taints every host of the model carries (none when one host has none):
+    a pod that does not tolerate one of them fits no host of the model."""
 
     def largest_free(self, level: str) -> int:
         """The most free whole GPUs in one domain of `level`; 0 when the level is unknown or full."""
@@ -70,6 +82,9 @@ class ModelSummary:
                 mode: ModeSummary(m.gpus, m.free_gpus, m.free_gpu_milli, dict(m.free_mig))
                 for mode, m in self.by_mode.items()
             },
+            host_cpu_milli=self.host_cpu_milli,
+            host_memory_mib=self.host_memory_mib,
+            taints=self.taints,
         )
 
 
@@ -101,8 +116,24 @@ def summarize(fleet: FleetState) -> dict[str, ModelSummary]:
                 summary.free_mig[profile] = free
         summary.free_domains = _domains(fleet, rows, whole)
         summary.by_mode = _by_mode(fleet, rows, usable, whole)
+        summary.host_cpu_milli = int(fleet.cpu_cap[rows].max())
+        summary.host_memory_mib = int(fleet.mem_cap[rows].max())
+        summary.taints = _common_taints(fleet, rows)
         result[model] = summary
     return result
+
+
+def _common_taints(fleet: FleetState, rows: np.ndarray) -> tuple[Taint, ...]:
+    """The scheduling taints on every one of `rows`, in the first row's order."""
+    if not fleet.tainted[rows].all():
+        return ()
+    first = list(dict.fromkeys(t for t in fleet.taints[int(rows[0])] if t.effect in SCHEDULING_EFFECTS))
+    common = set(first)
+    for row in rows[1:]:
+        common.intersection_update(fleet.taints[int(row)])
+        if not common:
+            return ()
+    return tuple(t for t in first if t in common)
 
 
 def _domains(fleet: FleetState, rows: np.ndarray, whole: np.ndarray) -> dict[str, Histogram]:

@@ -13,6 +13,10 @@ The gang's whole-GPU pods, shares and MIG instances are taken from a copy of one
   not know which rack a host is in, so it assumes the worst for the next big gang. The next heartbeat
   replaces the guess with the worker's count.
 
+Before any of that, `never_fits` keeps a gang off a cluster where one of its GPU pods fits no host of
+the model however long it waits: more CPU or memory than the largest host has, or a taint every host
+carries that the pod does not tolerate (the scheduling core's own rule, `fleet.request.untolerated`).
+
 Pure functions over small dictionaries: a histogram has one key per distinct free count (at most a
 node's or a domain's GPUs), so a check costs microseconds however many nodes the cluster has.
 """
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 from gpufleet.federation.summary import Histogram, ModelSummary
 from gpufleet.fleet.node import SharingMode
-from gpufleet.fleet.request import GPU_MILLI
+from gpufleet.fleet.request import GPU_MILLI, Toleration, untolerated
 from gpufleet.fleet.state import HOST_LEVEL, NVLINK_LEVEL
 
 DYNAMIC = SharingMode.DYNAMIC.value
@@ -38,6 +42,12 @@ class GangShape:
     share: tuple[int, ...] = ()
     mig: tuple[str, ...] = ()
     required: str | None = None
+    cpu_milli: int = 0
+    """The most CPU one GPU pod asks (CPU-only pods may run on hosts the summary does not count)."""
+    memory_mib: int = 0
+    """The most memory one GPU pod asks."""
+    tolerations: tuple[tuple[Toleration, ...], ...] = ()
+    """Each GPU pod set's tolerations: every one must tolerate the taints all hosts of the model carry."""
 
     @property
     def whole_gpus(self) -> int:
@@ -92,12 +102,29 @@ def tightest_host(summary: ModelSummary, gang: GangShape) -> int:
     return min(fitting, default=summary.gpus + 1)
 
 
+def never_fits(summary: ModelSummary, gang: GangShape) -> str | None:
+    """Why a GPU pod of the gang fits no host of the model ever, or None. A figure the worker did not
+    report (an older release) is taken as enough."""
+    if summary.host_cpu_milli is not None and gang.cpu_milli > summary.host_cpu_milli:
+        return f"a pod asks {gang.cpu_milli} milli-CPU, the largest host has {summary.host_cpu_milli}"
+    if summary.host_memory_mib is not None and gang.memory_mib > summary.host_memory_mib:
+        return f"a pod asks {gang.memory_mib} MiB of memory, the largest host has {summary.host_memory_mib}"
+    for tolerations in gang.tolerations:
+        taint = untolerated(summary.taints, tolerations)
+        if taint is not None:
+            return f"a pod does not tolerate {taint.key}={taint.value}:{taint.effect}, which every host has"
+    return None
+
+
 def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> ModelSummary | str:
     """The summary with the gang taken out, or why it does not fit (a short phrase naming what lacks).
 
     `levels` are the cluster's labelled levels from coarse to fine (zone, block, rack); `nvlink` and
     `host` come below them.
     """
+    never = never_fits(summary, gang)
+    if never is not None:
+        return never
     total = gang.whole_gpus
     if total > summary.free_gpus:
         return f"{total} free GPUs needed, {summary.free_gpus} free"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -39,6 +40,22 @@ class Toleration:
         if self.operator == "Exists":
             return not self.key or self.key == taint.key
         return self.key == taint.key and self.value == taint.value
+
+
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+"""The taint effects that keep a pod off a node (PreferNoSchedule only makes the node less liked)."""
+
+
+def untolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> Taint | None:
+    """The first of `taints` that keeps a pod with `tolerations` off a node carrying it, or None.
+
+    The one rule for nodes (the placement filter) and for a cluster's hosts (the federation's
+    dispatcher), so a workload is never sent to a cluster whose scheduler would refuse every host.
+    """
+    for taint in taints:
+        if taint.effect in SCHEDULING_EFFECTS and not any(tol.tolerates(taint) for tol in tolerations):
+            return taint
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet import cuda
-from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, untolerated
 from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
 from gpufleet.scheduler.placement.dra import partitions
 from gpufleet.sharing import mig
@@ -138,13 +138,9 @@ def capacity_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray
 
 def _taint_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp]) -> BoolArray:
     ok = np.ones(rows.size, dtype=np.bool_)
-    for i, row in enumerate(rows):
-        for taint in state.taints[row]:
-            if taint.effect not in ("NoSchedule", "NoExecute"):
-                continue
-            if not any(tol.tolerates(taint) for tol in request.tolerations):
-                ok[i] = False
-                break
+    for i in np.flatnonzero(state.tainted[rows]):
+        if untolerated(state.taints[rows[i]], request.tolerations) is not None:
+            ok[i] = False
     return ok
 
 
