@@ -7,13 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpufleet.api import Cluster, parse_object
+from gpufleet.api.labels import SPOT_TAINT
 from gpufleet.federation.convert import capacity_status, summary_of
 from gpufleet.federation.dispatch import Dispatched, Dispatcher, NotDispatched
 from gpufleet.federation.summary import ClusterSummary, summarize
 from gpufleet.fleet.node import NodeSpec
 from gpufleet.fleet.request import PodRequest, Taint, Toleration
 from gpufleet.fleet.state import FleetState
-from gpufleet.scheduler.quota import QuotaNode, QuotaTree, QuotaUsage
+from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree, QuotaUsage
 from gpufleet.scheduler.workload import PodSet, Workload
 
 H100 = "H100-80GB"
@@ -145,3 +146,14 @@ def reported(*, capacity: object = None, capacity_status: object = None) -> dict
     if capacity_status is not None:
         cluster.status.capacity = capacity_status  # type: ignore[assignment]
     return cluster.to_dict()
+
+
+def test_a_queue_with_a_spot_flavor_tolerates_a_spot_only_cluster_as_the_workers_operator_will() -> None:
+    spot_only = cluster("spot", fleet(4, taints=(Taint(SPOT_TAINT, "true", "NoSchedule"),)), price=1.0)
+    limits = {f"{H100}/spot": FlavorLimits(64_000), H100: FlavorLimits(64_000)}
+    with_spot = Dispatcher([spot_only], QuotaUsage(QuotaTree([QuotaNode("team", quotas=limits)])))
+    assert cluster_of(with_spot.dispatch(job("spot-ok"))) == "spot"
+    on_demand = QuotaTree([QuotaNode("team", quotas={H100: FlavorLimits(64_000)})])
+    decision = Dispatcher([spot_only], QuotaUsage(on_demand)).dispatch(job("on-demand"))
+    assert isinstance(decision, NotDispatched) and decision.reason == "NoCluster"
+    assert f"does not tolerate {SPOT_TAINT}=true:NoSchedule" in decision.message

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.api.labels import CORDONED_BY_ANNOTATION, POOL_LABEL
-from gpufleet.kube.config import (
-    DEVICE_PLUGIN_CONFIG_LABEL,
-    INTERRUPTION_ANNOTATION,
-    MIG_CONFIG_LABEL,
-    SPOT_TAINT,
-)
+from gpufleet.api.labels import CORDONED_BY_ANNOTATION, POOL_LABEL, SPOT_TAINT
+from gpufleet.kube.config import DEVICE_PLUGIN_CONFIG_LABEL, INTERRUPTION_ANNOTATION, MIG_CONFIG_LABEL
 from gpufleet.kube.fleet import pool_labels, unhealthy_reason
 from gpufleet.kube.operator import Operator
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.api.labels import LabelSelector
+from gpufleet.api.labels import SPOT_TAINT, LabelSelector
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take, tightest_host
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, Toleration
@@ -78,8 +78,14 @@ class NotDispatched:
 Decision = Dispatched | NotDispatched
 
 
-def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
-    """The pods a gang starts with (`counts` per pod set) as the summary counts them."""
+SPOT_TOLERATION = Toleration(SPOT_TAINT, "Exists", effect="NoSchedule")
+"""What the worker's operator adds to the pods of a queue with a spot flavor (`kube.owned`): the manager's
+copy of the workload does not carry it, so the dispatcher adds it, or it would skip a spot-only cluster."""
+
+
+def gang_shape(workload: Workload, counts: tuple[int, ...], added: tuple[Toleration, ...] = ()) -> GangShape:
+    """The pods a gang starts with (`counts` per pod set) as the summary counts them; `added` are
+    tolerations its pods get in the worker beside their own."""
     whole: list[int] = []
     share: list[int] = []
     mig: list[str] = []
@@ -89,7 +95,7 @@ def gang_shape(workload: Workload, counts: tuple[int, ...]) -> GangShape:
         request = pod_set.request
         if count and request.kind is not GpuKind.NONE:
             cpu, memory = max(cpu, request.cpu_milli), max(memory, request.memory_mib)
-            tolerations.add(request.tolerations)
+            tolerations.add(request.tolerations + added)
         if request.kind is GpuKind.WHOLE:
             whole.extend([request.gpus] * count)
         elif request.kind is GpuKind.SHARE:
@@ -147,7 +153,8 @@ class Dispatcher:
             if shortfall is None:
                 return NotDispatched(workload.name, "QuotaExceeded", "no flavor of its queue fits it")
             return NotDispatched(workload.name, "QuotaExceeded", shortfall.message(), shortfall.details())
-        gang = gang_shape(workload, counts)
+        spot = any(split_flavor(flavor)[1] == "spot" for flavor in node.quotas)
+        gang = gang_shape(workload, counts, (SPOT_TOLERATION,) if spot else ())
         candidates = []
         for cluster in self.clusters.values():
             if not cluster.accepting or not choice.allows(cluster):

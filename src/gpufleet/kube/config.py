@@ -43,7 +43,6 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 """Names the mig-parted configuration the GPU operator's MIG manager applies to the node."""
 SHARING_CONFIG_LABEL = "gpufleet.io/sharing-config"
 """Names the ConfigMap (in the operator's namespace) holding the configs the two labels above pick."""
-SPOT_TAINT = "gpufleet.io/spot"
 POOL_APPLIED_ANNOTATION = "gpufleet.io/pool-applied"
 """What the operator put on a Node for its pool (labels, taints), so it takes off only that."""
 

@@ -28,7 +28,13 @@ import json
 import logging
 from collections.abc import Sequence
 
-from gpufleet.api.labels import CAPACITY_TYPE_LABEL, CORDONED_BY_ANNOTATION, POOL_LABEL, LabelSelector
+from gpufleet.api.labels import (
+    CAPACITY_TYPE_LABEL,
+    CORDONED_BY_ANNOTATION,
+    POOL_LABEL,
+    SPOT_TAINT,
+    LabelSelector,
+)
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -37,7 +43,6 @@ from gpufleet.kube.config import (
     MIG_CONFIG_LABEL,
     POOL_APPLIED_ANNOTATION,
     SHARING_CONFIG_LABEL,
-    SPOT_TAINT,
     UNHEALTHY_GPUS_ANNOTATION,
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, ready

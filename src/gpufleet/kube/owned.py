@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from gpufleet.kube.config import QUEUE_LABEL, SPOT_TAINT
+from gpufleet.api.labels import SPOT_TAINT
+from gpufleet.kube.config import QUEUE_LABEL
 from gpufleet.kube.resources import POD, ResourceType, resource_for
 from gpufleet.kube.transport import ApiError, Json, Transport
 from gpufleet.scheduler.flavors import split_flavor
