@@ -59,10 +59,7 @@ def record_about(
 ) -> None:
     """`record` for an object known by kind and name only (e.g. a Workload's owner)."""
     event = about(kind, name, namespace, reason=reason, message=message, now=now, type=type, source=source)
-    try:
-        store.create(event)
-    except GpuFleetError as exc:
-        log.warning("event %s for %s %s not recorded: %s", reason, kind, name, exc)
+    record_all(store, [event])
 
 
 def about(
