@@ -117,10 +117,7 @@ class TokenRegistry:
 
     def create(self, queue: str) -> str:
         """A new token for `queue`; only its hash is kept, so it is shown once."""
-        try:
-            check_name(queue)
-        except ValueError as exc:
-            raise ValidationError(str(exc), field="queue") from None
+        _check_name(queue, "queue")
         token = new_token()
         with self._lock:
             self._entries[_digest(token)] = {"queue": queue, "created": datetime.now(UTC).isoformat()}
@@ -134,10 +131,7 @@ class TokenRegistry:
         the manager's token replaces any earlier one): a join made again leaves no old credential."""
         if role not in ROLES:
             raise ValidationError(f"unknown role {role!r}; one of {', '.join(ROLES)}", field="role")
-        try:
-            check_name(cluster)
-        except ValueError as exc:
-            raise ValidationError(str(exc), field="cluster") from None
+        _check_name(cluster, "cluster")
         token = new_token()
         with self._lock:
             self._roles = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
@@ -234,3 +228,11 @@ class ScopedTokens:
                     log.warning("queue tokens not read again: %s", exc)
                 self._read_at = now
             return self._known
+
+
+def _check_name(value: str, field: str) -> None:
+    """A name a token names (its queue or cluster), refused as the request field `field`."""
+    try:
+        check_name(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc), field=field) from None
