@@ -75,7 +75,7 @@ def test_a_scheduler_already_serving_the_name_is_reported_not_measured() -> None
 
         def create_then_wait(progress=lambda _: None) -> None:  # type: ignore[no-untyped-def]
             real_create(progress)
-            for _ in range(100):
+            for _ in range(300):  # a loaded machine may take seconds
                 if any(p["spec"].get("nodeName") for p in api.objects.get("/v1/pods", {}).values()):
                     return
                 stop.wait(0.1)
