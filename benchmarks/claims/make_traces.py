@@ -127,6 +127,7 @@ def main(folder: Path) -> None:
     written = {
         "failures-25k.csv": write(folder / "failures-25k.csv", failures_trace()),
         "failures-25k-8192.csv": write(folder / "failures-25k-8192.csv", failures_trace(job_gpus=8192)),
+        "failures-25k-7d.csv": write(folder / "failures-25k-7d.csv", failures_trace(days=7)),
         "gang.csv": write(folder / "gang.csv", gang),
         "gang-split.csv": write(folder / "gang-split.csv", without_gangs(gang)),
         "mig-1g.csv": write(folder / "mig-1g.csv", mig_trace(), mig=True),
