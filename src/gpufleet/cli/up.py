@@ -200,7 +200,7 @@ def _serve(
     clock = clock_for(directory, time_scale)
     metrics.use_clock(clock.now)  # checkpoint ages are taken on it (GpufleetCheckpointOverdue)
     with SqliteStore.open(directory, clock=clock.datetime) as store:
-        tokens = TokenRegistry(directory)
+        tokens = TokenRegistry(directory, now=clock.datetime)
         twin = Twin(store, clock=clock) if runtime else None
         app = create_app(
             store,

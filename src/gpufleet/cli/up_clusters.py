@@ -102,7 +102,7 @@ def _plane(name: str, directory: Path, clock: Clock, host: str, port: int) -> Pl
         return as_datetime(clock.now())
 
     store = SqliteStore.open(directory, clock=now)
-    tokens = TokenRegistry(directory)
+    tokens = TokenRegistry(directory, now=now)
     server = ApiServer(create_app(store, tokens, now=now), state_dir=directory, host=host, port=port)
     server.bind()
     return PlaneProcess(name, store, tokens, server)

@@ -6,7 +6,8 @@ POST /v1/apply                          many objects (JSON list or multi-documen
 POST /v1/delete                         delete many objects (named as for apply), all or none
 GET  /v1/changes                        the change log after a resourceVersion (long poll)
 POST /v1/tokens                         a queue-scoped token, or a federation token (admin only)
-DELETE /v1/tokens?role=R&cluster=C      revokes a federation token (admin only)
+DELETE /v1/tokens?role=R&cluster=C      revokes a federation token (admin only; keep=ID or only=ID)
+GET  /v1/tokens?role=R&cluster=C        lists federation tokens: ids, expiry, first use (admin only)
 GET  /v1/whoami                         what the caller's token may do
 GET  /v1/stats                          open watches and long polls, memory, threads (admin only)
 GET  /openapi.json, /docs               the OpenAPI document and its browser
@@ -45,6 +46,7 @@ from gpufleet.server.schemas import (
     ApiResourceList,
     Health,
     Revoked,
+    RoleTokens,
     Stats,
     StatusAnswer,
     Token,
@@ -81,6 +83,16 @@ class TokenRequest(pydantic.BaseModel):
     )
     cluster: str | None = pydantic.Field(
         default=None, description="With `role`: the worker cluster's name (in its manager)."
+    )
+    ttlSeconds: float | None = pydantic.Field(
+        default=None,
+        ge=0,
+        description="With `role`: how long the token is valid, in seconds (null or 0: it never expires).",
+    )
+    replace: bool = pydantic.Field(
+        default=True,
+        description="With `role`: whether the new token replaces the role's earlier ones for the cluster "
+        "(false keeps them valid until revoked: a rotation revokes them once the new one has worked).",
     )
 
 
@@ -329,8 +341,17 @@ def create_app(
         if request.queue is None:  # a federation token (`role`, checked above to be given)
             if request.role is None or request.cluster is None:
                 raise BadRequestError(f"role {request.role} needs the worker cluster's name", field="cluster")
-            token = tokens.create_role(request.role, request.cluster)
-            answer = {"token": token, "queue": None, "role": request.role, "cluster": request.cluster}
+            minted = tokens.mint_role(
+                request.role, request.cluster, ttl_seconds=request.ttlSeconds, replace=request.replace
+            )
+            answer = {
+                "token": minted.token,
+                "queue": None,
+                "role": request.role,
+                "cluster": request.cluster,
+                "id": minted.id,
+                "expires": None if minted.expires is None else minted.expires.isoformat(),
+            }
             return JSONResponse(answer, status_code=201)
         admission.check_queue_exists(store, request.queue)
         token = tokens.create(request.queue)
@@ -346,10 +367,35 @@ def create_app(
             **error_responses(401, 403, 422),
         },
     )
-    def revoke_token(who: Who, role: Role, cluster: Annotated[str, Query(max_length=253)]) -> dict[str, int]:
+    def revoke_token(
+        who: Who,
+        role: Role,
+        cluster: Annotated[str, Query(max_length=253)],
+        keep: Annotated[
+            str | None, Query(max_length=64, description="Revoke all but the token with this id.")
+        ] = None,
+        only: Annotated[
+            str | None, Query(max_length=64, description="Revoke only the token with this id.")
+        ] = None,
+    ) -> dict[str, int]:
         if not who.admin:
             raise ForbiddenError(f"{who.describe()} may not revoke tokens")
-        return {"revoked": tokens.revoke_role(role, cluster)}
+        return {"revoked": tokens.revoke_role(role, cluster, keep=keep, only=only)}
+
+    @app.get(
+        "/v1/tokens",
+        tags=["server"],
+        summary="List the federation tokens of a role for a cluster (ids and times, never a token)",
+        response_model=None,
+        responses={
+            200: {"model": RoleTokens, "description": "The tokens."},
+            **error_responses(401, 403, 422),
+        },
+    )
+    def list_tokens(who: Who, role: Role, cluster: Annotated[str, Query(max_length=253)]) -> dict[str, Any]:
+        if not who.admin:
+            raise ForbiddenError(f"{who.describe()} may not list tokens")
+        return {"items": tokens.role_tokens(role, cluster)}
 
     @app.post(
         "/v1/faults",

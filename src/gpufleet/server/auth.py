@@ -7,6 +7,12 @@ keeps the hashes in `tokens.json` (the federation tokens under a key of their ow
 that knows no roles reads only `tokens`, and must not take a role token for the admin's); the admin
 token itself is also written, readable by its owner only, to `admin-token` so that the CLI on the same
 machine can use it without being told.
+
+A federation token may carry an expiry (`gpufleet cluster join --token-ttl`): past it the token is
+refused with a 401 that names its role and cluster and when it expired, never the token. Each records
+when it was first used, so `gpufleet cluster rotate` revokes the old tokens only once the new ones have
+worked. Expiry is on the plane's clock (the `now` it is given), the time line of everything else the
+plane stamps; `gpufleet up` runs it at real time unless `--time-scale` says otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +64,23 @@ class Principal:
         return "the admin token" if self.admin else f"a token of queue {self.queue}"
 
 
+@dataclass(frozen=True, slots=True)
+class RoleToken:
+    """A federation token just minted: the token (shown once), its id (the start of its hash, safe to
+    show and to name in a revoke) and when it expires (None: never)."""
+
+    token: str
+    id: str
+    expires: datetime | None
+
+    def __repr__(self) -> str:  # the token stays out of logs
+        return f"RoleToken(id={self.id!r}, expires={self.expires!r})"
+
+
+TOKEN_ID_LENGTH = 12
+"""Hex digits of a token's hash that name it (`Principal.token_id`, `RoleToken.id`)."""
+
+
 def token_digest(token: str) -> str:
     """What is kept of a token: its SHA-256, in hex (the Kubernetes console's Secret keeps the same)."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -86,8 +109,10 @@ def _write_private(path: Path, text: str) -> None:
 class TokenRegistry:
     """The tokens of a state directory. Thread-safe; every change is written through at once."""
 
-    def __init__(self, state_dir: str | Path) -> None:
+    def __init__(self, state_dir: str | Path, *, now: Callable[[], datetime] | None = None) -> None:
+        """`now`: the plane's clock, which federation tokens expire on (real time by default)."""
         self._dir = Path(state_dir)
+        self._now = now or (lambda: datetime.now(UTC))
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._entries, self._roles = self._load()
@@ -110,40 +135,95 @@ class TokenRegistry:
             found = next((e for d, e in self._entries.items() if hmac.compare_digest(d, digest)), None)
             role = next((e for d, e in self._roles.items() if hmac.compare_digest(d, digest)), None)
         if role is not None:
-            return Principal(queue=None, token_id=digest[:12], role=role["role"], cluster=role.get("cluster"))
+            self._check_role_token(digest, role)
+            token_id = digest[:TOKEN_ID_LENGTH]
+            return Principal(queue=None, token_id=token_id, role=role["role"], cluster=role.get("cluster"))
         if found is None:
             raise UnauthorizedError("unknown token")
-        return Principal(queue=found.get("queue"), token_id=digest[:12])
+        return Principal(queue=found.get("queue"), token_id=digest[:TOKEN_ID_LENGTH])
+
+    def _check_role_token(self, digest: str, entry: dict[str, Any]) -> None:
+        """Refuses an expired federation token, saying whose and since when; notes its first use."""
+        now = self._now()
+        expires = entry.get("expires")
+        if expires is not None and now >= datetime.fromisoformat(expires):
+            who = describe_role(entry["role"], entry.get("cluster"))
+            raise UnauthorizedError(
+                f"{who} (role {entry['role']}, cluster {entry.get('cluster')}) expired at {expires}; "
+                f"new ones come from `gpufleet cluster rotate {entry.get('cluster')}`"
+            )
+        if "used" not in entry:
+            with self._lock:
+                # Once per token: `cluster rotate` waits for the new tokens' first use.
+                if digest in self._roles and "used" not in self._roles[digest]:
+                    self._roles[digest]["used"] = now.isoformat()
+                    self._save()
 
     def create(self, queue: str) -> str:
         """A new token for `queue`; only its hash is kept, so it is shown once."""
         _check_name(queue, "queue")
         token = new_token()
         with self._lock:
-            self._entries[_digest(token)] = {"queue": queue, "created": datetime.now(UTC).isoformat()}
+            self._entries[_digest(token)] = {"queue": queue, "created": self._now().isoformat()}
             self._save()
         return token
 
     def create_role(self, role: str, cluster: str) -> str:
+        """A new federation token that never expires and replaces the role's earlier ones
+        (`mint_role`)."""
+        return self.mint_role(role, cluster).token
+
+    def mint_role(
+        self, role: str, cluster: str, *, ttl_seconds: float | None = None, replace: bool = True
+    ) -> RoleToken:
         """A new federation token (shown once): `federation-worker` for the worker cluster `cluster`
         in its manager, or `federation-manager` for the manager of this plane, which is the worker
-        `cluster`. It replaces the role's earlier token for that cluster (a worker has one manager, so
-        the manager's token replaces any earlier one): a join made again leaves no old credential."""
+        `cluster`. With `replace` it replaces the role's earlier token for that cluster (a worker has
+        one manager, so the manager's token replaces any earlier one): a join made again leaves no old
+        credential. Without it the earlier ones stay valid until revoked (a rotation revokes them once
+        the new one has worked). `ttl_seconds` (None or 0: never) is how long it is valid."""
         if role not in ROLES:
             raise ValidationError(f"unknown role {role!r}; one of {', '.join(ROLES)}", field="role")
         _check_name(cluster, "cluster")
+        if ttl_seconds is not None and not ttl_seconds >= 0:
+            raise ValidationError(
+                f"must be >= 0 seconds (0: never expires), got {ttl_seconds}", field="ttlSeconds"
+            )
         token = new_token()
+        created = self._now()
+        expires = created + timedelta(seconds=ttl_seconds) if ttl_seconds else None
+        entry = {"role": role, "cluster": cluster, "created": created.isoformat()}
+        if expires is not None:
+            entry["expires"] = expires.isoformat()
         with self._lock:
-            self._roles = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
-            entry = {"role": role, "cluster": cluster, "created": datetime.now(UTC).isoformat()}
+            if replace:
+                self._roles = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
             self._roles[_digest(token)] = entry
             self._save()
-        return token
+        return RoleToken(token, _digest(token)[:TOKEN_ID_LENGTH], expires)
 
-    def revoke_role(self, role: str, cluster: str) -> int:
-        """Removes the role's tokens for `cluster` (as `create_role` replaces them); how many."""
+    def role_tokens(self, role: str, cluster: str) -> list[dict[str, Any]]:
+        """The role's tokens for `cluster` (as `mint_role` replaces them), without any secret: id,
+        role, cluster, created, and expires and used when they are known."""
         with self._lock:
-            kept = {d: e for d, e in self._roles.items() if not _replaced(e, role, cluster)}
+            return [
+                {"id": digest[:TOKEN_ID_LENGTH], **entry}
+                for digest, entry in self._roles.items()
+                if _replaced(entry, role, cluster)
+            ]
+
+    def revoke_role(
+        self, role: str, cluster: str, *, keep: str | None = None, only: str | None = None
+    ) -> int:
+        """Removes the role's tokens for `cluster` (as `mint_role` replaces them), but the one whose id
+        is `keep`, or only the one whose id is `only`; how many."""
+
+        def goes(digest: str, entry: dict[str, Any]) -> bool:
+            token_id = digest[:TOKEN_ID_LENGTH]
+            return _replaced(entry, role, cluster) and token_id != keep and only in (None, token_id)
+
+        with self._lock:
+            kept = {d: e for d, e in self._roles.items() if not goes(d, e)}
             removed = len(self._roles) - len(kept)
             if removed:
                 self._roles = kept
@@ -177,7 +257,7 @@ class TokenRegistry:
         token = new_token()
         with self._lock:
             self._entries = {d: e for d, e in self._entries.items() if e.get("queue") is not None}
-            self._entries[_digest(token)] = {"queue": None, "created": datetime.now(UTC).isoformat()}
+            self._entries[_digest(token)] = {"queue": None, "created": self._now().isoformat()}
             self._save()
         _write_private(path, token + "\n")
         return token

@@ -239,6 +239,26 @@ class Token(pydantic.BaseModel):
     queue: str | None = pydantic.Field(description="The queue it may submit to and read (null for a role).")
     role: str | None = pydantic.Field(default=None, description="A federation token's role.")
     cluster: str | None = pydantic.Field(default=None, description="A federation token's worker cluster.")
+    id: str | None = pydantic.Field(
+        default=None,
+        description="A federation token's id (the start of its hash), as `GET /v1/tokens` lists it.",
+    )
+    expires: str | None = pydantic.Field(
+        default=None, description="When a federation token expires (RFC 3339; null: never)."
+    )
+
+
+class RoleTokenInfo(pydantic.BaseModel):
+    id: str = pydantic.Field(description="The token's id: the start of its hash (never the token).")
+    role: str = pydantic.Field(description="Its role.")
+    cluster: str = pydantic.Field(description="The worker cluster it was minted for.")
+    created: str = pydantic.Field(description="When it was minted (RFC 3339, on the plane's clock).")
+    expires: str | None = pydantic.Field(default=None, description="When it expires (null: never).")
+    used: str | None = pydantic.Field(default=None, description="When it was first used (null: not yet).")
+
+
+class RoleTokens(pydantic.BaseModel):
+    items: list[RoleTokenInfo] = pydantic.Field(description="The role's tokens for the cluster.")
 
 
 class Revoked(pydantic.BaseModel):
