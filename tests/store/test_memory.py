@@ -64,3 +64,38 @@ def test_events_past_the_parsed_ones_are_parsed_again(monkeypatch: pytest.Monkey
         assert replicas == [1, 2, 3, 4, 5]
     assert len(store._parsed) == 2
     assert sum(entry.parsed is not None for entry in store._log) == 2
+
+
+def test_a_write_result_is_its_own_unless_results_are_shared() -> None:
+    # A client of the Store protocol may change what a write returns; only the simulator's store, whose
+    # controllers copy what they change, shares the result with the event its readers get.
+    plain = MemoryStore(check_shared=True)
+    created = plain.create(job("llm"))
+    created.spec.replicas = 7
+    assert [e.object.spec.replicas for e in plain.events_since(0)] == [2]  # type: ignore[attr-defined]
+
+    shared = MemoryStore(share_results=True, check_shared=True)
+    created = shared.create(job("llm"))
+    assert [e.object for e in shared.events_since(0)] == [created]
+    assert shared.events_since(0)[0].object is created
+
+
+def test_a_shared_result_changed_in_place_is_named_when_its_event_is_read() -> None:
+    store = MemoryStore(share_results=True, check_shared=True)
+    created = store.create(job("llm"))
+    created.spec.replicas = 7
+    with pytest.raises(memory_store.SharedObjectChanged, match="TrainingJob team-a/llm at version 1"):
+        store.events_since(0)
+
+
+def test_an_undone_batch_leaves_no_shared_event_behind() -> None:
+    store = MemoryStore(share_results=True, check_shared=True)
+    store.create(job("taken"))
+    store.apply_many([job("fresh"), job("other")], dry_run=True)  # written, then undone
+    after = store.create(job("later"))
+    assert [(e.resource_version, e.object.name) for e in store.events_since(0)] == [
+        (1, "taken"),
+        (2, "later"),
+    ]
+    assert store.events_since(0)[-1].object is after
+    assert all(entry.version <= 2 for entry in store._parsed)

@@ -483,7 +483,9 @@ def simulate(
                 discard_kinds=discard,
             )
             if state_dir is not None
-            else MemoryStore(clock=clock.datetime, event_retention=EVENTS_KEPT, discard_kinds=discard)
+            else MemoryStore(
+                clock=clock.datetime, event_retention=EVENTS_KEPT, discard_kinds=discard, share_results=True
+            )
         )
         stack.callback(store.close)
         store.apply_many([*pools, *queues])

@@ -15,6 +15,15 @@ fields: a pod template, a pending reason's details) is deep-copied, since a call
 value in place would otherwise change the store. Validation builds every other container anew, so
 only those values are copied (`store.fresh`), a pickle round trip each, done in C.
 
+Readers of an event share one object and none changes it (as in the SQLite store). With
+`share_results` (the simulator's store) the writer joins them: a write's result is its event's
+object, so each object written is validated once rather than again for its readers (about a tenth
+of a simulation's CPU). Every controller copies what it changes (`model_copy(update=...)`) instead
+of changing a result in place; a client of the Store protocol at large may change what a write
+returns, so by default a write's result is its own. With `check_shared` (on in the test suite:
+`GPUFLEET_STORE_CHECKS=1`) every read of an event compares its object with the stored form and
+raises `SharedObjectChanged` where someone changed it.
+
 Threads. One lock guards everything, as in the SQLite store, so the HTTP API may share it; watches
 wait on a condition that writers signal. Nothing survives the process.
 """
@@ -22,6 +31,7 @@ wait on a condition that writers signal. Nothing survives the process.
 from __future__ import annotations
 
 import builtins
+import os
 import threading
 import uuid
 from collections import deque
@@ -86,12 +96,24 @@ def _model(info: KindInfo, data: Json) -> Resource:
     return load(info, fresh(info.model, data))
 
 
+class SharedObjectChanged(RuntimeError):
+    """An event's object (or the result of the write that made it) was changed in place."""
+
+
+def _checks_from_environment() -> bool:
+    return os.environ.get("GPUFLEET_STORE_CHECKS", "") not in ("", "0")
+
+
 class MemoryStore(ObjectWrites):
     """The Store protocol in memory (see the module docstring).
 
     `event_retention` is how many recent events the log keeps; a watch from further back raises
     `GoneError`. `clock` stamps creation and deletion times (the simulator passes a virtual one).
     `discard_kinds`: kinds validated on create but neither stored nor logged (`store.discard`).
+    `share_results`: a write returns its event's object (see the module docstring); the caller must
+    not change it in place.
+    `check_shared`: compare every event's object with its stored form when it is read (default: on
+    when `GPUFLEET_STORE_CHECKS` is set), to find whoever changes a shared object in place.
     """
 
     def __init__(
@@ -100,10 +122,14 @@ class MemoryStore(ObjectWrites):
         event_retention: int = 10_000,
         clock: Callable[[], datetime] = utc_now,
         discard_kinds: Iterable[str] = (),
+        share_results: bool = False,
+        check_shared: bool | None = None,
     ) -> None:
         if event_retention < 1:
             raise ValueError("event_retention must be at least 1")
         self._discards = Discards(discard_kinds)
+        self._share_results = share_results
+        self._check_shared = _checks_from_environment() if check_shared is None else check_shared
         self._retention = event_retention
         self._clock = clock
         self._lock = threading.RLock()
@@ -253,8 +279,9 @@ class MemoryStore(ObjectWrites):
         self, info: KindInfo, ns: str, name: str, event: EventType, data: Json, *, owned: bool = False
     ) -> Resource:
         """Validates the object as written, stores it (or removes it) at the next version and logs it;
-        returns the validated object, which shares nothing with what is stored. `owned`: `data` is
-        the caller's own dump, shared with nothing stored (a change shares the current form's values)."""
+        returns the validated object, which shares nothing with what is stored (with `share_results`,
+        the object its event carries). `owned`: `data` is the caller's own dump, shared with nothing
+        stored (a change shares the current form's values)."""
         result = load(info, data if owned else fresh(info.model, data))
         stored = result.to_dict(reveal_secrets=True)
         table = self._objects.setdefault(info.kind, {})
@@ -266,7 +293,10 @@ class MemoryStore(ObjectWrites):
         else:
             table[key] = stored
         self._head += 1
-        self._log.append(_Entry(self._head, event, info.kind, ns, stored))
+        entry = _Entry(self._head, event, info.kind, ns, stored)
+        self._log.append(entry)
+        if self._share_results:
+            self._keep_parsed(entry, WatchEvent(type=event, object=result, resource_version=self._head))
         return result
 
     def _compact_locked(self, keep: int) -> int:
@@ -291,7 +321,10 @@ class MemoryStore(ObjectWrites):
                     continue
                 if namespace is not None and entry.namespace != namespace:
                     continue
-                events.append(entry.parsed or self._parse(entry))
+                parsed = entry.parsed or self._parse(entry)
+                if self._check_shared:
+                    _check_unchanged(entry, parsed)
+                events.append(parsed)
                 if limit is not None and len(events) >= limit:
                     break
             return events, self._head
@@ -300,11 +333,15 @@ class MemoryStore(ObjectWrites):
         """The entry's event with its object validated, kept for the next readers (the latest
         `PARSED_EVENTS`); readers share it, as those of the SQLite store do, and none changes it."""
         obj = _model(kind_of(entry.kind), entry.data)
-        parsed = entry.parsed = WatchEvent(type=entry.type, object=obj, resource_version=entry.version)
+        parsed = WatchEvent(type=entry.type, object=obj, resource_version=entry.version)
+        self._keep_parsed(entry, parsed)
+        return parsed
+
+    def _keep_parsed(self, entry: _Entry, parsed: WatchEvent) -> None:
+        entry.parsed = parsed
         self._parsed.append(entry)
         if len(self._parsed) > PARSED_EVENTS:
             self._parsed.popleft().parsed = None
-        return parsed
 
     def _wait_for_change(self, after: int, timeout: float, stop: Callable[[], bool]) -> None:
         with self._changed:
@@ -313,6 +350,16 @@ class MemoryStore(ObjectWrites):
     def _wake_watchers(self) -> None:
         with self._changed:
             self._changed.notify_all()
+
+
+def _check_unchanged(entry: _Entry, parsed: WatchEvent) -> None:
+    if parsed.object.to_dict(reveal_secrets=True) != entry.data:
+        meta = entry.data.get("metadata") or {}
+        raise SharedObjectChanged(
+            f"{entry.kind} {entry.namespace}/{meta.get('name')} at version {entry.version} was changed "
+            "in place after it was written or read: a write's result and an event's object are shared; "
+            "copy it with model_copy(update=...) before changing it"
+        )
 
 
 class _Transaction:
@@ -345,7 +392,9 @@ class _Transaction:
                     else:
                         table[key] = previous
                 while store._log and store._log[-1].version > undo.head:
-                    store._log.pop()
+                    store._log.pop().parsed = None
+                while store._parsed and store._parsed[-1].version > undo.head:
+                    store._parsed.pop()
                 store._head = undo.head
                 return  # the exception goes on
             written = store._head - undo.head
