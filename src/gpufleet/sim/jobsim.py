@@ -114,6 +114,7 @@ def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NO
     replicas, size = shape(job.gpus, per_node)
     worker = PodRequest(mig=job.mig) if job.mig else PodRequest(gpus=size)
     queue = queue_name(job.cluster, options.policy)
+    interval = options.checkpoint_interval if job.checkpoint_interval is None else job.checkpoint_interval
     return TrainingJob(
         metadata=ObjectMeta(name=job.name, namespace=queue),
         spec=TrainingJobSpec(
@@ -121,11 +122,7 @@ def training_job(job: TraceJob, options: SimOptions, per_node: int = GPUS_PER_NO
             priority_class="research",
             replicas=replicas,
             worker=worker,
-            checkpoint=(
-                CheckpointPolicy(interval_seconds=options.checkpoint_interval)
-                if options.checkpoint_interval
-                else None
-            ),
+            checkpoint=CheckpointPolicy(interval_seconds=interval) if interval else None,
             restart_policy=RestartPolicy(max_restarts=MAX_RESTARTS, backoff_seconds=0.0),
             duration_seconds=job.duration,
         ),

@@ -9,6 +9,8 @@ other column are ignored):
 - `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue;
 - `mig` (optional): a MIG profile (`1g.10gb`): the job is one pod holding one instance of it instead of
   whole GPUs (`num_gpus` must then be 1); empty for whole GPUs. It runs on MIG pools only.
+- `checkpoint_interval` (optional): seconds between the job's checkpoints, overriding the run's
+  `--checkpoint-interval` for this job; `0` for a job that never checkpoints; empty for the run's.
 
 Every row that cannot be read fails with a DataError naming the file, the line and the column.
 Jobs come back sorted by submission (then by line), with `submit` in seconds from the first one.
@@ -55,6 +57,8 @@ class TraceJob:
     cluster: str
     mig: str | None = None
     """A MIG profile: the job is one pod holding one instance of it (None: `gpus` whole GPUs)."""
+    checkpoint_interval: float | None = None
+    """Seconds between its checkpoints (0: never); None: the run's interval."""
 
     @property
     def name(self) -> str:
@@ -128,8 +132,8 @@ def load(path: str | Path) -> Trace:
     start = min(r[1] for r in raw)
     raw.sort(key=lambda r: (r[1], r[0]))
     jobs = tuple(
-        TraceJob(line, submit - start, duration, gpus, cluster, mig)
-        for line, submit, duration, gpus, cluster, mig in raw
+        TraceJob(line, submit - start, duration, gpus, cluster, mig, checkpoint)
+        for line, submit, duration, gpus, cluster, mig, checkpoint in raw
     )
     return Trace(path, start, jobs)
 
@@ -143,7 +147,10 @@ def _timestamp(text: str) -> float:
     return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
 
 
-def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, float, int, str, str | None]:
+_Row = tuple[int, float, float, int, str, str | None, float | None]
+
+
+def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
     text = values["timestamp"]
     try:
         submit = _timestamp(text)
@@ -179,4 +186,22 @@ def _row(values: Mapping[str, str], where: str, line: int) -> tuple[int, float, 
         if gpus != 1:
             message = f"a MIG job is one instance: num_gpus must be 1, got {gpus}"
             raise DataError(message, path=where, line=line, field="mig")
-    return line, submit, duration, gpus, cluster, mig
+    return line, submit, duration, gpus, cluster, mig, _checkpoint_interval(values, where, line)
+
+
+def _checkpoint_interval(values: Mapping[str, str], where: str, line: int) -> float | None:
+    text = values.get("checkpoint_interval") or ""
+    if not text.strip():
+        return None
+    try:
+        interval = float(text)
+    except ValueError:
+        interval = math.nan
+    if not math.isfinite(interval) or interval < 0:
+        raise DataError(
+            f"must be seconds between checkpoints (0: never), got {text!r}",
+            path=where,
+            line=line,
+            field="checkpoint_interval",
+        )
+    return interval
