@@ -1,4 +1,4 @@
-"""`gpufleet cluster join|leave|drain|resume`: worker clusters of a federation, from the command line.
+"""`gpufleet cluster join|leave|rotate|drain|resume`: worker clusters of a federation, from the command line.
 
 `join` makes a running `gpufleet up` plane (the one `--server`/`--token`/`--state` address, as for every
 command) a worker of the management plane at `--manager` (a `gpufleet up --manager`). With the admin
@@ -14,7 +14,8 @@ one go per plane:
 
 Tokens are never printed; the API shows Secret values as `**********`. Joining again (another URL, a
 new token) mints new federation tokens, which replace the earlier ones, and replaces both Secrets and
-the Cluster's connection.
+the Cluster's connection. The tokens expire after `--token-ttl` (30 days by default; `never` allowed);
+`rotate` (cli/cluster_rotate.py) renews them while the work runs on.
 
 `leave` takes a joined plane out: it drains the Cluster, removes the worker's join Secret (the worker
 fences its managed work at once, and the manager takes that work back and dispatches it elsewhere),
@@ -46,7 +47,9 @@ from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.secret import SYSTEM_NAMESPACE
 from gpufleet.cli.client import PREFIX, Client, server_url, state_dir
 from gpufleet.cli.client import token as token_of
+from gpufleet.cli.cluster_tokens import DEFAULT_TOKEN_TTL, TokenTtl, mint, parse_ttl, revoke
 from gpufleet.cli.output import console
+from gpufleet.federation.expiry import lifetime
 from gpufleet.federation.join import MANAGER_SECRET, JoinSettings, join_secret, token_secret
 from gpufleet.federation.link import CLUSTER
 from gpufleet.server.federation_access import MANAGER_ROLE, WORKER_ROLE
@@ -73,10 +76,13 @@ DEFAULT_LEASE_SECONDS = 30.0
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
         name="cluster",
-        help="Worker clusters of a federation: join, leave, drain, resume.",
+        help="Worker clusters of a federation: join, leave, rotate, drain, resume.",
         no_args_is_help=True,
     )
+    from gpufleet.cli.cluster_rotate import rotate  # it reuses this module's options
+
     group.command("join")(join)
+    group.command("rotate")(rotate)
     group.command("drain")(drain)
     group.command("resume")(resume)
     group.command("leave")(leave)
@@ -102,11 +108,13 @@ def join(
         float,
         typer.Option("--lease-seconds", min=1.0, help="How long the worker may go without a heartbeat."),
     ] = DEFAULT_LEASE_SECONDS,
+    token_ttl: TokenTtl = DEFAULT_TOKEN_TTL,
     server: Server = None,
     token: Token = None,
     state: State = None,
 ) -> None:
     """Joins the addressed `gpufleet up` plane to a manager as the worker cluster NAME."""
+    ttl = parse_ttl(token_ttl)  # refused before anything is sent
     directory = state_dir(state)
     worker_token = token_of(token, directory)
     worker = Client(server_url(server, directory), worker_token)
@@ -133,27 +141,18 @@ def join(
     boss = Client(manager.rstrip("/"), manager_token)
     _rejoining(boss, cluster)
     # Minted once both planes answered and the name is free: each replaces the role's earlier token.
-    secret, _ = token_secret(name, mint(worker, MANAGER_ROLE, name))
-    settings = JoinSettings(manager.rstrip("/"), mint(boss, WORKER_ROLE, name), name)
+    for_manager = mint(worker, MANAGER_ROLE, name, ttl_seconds=ttl)
+    for_worker = mint(boss, WORKER_ROLE, name, ttl_seconds=ttl)
+    times = lifetime((for_manager.expires, for_worker.expires), ttl)
+    secret, _ = token_secret(name, for_manager.token, lifetime=times)
+    settings = JoinSettings(manager.rstrip("/"), for_worker.token, name)
     boss.apply([secret.to_dict(reveal_secrets=True), cluster.to_dict()])
-    worker.apply([join_secret(settings).to_dict(reveal_secrets=True)])
+    worker.apply([join_secret(settings, lifetime=times).to_dict(reveal_secrets=True)])
     out = console()
     out.print(f"cluster/{name} joined the manager at {settings.url}: {worker.server} reports into it")
+    until = "never expire" if times is None else f"expire at {times.expires.isoformat()}"
+    out.print(f"  its federation tokens {until}")
     out.print("  `gpufleet get clusters` on the manager shows its capacity and heartbeat")
-
-
-def mint(client: Client, role: str, cluster: str) -> str:
-    """A federation token of `role` for the worker `cluster`, from the plane `client` reaches (with its
-    admin token: another token is refused there with 403)."""
-    answer = client.request("POST", "/v1/tokens", json={"role": role, "cluster": cluster})
-    token = answer.get("token") if isinstance(answer, dict) else None
-    if not isinstance(token, str):  # pragma: no cover - the server answers with the token
-        raise ValidationError(f"{client.server} answered no token for role {role}", field="role")
-    return token
-
-
-def revoke(client: Client, role: str, cluster: str) -> None:
-    client.request("DELETE", "/v1/tokens", params={"role": role, "cluster": cluster})
 
 
 def _rejoining(boss: Client, cluster: Cluster) -> None:

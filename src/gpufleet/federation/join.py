@@ -10,7 +10,10 @@ once it is told its manager.
   `WorkerAgent` against that manager from then on; without it the plane is a plain one.
 
 So a worker joins, or moves to another manager, while it runs; no credential is ever in a Cluster or a
-command line the API echoes back.
+command line the API echoes back. What is not secret is also written in the clear, as annotations: on
+both Secrets when the tokens expire (`federation.expiry`), on the worker's the manager's URL and the
+cluster name, which `gpufleet cluster rotate` reads back to hand the worker a new token without naming
+another manager (that would fence its managed work).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gpufleet.api.cluster import Cluster, SecretKeyRef
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret, SecretSpec
+from gpufleet.federation.expiry import TokenLifetime
 from gpufleet.federation.link import ManagerLink
 from gpufleet.federation.worker import WorkerAgent
 from gpufleet.fleet.state import FleetState
@@ -36,23 +40,34 @@ log = logging.getLogger(__name__)
 MANAGER_SECRET = "gpufleet-manager"
 """The Secret (in `gpufleet-system`) of a joined worker: keys `url`, `token` and `cluster`."""
 JOIN_KEYS = ("url", "token", "cluster")
+MANAGER_URL_ANNOTATION = "gpufleet.io/manager-url"
+"""On a worker's join Secret: the manager's URL, as in its `url` key (not a secret)."""
+JOINED_AS_ANNOTATION = "gpufleet.io/joined-as"
+"""On a worker's join Secret: its cluster name in the manager, as in its `cluster` key."""
 
 
-def token_secret(cluster: str, token: str) -> tuple[Secret, SecretKeyRef]:
-    """The manager's Secret holding a worker's token, and the reference its Cluster carries."""
+def token_secret(
+    cluster: str, token: str, *, lifetime: TokenLifetime | None = None
+) -> tuple[Secret, SecretKeyRef]:
+    """The manager's Secret holding a worker's token, and the reference its Cluster carries;
+    `lifetime`: when the join's tokens expire (None: never)."""
     ref = SecretKeyRef(name=f"cluster-{cluster}-token", namespace=SYSTEM_NAMESPACE, key="token")
+    annotations = {} if lifetime is None else lifetime.annotations()
     secret = Secret(
-        metadata=ObjectMeta(name=ref.name, namespace=ref.namespace),
+        metadata=ObjectMeta(name=ref.name, namespace=ref.namespace, annotations=annotations),
         spec=SecretSpec(type="gpufleet.io/worker-token", data={ref.key: SecretStr(token)}),
     )
     return secret, ref
 
 
-def join_secret(settings: JoinSettings) -> Secret:
+def join_secret(settings: JoinSettings, *, lifetime: TokenLifetime | None = None) -> Secret:
     """The worker's Secret that names its manager (what `read_join` reads)."""
     data = {"url": settings.url, "token": settings.token, "cluster": settings.cluster}
+    annotations = {MANAGER_URL_ANNOTATION: settings.url, JOINED_AS_ANNOTATION: settings.cluster}
+    if lifetime is not None:
+        annotations |= lifetime.annotations()
     return Secret(
-        metadata=ObjectMeta(name=MANAGER_SECRET, namespace=SYSTEM_NAMESPACE),
+        metadata=ObjectMeta(name=MANAGER_SECRET, namespace=SYSTEM_NAMESPACE, annotations=annotations),
         spec=SecretSpec(type="gpufleet.io/manager", data={k: SecretStr(v) for k, v in data.items()}),
     )
 

@@ -2,7 +2,8 @@
 
 Each pass, at `now`:
 
-1. sets every Cluster's Ready, LeaseExpired and Draining (`ClusterConditions`);
+1. sets every Cluster's Ready, LeaseExpired and Draining (`ClusterConditions`), and warns once of a
+   cluster whose join tokens near their expiry (`federation.expiry`);
 2. lists each answering worker's copies once (`federation.sync`), deletes those the manager no longer
    holds there (a job deleted in the manager, or moved while the worker was away) and mirrors the
    worker's Events about the rest;
@@ -48,6 +49,7 @@ from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.federation.controller import ClusterConditions
 from gpufleet.federation.convert import counted_of
 from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched, gang_shape
+from gpufleet.federation.expiry import ExpiryWarnings
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
 from gpufleet.federation.join import connection_version
 from gpufleet.federation.link import (
@@ -123,6 +125,7 @@ class FederationController:
         self.period_seconds = period_seconds
         self.conditions = ClusterConditions(store)
         self.events = EventMirror(store)
+        self.expiry = ExpiryWarnings(store)
         self.reach = reach or WorkerReach()
         self._lease_ends: dict[str, float] = {}
         """Per cluster, when the lease of its newest heartbeat ends: kept when the Cluster is deleted."""
@@ -136,6 +139,7 @@ class FederationController:
         when = to_datetime(now)
         self.conditions.reconcile(now=when)
         clusters = {c.name: c for c in self.store.list(Cluster)}
+        self.expiry.check(clusters.values(), now)  # a warning before a join's tokens run out
         for cluster in clusters.values():
             if (ends := _lease_end(cluster)) is not None:
                 self._lease_ends[cluster.name] = ends
