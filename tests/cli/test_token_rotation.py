@@ -279,3 +279,19 @@ def test_the_manager_warns_once_before_the_tokens_expire_and_an_expired_token_is
     assert into_manager not in str(refused.value)
     with pytest.raises(AuthError, match=r"the federation manager's token .*expired at"):
         worker.client(into_worker).get("/v1/whoami")
+
+
+def test_tokens_that_never_expire_are_asked_for_explicitly_and_a_bad_ttl_changes_nothing(
+    federation: Federation,
+) -> None:
+    manager, worker = federation.manager, federation.worker
+    bad = federation.command("join", "--token-ttl", "soon")
+    assert bad.code == 2 and "--token-ttl" in bad.err and "30m" in bad.err
+    assert manager.tokens.role_tokens(WORKER_ROLE, "w1") == [], "refused before anything was minted"
+
+    never = federation.command("join", "--token-ttl", "never")
+    assert never.code == 0, never.err
+    assert "never expire" in never.out
+    assert lifetime_of(manager.store.get(Secret, TOKEN, SYSTEM_NAMESPACE)) is None
+    (minted,) = worker.tokens.role_tokens(MANAGER_ROLE, "w1")
+    assert "expires" not in minted
