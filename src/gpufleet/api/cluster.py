@@ -176,6 +176,40 @@ class ModeCapacity(ApiModel):
     )
 
 
+class HostGroup(ApiModel):
+    """Hosts of one model with the same labels (beyond those all of the model's hosts share)."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="Their labels beyond the common ones.")
+    hosts: int = Field(ge=1, description="How many hosts have exactly these labels.")
+    free_hosts: dict[str, int] = Field(
+        default_factory=dict,
+        description="How many of them have each count of free whole GPUs ({'8': 3, '2': 1}).",
+    )
+
+    @field_validator("free_hosts")
+    @classmethod
+    def _counts_are_numbers(cls, value: dict[str, int]) -> dict[str, int]:
+        for free, count in value.items():
+            if not free.isdigit() or int(free) < 1 or count < 0:
+                raise ValueError(
+                    f"keys are free GPU counts (1 or more) and values host counts, got {free}: {count}"
+                )
+        return value
+
+
+class HostLabelReport(ApiModel):
+    """A model's hosts grouped by label, so node selectors and required node affinity are matched at the
+    manager; at most 32 groups, whatever the number of hosts."""
+
+    common: dict[str, str] = Field(default_factory=dict, description="Labels every host of the model has.")
+    groups: list[HostGroup] = Field(default_factory=list, description="The hosts by their other labels.")
+    unlisted_keys: list[str] = Field(
+        default_factory=list,
+        description="Label keys left out (topology levels, per-host keys such as kubernetes.io/hostname): "
+        "a selector's requirement on one of them is not checked by the manager.",
+    )
+
+
 class ModelCapacity(ApiModel):
     """What the cluster has of one GPU model."""
 
@@ -209,6 +243,11 @@ class ModelCapacity(ApiModel):
         default_factory=list,
         description="The NoSchedule and NoExecute taints every host of the model carries (empty when one "
         "has none): a pod that does not tolerate one of them never fits there.",
+    )
+    host_labels: HostLabelReport | None = Field(
+        default=None,
+        description="The hosts grouped by label, for node selectors and required node affinity. Absent (a "
+        "worker of an older release): any host is taken as matching.",
     )
 
     @field_validator("free_domains")

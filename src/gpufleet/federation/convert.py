@@ -14,6 +14,8 @@ from gpufleet.api.cluster import (
     Cluster,
     ClusterAffinity,
     ClusterStatus,
+    HostGroup,
+    HostLabelReport,
     ModeCapacity,
     ModelCapacity,
     SharingModeName,
@@ -21,6 +23,7 @@ from gpufleet.api.cluster import (
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.runtime import NodeTaint
 from gpufleet.federation.dispatch import ANY_CLUSTER, ClusterChoice
+from gpufleet.federation.hostlabels import HostLabels, LabelGroup
 from gpufleet.federation.summary import ClusterSummary, ModelSummary, ModeSummary
 from gpufleet.federation.unreported import ALL_COUNTED, Counted
 from gpufleet.fleet.request import Taint
@@ -61,9 +64,45 @@ def capacity_status(models: dict[str, ModelSummary]) -> dict[str, ModelCapacity]
                 NodeTaint.model_validate({"key": t.key, "value": t.value, "effect": t.effect})
                 for t in summary.taints
             ],
+            host_labels=None if summary.host_labels is None else _label_report(summary.host_labels),
         )
         for model, summary in models.items()
     }
+
+
+def _label_report(labels: HostLabels) -> HostLabelReport:
+    """The groups with the labels they all share written once (GPU feature discovery puts a few dozen
+    labels on every node, most of them the same on every host of a model)."""
+    groups = labels.groups
+    common = dict(groups[0].labels) if groups else {}
+    for group in groups[1:]:
+        common = {k: v for k, v in common.items() if group.labels.get(k) == v}
+    return HostLabelReport(
+        common=common,
+        groups=[
+            HostGroup(
+                labels={k: v for k, v in g.labels.items() if k not in common},
+                hosts=g.hosts,
+                free_hosts={str(free): count for free, count in sorted(g.free.items())},
+            )
+            for g in groups
+        ],
+        unlisted_keys=sorted(labels.unlisted),
+    )
+
+
+def _host_labels(report: HostLabelReport | None) -> HostLabels | None:
+    if report is None:
+        return None  # an older worker: any host matches
+    groups = [
+        LabelGroup(
+            {**report.common, **g.labels},
+            g.hosts,
+            {int(free): count for free, count in g.free_hosts.items() if count},
+        )
+        for g in report.groups
+    ]
+    return HostLabels(groups, frozenset(report.unlisted_keys))
 
 
 def _model_summary(capacity: ModelCapacity) -> ModelSummary:
@@ -88,6 +127,7 @@ def _model_summary(capacity: ModelCapacity) -> ModelSummary:
         host_cpu_milli=capacity.host_cpu_milli,
         host_memory_mib=capacity.host_memory_mib,
         taints=tuple(Taint(t.key, t.value, t.effect) for t in capacity.host_taints),
+        host_labels=_host_labels(capacity.host_labels),
     )
 
 

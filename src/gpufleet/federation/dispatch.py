@@ -15,7 +15,8 @@ order), the dispatcher:
    emptier ones keep room for gangs that must fit inside one cluster), then the name (deterministic);
 4. takes the first (cluster, model) whose summary the gang fits now (`federation.take`: gang and required
    topology inside one cluster, and every GPU pod fits one of its hosts ever: CPU, memory, taints
-   every host carries), charges the queue and takes the gang out of that summary until the
+   every host carries, and a host whose labels its node selector and required node affinity accept),
+   charges the queue and takes the gang out of that summary until the
    cluster's next heartbeat replaces it.
 
 A workload that does not fit any cluster now stays with the manager, with the reason; it is never split
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.api.labels import SPOT_TAINT, LabelSelector
+from gpufleet.federation.hostlabels import HostRule
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take, tightest_host
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, Toleration
@@ -83,21 +85,35 @@ SPOT_TOLERATION = Toleration(SPOT_TAINT, "Exists", effect="NoSchedule")
 copy of the workload does not carry it, so the dispatcher adds it, or it would skip a spot-only cluster."""
 
 
-def gang_shape(workload: Workload, counts: tuple[int, ...], added: tuple[Toleration, ...] = ()) -> GangShape:
+def gang_shape(
+    workload: Workload,
+    counts: tuple[int, ...],
+    added: tuple[Toleration, ...] = (),
+    templates: Mapping[str, HostRule] | None = None,
+) -> GangShape:
     """The pods a gang starts with (`counts` per pod set) as the summary counts them; `added` are
-    tolerations its pods get in the worker beside their own."""
+    tolerations its pods get in the worker beside their own, `templates` per pod set name the node
+    selector and required node affinity of its pod template, under the request's own node selector
+    (which wins on a key both name, as the worker's operator writes the pod)."""
     whole: list[int] = []
+    whole_rules: list[HostRule] = []
+    rules: list[HostRule] = []
     share: list[int] = []
     mig: list[str] = []
     cpu = memory = 0
     tolerations: set[tuple[Toleration, ...]] = set()
     for pod_set, count in zip(workload.pod_sets, counts, strict=True):
         request = pod_set.request
+        rule = HostRule()
         if count and request.kind is not GpuKind.NONE:
             cpu, memory = max(cpu, request.cpu_milli), max(memory, request.memory_mib)
             tolerations.add(request.tolerations + added)
+            rule = _host_rule((templates or {}).get(pod_set.name), request.node_selector)
+            if rule and rule not in rules:
+                rules.append(rule)
         if request.kind is GpuKind.WHOLE:
             whole.extend([request.gpus] * count)
+            whole_rules.extend([rule] * count)
         elif request.kind is GpuKind.SHARE:
             share.extend([request.gpu_milli] * count)
         elif request.kind is GpuKind.MIG:
@@ -111,7 +127,17 @@ def gang_shape(workload: Workload, counts: tuple[int, ...], added: tuple[Tolerat
         cpu_milli=cpu,
         memory_mib=memory,
         tolerations=tuple(sorted(tolerations, key=repr)),
+        rules=tuple(rules),
+        whole_rules=tuple(whole_rules) if rules else (),
     )
+
+
+def _host_rule(template: HostRule | None, selector: tuple[tuple[str, str], ...]) -> HostRule:
+    if template is None:
+        return HostRule(selector)
+    merged = dict(template.selector)
+    merged.update(selector)
+    return HostRule(tuple(sorted(merged.items())), template.affinity)
 
 
 class Dispatcher:
@@ -129,7 +155,14 @@ class Dispatcher:
         """The workload ended (or its cluster was lost): its queue gets the quota back."""
         self.quota.add(decision.queue, decision.usage, -1)
 
-    def dispatch(self, workload: Workload, choice: ClusterChoice = ANY_CLUSTER) -> Decision:
+    def dispatch(
+        self,
+        workload: Workload,
+        choice: ClusterChoice = ANY_CLUSTER,
+        templates: Mapping[str, HostRule] | None = None,
+    ) -> Decision:
+        """`templates`: per pod set name, its pod template's node selector and required node affinity
+        (the Kubernetes world's; the core's request carries only its own node selector)."""
         tree = self.quota.tree
         if workload.queue not in tree.nodes:
             return NotDispatched(workload.name, "QueueNotFound", f"queue {workload.queue!r} does not exist")
@@ -154,7 +187,7 @@ class Dispatcher:
                 return NotDispatched(workload.name, "QuotaExceeded", "no flavor of its queue fits it")
             return NotDispatched(workload.name, "QuotaExceeded", shortfall.message(), shortfall.details())
         spot = any(split_flavor(flavor)[1] == "spot" for flavor in node.quotas)
-        gang = gang_shape(workload, counts, (SPOT_TOLERATION,) if spot else ())
+        gang = gang_shape(workload, counts, (SPOT_TOLERATION,) if spot else (), templates)
         candidates = []
         for cluster in self.clusters.values():
             if not cluster.accepting or not choice.allows(cluster):
@@ -174,7 +207,7 @@ class Dispatcher:
         candidates.sort(key=lambda found: found[0])
         reasons: dict[str, str] = {}
         for key, cluster, summary_model, usage in candidates:
-            after = take(cluster.models[summary_model], gang, cluster.levels)
+            after = take(cluster.models[summary_model], gang, cluster.levels, summary_model)
             if isinstance(after, ModelSummary):
                 cluster.models[summary_model] = after
                 self.quota.add(workload.queue, usage)

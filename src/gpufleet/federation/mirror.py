@@ -51,6 +51,7 @@ from gpufleet.federation.convert import counted_of
 from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched, gang_shape
 from gpufleet.federation.expiry import ExpiryWarnings
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
+from gpufleet.federation.hostlabels import HostRule
 from gpufleet.federation.join import connection_version
 from gpufleet.federation.link import (
     CLUSTER,
@@ -85,6 +86,7 @@ from gpufleet.federation.sync import (
     unused_queue,
 )
 from gpufleet.federation.take import GangShape
+from gpufleet.federation.templates import INVALID_TEMPLATE, template_rules
 from gpufleet.federation.unreported import SEQUENCE, next_sequence, sequence_of, take_out_all
 from gpufleet.scheduler.flavors import usage_of
 from gpufleet.scheduler.workload import Workload
@@ -168,14 +170,23 @@ class FederationController:
             grants.add(held, workload.queue, full_usage(workload, model))
             if job.status.phase not in ENDED:  # as mirrored just now: one that ended holds nothing
                 sequence = sequence_of(job.metadata.annotations)
-                unreported.append((held, sequence, model, gang_shape(workload, counts)))
+                gang = gang_shape(workload, counts, templates=_held_templates(job))
+                unreported.append((held, sequence, model, gang))
         # The summaries are the workers' last reports: work sent since, or not placed yet, is not in
         # them and would be dispatched onto again (`federation.unreported`).
         reports = {name: counted_of(cluster.status) for name, cluster in clusters.items()}
         take_out_all(view.dispatcher.clusters, reports, unreported)
         waiting.sort(key=lambda pair: (-pair[1].priority, pair[1].submitted_at, pair[1].name))
         for job, workload in waiting:
-            decision = view.dispatcher.dispatch(workload, view.choices.get(workload.queue, ANY_CLUSTER))
+            try:
+                templates = template_rules(job)
+            except GpuFleetError as exc:  # never sent: no worker could make its pods
+                self._set_status(
+                    job, _waiting_status(job, PendingReason(type=INVALID_TEMPLATE, message=str(exc)), now)
+                )
+                continue
+            choice = view.choices.get(workload.queue, ANY_CLUSTER)
+            decision = view.dispatcher.dispatch(workload, choice, templates)
             if isinstance(decision, Dispatched):
                 usage = full_usage(workload, decision.model)
                 grant = grants.with_(decision.cluster, workload.queue, usage)
@@ -425,6 +436,15 @@ def _dispatched(
 ) -> list[Condition]:
     condition = Condition(type=DISPATCHED, status=state, reason=reason, message=message)
     return set_condition(list(job.status.conditions), condition, now=to_datetime(now))
+
+
+def _held_templates(job: Managed) -> dict[str, HostRule]:
+    """The template rules of work already sent (its template was valid then; one edited since into
+    something invalid is taken out of the summary without them)."""
+    try:
+        return template_rules(job)
+    except GpuFleetError:
+        return {}
 
 
 def _waiting_status(

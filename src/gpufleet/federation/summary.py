@@ -13,7 +13,8 @@ find the free GPUs too scattered; then the workload waits there, or comes back t
 
 Beside what is free now, a summary says what could ever fit on one host of the model: the largest
 allocatable CPU and memory of one host, and the taints every host carries. A pod asking more than that,
-or not tolerating such a taint, fits nowhere in the cluster however long it waits there.
+or not tolerating such a taint, fits nowhere in the cluster however long it waits there. It also groups
+the hosts by their labels (`federation.hostlabels`), so a pod's node selector is matched against them.
 
 Pure: no I/O, no clock; `summarize` reads a FleetState and nothing else.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.federation.hostlabels import HostLabels, host_labels
 from gpufleet.fleet.node import SharingMode
 from gpufleet.fleet.request import GPU_MILLI, SCHEDULING_EFFECTS, Taint
 from gpufleet.fleet.state import HOST_LEVEL, MODE_CODES, NVLINK_LEVEL, SHARE_MODES, WHOLE_MODES, FleetState
@@ -65,6 +67,9 @@ class ModelSummary:
     taints: tuple[Taint, ...] = ()
     """The NoSchedule and NoExecute taints every host of the model carries (none when one host has none):
     a pod that does not tolerate one of them fits no host of the model."""
+    host_labels: HostLabels | None = None
+    """The hosts grouped by label, for node selectors and required node affinity (`federation.hostlabels`);
+    None: not reported (an older worker), which the dispatcher takes as any host matching."""
 
     def largest_free(self, level: str) -> int:
         """The most free whole GPUs in one domain of `level`; 0 when the level is unknown or full."""
@@ -85,6 +90,7 @@ class ModelSummary:
             host_cpu_milli=self.host_cpu_milli,
             host_memory_mib=self.host_memory_mib,
             taints=self.taints,
+            host_labels=None if self.host_labels is None else self.host_labels.copy(),
         )
 
 
@@ -119,6 +125,7 @@ def summarize(fleet: FleetState) -> dict[str, ModelSummary]:
         summary.host_cpu_milli = int(fleet.cpu_cap[rows].max())
         summary.host_memory_mib = int(fleet.mem_cap[rows].max())
         summary.taints = _common_taints(fleet, rows)
+        summary.host_labels = host_labels(fleet, rows)
         result[model] = summary
     return result
 

@@ -15,7 +15,9 @@ The gang's whole-GPU pods, shares and MIG instances are taken from a copy of one
 
 Before any of that, `never_fits` keeps a gang off a cluster where one of its GPU pods fits no host of
 the model however long it waits: more CPU or memory than the largest host has, or a taint every host
-carries that the pod does not tolerate (the scheduling core's own rule, `fleet.request.untolerated`).
+carries that the pod does not tolerate (the scheduling core's own rule, `fleet.request.untolerated`), or
+a node selector or required node affinity no host of the model satisfies (`federation.hostlabels`). A
+whole-GPU pod with such a rule takes its host from the label groups that match it.
 
 Pure functions over small dictionaries: a histogram has one key per distinct free count (at most a
 node's or a domain's GPUs), so a check costs microseconds however many nodes the cluster has.
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpufleet.federation.hostlabels import HostRule
 from gpufleet.federation.summary import Histogram, ModelSummary
 from gpufleet.fleet.node import SharingMode
 from gpufleet.fleet.request import GPU_MILLI, Toleration, untolerated
@@ -48,6 +51,10 @@ class GangShape:
     """The most memory one GPU pod asks."""
     tolerations: tuple[tuple[Toleration, ...], ...] = ()
     """Each GPU pod set's tolerations: every one must tolerate the taints all hosts of the model carry."""
+    rules: tuple[HostRule, ...] = ()
+    """Each GPU pod set's node selector and required node affinity, where it has one: some host must match."""
+    whole_rules: tuple[HostRule, ...] = ()
+    """Beside `whole`, pod by pod, the rule its host must match (empty: any host); () when no pod has one."""
 
     @property
     def whole_gpus(self) -> int:
@@ -102,9 +109,9 @@ def tightest_host(summary: ModelSummary, gang: GangShape) -> int:
     return min(fitting, default=summary.gpus + 1)
 
 
-def never_fits(summary: ModelSummary, gang: GangShape) -> str | None:
+def never_fits(summary: ModelSummary, gang: GangShape, model: str | None = None) -> str | None:
     """Why a GPU pod of the gang fits no host of the model ever, or None. A figure the worker did not
-    report (an older release) is taken as enough."""
+    report (an older release) is taken as enough; `model` names the model in the reason."""
     if summary.host_cpu_milli is not None and gang.cpu_milli > summary.host_cpu_milli:
         return f"a pod asks {gang.cpu_milli} milli-CPU, the largest host has {summary.host_cpu_milli}"
     if summary.host_memory_mib is not None and gang.memory_mib > summary.host_memory_mib:
@@ -113,16 +120,23 @@ def never_fits(summary: ModelSummary, gang: GangShape) -> str | None:
         taint = untolerated(summary.taints, tolerations)
         if taint is not None:
             return f"a pod does not tolerate {taint.key}={taint.value}:{taint.effect}, which every host has"
+    labels = summary.host_labels
+    for rule in gang.rules if labels is not None else ():
+        assert labels is not None
+        if not labels.matching((rule,)):
+            return f"no host{f' of {model}' if model else ''} matches {rule.describe()}"
     return None
 
 
-def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> ModelSummary | str:
+def take(
+    summary: ModelSummary, gang: GangShape, levels: Sequence[str], model: str | None = None
+) -> ModelSummary | str:
     """The summary with the gang taken out, or why it does not fit (a short phrase naming what lacks).
 
     `levels` are the cluster's labelled levels from coarse to fine (zone, block, rack); `nvlink` and
-    `host` come below them.
+    `host` come below them. `model` (the summary's) is named in a reason about host labels.
     """
-    never = never_fits(summary, gang)
+    never = never_fits(summary, gang, model)
     if never is not None:
         return never
     total = gang.whole_gpus
@@ -153,6 +167,8 @@ def take(summary: ModelSummary, gang: GangShape, levels: Sequence[str]) -> Model
             after.free_gpus -= whole_lost
             for histogram in after.free_domains.values():
                 spread(histogram, whole_lost)
+            if after.host_labels is not None:
+                after.host_labels.spread(whole_lost)
     for profile, count in wanted.items():
         after.free_mig[profile] -= count
     if total:
@@ -171,19 +187,51 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
         # The gang in one domain of the required level, hence of every coarser one.
         for level in order[: depth + 1]:
             histogram = after.free_domains.setdefault(level, {})
-            if not best_fit(histogram, total):
+            on_host = level == HOST_LEVEL
+            if not (_take_host(after, total, gang.rules) if on_host else best_fit(histogram, total)):
                 if level == required:
-                    largest = max(histogram, default=0)
-                    return f"{total} GPUs needed in one {level}, at most {largest} free in one"
+                    largest = _most_free(after, gang.rules) if on_host else max(histogram, default=0)
+                    where = f"{level}{_matching(gang.rules)}" if on_host else level
+                    return f"{total} GPUs needed in one {where}, at most {largest} free in one"
                 spread(histogram, total)
+                if on_host and after.host_labels is not None:
+                    after.host_labels.spread(total)
             decided.add(level)
     if HOST_LEVEL not in decided:
-        hosts = after.free_domains.setdefault(HOST_LEVEL, {})
-        for pod in sorted(gang.whole, reverse=True):
-            if not best_fit(hosts, pod):
-                return f"a pod of {pod} GPUs needs a host with {pod} free, at most {max(hosts, default=0)}"
+        rules = gang.whole_rules or (HostRule(),) * len(gang.whole)
+        for pod, rule in sorted(zip(gang.whole, rules, strict=True), key=lambda p: -p[0]):
+            mine = (rule,) if rule else ()
+            if not _take_host(after, pod, mine):
+                most = _most_free(after, mine)
+                return f"a pod of {pod} GPUs needs a host{_matching(mine)} with {pod} free, at most {most}"
         decided.add(HOST_LEVEL)
     for level in order:
         if level not in decided:
             spread(after.free_domains.setdefault(level, {}), total)
     return None
+
+
+def _take_host(after: ModelSummary, pod: int, rules: Sequence[HostRule]) -> bool:
+    """Takes `pod` GPUs from the tightest host that has room and matches `rules`: from the label groups
+    when the worker reported them (the host histogram follows), else from the host histogram."""
+    hosts = after.free_domains.setdefault(HOST_LEVEL, {})
+    if after.host_labels is None:
+        return best_fit(hosts, pod)
+    free = after.host_labels.take_host(pod, rules)
+    if free is None:
+        return False
+    if free in hosts:
+        _move(hosts, free, pod)
+    else:  # both were guessed down since the report and drifted apart: keep each its own guess
+        best_fit(hosts, pod)
+    return True
+
+
+def _most_free(after: ModelSummary, rules: Sequence[HostRule]) -> int:
+    if after.host_labels is None:
+        return max(after.free_domains.get(HOST_LEVEL, {}), default=0)
+    return after.host_labels.most_free(rules)
+
+
+def _matching(rules: Sequence[HostRule]) -> str:
+    return "".join(f" matching {rule.describe()}" for rule in rules)

@@ -82,6 +82,8 @@ def _take_what_is_there(summary: ModelSummary, gang: GangShape) -> ModelSummary:
             after.free_mig[profile] -= 1
     for histogram in after.free_domains.values():
         spread(histogram, whole)
+    if after.host_labels is not None:
+        after.host_labels.spread(whole)
     return after
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -56,6 +56,15 @@ def untolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> T
         if taint.effect in SCHEDULING_EFFECTS and not any(tol.tolerates(taint) for tol in tolerations):
             return taint
     return None
+
+
+def selector_matches(selector: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+    """Whether a node with `labels` satisfies a pod's nodeSelector: every key there, with that exact value.
+
+    The one rule for nodes (the placement filter) and for a cluster's hosts (the federation's dispatcher),
+    so a workload is never sent to a cluster whose scheduler would find no node its selector accepts.
+    """
+    return all(labels.get(key) == value for key, value in selector)
 
 
 @dataclass(frozen=True, slots=True)

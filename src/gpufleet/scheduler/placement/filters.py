@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet import cuda
-from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, untolerated
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, selector_matches, untolerated
 from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
 from gpufleet.scheduler.placement.dra import partitions
 from gpufleet.sharing import mig
@@ -146,7 +146,7 @@ def _taint_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp]
 
 def _selector_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp]) -> BoolArray:
     return np.array(
-        [all(state.specs[row].labels.get(k) == v for k, v in request.node_selector) for row in rows],
+        [selector_matches(request.node_selector, state.specs[row].labels) for row in rows],
         dtype=np.bool_,
     )
 

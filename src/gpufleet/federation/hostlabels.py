@@ -1,0 +1,179 @@
+"""Which hosts of a model a pod's node selector or required node affinity lets it use, in a few groups.
+
+A pod whose `nodeSelector` or required node affinity no host of a model satisfies waits in that cluster
+for ever, so the dispatcher must know the hosts' labels, yet a report must not grow with the cluster's
+nodes. Per GPU model a worker reports its hosts grouped by their labels: each distinct combination with
+its number of hosts and a histogram of those hosts by free whole GPUs (`{8: 12, 3: 2}`). Labels that
+differ from host to host would make one group per host, so they are left out and named in `unlisted`:
+
+- the worker's topology levels (rack, block...): the topology histograms already count those domains;
+- then, while there are more than `MAX_GROUPS` groups, the key with the most distinct values
+  (`kubernetes.io/hostname` first of all), so a report holds at most `MAX_GROUPS` groups.
+
+A selector's requirements on an unlisted key are not checked: the groups stay a necessary condition,
+like the rest of the summary. Matching is the scheduling core's own: `fleet.request.selector_matches`
+for a nodeSelector (the placement filter's rule) and `fleet.devices.node_selector_matches` for a
+Kubernetes NodeSelector (required node affinity), so the dispatcher never disagrees with a worker's
+scheduler about a host's labels.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.api.dra_devices import NodeSelector, NodeSelectorTerm
+from gpufleet.fleet.devices import node_selector_matches
+from gpufleet.fleet.request import selector_matches
+from gpufleet.fleet.state import FleetState
+
+MAX_GROUPS = 32
+"""At most this many label groups per model: past it, the most varied label keys are left out."""
+
+Histogram = dict[int, int]
+
+
+@dataclass(slots=True)
+class LabelGroup:
+    """Hosts of one model with the same (listed) labels, and how many of them have each free count."""
+
+    labels: dict[str, str]
+    hosts: int
+    free: Histogram = field(default_factory=dict)
+
+    def copy(self) -> LabelGroup:
+        return LabelGroup(dict(self.labels), self.hosts, dict(self.free))
+
+
+@dataclass(frozen=True, slots=True)
+class HostRule:
+    """What one pod set asks of its host's labels: a nodeSelector and a required node affinity."""
+
+    selector: tuple[tuple[str, str], ...] = ()
+    affinity: NodeSelector | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.selector) or self.affinity is not None
+
+    def describe(self) -> str:
+        """`nodeSelector pool=a100-spot`, `node affinity pool In [a, b]`: for a NoCluster reason."""
+        parts = []
+        if self.selector:
+            parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in self.selector))
+        if self.affinity is not None:
+            terms = [
+                " and ".join(f"{r.key} {r.operator} [{', '.join(r.values)}]" for r in term.match_expressions)
+                or "fields"
+                for term in self.affinity.node_selector_terms
+            ]
+            parts.append("node affinity " + " or ".join(f"({t})" for t in terms))
+        return " and ".join(parts)
+
+
+@dataclass(slots=True)
+class HostLabels:
+    """A model's hosts grouped by label; `unlisted` are the label keys the groups leave out."""
+
+    groups: list[LabelGroup]
+    unlisted: frozenset[str] = frozenset()
+
+    def copy(self) -> HostLabels:
+        return HostLabels([g.copy() for g in self.groups], self.unlisted)
+
+    def matching(self, rules: Sequence[HostRule]) -> list[LabelGroup]:
+        """The groups whose hosts satisfy every one of `rules` (as far as the listed labels tell)."""
+        return [g for g in self.groups if all(self.allows(rule, g.labels) for rule in rules)]
+
+    def allows(self, rule: HostRule, labels: Mapping[str, str]) -> bool:
+        """Whether a host with `labels` may satisfy `rule`: requirements on unlisted keys are taken as
+        holding, the rest are matched by the scheduling core's own rules."""
+        listed = [(k, v) for k, v in rule.selector if k not in self.unlisted]
+        if not selector_matches(listed, labels):
+            return False
+        affinity = self._listed(rule.affinity)
+        return affinity is None or node_selector_matches(affinity, "", labels)
+
+    def _listed(self, affinity: NodeSelector | None) -> NodeSelector | None:
+        """The affinity without what the groups cannot tell (unlisted keys, node names); None when a term
+        is left with nothing to check, since that term may then hold."""
+        if affinity is None:
+            return None
+        terms = []
+        for term in affinity.node_selector_terms:
+            if not (term.match_expressions or term.match_fields):
+                continue  # an empty term matches no node (Kubernetes): keep the rule's answer
+            kept = [r for r in term.match_expressions if r.key not in self.unlisted]
+            if not kept:
+                return None
+            terms.append(NodeSelectorTerm(match_expressions=kept))
+        return NodeSelector(node_selector_terms=terms)
+
+    def take_host(self, pod: int, rules: Sequence[HostRule]) -> int | None:
+        """Takes `pod` GPUs from the tightest host of a matching group; its free count before, or None."""
+        best: tuple[int, LabelGroup] | None = None
+        for group in self.matching(rules):
+            fitting = [free for free in group.free if free >= pod]
+            if fitting and (best is None or min(fitting) < best[0]):
+                best = (min(fitting), group)
+        if best is None:
+            return None
+        free, group = best
+        _move(group.free, free, pod)
+        return free
+
+    def most_free(self, rules: Sequence[HostRule]) -> int:
+        return max((free for g in self.matching(rules) for free in g.free), default=0)
+
+    def spread(self, amount: int) -> None:
+        """Takes `amount` whole GPUs off the fullest hosts of any group (the pessimistic guess)."""
+        while amount > 0:
+            candidates = [(max(g.free), g) for g in self.groups if g.free]
+            if not candidates:
+                return
+            free, group = max(candidates, key=lambda c: c[0])
+            taken = min(free, amount)
+            _move(group.free, free, taken)
+            amount -= taken
+
+
+def _move(histogram: Histogram, key: int, amount: int) -> None:
+    left = histogram[key] - 1
+    if left:
+        histogram[key] = left
+    else:
+        del histogram[key]
+    if key - amount > 0:
+        histogram[key - amount] = histogram.get(key - amount, 0) + 1
+
+
+def host_labels(fleet: FleetState, rows: np.ndarray) -> HostLabels:
+    """`rows`' hosts grouped by their labels, at most `MAX_GROUPS` groups (see the module)."""
+    labels = [fleet.specs[int(row)].labels for row in rows]
+    unlisted = set(fleet.levels)
+    values: dict[str, set[str]] = {}
+    for host in labels:
+        for key, value in host.items():
+            values.setdefault(key, set()).add(value)
+    unlisted &= set(values)
+    while True:
+        keys = sorted(set(values) - unlisted)
+        combos: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for index, host in enumerate(labels):
+            combo = tuple((k, host[k]) for k in keys if k in host)
+            combos.setdefault(combo, []).append(index)
+        if len(combos) <= MAX_GROUPS or not keys:
+            break
+        # The most varied key first (a host's name): it splits the groups most and selectors rarely
+        # name it; the name breaks ties so that a report is deterministic.
+        unlisted.add(max(keys, key=lambda k: (len(values[k]), k)))
+    free = fleet.whole_free[rows]
+    groups = []
+    for combo, members in sorted(combos.items()):
+        counts = np.bincount(free[members])
+        histogram = {int(n): int(c) for n, c in enumerate(counts) if n and c}
+        groups.append(LabelGroup(dict(combo), len(members), histogram))
+    return HostLabels(groups, frozenset(unlisted))
