@@ -159,6 +159,9 @@ def host_labels(fleet: FleetState, rows: np.ndarray) -> HostLabels:
         for key, value in host.items():
             values.setdefault(key, set()).add(value)
     unlisted &= set(values)
+    # A key with more values than MAX_GROUPS makes too many groups by itself, and is dropped before any
+    # key with fewer values would be: drop such keys at once instead of pass by pass.
+    unlisted |= {key for key, seen in values.items() if len(seen) > MAX_GROUPS}
     while True:
         keys = sorted(set(values) - unlisted)
         combos: dict[tuple[tuple[str, str], ...], list[int]] = {}
