@@ -46,6 +46,7 @@ def test_a_job_selecting_a_pool_runs_in_the_worker_that_has_it() -> None:
     fed.run(3)
     report = KubeStore(fed.manager).get(Cluster, "w2").status.capacity["H100-80GB"].host_labels
     assert report is not None and report.common == {"pool": "a100-spot"} and len(report.groups) == 2
+    assert [g.most_free_cpu_milli for g in report.groups] == [{"8": 64_000}] * 2, "the CRD keeps the room"
     assert fed.held("plain").metadata.annotations[CLUSTER] == "w1", "the cheaper worker"
     assert fed.held("spot").metadata.annotations[CLUSTER] == "w2", "w1 is cheaper, but has no such host"
     waiting = fed.held("broken")

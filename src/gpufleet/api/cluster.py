@@ -185,14 +185,23 @@ class HostGroup(ApiModel):
         default_factory=dict,
         description="How many of them have each count of free whole GPUs ({'8': 3, '2': 1}).",
     )
+    most_free_cpu_milli: dict[str, int] | None = Field(
+        default=None,
+        description="Per count of free whole GPUs, the most free CPU (milli-CPU) of one such host: a host "
+        "whose GPUs are free but whose CPU is taken is no room for a pod that asks CPU. Absent (a worker "
+        "of an older release): taken as enough.",
+    )
+    most_free_memory_mib: dict[str, int] | None = Field(
+        default=None, description="The same for free memory, in MiB."
+    )
 
-    @field_validator("free_hosts")
+    @field_validator("free_hosts", "most_free_cpu_milli", "most_free_memory_mib")
     @classmethod
-    def _counts_are_numbers(cls, value: dict[str, int]) -> dict[str, int]:
-        for free, count in value.items():
+    def _counts_are_numbers(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        for free, count in (value or {}).items():
             if not free.isdigit() or int(free) < 1 or count < 0:
                 raise ValueError(
-                    f"keys are free GPU counts (1 or more) and values host counts, got {free}: {count}"
+                    f"keys are free GPU counts (1 or more), values not negative; got {free}: {count}"
                 )
         return value
 

@@ -84,6 +84,8 @@ def _label_report(labels: HostLabels) -> HostLabelReport:
                 labels={k: v for k, v in g.labels.items() if k not in common},
                 hosts=g.hosts,
                 free_hosts={str(free): count for free, count in sorted(g.free.items())},
+                most_free_cpu_milli=_keyed(g.cpu),
+                most_free_memory_mib=_keyed(g.memory),
             )
             for g in groups
         ],
@@ -99,10 +101,20 @@ def _host_labels(report: HostLabelReport | None) -> HostLabels | None:
             {**report.common, **g.labels},
             g.hosts,
             {int(free): count for free, count in g.free_hosts.items() if count},
+            _counted(g.most_free_cpu_milli),
+            _counted(g.most_free_memory_mib),
         )
         for g in report.groups
     ]
     return HostLabels(groups, frozenset(report.unlisted_keys))
+
+
+def _keyed(most: dict[int, int] | None) -> dict[str, int] | None:
+    return None if most is None else {str(free): value for free, value in sorted(most.items())}
+
+
+def _counted(most: dict[str, int] | None) -> dict[int, int] | None:
+    return None if most is None else {int(free): value for free, value in most.items()}
 
 
 def _model_summary(capacity: ModelCapacity) -> ModelSummary:

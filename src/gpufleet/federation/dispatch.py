@@ -97,6 +97,7 @@ def gang_shape(
     (which wins on a key both name, as the worker's operator writes the pod)."""
     whole: list[int] = []
     whole_rules: list[HostRule] = []
+    whole_needs: list[tuple[int, int]] = []
     rules: list[HostRule] = []
     share: list[int] = []
     mig: list[str] = []
@@ -114,6 +115,7 @@ def gang_shape(
         if request.kind is GpuKind.WHOLE:
             whole.extend([request.gpus] * count)
             whole_rules.extend([rule] * count)
+            whole_needs.extend([(request.cpu_milli, request.memory_mib)] * count)
         elif request.kind is GpuKind.SHARE:
             share.extend([request.gpu_milli] * count)
         elif request.kind is GpuKind.MIG:
@@ -129,6 +131,7 @@ def gang_shape(
         tolerations=tuple(sorted(tolerations, key=repr)),
         rules=tuple(rules),
         whole_rules=tuple(whole_rules) if rules else (),
+        whole_needs=tuple(whole_needs) if any(cpu or memory for cpu, memory in whole_needs) else (),
     )
 
 

@@ -39,14 +39,48 @@ Histogram = dict[int, int]
 
 @dataclass(slots=True)
 class LabelGroup:
-    """Hosts of one model with the same (listed) labels, and how many of them have each free count."""
+    """Hosts of one model with the same (listed) labels, and how many of them have each free count.
+
+    `cpu` and `memory` give, per free count of `free`, the most free CPU (milli) and memory (MiB) of one
+    such host, so a host whose GPUs are free while its CPU or memory is taken is not counted as room for
+    a pod that asks for them; None: not reported (an older worker), taken as enough.
+    """
 
     labels: dict[str, str]
     hosts: int
     free: Histogram = field(default_factory=dict)
+    cpu: dict[int, int] | None = None
+    memory: dict[int, int] | None = None
 
     def copy(self) -> LabelGroup:
-        return LabelGroup(dict(self.labels), self.hosts, dict(self.free))
+        return LabelGroup(
+            dict(self.labels),
+            self.hosts,
+            dict(self.free),
+            None if self.cpu is None else dict(self.cpu),
+            None if self.memory is None else dict(self.memory),
+        )
+
+    def room(self, free: int, cpu: int, memory: int) -> bool:
+        """Whether a host with `free` GPUs free may also have `cpu` and `memory` free."""
+        return (self.cpu is None or self.cpu.get(free, 0) >= cpu) and (
+            self.memory is None or self.memory.get(free, 0) >= memory
+        )
+
+    def move(self, free: int, gpus: int, cpu: int = 0, memory: int = 0) -> None:
+        """One host with `free` GPUs free gives a pod `gpus` of them, `cpu` and `memory`. The host left
+        with fewer keeps the most its old count had, less what the pod took (the guess that keeps every
+        cluster the worker could place it in); the next report replaces it."""
+        _move(self.free, free, gpus)
+        rest = free - gpus
+        for most, used in ((self.cpu, cpu), (self.memory, memory)):
+            if most is None:
+                continue
+            had = most.get(free, 0)
+            if free not in self.free:
+                most.pop(free, None)
+            if rest > 0:
+                most[rest] = max(most.get(rest, 0), had - used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,21 +146,25 @@ class HostLabels:
             terms.append(NodeSelectorTerm(match_expressions=kept))
         return NodeSelector(node_selector_terms=terms)
 
-    def take_host(self, pod: int, rules: Sequence[HostRule]) -> int | None:
-        """Takes `pod` GPUs from the tightest host of a matching group; its free count before, or None."""
+    def take_host(self, pod: int, rules: Sequence[HostRule], cpu: int = 0, memory: int = 0) -> int | None:
+        """Takes `pod` GPUs, `cpu` and `memory` from the tightest host of a matching group with room for
+        them all; the host's free GPUs before, or None when no host has room."""
         best: tuple[int, LabelGroup] | None = None
         for group in self.matching(rules):
-            fitting = [free for free in group.free if free >= pod]
+            fitting = [free for free in group.free if free >= pod and group.room(free, cpu, memory)]
             if fitting and (best is None or min(fitting) < best[0]):
                 best = (min(fitting), group)
         if best is None:
             return None
         free, group = best
-        _move(group.free, free, pod)
+        group.move(free, pod, cpu, memory)
         return free
 
-    def most_free(self, rules: Sequence[HostRule]) -> int:
-        return max((free for g in self.matching(rules) for free in g.free), default=0)
+    def most_free(self, rules: Sequence[HostRule], cpu: int = 0, memory: int = 0) -> int:
+        """The most free GPUs of one matching host that also has `cpu` and `memory` free."""
+        return max(
+            (free for g in self.matching(rules) for free in g.free if g.room(free, cpu, memory)), default=0
+        )
 
     def spread(self, amount: int) -> None:
         """Takes `amount` whole GPUs off the fullest hosts of any group (the pessimistic guess)."""
@@ -136,7 +174,7 @@ class HostLabels:
                 return
             free, group = max(candidates, key=lambda c: c[0])
             taken = min(free, amount)
-            _move(group.free, free, taken)
+            group.move(free, taken)
             amount -= taken
 
 
@@ -174,9 +212,17 @@ def host_labels(fleet: FleetState, rows: np.ndarray) -> HostLabels:
         # name it; the name breaks ties so that a report is deterministic.
         unlisted.add(max(keys, key=lambda k: (len(values[k]), k)))
     free = fleet.whole_free[rows]
+    cpu, memory = fleet.cpu_free[rows], fleet.mem_free[rows]
     groups = []
     for combo, members in sorted(combos.items()):
         counts = np.bincount(free[members])
         histogram = {int(n): int(c) for n, c in enumerate(counts) if n and c}
-        groups.append(LabelGroup(dict(combo), len(members), histogram))
+        group = LabelGroup(dict(combo), len(members), histogram, {}, {})
+        for index in members:
+            n = int(free[index])
+            if n:  # the most free CPU and memory of one host per free count (see LabelGroup)
+                assert group.cpu is not None and group.memory is not None
+                group.cpu[n] = max(group.cpu.get(n, 0), int(cpu[index]))
+                group.memory[n] = max(group.memory.get(n, 0), int(memory[index]))
+        groups.append(group)
     return HostLabels(groups, frozenset(unlisted))

@@ -55,6 +55,8 @@ class GangShape:
     """Each GPU pod set's node selector and required node affinity, where it has one: some host must match."""
     whole_rules: tuple[HostRule, ...] = ()
     """Beside `whole`, pod by pod, the rule its host must match (empty: any host); () when no pod has one."""
+    whole_needs: tuple[tuple[int, int], ...] = ()
+    """Beside `whole`, pod by pod, the CPU (milli) and memory (MiB) it asks on its host; () for none."""
 
     @property
     def whole_gpus(self) -> int:
@@ -185,13 +187,20 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
     decided: set[str] = set()
     if depth is not None:
         # The gang in one domain of the required level, hence of every coarser one.
+        # One host holds the whole gang when the level is host or finer: its pods' CPU and memory add up.
+        cpu, memory = sum(c for c, _ in gang.whole_needs), sum(m for _, m in gang.whole_needs)
         for level in order[: depth + 1]:
             histogram = after.free_domains.setdefault(level, {})
             on_host = level == HOST_LEVEL
-            if not (_take_host(after, total, gang.rules) if on_host else best_fit(histogram, total)):
+            if not (
+                _take_host(after, total, gang.rules, cpu, memory) if on_host else best_fit(histogram, total)
+            ):
                 if level == required:
-                    largest = _most_free(after, gang.rules) if on_host else max(histogram, default=0)
-                    where = f"{level}{_matching(gang.rules)}" if on_host else level
+                    if on_host:
+                        largest = _most_free(after, gang.rules, cpu, memory)
+                        where = f"{level}{_matching(gang.rules)}{_with(cpu, memory)}"
+                    else:
+                        largest, where = max(histogram, default=0), level
                     return f"{total} GPUs needed in one {where}, at most {largest} free in one"
                 spread(histogram, total)
                 if on_host and after.host_labels is not None:
@@ -199,11 +208,15 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
             decided.add(level)
     if HOST_LEVEL not in decided:
         rules = gang.whole_rules or (HostRule(),) * len(gang.whole)
-        for pod, rule in sorted(zip(gang.whole, rules, strict=True), key=lambda p: -p[0]):
+        needs = gang.whole_needs or ((0, 0),) * len(gang.whole)
+        for pod, rule, (cpu, memory) in sorted(
+            zip(gang.whole, rules, needs, strict=True), key=lambda p: -p[0]
+        ):
             mine = (rule,) if rule else ()
-            if not _take_host(after, pod, mine):
-                most = _most_free(after, mine)
-                return f"a pod of {pod} GPUs needs a host{_matching(mine)} with {pod} free, at most {most}"
+            if not _take_host(after, pod, mine, cpu, memory):
+                most = _most_free(after, mine, cpu, memory)
+                free = f"{pod} free{_with(cpu, memory)}"
+                return f"a pod of {pod} GPUs needs a host{_matching(mine)} with {free}, at most {most}"
         decided.add(HOST_LEVEL)
     for level in order:
         if level not in decided:
@@ -211,13 +224,16 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
     return None
 
 
-def _take_host(after: ModelSummary, pod: int, rules: Sequence[HostRule]) -> bool:
-    """Takes `pod` GPUs from the tightest host that has room and matches `rules`: from the label groups
-    when the worker reported them (the host histogram follows), else from the host histogram."""
+def _take_host(
+    after: ModelSummary, pod: int, rules: Sequence[HostRule], cpu: int = 0, memory: int = 0
+) -> bool:
+    """Takes `pod` GPUs (and `cpu`, `memory`) from the tightest host that has room for them and matches
+    `rules`: from the label groups when the worker reported them (the host histogram follows), else from
+    the host histogram (GPUs only)."""
     hosts = after.free_domains.setdefault(HOST_LEVEL, {})
     if after.host_labels is None:
         return best_fit(hosts, pod)
-    free = after.host_labels.take_host(pod, rules)
+    free = after.host_labels.take_host(pod, rules, cpu, memory)
     if free is None:
         return False
     if free in hosts:
@@ -227,10 +243,15 @@ def _take_host(after: ModelSummary, pod: int, rules: Sequence[HostRule]) -> bool
     return True
 
 
-def _most_free(after: ModelSummary, rules: Sequence[HostRule]) -> int:
+def _most_free(after: ModelSummary, rules: Sequence[HostRule], cpu: int, memory: int) -> int:
     if after.host_labels is None:
         return max(after.free_domains.get(HOST_LEVEL, {}), default=0)
-    return after.host_labels.most_free(rules)
+    return after.host_labels.most_free(rules, cpu, memory)
+
+
+def _with(cpu: int, memory: int) -> str:
+    """` (and 64000 milli-CPU, 262144 MiB)`: what else the host needs free beside the GPUs."""
+    return f" (and {cpu} milli-CPU, {memory} MiB)" if cpu or memory else ""
 
 
 def _matching(rules: Sequence[HostRule]) -> str:
