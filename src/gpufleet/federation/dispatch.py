@@ -5,7 +5,9 @@ the whole fleet: a queue's nominal and borrowing limits apply to what it runs in
 so there is no second quota system. For each workload, in the order the caller gives (the core's queue
 order), the dispatcher:
 
-1. finds the flavors (GPU models) the workload may use, as the cycle does (`scheduler.flavors`);
+1. finds the flavors the workload may use, as the cycle does (`scheduler.flavors`): GPU models, or
+   models with a capacity type (`H100-80GB/spot`), whose gang is pinned to hosts of that capacity type
+   as the core pins it (`scheduler.flavors.pinned`);
 2. keeps those its queue's quota, fleet-wide, admits now;
 3. ranks the clusters that take new work (not draining, within their lease) and that its queue allows:
    preferred clusters first, then the cheapest (price of the model x GPUs), then the model order, then
@@ -33,7 +35,7 @@ from gpufleet.federation.hostlabels import HostRule
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take, tightest_host
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, Toleration
-from gpufleet.scheduler.flavors import candidate_models, split_flavor, usage_of
+from gpufleet.scheduler.flavors import candidate_models, model_of, pinned, split_flavor, usage_of
 from gpufleet.scheduler.quota import QuotaShortfall, QuotaUsage
 from gpufleet.scheduler.workload import Workload
 
@@ -65,6 +67,9 @@ class Dispatched:
     model: str | None
     usage: Mapping[str, int]
     cost_per_hour: float
+    flavor: str | None = None
+    """The flavor its queue is charged on: `model`, or the model with a capacity type (`H100-80GB/spot`),
+    which the worker's queue is granted, so its scheduler too places the work on that capacity type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,22 @@ class Dispatcher:
         """The workload ended (or its cluster was lost): its queue gets the quota back."""
         self.quota.add(decision.queue, decision.usage, -1)
 
+    def gang_for(
+        self,
+        workload: Workload,
+        flavor: str | None,
+        counts: tuple[int, ...],
+        templates: Mapping[str, HostRule] | None = None,
+    ) -> GangShape:
+        """The gang as a worker places it on `flavor`: a capacity-typed flavor (`H100-80GB/spot`) only on
+        hosts labelled with that capacity type (the core's own pinning, `scheduler.flavors.pinned`), and
+        with the spot toleration the worker's operator adds when its queue has a spot flavor."""
+        node = self.quota.tree.nodes.get(workload.queue)
+        spot = node is not None and any(split_flavor(f)[1] == "spot" for f in node.quotas)
+        typed = flavor is not None and split_flavor(flavor)[1] is not None
+        shaped = pinned(workload, flavor, counts) if typed else workload
+        return gang_shape(shaped, counts, (SPOT_TOLERATION,) if spot else (), templates)
+
     def dispatch(
         self,
         workload: Workload,
@@ -181,21 +202,20 @@ class Dispatcher:
             usage = usage_of(workload, flavor, counts)
             short = self.quota.fits(workload.queue, usage)
             if short is None:
-                model = split_flavor(flavor)[0] if flavor is not None else None
-                admitted.append((index, model, usage))
+                admitted.append((index, flavor, usage))
             elif shortfall is None:
                 shortfall = short
         if not admitted:
             if shortfall is None:
                 return NotDispatched(workload.name, "QuotaExceeded", "no flavor of its queue fits it")
             return NotDispatched(workload.name, "QuotaExceeded", shortfall.message(), shortfall.details())
-        spot = any(split_flavor(flavor)[1] == "spot" for flavor in node.quotas)
-        gang = gang_shape(workload, counts, (SPOT_TOLERATION,) if spot else (), templates)
+        gangs = {flavor: self.gang_for(workload, flavor, counts, templates) for _, flavor, _ in admitted}
         candidates = []
         for cluster in self.clusters.values():
             if not cluster.accepting or not choice.allows(cluster):
                 continue
-            for index, model, usage in admitted:
+            for index, flavor, usage in admitted:
+                model, gang = model_of(flavor), gangs[flavor]
                 for summary_model in (model,) if model is not None else tuple(cluster.models):
                     if summary_model in cluster.models:
                         cost = cluster.price(summary_model) * sum(usage.values()) / GPU_MILLI
@@ -203,19 +223,23 @@ class Dispatcher:
                         tightest = tightest_host(summary, gang)
                         not_preferred = cluster.name not in choice.preferred
                         key = (not_preferred, cost, index, tightest, summary.free_gpus, cluster.name)
-                        candidates.append((key, cluster, summary_model, usage))
+                        charged = flavor if flavor is not None else summary_model
+                        candidates.append((key, cluster, summary_model, charged, gang, usage))
+        gang = next(iter(gangs.values()))  # every flavor's gang has the same pods
         if not candidates and not gang.whole and not gang.share and not gang.mig:
             # CPU-only work needs no GPU model: any allowed cluster that takes work.
             return self._cpu_only(workload, choice)
         candidates.sort(key=lambda found: found[0])
         reasons: dict[str, str] = {}
-        for key, cluster, summary_model, usage in candidates:
+        for key, cluster, summary_model, charged, gang, usage in candidates:
             after = take(cluster.models[summary_model], gang, cluster.levels, summary_model)
             if isinstance(after, ModelSummary):
                 cluster.models[summary_model] = after
                 self.quota.add(workload.queue, usage)
-                return Dispatched(workload.name, workload.queue, cluster.name, summary_model, usage, key[1])
-            reasons.setdefault(f"{cluster.name}/{summary_model}", after)
+                return Dispatched(
+                    workload.name, workload.queue, cluster.name, summary_model, usage, key[1], charged
+                )
+            reasons.setdefault(f"{cluster.name}/{charged}", after)
         return NotDispatched(
             workload.name,
             "NoCluster",

@@ -34,7 +34,8 @@ GENERATION = "gpufleet.io/assignment-generation"
 CLUSTER = "gpufleet.io/cluster"
 """On the manager's object: the cluster that holds it now (absent: waiting for one)."""
 MODEL = "gpufleet.io/charged-gpu-model"
-"""On the manager's object: the GPU model its quota was charged on."""
+"""On the manager's object: the flavor its quota was charged on, a GPU model or a model with a capacity
+type (`H100-80GB/spot`), which its worker's queue is granted too."""
 MOVED = "gpufleet.io/restarts-in-other-clusters"
 """On the manager's object: restarts counted before its present cluster (in earlier clusters, and one for
 each move after it started), added to the worker's count."""

@@ -17,8 +17,8 @@ Each pass, at `now`:
    Clusters' summaries (`manager_view`): the chosen worker gets the work's queue with the quota the
    manager grants it there (`federation.grants`), the job's latest checkpoint, and a copy marked
    managed (suspended until its lease lets it start); the manager's object records the cluster, the
-   generation and the model; work that fits nowhere keeps the dispatcher's reason as its
-   `pendingReason`;
+   generation and the flavor it charged (a model, or one with a capacity type); work that fits nowhere
+   keeps the dispatcher's reason as its `pendingReason`;
 5. brings the queues it made in each answering worker to what it grants there now.
 
 The calls to workers in steps 2 and 5 go through `WorkerReach` (`federation.reach`): a worker whose
@@ -48,7 +48,7 @@ from gpufleet.controllers.events import record
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.federation.controller import ClusterConditions
 from gpufleet.federation.convert import counted_of
-from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched, gang_shape
+from gpufleet.federation.dispatch import ANY_CLUSTER, Dispatched
 from gpufleet.federation.expiry import ExpiryWarnings
 from gpufleet.federation.grants import Grant, Grants, full_usage, same_grant, worker_queue
 from gpufleet.federation.hostlabels import HostRule
@@ -88,7 +88,7 @@ from gpufleet.federation.sync import (
 from gpufleet.federation.take import GangShape
 from gpufleet.federation.templates import INVALID_TEMPLATE, template_rules
 from gpufleet.federation.unreported import SEQUENCE, next_sequence, sequence_of, take_out_all
-from gpufleet.scheduler.flavors import usage_of
+from gpufleet.scheduler.flavors import model_of, usage_of
 from gpufleet.scheduler.workload import Workload
 from gpufleet.store.protocol import Store
 
@@ -164,14 +164,14 @@ class FederationController:
             if held is None or not self._still_held(job, held, clusters.get(held), copies.get(held), now):
                 waiting.append((job, workload))
                 continue
-            model = job.metadata.annotations.get(MODEL) or None
+            flavor = job.metadata.annotations.get(MODEL) or None  # a model, or one with a capacity type
             counts = tuple(ps.minimum for ps in workload.pod_sets)
-            view.dispatcher.quota.add(workload.queue, usage_of(workload, model, counts))
-            grants.add(held, workload.queue, full_usage(workload, model))
+            view.dispatcher.quota.add(workload.queue, usage_of(workload, flavor, counts))
+            grants.add(held, workload.queue, full_usage(workload, flavor))
             if job.status.phase not in ENDED:  # as mirrored just now: one that ended holds nothing
                 sequence = sequence_of(job.metadata.annotations)
-                gang = gang_shape(workload, counts, templates=_held_templates(job))
-                unreported.append((held, sequence, model, gang))
+                gang = view.dispatcher.gang_for(workload, flavor, counts, _held_templates(job))
+                unreported.append((held, sequence, model_of(flavor), gang))
         # The summaries are the workers' last reports: work sent since, or not placed yet, is not in
         # them and would be dispatched onto again (`federation.unreported`).
         reports = {name: counted_of(cluster.status) for name, cluster in clusters.items()}
@@ -188,7 +188,7 @@ class FederationController:
             choice = view.choices.get(workload.queue, ANY_CLUSTER)
             decision = view.dispatcher.dispatch(workload, choice, templates)
             if isinstance(decision, Dispatched):
-                usage = full_usage(workload, decision.model)
+                usage = full_usage(workload, decision.flavor or decision.model)
                 grant = grants.with_(decision.cluster, workload.queue, usage)
                 queue = queues.get(workload.queue)
                 if self._send(job, decision, clusters[decision.cluster], queue, grant, now):
@@ -349,7 +349,13 @@ class FederationController:
             self.reach.failed(cluster.name, now, f"cannot create {job.describe()}: {exc}")
             return False
         annotations = dict(job.metadata.annotations)
-        annotations.update({CLUSTER: cluster.name, GENERATION: str(generation), MODEL: decision.model or ""})
+        annotations.update(
+            {
+                CLUSTER: cluster.name,
+                GENERATION: str(generation),
+                MODEL: decision.flavor or decision.model or "",
+            }
+        )
         annotations[SEQUENCE] = sequence
         job = self._set_meta(job, annotations)
         message = f"dispatched to cluster {cluster.name} (generation {generation})"
