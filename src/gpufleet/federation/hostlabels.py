@@ -21,7 +21,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,16 +120,21 @@ class HostLabels:
 
     def matching(self, rules: Sequence[HostRule]) -> list[LabelGroup]:
         """The groups whose hosts satisfy every one of `rules` (as far as the listed labels tell)."""
-        return [g for g in self.groups if all(self.allows(rule, g.labels) for rule in rules)]
+        checks = [self._check(rule) for rule in rules]
+        return [g for g in self.groups if all(check(g.labels) for check in checks)]
 
-    def allows(self, rule: HostRule, labels: Mapping[str, str]) -> bool:
-        """Whether a host with `labels` may satisfy `rule`: requirements on unlisted keys are taken as
+    def _check(self, rule: HostRule) -> Callable[[Mapping[str, str]], bool]:
+        """Whether a host with given labels may satisfy `rule`: requirements on unlisted keys are taken as
         holding, the rest are matched by the scheduling core's own rules."""
         listed = [(k, v) for k, v in rule.selector if k not in self.unlisted]
-        if not selector_matches(listed, labels):
-            return False
         affinity = self._listed(rule.affinity)
-        return affinity is None or node_selector_matches(affinity, "", labels)
+
+        def check(labels: Mapping[str, str]) -> bool:
+            if not selector_matches(listed, labels):
+                return False
+            return affinity is None or node_selector_matches(affinity, "", labels)
+
+        return check
 
     def _listed(self, affinity: NodeSelector | None) -> NodeSelector | None:
         """The affinity without what the groups cannot tell (unlisted keys, node names); None when a term
@@ -146,11 +151,20 @@ class HostLabels:
             terms.append(NodeSelectorTerm(match_expressions=kept))
         return NodeSelector(node_selector_terms=terms)
 
-    def take_host(self, pod: int, rules: Sequence[HostRule], cpu: int = 0, memory: int = 0) -> int | None:
+    def take_host(
+        self,
+        pod: int,
+        rules: Sequence[HostRule],
+        cpu: int = 0,
+        memory: int = 0,
+        *,
+        among: Sequence[LabelGroup] = (),
+    ) -> int | None:
         """Takes `pod` GPUs, `cpu` and `memory` from the tightest host of a matching group with room for
-        them all; the host's free GPUs before, or None when no host has room."""
+        them all (`among` those groups when the caller matched them already); the host's free GPUs
+        before, or None when no host has room."""
         best: tuple[int, LabelGroup] | None = None
-        for group in self.matching(rules):
+        for group in among or self.matching(rules):
             fitting = [free for free in group.free if free >= pod and group.room(free, cpu, memory)]
             if fitting and (best is None or min(fitting) < best[0]):
                 best = (min(fitting), group)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpufleet.federation.hostlabels import HostRule
+from gpufleet.federation.hostlabels import HostRule, LabelGroup
 from gpufleet.federation.summary import Histogram, ModelSummary
 from gpufleet.fleet.node import SharingMode
 from gpufleet.fleet.request import GPU_MILLI, Toleration, untolerated
@@ -209,11 +209,14 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
     if HOST_LEVEL not in decided:
         rules = gang.whole_rules or (HostRule(),) * len(gang.whole)
         needs = gang.whole_needs or ((0, 0),) * len(gang.whole)
+        matched: dict[int, list[LabelGroup]] = {}  # a gang's pods share their pod set's rule: match it once
         for pod, rule, (cpu, memory) in sorted(
             zip(gang.whole, rules, needs, strict=True), key=lambda p: -p[0]
         ):
             mine = (rule,) if rule else ()
-            if not _take_host(after, pod, mine, cpu, memory):
+            if after.host_labels is not None and id(rule) not in matched:
+                matched[id(rule)] = after.host_labels.matching(mine)
+            if not _take_host(after, pod, mine, cpu, memory, matched.get(id(rule), ())):
                 most = _most_free(after, mine, cpu, memory)
                 free = f"{pod} free{_with(cpu, memory)}"
                 return f"a pod of {pod} GPUs needs a host{_matching(mine)} with {free}, at most {most}"
@@ -225,15 +228,20 @@ def _take_whole(after: ModelSummary, gang: GangShape, order: list[str]) -> str |
 
 
 def _take_host(
-    after: ModelSummary, pod: int, rules: Sequence[HostRule], cpu: int = 0, memory: int = 0
+    after: ModelSummary,
+    pod: int,
+    rules: Sequence[HostRule],
+    cpu: int = 0,
+    memory: int = 0,
+    among: Sequence[LabelGroup] = (),
 ) -> bool:
     """Takes `pod` GPUs (and `cpu`, `memory`) from the tightest host that has room for them and matches
-    `rules`: from the label groups when the worker reported them (the host histogram follows), else from
-    the host histogram (GPUs only)."""
+    `rules` (its groups `among`, when matched already): from the label groups when the worker reported
+    them (the host histogram follows), else from the host histogram (GPUs only)."""
     hosts = after.free_domains.setdefault(HOST_LEVEL, {})
     if after.host_labels is None:
         return best_fit(hosts, pod)
-    free = after.host_labels.take_host(pod, rules, cpu, memory)
+    free = after.host_labels.take_host(pod, rules, cpu, memory, among=among)
     if free is None:
         return False
     if free in hosts:
