@@ -374,9 +374,15 @@ def test_federation_a_worker_that_loses_its_manager_starts_nothing_past_its_leas
     """Last (it stops the manager's API server): a job dispatched to w2 but not placed there yet is not
     started past the lease, even once it fits; what runs goes on within the lease and is fenced after."""
     w2 = fed.workers[1]
-    # Room in w2 that the dispatcher counts but d's pods cannot use (they ask for a label no node has
-    # yet), and quota for d in place of c: d goes to w2 and waits there unplaced.
+    # Room in w2 that the dispatcher counts but d's pods cannot use: the one node with the label d asks
+    # for carries a taint d does not tolerate (a summary reports only the taints every host carries),
+    # and quota for d in place of c: d goes to w2 and waits there unplaced.
     spare = w2.nodes.node(f"{w2.name}-spare")
+    held_back = {
+        "metadata": {"labels": {HOLD: RUN}},
+        "spec": {"taints": [{"key": HOLD, "effect": "NoSchedule"}]},
+    }
+    w2.api.request("PATCH", f"/api/v1/nodes/{spare}", body=held_back, content_type=MERGE_PATCH)
     fed.manager.request("DELETE", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs/c")
     quota = {"spec": {"quotas": {"H100-80GB": {"nominal": 24}}}}
     fed.manager.request("PATCH", f"{GROUP}/queues/{QUEUE}", body=quota, content_type=MERGE_PATCH)
@@ -385,7 +391,7 @@ def test_federation_a_worker_that_loses_its_manager_starts_nothing_past_its_leas
     fed.manager.request("POST", f"{GROUP}/namespaces/{NAMESPACE}/trainingjobs", body=held)
     assert wait_for("d dispatched", lambda: fed.held_by("d"), timeout=60) == w2.name
     wait_for("d let start in w2", lambda: _copy(w2, "d")["spec"].get("suspend") is False, timeout=30)
-    assert fed.bound_in(w2, "d") == [], "no node has its label yet"
+    assert fed.bound_in(w2, "d") == [], "the only node with its label does not take it yet"
     running = [job for job in ("a", "b") if fed.held_by(job) == w2.name]
     assert running and all(fed.bound_in(w2, job) for job in running)
 
@@ -403,7 +409,7 @@ def test_federation_a_worker_that_loses_its_manager_starts_nothing_past_its_leas
     wait_for("d fenced past the lease", lambda: _fenced(w2, "d"), timeout=30)
     wait_for("running work fenced too", lambda: all(_fenced(w2, job) for job in running), timeout=30)
     wait_for("its pods stopped", lambda: not any(fed.bound_in(w2, job) for job in running), timeout=60)
-    labelled = {"metadata": {"labels": {HOLD: RUN}}}
-    w2.api.request("PATCH", f"/api/v1/nodes/{spare}", body=labelled, content_type=MERGE_PATCH)
+    untainted = {"spec": {"taints": []}}
+    w2.api.request("PATCH", f"/api/v1/nodes/{spare}", body=untainted, content_type=MERGE_PATCH)
     time.sleep(5)  # the worker's scheduler and operator run each second: d would be placed by now
     assert fed.bound_in(w2, "d") == [] and _fenced(w2, "d"), "d fits now but is never started here"
