@@ -19,9 +19,8 @@ from gpufleet.federation.hostlabels import MAX_GROUPS, HostRule
 from gpufleet.federation.managed import workload_of
 from gpufleet.federation.summary import ClusterSummary, summarize
 from gpufleet.federation.templates import template_rules
-from gpufleet.fleet.devices import node_selector_matches
 from gpufleet.fleet.node import NodeSpec
-from gpufleet.fleet.request import PodRequest
+from gpufleet.fleet.request import PodRequest, node_selector_matches
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement.filters import static_mask
 from gpufleet.scheduler.quota import QuotaNode, QuotaTree, QuotaUsage
@@ -161,7 +160,7 @@ AFFINITIES: list[dict[str, Any]] = [
     affinity({"key": "team", "operator": "DoesNotExist"}),
     affinity({"key": "pool", "operator": "DoesNotExist"}),
     affinity({"key": "gen", "operator": "Gt", "values": ["3"]}),
-    affinity({"key": "gen", "operator": "Lt", "values": ["not-a-number"]}),
+    affinity({"key": "gen", "operator": "Lt", "values": ["4"]}),
     affinity({"key": "pool", "operator": "Exists"}, {"key": "pool", "operator": "NotIn", "values": ["b"]}),
     {"nodeSelectorTerms": [{}]},
     {

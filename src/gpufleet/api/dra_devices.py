@@ -59,6 +59,29 @@ class NodeSelectorRequirement(ApiModel):
     )
     values: list[str] = Field(default_factory=list, description="The values compared with.")
 
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> NodeSelectorRequirement:
+        # The API server's own rules (ValidateNodeSelectorRequirement): a requirement it would refuse
+        # matches no node here either, so it is refused rather than leaving a pod pending for ever.
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise field_error("values", f"must not be empty with operator {self.operator}")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise field_error("values", f"must be empty with operator {self.operator}")
+        if self.operator in ("Gt", "Lt"):
+            if len(self.values) != 1:
+                raise field_error("values", f"must hold exactly one value with operator {self.operator}")
+            try:
+                int(self.values[0])
+            except ValueError:
+                raise field_error(
+                    "values[0]", f"must be an integer with operator {self.operator}, got {self.values[0]!r}"
+                ) from None
+        return self
+
+
+NODE_NAME_FIELD = "metadata.name"
+"""The one node field a NodeSelector's matchFields may name (as in Kubernetes)."""
+
 
 class NodeSelectorTerm(ApiModel):
     match_expressions: list[NodeSelectorRequirement] = Field(
@@ -67,6 +90,19 @@ class NodeSelectorTerm(ApiModel):
     match_fields: list[NodeSelectorRequirement] = Field(
         default_factory=list, description="Field requirements (metadata.name), all of which must hold."
     )
+
+    @model_validator(mode="after")
+    def _fields_name_the_node(self) -> NodeSelectorTerm:
+        # ValidateNodeFieldSelectorRequirement: metadata.name only, In or NotIn, exactly one value.
+        for index, req in enumerate(self.match_fields):
+            if req.key != NODE_NAME_FIELD:
+                raise field_error(f"matchFields[{index}].key", f"must be {NODE_NAME_FIELD}, got {req.key!r}")
+            if req.operator not in ("In", "NotIn") or len(req.values) != 1:
+                raise field_error(
+                    f"matchFields[{index}]",
+                    "must be operator In or NotIn with exactly one value (a node name)",
+                )
+        return self
 
 
 class NodeSelector(ApiModel):

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gpufleet.api.dra_devices import Device, NodeSelector, NodeSelectorRequirement, ResourceSliceSpec
+from gpufleet.api.dra_devices import Device, NodeSelector, ResourceSliceSpec
 from gpufleet.api.quantity import parse_quantity
+from gpufleet.fleet.request import node_selector_matches as node_selector_matches
 
 DeviceId = tuple[str, str, str]
 """(driver, pool, device): a device's identity across the cluster, as allocation results name it."""
@@ -138,40 +139,6 @@ def _device_reaches(device: Device, node_name: str, labels: Mapping[str, str]) -
     if device.node_selector is not None:
         return node_selector_matches(device.node_selector, node_name, labels)
     return bool(device.all_nodes)
-
-
-def node_selector_matches(selector: NodeSelector, node_name: str, labels: Mapping[str, str]) -> bool:
-    """Kubernetes' NodeSelector: any term whose every requirement holds (fields: metadata.name only)."""
-    for term in selector.node_selector_terms:
-        if not (term.match_expressions or term.match_fields):
-            continue  # an empty term matches nothing, as in Kubernetes
-        fields = {"metadata.name": node_name}
-        if all(_holds(r, labels) for r in term.match_expressions) and all(
-            _holds(r, fields) for r in term.match_fields
-        ):
-            return True
-    return False
-
-
-def _holds(req: NodeSelectorRequirement, values: Mapping[str, str]) -> bool:
-    value = values.get(req.key)
-    match req.operator:
-        case "In":
-            return value is not None and value in req.values
-        case "NotIn":
-            return value is None or value not in req.values
-        case "Exists":
-            return value is not None
-        case "DoesNotExist":
-            return value is None
-        case _:  # Gt, Lt: one integer value on each side
-            if value is None or len(req.values) != 1:
-                return False
-            try:
-                mine, theirs = int(value), int(req.values[0])
-            except ValueError:
-                return False
-            return mine > theirs if req.operator == "Gt" else mine < theirs
 
 
 def pinned_to(node_name: str) -> NodeSelector:

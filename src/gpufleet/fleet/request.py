@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from gpufleet.api.dra_devices import NodeSelector, NodeSelectorRequirement
+
 GPU_MILLI = 1000
 
 
@@ -67,12 +69,51 @@ def selector_matches(selector: Iterable[tuple[str, str]], labels: Mapping[str, s
     return all(labels.get(key) == value for key, value in selector)
 
 
+def node_selector_matches(selector: NodeSelector, node_name: str, labels: Mapping[str, str]) -> bool:
+    """Kubernetes' NodeSelector: any term whose every requirement holds (fields: metadata.name only).
+
+    The one rule for a pod's required node affinity (the placement filter, the federation's dispatcher)
+    and for where DRA devices reach (`fleet.devices`), as kube-scheduler uses one matcher for both.
+    """
+    for term in selector.node_selector_terms:
+        if not (term.match_expressions or term.match_fields):
+            continue  # an empty term matches nothing, as in Kubernetes
+        fields = {"metadata.name": node_name}
+        if all(_holds(r, labels) for r in term.match_expressions) and all(
+            _holds(r, fields) for r in term.match_fields
+        ):
+            return True
+    return False
+
+
+def _holds(req: NodeSelectorRequirement, values: Mapping[str, str]) -> bool:
+    value = values.get(req.key)
+    match req.operator:
+        case "In":
+            return value is not None and value in req.values
+        case "NotIn":
+            return value is None or value not in req.values
+        case "Exists":
+            return value is not None
+        case "DoesNotExist":
+            return value is None
+        case _:  # Gt, Lt: one integer value on each side
+            if value is None or len(req.values) != 1:
+                return False
+            try:
+                mine, theirs = int(value), int(req.values[0])
+            except ValueError:
+                return False
+            return mine > theirs if req.operator == "Gt" else mine < theirs
+
+
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     """Per-pod request. `gpus` whole GPUs, or `gpu_milli` (< 1000) of one GPU, or one `mig` instance.
 
     `gpu_models` lists the allowed GPU models; empty means any model. `cuda_version` is the CUDA
     toolkit (major, minor) the pod's image was built with; None means the pod states none.
+    `node_affinity` is the pod's required node affinity (Kubernetes' NodeSelector terms); None: none.
     """
 
     cpu_milli: int = 0
@@ -84,6 +125,11 @@ class PodRequest:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = field(default=())
     cuda_version: tuple[int, int] | None = None
+    node_affinity: NodeSelector | None = field(default=None, compare=False)
+    """Compared and hashed through `affinity_key`: the pydantic model itself is neither hashable nor cheap
+    to compare, and requests are dict keys (per-request caches of the placement filters)."""
+    affinity_key: str | None = field(init=False, repr=False)
+    """The affinity's canonical JSON: two requests with the same required terms are the same request."""
     kind: GpuKind = field(init=False, compare=False, repr=False)
     """Whole GPUs, a share, a MIG instance or none: read on every placement step, so kept, not derived."""
 
@@ -104,6 +150,8 @@ class PodRequest:
         else:
             kind = GpuKind.NONE
         object.__setattr__(self, "kind", kind)
+        key = None if self.node_affinity is None else self.node_affinity.model_dump_json()
+        object.__setattr__(self, "affinity_key", key)
 
     @property
     def total_gpu_milli(self) -> int:

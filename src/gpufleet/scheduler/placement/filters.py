@@ -4,10 +4,11 @@ Each filter is a vectorised mask over node rows. A node is counted against the f
 it, in the order below (the order kube-scheduler users read in "0/5 nodes are available: ..."), so the
 counts of a NoFit reason add up to the number of nodes.
 
-The filters split in two: static ones (node gone, cordon, taints, selector, GPU model, CUDA driver)
-change only when the fleet's generation changes, so their combined mask is cached per request shape;
-capacity ones (CPU, memory, GPU) are recomputed per pod, over only the rows the caller names. A filter a
-request does not ask for (no selector, no GPU model, no CUDA version) adds no step at all.
+The filters split in two: static ones (node gone, cordon, taints, selector, node affinity, GPU model,
+CUDA driver) change only when the fleet's generation changes, so their combined mask is cached per
+request shape; capacity ones (CPU, memory, GPU) are recomputed per pod, over only the rows the caller
+names. A filter a request does not ask for (no selector, no affinity, no GPU model, no CUDA version)
+adds no step at all.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.fleet import cuda
-from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, selector_matches, untolerated
+from gpufleet.fleet.request import (
+    GPU_MILLI,
+    GpuKind,
+    PodRequest,
+    node_selector_matches,
+    selector_matches,
+    untolerated,
+)
 from gpufleet.fleet.state import DYNAMIC_CODE, SHARE_MODES, FleetState
 from gpufleet.scheduler.placement.dra import partitions
 from gpufleet.sharing import mig
@@ -33,12 +41,24 @@ NODE_GONE = "NodeNotReady"
 UNSCHEDULABLE = "NodeUnschedulable"
 TAINTS = "TaintToleration"
 NODE_SELECTOR = "NodeSelector"
+NODE_AFFINITY = "NodeAffinity"
 GPU_MODEL = "GpuModel"
 CUDA_DRIVER = "CudaDriver"
 CPU = "InsufficientCPU"
 MEMORY = "InsufficientMemory"
 GPU = "InsufficientGPU"
-FILTER_ORDER = (NODE_GONE, UNSCHEDULABLE, TAINTS, NODE_SELECTOR, GPU_MODEL, CUDA_DRIVER, CPU, MEMORY, GPU)
+FILTER_ORDER = (
+    NODE_GONE,
+    UNSCHEDULABLE,
+    TAINTS,
+    NODE_SELECTOR,
+    NODE_AFFINITY,
+    GPU_MODEL,
+    CUDA_DRIVER,
+    CPU,
+    MEMORY,
+    GPU,
+)
 
 # Pods per node when a pod asks for nothing a node can run out of.
 UNBOUNDED = 1 << 30
@@ -151,6 +171,18 @@ def _selector_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.in
     )
 
 
+def _affinity_ok(state: FleetState, request: PodRequest, rows: npt.NDArray[np.intp]) -> BoolArray:
+    # Per node by name and labels, like the selector: required affinity is a static filter, so this runs
+    # once per distinct request and fleet generation (static_mask's cache), not once per pod.
+    affinity = request.node_affinity
+    assert affinity is not None
+    specs = state.specs
+    return np.array(
+        [node_selector_matches(affinity, specs[row].name, specs[row].labels) for row in rows],
+        dtype=np.bool_,
+    )
+
+
 def _model_ok(state: FleetState, request: PodRequest, rows: Rows) -> BoolArray:
     # A model no node has is coded -1, the code of nodes without GPUs too: it must match nothing.
     codes = [code for code in (state.model_id(model) for model in request.gpu_models) if code >= 0]
@@ -210,6 +242,11 @@ def _static_steps(state: FleetState, request: PodRequest) -> list[tuple[str, Boo
         candidates = np.flatnonzero(mask)
         selector_mask[candidates] = _selector_ok(state, request, candidates)
     steps.append((NODE_SELECTOR, selector_mask))
+    if request.node_affinity is not None:
+        affinity_mask = np.ones(n, dtype=np.bool_)
+        candidates = np.flatnonzero(mask)
+        affinity_mask[candidates] = _affinity_ok(state, request, candidates)
+        steps.append((NODE_AFFINITY, affinity_mask))
     if request.kind is not GpuKind.NONE and request.gpu_models:
         steps.append((GPU_MODEL, _model_ok(state, request, sel)))
     if request.cuda_version is not None:
@@ -234,6 +271,7 @@ def static_mask(state: FleetState, request: PodRequest) -> BoolArray:
     key: _StaticKey = (
         request.tolerations,
         request.node_selector,
+        request.affinity_key,
         request.gpu_models if request.kind is not GpuKind.NONE else (),
         request.cuda_version,
     )
