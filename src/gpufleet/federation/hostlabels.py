@@ -71,7 +71,7 @@ class LabelGroup:
         """One host with `free` GPUs free gives a pod `gpus` of them, `cpu` and `memory`. The host left
         with fewer keeps the most its old count had, less what the pod took (the guess that keeps every
         cluster the worker could place it in); the next report replaces it."""
-        _move(self.free, free, gpus)
+        move_domain(self.free, free, gpus)
         rest = free - gpus
         for most, used in ((self.cpu, cpu), (self.memory, memory)):
             if most is None:
@@ -192,14 +192,16 @@ class HostLabels:
             amount -= taken
 
 
-def _move(histogram: Histogram, key: int, amount: int) -> None:
+def move_domain(histogram: Histogram, key: int, amount: int) -> None:
+    """One domain with `key` free GPUs now has `key - amount`."""
     left = histogram[key] - 1
     if left:
         histogram[key] = left
     else:
         del histogram[key]
-    if key - amount > 0:
-        histogram[key - amount] = histogram.get(key - amount, 0) + 1
+    rest = key - amount
+    if rest > 0:
+        histogram[rest] = histogram.get(rest, 0) + 1
 
 
 def host_labels(fleet: FleetState, rows: np.ndarray) -> HostLabels:

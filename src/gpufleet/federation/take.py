@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpufleet.federation.hostlabels import HostRule, LabelGroup
+from gpufleet.federation.hostlabels import HostRule, LabelGroup, move_domain
 from gpufleet.federation.summary import Histogram, ModelSummary
 from gpufleet.fleet.node import SharingMode
 from gpufleet.fleet.request import GPU_MILLI, Toleration, untolerated
@@ -63,18 +63,6 @@ class GangShape:
         return sum(self.whole)
 
 
-def _move(histogram: Histogram, key: int, amount: int) -> None:
-    """One domain with `key` free GPUs now has `key - amount`."""
-    left = histogram[key] - 1
-    if left:
-        histogram[key] = left
-    else:
-        del histogram[key]
-    rest = key - amount
-    if rest > 0:
-        histogram[rest] = histogram.get(rest, 0) + 1
-
-
 def best_fit(histogram: Histogram, amount: int) -> bool:
     """Takes `amount` from the smallest domain that holds it; False (and nothing taken) when none does."""
     if amount <= 0:
@@ -82,7 +70,7 @@ def best_fit(histogram: Histogram, amount: int) -> bool:
     fitting = [key for key in histogram if key >= amount]
     if not fitting:
         return False
-    _move(histogram, min(fitting), amount)
+    move_domain(histogram, min(fitting), amount)
     return True
 
 
@@ -91,7 +79,7 @@ def spread(histogram: Histogram, amount: int) -> None:
     while amount > 0 and histogram:
         key = max(histogram)
         taken = min(key, amount)
-        _move(histogram, key, taken)
+        move_domain(histogram, key, taken)
         amount -= taken
 
 
@@ -245,7 +233,7 @@ def _take_host(
     if free is None:
         return False
     if free in hosts:
-        _move(hosts, free, pod)
+        move_domain(hosts, free, pod)
     else:  # both were guessed down since the report and drifted apart: keep each its own guess
         best_fit(hosts, pod)
     return True
