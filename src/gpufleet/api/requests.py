@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error, yaml_name
 from gpufleet.api.dra_claims import PodResourceClaim, template_resource_claims
+from gpufleet.api.dra_devices import NodeSelector
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
 from gpufleet.api.gpu_models import canonical_name, is_known_model, unknown_model_message
@@ -76,6 +77,12 @@ class PodRequest(ApiModel):
     )
     node_selector: dict[str, str] | None = Field(
         default=None, description="Node labels the pod's node must carry."
+    )
+    node_affinity: NodeSelector | None = Field(
+        default=None,
+        description="Required node affinity, as Kubernetes' NodeSelector: the pod's node must satisfy one "
+        "of nodeSelectorTerms (matchExpressions on labels, matchFields on metadata.name), and nodeSelector "
+        "too.",
     )
     cuda_version: CudaVersion | None = Field(
         default=None,

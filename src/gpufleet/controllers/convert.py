@@ -62,6 +62,7 @@ def pod_request(request: ApiPodRequest) -> PodRequest:
         ),
         node_selector=tuple(sorted((request.node_selector or {}).items())),
         cuda_version=request.cuda,
+        node_affinity=request.node_affinity,
     )
 
 

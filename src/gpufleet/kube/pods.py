@@ -14,6 +14,11 @@ the `gpufleet.io/workload-class` label or annotation, else it is `batch` (`contr
 Requests are the pod's effective requests as kube-scheduler computes them: the sum over containers,
 at least the largest init container, plus the pod overhead; limits stand for requests where only
 limits are given (extended resources always work so).
+
+Where a pod may run: its `nodeSelector` and its required node affinity
+(`affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`), both of which must hold, as
+kube-scheduler's NodeAffinity plugin has it. Preferred node affinity and pod (anti-)affinity are not
+read (docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+import pydantic
 
+from gpufleet.api.dra_devices import NodeSelector
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
 from gpufleet.api.resource import GROUP
 from gpufleet.api.runtime import WorkloadClass
+from gpufleet.api.validation import translate_error
 from gpufleet.api.versions import parse_cuda_version
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.fleet.request import PodRequest, Toleration
@@ -160,6 +168,7 @@ def _shape(pod: Json, config: KubeConfig) -> bytes | None:
                 [(c.get("resources"), c.get("restartPolicy")) for c in spec.get("initContainers") or []],
                 spec.get("overhead"),
                 spec.get("nodeSelector"),
+                _required_affinity(spec),
                 spec.get("tolerations"),
                 annotations.get(GPU_MILLI_ANNOTATION),
                 annotations.get(CUDA_VERSION_ANNOTATION),
@@ -210,7 +219,36 @@ def _pod_request(pod: Json, config: KubeConfig) -> PodRequest:
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
         node_selector=tuple(sorted(selector.items())),
         cuda_version=_cuda(annotations.get(CUDA_VERSION_ANNOTATION), where),
+        node_affinity=_node_affinity(spec, where),
     )
+
+
+REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+AFFINITY_FIELD = f"spec.affinity.nodeAffinity.{REQUIRED_AFFINITY}"
+
+
+def _required_affinity(spec: Mapping[str, Any]) -> object:
+    """The raw required node affinity of a pod spec (None when it has none); what is not a mapping on
+    the way is left to `_node_affinity` to refuse."""
+    affinity = spec.get("affinity")
+    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else affinity
+    return node.get(REQUIRED_AFFINITY) if isinstance(node, Mapping) else node
+
+
+def _node_affinity(spec: Mapping[str, Any], where: str) -> NodeSelector | None:
+    """The pod's required node affinity as the core's NodeSelector; refused, naming the pod and the field,
+    where the API server would refuse it (an unknown operator, In without values, Gt with a word...)."""
+    raw = _required_affinity(spec)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValidationError("must be a mapping", obj=where, field=AFFINITY_FIELD)
+    try:
+        return NodeSelector.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        error = translate_error(exc, obj=where)
+        field = f"{AFFINITY_FIELD}.{error.field}" if error.field else AFFINITY_FIELD
+        raise ValidationError(error.detail, obj=where, field=field) from None
 
 
 def _cuda(value: str | None, where: str) -> tuple[int, int] | None:

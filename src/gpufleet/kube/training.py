@@ -70,7 +70,7 @@ from gpufleet.kube.config import (
 )
 from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
-from gpufleet.kube.pods import seconds
+from gpufleet.kube.pods import REQUIRED_AFFINITY, seconds
 from gpufleet.kube.resources import SERVICE, resource_for
 from gpufleet.kube.status import operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
@@ -183,9 +183,9 @@ def pod_from_template(
     overrides: Json,
 ) -> Json:
     """A pod of the operator from `request.template`: gpufleet's labels and annotations over the
-    template's, the request's placement (node selector, a single GPU model, tolerations, the CUDA
-    version as `gpufleet.io/cuda-version`), its resources on the first container, `env` on every
-    container, and `overrides` in the pod spec."""
+    template's, the request's placement (node selector, required node affinity, a single GPU model,
+    tolerations, the CUDA version as `gpufleet.io/cuda-version`), its resources on the first container,
+    `env` on every container, and `overrides` in the pod spec."""
     template = copy.deepcopy(request.template or {})
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
@@ -210,6 +210,8 @@ def pod_from_template(
         pod_spec["nodeSelector"] = selector
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    if request.node_affinity is not None:
+        _require_affinity(pod_spec, request.node_affinity.to_dict()["nodeSelectorTerms"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -222,6 +224,29 @@ def pod_from_template(
         },
         "spec": pod_spec,
     }
+
+
+def _require_affinity(pod_spec: Json, terms: list[Json]) -> None:
+    """Adds the request's required node affinity to the pod's: where the template has its own, both must
+    hold, so each of its terms is joined with each of the request's (an OR of ANDs, as NodeSelector is).
+    A template term with no requirement matches no node and stays so. Left raw: a malformed template term
+    is refused, naming the pod, by the scheduler that reads it."""
+    affinity = pod_spec.setdefault("affinity", {})
+    node = affinity.setdefault("nodeAffinity", {})
+    own = (node.get(REQUIRED_AFFINITY) or {}).get("nodeSelectorTerms")
+    if own:
+        terms = [
+            {
+                key: [*(mine.get(key) or []), *(theirs.get(key) or [])]
+                for key in ("matchExpressions", "matchFields")
+                if mine.get(key) or theirs.get(key)
+            }
+            if mine.get("matchExpressions") or mine.get("matchFields")
+            else {}
+            for mine in own
+            for theirs in terms
+        ]
+    node[REQUIRED_AFFINITY] = {"nodeSelectorTerms": terms}
 
 
 def _rendezvous(attempt: Attempt, rank: int, namespace: str) -> list[Json]:
