@@ -288,6 +288,9 @@ def test_tokens_that_never_expire_are_asked_for_explicitly_and_a_bad_ttl_changes
     bad = federation.command("join", "--token-ttl", "soon")
     assert bad.code == 2 and "--token-ttl" in bad.err and "30m" in bad.err
     assert manager.tokens.role_tokens(WORKER_ROLE, "w1") == [], "refused before anything was minted"
+    too_long = federation.command("join", "--token-ttl", "99999999d")
+    assert too_long.code == 2 and "--token-ttl" in too_long.err and "100 years" in too_long.err
+    assert manager.tokens.role_tokens(WORKER_ROLE, "w1") == []
 
     never = federation.command("join", "--token-ttl", "never")
     assert never.code == 0, never.err

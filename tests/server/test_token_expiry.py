@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from gpufleet.api.errors import ValidationError
 from gpufleet.server.app import create_app
 from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.errors import UnauthorizedError
@@ -61,6 +62,15 @@ def test_a_token_without_ttl_never_expires(tmp_path: Path) -> None:
     assert never.expires is None
     clock.now = START + timedelta(days=3650)
     assert tokens.authenticate(bearer(never.token)).role == "federation-manager"
+
+
+@pytest.mark.parametrize("ttl", [-1.0, float("inf"), float("nan"), 1e20])
+def test_a_ttl_no_expiry_can_be_written_for_is_refused_naming_the_field(tmp_path: Path, ttl: float) -> None:
+    tokens = TokenRegistry(tmp_path, now=Clock())
+    with pytest.raises(ValidationError, match="ttlSeconds") as refused:
+        tokens.mint_role("federation-worker", "w1", ttl_seconds=ttl)
+    assert "100 years" in str(refused.value)
+    assert tokens.role_tokens("federation-worker", "w1") == []  # nothing minted
 
 
 def test_a_rotation_keeps_the_old_token_until_only_the_new_one_is_kept(tmp_path: Path) -> None:

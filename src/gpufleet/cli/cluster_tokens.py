@@ -12,6 +12,7 @@ import typer
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.cli.client import Client
+from gpufleet.server.auth import MAX_TTL_SECONDS
 from gpufleet.sim.options import parse_duration
 
 DEFAULT_TOKEN_TTL = "30d"
@@ -32,7 +33,10 @@ def parse_ttl(text: str) -> float | None:
     """Seconds, or None for tokens that never expire (`0`, `never`)."""
     if text.strip().lower() in NEVER:
         return None
-    return parse_duration(text, "--token-ttl")
+    seconds = parse_duration(text, "--token-ttl")
+    if seconds > MAX_TTL_SECONDS:
+        raise ValidationError(f"must be at most 100 years (or never), got {text!r}", obj="--token-ttl")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

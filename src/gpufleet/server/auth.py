@@ -40,6 +40,8 @@ from gpufleet.server.federation_access import describe as describe_role
 ADMIN_TOKEN_FILE = "admin-token"
 TOKENS_FILE = "tokens.json"
 _PREFIX = "gft_"
+MAX_TTL_SECONDS = 100 * 365 * 86400.0
+"""The longest a federation token may be valid: beyond it no expiry time can be written."""
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +187,10 @@ class TokenRegistry:
         if role not in ROLES:
             raise ValidationError(f"unknown role {role!r}; one of {', '.join(ROLES)}", field="role")
         _check_name(cluster, "cluster")
-        if ttl_seconds is not None and not ttl_seconds >= 0:
+        if ttl_seconds is not None and not 0 <= ttl_seconds <= MAX_TTL_SECONDS:
             raise ValidationError(
-                f"must be >= 0 seconds (0: never expires), got {ttl_seconds}", field="ttlSeconds"
+                f"must be 0 (never expires) to {MAX_TTL_SECONDS:.0f} seconds (100 years), got {ttl_seconds}",
+                field="ttlSeconds",
             )
         token = new_token()
         created = self._now()
