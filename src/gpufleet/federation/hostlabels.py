@@ -12,8 +12,8 @@ differ from host to host would make one group per host, so they are left out and
 
 A selector's requirements on an unlisted key are not checked: the groups stay a necessary condition,
 like the rest of the summary. Matching is the scheduling core's own: `fleet.request.selector_matches`
-for a nodeSelector (the placement filter's rule) and `fleet.devices.node_selector_matches` for a
-Kubernetes NodeSelector (required node affinity), so the dispatcher never disagrees with a worker's
+for a nodeSelector and `fleet.request.node_selector_matches` for a Kubernetes NodeSelector (required
+node affinity), both the placement filter's rules, so the dispatcher never disagrees with a worker's
 scheduler about a host's labels.
 
 Pure: no I/O, no clock.
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.api.dra_devices import NodeSelector, NodeSelectorTerm
-from gpufleet.fleet.devices import node_selector_matches
-from gpufleet.fleet.request import selector_matches
+from gpufleet.fleet.request import node_selector_matches, selector_matches
 from gpufleet.fleet.state import FleetState
 
 MAX_GROUPS = 32

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from gpufleet.api.dra_devices import Device, NodeSelector, ResourceSliceSpec
 from gpufleet.api.quantity import parse_quantity
-from gpufleet.fleet.request import node_selector_matches as node_selector_matches
+from gpufleet.fleet.request import node_selector_matches
 
 DeviceId = tuple[str, str, str]
 """(driver, pool, device): a device's identity across the cluster, as allocation results name it."""
