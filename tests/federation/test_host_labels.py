@@ -297,3 +297,26 @@ def reported(*, capacity: dict[str, Any]) -> dict[str, object]:
         model: c if isinstance(c, dict) else c.to_dict() for model, c in capacity.items()
     }
     return data
+
+
+def node_affinity(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeSelectorTerms": [{"matchExpressions": list(expressions)}]}
+
+
+def test_the_requests_own_node_affinity_counts_with_the_templates() -> None:
+    pool_b = NodeSelector.model_validate(node_affinity({"key": "pool", "operator": "In", "values": ["b"]}))
+    cheap = cluster("cheap", fleet("cheap", 2, {"pool": "a"}), 1.0)
+    dear = cluster("dear", fleet("dear", 2, {"pool": "b", "gen": "3"}), 2.0)
+    obj = training_job({})
+    obj.spec.worker.node_affinity = pool_b
+    decision = dispatcher(cheap, dear).dispatch(workload_of(obj), templates=template_rules(obj))
+    assert cluster_of(decision) == "dear", "only the dearer cluster has a host the worker's affinity accepts"
+    # The template asks for gen > 3 too: both must hold, and no host satisfies both.
+    gen = node_affinity({"key": "gen", "operator": "Gt", "values": ["3"]})
+    both = training_job(
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": gen}}}
+    )
+    both.spec.worker.node_affinity = pool_b
+    refused = dispatcher(cheap, dear).dispatch(workload_of(both), templates=template_rules(both))
+    assert isinstance(refused, NotDispatched), refused
+    assert "node affinity (gen Gt [3] and pool In [b])" in refused.message, refused.message

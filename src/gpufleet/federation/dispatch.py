@@ -34,7 +34,7 @@ from gpufleet.api.labels import SPOT_TAINT, LabelSelector
 from gpufleet.federation.hostlabels import HostRule
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, take, tightest_host
-from gpufleet.fleet.request import GPU_MILLI, GpuKind, Toleration
+from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Toleration, all_of
 from gpufleet.scheduler.flavors import candidate_models, model_of, pinned, split_flavor, usage_of
 from gpufleet.scheduler.quota import QuotaShortfall, QuotaUsage
 from gpufleet.scheduler.workload import Workload
@@ -114,7 +114,7 @@ def gang_shape(
         if count and request.kind is not GpuKind.NONE:
             cpu, memory = max(cpu, request.cpu_milli), max(memory, request.memory_mib)
             tolerations.add(request.tolerations + added)
-            rule = _host_rule((templates or {}).get(pod_set.name), request.node_selector)
+            rule = _host_rule((templates or {}).get(pod_set.name), request)
             if rule and rule not in rules:
                 rules.append(rule)
         if request.kind is GpuKind.WHOLE:
@@ -140,12 +140,14 @@ def gang_shape(
     )
 
 
-def _host_rule(template: HostRule | None, selector: tuple[tuple[str, str], ...]) -> HostRule:
+def _host_rule(template: HostRule | None, request: PodRequest) -> HostRule:
+    """The request's node selector over the template's (it wins on a key both name); the request's
+    required node affinity and the template's, both of which must hold, as in the worker's pod."""
     if template is None:
-        return HostRule(selector)
+        return HostRule(request.node_selector, request.node_affinity)
     merged = dict(template.selector)
-    merged.update(selector)
-    return HostRule(tuple(sorted(merged.items())), template.affinity)
+    merged.update(request.node_selector)
+    return HostRule(tuple(sorted(merged.items())), all_of(template.affinity, request.node_affinity))
 
 
 class Dispatcher:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gpufleet.api.dra_devices import NodeSelector, NodeSelectorRequirement
+from gpufleet.api.dra_devices import NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 
 GPU_MILLI = 1000
 
@@ -84,6 +84,32 @@ def node_selector_matches(selector: NodeSelector, node_name: str, labels: Mappin
         ):
             return True
     return False
+
+
+def all_of(*selectors: NodeSelector | None) -> NodeSelector | None:
+    """One NodeSelector that holds where every given one holds (None where none is given): each term of
+    one joined with each term of the next, since a NodeSelector is an OR of ANDs. A term with no
+    requirement matches no node, so it stays empty when joined."""
+    given = [s for s in selectors if s is not None]
+    if not given:
+        return None
+    terms = list(given[0].node_selector_terms)
+    for selector in given[1:]:
+        terms = [
+            NodeSelectorTerm(
+                match_expressions=[*mine.match_expressions, *theirs.match_expressions],
+                match_fields=[*mine.match_fields, *theirs.match_fields],
+            )
+            if _has_requirements(mine) and _has_requirements(theirs)
+            else NodeSelectorTerm()
+            for mine in terms
+            for theirs in selector.node_selector_terms
+        ]
+    return NodeSelector(node_selector_terms=terms)
+
+
+def _has_requirements(term: NodeSelectorTerm) -> bool:
+    return bool(term.match_expressions or term.match_fields)
 
 
 def _holds(req: NodeSelectorRequirement, values: Mapping[str, str]) -> bool:

@@ -11,7 +11,7 @@ from placement_builders import FirstFit, fleet, gpus, node, workload
 
 from gpufleet.api.dra_devices import NodeSelector
 from gpufleet.api.validation import translate_error
-from gpufleet.fleet.request import PodRequest
+from gpufleet.fleet.request import PodRequest, all_of, node_selector_matches
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.placement import place_workload
 from gpufleet.scheduler.placement.filters import NODE_AFFINITY, filter_nodes, static_mask
@@ -148,3 +148,16 @@ def test_a_malformed_requirement_is_refused_naming_its_field(
     error = translate_error(caught.value, obj="Pod p")
     assert error.field == f"nodeSelectorTerms[0].matchExpressions[0].{field}"
     assert message in error.detail
+
+
+def test_all_of_holds_where_every_selector_holds() -> None:
+    zone_a_or_b = affinity(expr("zone", "In", "a"), expr("zone", "In", "b"))
+    high_tier = affinity(expr("tier", "Gt", "4"))
+    joined = all_of(zone_a_or_b, None, high_tier)
+    assert joined is not None
+    names = {spec.name: spec.labels for spec in zones().specs}
+    assert [n for n, labels in names.items() if node_selector_matches(joined, n, labels)] == ["a1", "b0"]
+    assert all_of(None, None) is None and all_of(high_tier) == high_tier
+    # An empty term matches no node, joined or not.
+    never = all_of(affinity({}), high_tier)
+    assert never is not None and not any(node_selector_matches(never, n, lb) for n, lb in names.items())
