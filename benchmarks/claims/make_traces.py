@@ -48,13 +48,23 @@ GANG_SIZES = (1, 2, 4, 8, 16, 32, 64)
 GANG_WEIGHTS = (0.40, 0.10, 0.10, 0.20, 0.10, 0.07, 0.03)
 
 
-def gang_trace(days: float = 2.0, fleet_gpus: int = 256, load: float = 1.1, seed: int = 16) -> list[Row]:
+def gang_trace(
+    days: float = 2.0,
+    fleet_gpus: int = 256,
+    load: float = 1.1,
+    seed: int = 16,
+    sizes: tuple[int, ...] = GANG_SIZES,
+) -> list[Row]:
     """Claim (b): a mix of jobs from 1 GPU to 8-node gangs arriving as a Poisson stream that offers
     `load` times the fleet's GPU-hours, so a queue stays and utilisation is the policy's doing.
     Sizes 1/2/4/8/16/32/64 GPUs at 40/10/10/20/10/7/3%; durations log-normal, median 1 h, sigma 1,
-    clipped to [2 min, 24 h]; each job belongs to one of four tenants."""
+    clipped to [2 min, 24 h]; each job belongs to one of four tenants.
+    `sizes` replaces the GPU counts, one for each weight: sizes 8x larger on an 8x larger fleet draw
+    the same stream (the rate depends on fleet_gpus / mean size), each job 8x larger."""
+    if len(sizes) != len(GANG_WEIGHTS):
+        raise ValueError(f"gang_trace: sizes needs {len(GANG_WEIGHTS)} GPU counts, got {len(sizes)}")
     rng = np.random.default_rng(seed)
-    mean_gpus = float(np.dot(GANG_SIZES, GANG_WEIGHTS))
+    mean_gpus = float(np.dot(sizes, GANG_WEIGHTS))
     mean_hours = float(np.exp(0.5))  # mean of the unclipped log-normal, median 1 h, sigma 1
     rate = load * fleet_gpus / (mean_gpus * mean_hours * 3600)  # jobs per second
     rows: list[Row] = []
@@ -63,7 +73,7 @@ def gang_trace(days: float = 2.0, fleet_gpus: int = 256, load: float = 1.1, seed
         t += float(rng.exponential(1 / rate))
         if t >= days * 86400:
             return rows
-        gpus = int(rng.choice(GANG_SIZES, p=GANG_WEIGHTS))
+        gpus = int(rng.choice(sizes, p=GANG_WEIGHTS))
         hours = float(np.clip(rng.lognormal(0.0, 1.0), 2 / 60, 24))
         rows.append((t, hours * 3600, gpus, f"t{int(rng.integers(4))}", ""))
 

@@ -13,14 +13,20 @@ counts its share); with whole GPUs the simulator measures allocation (1 a job) a
 each job's share of it. The factor is MIG's over whole GPUs'. The stream is more than whole GPUs can
 take, so a queue grows there; the run stops at the window's end (jobs left waiting are not run).
 
-Run from the repository root: `.venv/bin/python benchmarks/claims/mig_factor.py [--json]`.
+`--nodes N` scales the fleet and the stream together: N nodes of each kind and N / 2 times the jobs an
+hour (make_traces.mig_trace, same seed, drawn into a temporary directory); the default, 2, replays the
+committed traces.
+
+Run from the repository root: `.venv/bin/python benchmarks/claims/mig_factor.py [--nodes N] [--json]`.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,17 +35,37 @@ from gpufleet.api.pool import GPUPool, GPUPoolSpec, Sharing
 from gpufleet.sim import jobfleet, jobreport, jobsim, philly
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # make_traces sits beside this script; benchmarks/ is not a package
+import make_traces  # noqa: E402
+
 NODES = 2
+"""The fleet the committed traces are drawn for (each kind: 2 nodes, 16 GPUs)."""
 CASES = {
     "mig-1g.csv": ["1g.10gb"] * 7,
     "mig-mix.csv": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
 }
 """Trace -> the MIG layout of every GPU of the MIG fleet (valid H100 layouts of 7 compute slices)."""
+STREAMS = {
+    "mig-1g.csv": (150.0, make_traces.MIG_ONLY_1G),
+    "mig-mix.csv": (85.0, make_traces.MIG_MIX),
+}
+"""Trace -> (jobs an hour on NODES nodes, mix): what make_traces.py draws it with."""
 
 
-def mig_fleet(layout: list[str]) -> list[GPUPool]:
+def trace_path(name: str, nodes: int, folder: Path) -> Path:
+    """The committed trace at NODES nodes; for another fleet the same stream scaled with it (nodes /
+    NODES times the jobs an hour, same seed), drawn into `folder`."""
+    if nodes == NODES:
+        return HERE / "traces" / name
+    rate, mix = STREAMS[name]
+    path = folder / f"{Path(name).stem}-{nodes}n.csv"
+    make_traces.write(path, make_traces.mig_trace(jobs_per_hour=rate * nodes / NODES, mix=mix), mig=True)
+    return path
+
+
+def mig_fleet(layout: list[str], nodes: int = NODES) -> list[GPUPool]:
     sharing = Sharing(mig={"*": layout})
-    spec = GPUPoolSpec(gpu_model="H100-80GB", gpus_per_node=8, nodes=NODES, sharing=sharing)
+    spec = GPUPoolSpec(gpu_model="H100-80GB", gpus_per_node=8, nodes=nodes, sharing=sharing)
     return [GPUPool(metadata=ObjectMeta(name="mig"), spec=spec)]
 
 
@@ -73,18 +99,27 @@ def run(trace: philly.Trace, pools: list[GPUPool], share: dict[str, float]) -> d
     }
 
 
-def main(as_json: bool) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=NODES, help="nodes of each fleet; the stream scales too")
+    parser.add_argument("--json", action="store_true", help="one JSON line per trace")
+    args = parser.parse_args()
+    if args.nodes < 1:
+        parser.error(f"--nodes must be at least 1, got {args.nodes}")
+    folder = Path(tempfile.mkdtemp(prefix="mig-factor-")) if args.nodes != NODES else HERE / "traces"
     for name, layout in CASES.items():
-        trace = philly.load(HERE / "traces" / name)
+        trace = philly.load(trace_path(name, args.nodes, folder))
         share = {j.name: jobfleet.mig_share(j.mig or "7g.80gb") for j in trace.jobs}
         whole = dataclasses.replace(trace, jobs=tuple(dataclasses.replace(j, mig=None) for j in trace.jobs))
         rows = {
-            "mig": run(trace, mig_fleet(layout), share),
-            "whole": run(whole, jobfleet.fleet_of_gpus(NODES * 8), share),
+            "mig": run(trace, mig_fleet(layout, args.nodes), share),
+            "whole": run(whole, jobfleet.fleet_of_gpus(args.nodes * 8), share),
         }
         factor = rows["mig"]["useful"] / rows["whole"]["useful"]
-        if as_json:
-            print(json.dumps({"trace": name, "layout": layout, **rows, "factor": factor}))
+        if args.json:
+            print(
+                json.dumps({"trace": name, "nodes": args.nodes, "layout": layout, **rows, "factor": factor})
+            )
             continue
         print(f"{name}: layout {layout}, {len(trace.jobs)} jobs in {trace.jobs[-1].submit / 3600:.1f} h")
         for kind, r in rows.items():
@@ -97,4 +132,4 @@ def main(as_json: bool) -> None:
 
 
 if __name__ == "__main__":
-    main("--json" in sys.argv[1:])
+    main()
