@@ -170,8 +170,10 @@ class Cluster:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
         node: str | None = None,
+        affinity: Json | None = None,
     ) -> Json:
-        """A pod of this run's queue asking for `gpus`; created bound to `node` when one is given."""
+        """A pod of this run's queue asking for `gpus`; created bound to `node` when one is given, with
+        `affinity` as its `spec.affinity` when one is given."""
         body: Json = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -199,6 +201,8 @@ class Cluster:
         }
         if node is not None:
             body["spec"]["nodeName"] = node
+        if affinity is not None:
+            body["spec"]["affinity"] = affinity
         return self.api.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", body=body)
 
     def gang(self, name: str, size: int, *, gpus: int = 8, **extra: Any) -> list[str]:

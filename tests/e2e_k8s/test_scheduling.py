@@ -94,6 +94,33 @@ def test_a_pod_stating_a_cuda_version_goes_only_where_the_driver_runs_it(
     assert cluster.node_of("cuda-late") is None
 
 
+def test_a_pod_with_required_node_affinity_is_bound_only_to_a_node_it_accepts(
+    cluster: Cluster, scheduler: Any
+) -> None:
+    zone = "topology.kubernetes.io/zone"
+    cluster.node("zone-a", labels={zone: "a"})
+    b = cluster.node("zone-b", labels={zone: "b"})
+    to_b = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": zone, "operator": "In", "values": ["b"]}]}
+                ]
+            }
+        }
+    }
+    cluster.pod("affine", gpus=8, affinity=to_b)
+    assert wait_for("pod bound", lambda: cluster.node_of("affine")) == b
+    # zone-b is full and zone-a empty: the next pod for zone b waits and says why, unbound.
+    cluster.pod("affine-late", gpus=4, affinity=to_b)
+    why = wait_for(
+        "pending reason",
+        lambda: (c := cluster.condition("affine-late", "PodScheduled")) and c["status"] == "False" and c,
+    )
+    assert why["message"].startswith("NoFit") and "1 NodeAffinity" in why["message"], why["message"]
+    assert cluster.node_of("affine-late") is None
+
+
 def test_preemption_goes_through_evictions_and_the_preemptor_follows(
     cluster: Cluster, scheduler: Any
 ) -> None:
