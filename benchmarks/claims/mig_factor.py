@@ -15,7 +15,8 @@ take, so a queue grows there; the run stops at the window's end (jobs left waiti
 
 `--nodes N` scales the fleet and the stream together: N nodes of each kind and N / 2 times the jobs an
 hour (make_traces.mig_trace, same seed, drawn into a temporary directory); the default, 2, replays the
-committed traces.
+committed traces. `--hours H` cuts the stream at H hours instead of 8 (to estimate a run's CPU cost);
+`--only TRACE` runs one of the two traces.
 
 Run from the repository root: `.venv/bin/python benchmarks/claims/mig_factor.py [--nodes N] [--json]`.
 """
@@ -52,14 +53,20 @@ STREAMS = {
 """Trace -> (jobs an hour on NODES nodes, mix): what make_traces.py draws it with."""
 
 
-def trace_path(name: str, nodes: int, folder: Path) -> Path:
-    """The committed trace at NODES nodes; for another fleet the same stream scaled with it (nodes /
-    NODES times the jobs an hour, same seed), drawn into `folder`."""
-    if nodes == NODES:
+HOURS = 8.0
+"""The window the committed traces are drawn for."""
+
+
+def trace_path(name: str, nodes: int, folder: Path, hours: float = HOURS) -> Path:
+    """The committed trace at NODES nodes and HOURS; for another fleet the same stream scaled with it
+    (nodes / NODES times the jobs an hour, same seed), for another window the same stream cut at
+    `hours`, drawn into `folder`."""
+    if nodes == NODES and hours == HOURS:
         return HERE / "traces" / name
     rate, mix = STREAMS[name]
-    path = folder / f"{Path(name).stem}-{nodes}n.csv"
-    make_traces.write(path, make_traces.mig_trace(jobs_per_hour=rate * nodes / NODES, mix=mix), mig=True)
+    path = folder / f"{Path(name).stem}-{nodes}n-{hours:g}h.csv"
+    rows = make_traces.mig_trace(hours=hours, jobs_per_hour=rate * nodes / NODES, mix=mix)
+    make_traces.write(path, rows, mig=True)
     return path
 
 
@@ -102,13 +109,21 @@ def run(trace: philly.Trace, pools: list[GPUPool], share: dict[str, float]) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=NODES, help="nodes of each fleet; the stream scales too")
+    parser.add_argument(
+        "--hours", type=float, default=HOURS, help="the window (a shorter one costs less CPU)"
+    )
+    parser.add_argument("--only", choices=sorted(CASES), help="run this trace only")
     parser.add_argument("--json", action="store_true", help="one JSON line per trace")
     args = parser.parse_args()
     if args.nodes < 1:
         parser.error(f"--nodes must be at least 1, got {args.nodes}")
-    folder = Path(tempfile.mkdtemp(prefix="mig-factor-")) if args.nodes != NODES else HERE / "traces"
+    if args.hours <= 0:
+        parser.error(f"--hours must be positive, got {args.hours}")
+    folder = Path(tempfile.mkdtemp(prefix="mig-factor-"))
     for name, layout in CASES.items():
-        trace = philly.load(trace_path(name, args.nodes, folder))
+        if args.only and name != args.only:
+            continue
+        trace = philly.load(trace_path(name, args.nodes, folder, args.hours))
         share = {j.name: jobfleet.mig_share(j.mig or "7g.80gb") for j in trace.jobs}
         whole = dataclasses.replace(trace, jobs=tuple(dataclasses.replace(j, mig=None) for j in trace.jobs))
         rows = {
@@ -117,9 +132,8 @@ def main() -> None:
         }
         factor = rows["mig"]["useful"] / rows["whole"]["useful"]
         if args.json:
-            print(
-                json.dumps({"trace": name, "nodes": args.nodes, "layout": layout, **rows, "factor": factor})
-            )
+            head = {"trace": name, "nodes": args.nodes, "hours": args.hours, "layout": layout}
+            print(json.dumps({**head, **rows, "factor": factor}), flush=True)
             continue
         print(f"{name}: layout {layout}, {len(trace.jobs)} jobs in {trace.jobs[-1].submit / 3600:.1f} h")
         for kind, r in rows.items():

@@ -74,3 +74,13 @@ def test_mig_factor_scales_the_stream_with_the_fleet(tmp_path: Path) -> None:
     profiles = {j.mig for j in scaled}
     assert profiles == {"1g.10gb", "2g.20gb", "3g.40gb"}
     assert mig_factor.mig_fleet(mig_factor.CASES["mig-mix.csv"], 8)[0].spec.nodes == 8
+
+
+def test_mig_factor_cuts_the_same_stream_for_a_shorter_window(tmp_path: Path) -> None:
+    mig_factor = script("mig_factor")
+    committed = philly.load(CLAIMS / "traces" / "mig-1g.csv").jobs
+    short = philly.load(mig_factor.trace_path("mig-1g.csv", 2, tmp_path, hours=1.0)).jobs
+    first_hour = [j for j in committed if j.submit < 3600]
+    assert [(j.submit, j.duration, j.mig) for j in short] == [
+        (j.submit, j.duration, j.mig) for j in first_hour
+    ]
