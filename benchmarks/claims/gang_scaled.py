@@ -58,6 +58,11 @@ def write_traces(folder: Path, *, fleet_gpus: int, mix: str, days: float) -> dic
     return paths
 
 
+def progress(line: str) -> None:
+    """The simulator's progress (simulated day, jobs finished, every 10 s) on stderr: runs take minutes."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def run(path: Path, spec: compare.RunSpec, *, fleet_gpus: int, days: float) -> dict[str, float | int]:
     """One run as `gpufleet simulate --trace PATH --gpus N --days D --compare CONFIG` makes it."""
     loaded = philly.load(path)
@@ -66,7 +71,9 @@ def run(path: Path, spec: compare.RunSpec, *, fleet_gpus: int, days: float) -> d
     pools = jobfleet.fleet_of_gpus(fleet_gpus, spot=spec.spot)
     queues = compare.queues_of(spec, pools, window)
     clock = time.process_time()
-    result = jobsim.simulate(loaded, pools, queues, begin=begin, days=days, options=spec.options)
+    result = jobsim.simulate(
+        loaded, pools, queues, begin=begin, days=days, options=spec.options, progress=progress
+    )
     summary = jobreport.summarise(result)
     return {
         "jobs": summary.jobs,
