@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,34 +17,14 @@ from gpufleet.api.errors import NotFoundError
 from gpufleet.api.queue import Queue
 from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
 from gpufleet.api.training import TrainingJob
-from gpufleet.cli.client import PREFIX, AuthError, Client
-from gpufleet.cli.federation_http import connect_embedded, joined_worker
-from gpufleet.controllers.plane import build_manager
+from gpufleet.cli.client import PREFIX, AuthError
 from gpufleet.federation.join import MANAGER_SECRET
 from gpufleet.federation.link import CLUSTER, MANAGED_BY
-from gpufleet.federation.mirror import FederationController
-from gpufleet.server.app import create_app
-from gpufleet.server.auth import TokenRegistry
-from gpufleet.server.serve import ApiServer
 from gpufleet.store.sqlite import SqliteStore
-from gpufleet.twin.clock import VirtualClock
-from gpufleet.twin.driver import Runtime
-from gpufleet.twin.twin import Twin
 
 from .conftest import Result
+from .joined_planes import WORKER_FLEET, Federation, joined_planes
 
-WORKER_FLEET = """
-apiVersion: gpufleet.io/v1alpha1
-kind: GPUPool
-metadata: {name: h100}
-spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, pricePerGPUHour: 2.0}
-"""
-MANAGER_FLEET = """
-apiVersion: gpufleet.io/v1alpha1
-kind: Queue
-metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 8}}}
-"""
 JOB = """
 apiVersion: gpufleet.io/v1alpha1
 kind: TrainingJob
@@ -54,72 +33,10 @@ spec: {queue: team, replicas: 1, worker: {gpus: 8, gpuModel: H100-80GB}, duratio
 """
 
 
-@dataclass
-class Plane:
-    store: SqliteStore
-    tokens: TokenRegistry
-    server: ApiServer
-    thread: threading.Thread
-
-    def client(self, token: str) -> Client:
-        return Client(self.server.url, token)
-
-
-def serve(directory: Path, clock: VirtualClock) -> Plane:
-    store = SqliteStore.open(directory, clock=clock.datetime, synchronous="OFF")
-    tokens = TokenRegistry(directory)
-    server = ApiServer(create_app(store, tokens, now=clock.datetime), state_dir=directory, port=0)
-    server.bind()
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert server.started.wait(30), "the server did not start"
-    return Plane(store, tokens, server, thread)
-
-
-@dataclass
-class Federation:
-    manager: Plane
-    worker: Plane
-    clock: VirtualClock
-    runtimes: list[Runtime]
-
-    def run(self, seconds: int) -> None:
-        for _ in range(seconds):
-            self.clock.advance_to(self.clock.now() + 1)
-            for runtime in self.runtimes:
-                runtime.settle()
-
-    def until(self, what: str, check: Callable[[], bool], seconds: int = 60) -> None:
-        for _ in range(seconds):
-            if check():
-                return
-            self.run(1)
-        raise AssertionError(f"not within {seconds} s: {what}")
-
-
 @pytest.fixture
 def federation(tmp_path: Path) -> Iterator[Federation]:
-    clock = VirtualClock()
-    manager, worker = serve(tmp_path / "manager", clock), serve(tmp_path / "w1", clock)
-    for obj in load_objects(MANAGER_FLEET):
-        manager.store.apply(obj)
-    for obj in load_objects(WORKER_FLEET):
-        worker.store.apply(obj)
-    # The manager reaches the worker, and the worker the manager, with what the join wrote.
-    controller = FederationController(manager.store, connect_embedded(manager.store), grace_seconds=2.0)
-    controllers = build_manager(worker.store)
-    joined = joined_worker(worker.store, controllers, heartbeat_seconds=2.0)
-    runtimes = [
-        Runtime(manager.store, clock=clock, participants=[controller]),
-        Runtime(
-            worker.store, clock=clock, participants=[Twin(worker.store, clock=clock), controllers, joined]
-        ),
-    ]
-    yield Federation(manager, worker, clock, runtimes)
-    for plane in (manager, worker):
-        plane.server.stop()
-        plane.thread.join(timeout=30)
-        plane.store.close()
+    with joined_planes(tmp_path) as (manager, worker, clock, runtimes):
+        yield Federation(manager, worker, clock, runtimes)
 
 
 def secret_value(store: SqliteStore, name: str, key: str) -> str:

@@ -20,36 +20,16 @@ from gpufleet.api.cluster import Cluster
 from gpufleet.api.runtime import Event
 from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret
 from gpufleet.api.training import TrainingJob
-from gpufleet.cli.client import AuthError, Client
-from gpufleet.cli.federation_http import connect_embedded, joined_worker
-from gpufleet.controllers.plane import build_manager
+from gpufleet.cli.client import AuthError
 from gpufleet.federation.expiry import TOKENS_EXPIRING, lifetime_of
 from gpufleet.federation.join import MANAGER_SECRET
 from gpufleet.federation.link import CLUSTER, FENCED, GENERATION
-from gpufleet.federation.mirror import FederationController
-from gpufleet.server.app import create_app
-from gpufleet.server.auth import TokenRegistry
 from gpufleet.server.federation_access import MANAGER_ROLE, WORKER_ROLE
-from gpufleet.server.serve import ApiServer
-from gpufleet.store.sqlite import SqliteStore
-from gpufleet.twin.clock import VirtualClock
-from gpufleet.twin.driver import Runtime
-from gpufleet.twin.twin import Twin
 
 from .conftest import Result
+from .joined_planes import Federation as JoinedPlanes
+from .joined_planes import Plane, joined_planes
 
-WORKER_FLEET = """
-apiVersion: gpufleet.io/v1alpha1
-kind: GPUPool
-metadata: {name: h100}
-spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, pricePerGPUHour: 2.0}
-"""
-MANAGER_FLEET = """
-apiVersion: gpufleet.io/v1alpha1
-kind: Queue
-metadata: {name: team}
-spec: {quotas: {H100-80GB: {nominal: 8}}}
-"""
 JOB = """
 apiVersion: gpufleet.io/v1alpha1
 kind: TrainingJob
@@ -60,53 +40,8 @@ TOKEN = "cluster-w1-token"
 
 
 @dataclass
-class Plane:
-    store: SqliteStore
-    tokens: TokenRegistry
-    server: ApiServer
-    thread: threading.Thread
-    url: str
-    """Kept: a stopped server no longer knows its port."""
-
-    def client(self, token: str) -> Client:
-        return Client(self.url, token)
-
-    def stop(self) -> None:
-        self.server.stop()
-        self.thread.join(timeout=30)
-
-
-def serve(directory: Path, clock: VirtualClock) -> Plane:
-    store = SqliteStore.open(directory, clock=clock.datetime, synchronous="OFF")
-    tokens = TokenRegistry(directory, now=clock.datetime)
-    server = ApiServer(create_app(store, tokens, now=clock.datetime), state_dir=directory, port=0)
-    server.bind()
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert server.started.wait(30), "the server did not start"
-    return Plane(store, tokens, server, thread, server.url)
-
-
-@dataclass
-class Federation:
-    manager: Plane
-    worker: Plane
-    clock: VirtualClock
-    runtimes: list[Runtime]
+class Federation(JoinedPlanes):
     cli: Callable[..., Result]
-
-    def run(self, seconds: int) -> None:
-        for _ in range(seconds):
-            self.clock.advance_to(self.clock.now() + 1)
-            for runtime in self.runtimes:
-                runtime.settle()
-
-    def until(self, what: str, check: Callable[[], bool], seconds: int = 60) -> None:
-        for _ in range(seconds):
-            if check():
-                return
-            self.run(1)
-        raise AssertionError(f"not within {seconds} s: {what}")
 
     def command(self, verb: str, *args: str) -> Result:
         """`gpufleet cluster VERB w1` with both planes' admin tokens, while the planes run on (in a
@@ -136,25 +71,8 @@ class Federation:
 
 @pytest.fixture
 def federation(tmp_path: Path, cli: Callable[..., Result]) -> Iterator[Federation]:
-    clock = VirtualClock()
-    manager, worker = serve(tmp_path / "manager", clock), serve(tmp_path / "w1", clock)
-    for obj in load_objects(MANAGER_FLEET):
-        manager.store.apply(obj)
-    for obj in load_objects(WORKER_FLEET):
-        worker.store.apply(obj)
-    controller = FederationController(manager.store, connect_embedded(manager.store), grace_seconds=2.0)
-    controllers = build_manager(worker.store)
-    joined = joined_worker(worker.store, controllers, heartbeat_seconds=2.0)
-    runtimes = [
-        Runtime(manager.store, clock=clock, participants=[controller]),
-        Runtime(
-            worker.store, clock=clock, participants=[Twin(worker.store, clock=clock), controllers, joined]
-        ),
-    ]
-    yield Federation(manager, worker, clock, runtimes, cli)
-    for plane in (manager, worker):
-        plane.stop()
-        plane.store.close()
+    with joined_planes(tmp_path) as (manager, worker, clock, runtimes):
+        yield Federation(manager, worker, clock, runtimes, cli)
 
 
 def works(plane: Plane, token: str) -> bool:
