@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from gpufleet.api.errors import GoneError
 from gpufleet.controllers.manager import Reconciler
+from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 
 CATCH_UP_BATCH = 2000
@@ -28,7 +29,9 @@ class EventFedView:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.cursor: int | None = None
-        """The newest event applied (None: not listed yet)."""
+        """The newest version up to which every event of the kinds followed was applied (None: not
+        listed yet)."""
+        self.pages = EventPages(store)
 
     def relist(self) -> None:
         """Lists every kind again; the events after the version read first are applied on top, so
@@ -58,11 +61,13 @@ class EventFedView:
         while True:
             assert self.cursor is not None
             try:
-                events = self.store.events_since(self.cursor, kinds=self.KINDS, limit=CATCH_UP_BATCH)
+                events, reached = self.pages.read(self.cursor, kinds=self.KINDS, limit=CATCH_UP_BATCH)
             except GoneError:
                 self.relist()
                 return fresh
             fresh += [event for event in events if self.apply(event)]
+            # Every entry up to `reached` was looked at: none of the kinds followed is left behind it.
+            self.cursor = max(self.cursor, int(reached))
             if len(events) < CATCH_UP_BATCH:
                 return fresh
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError
+from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class ControllerManager:
         self.controllers = list(controllers)
         self.kinds = sorted({kind for c in self.controllers for kind in c.kinds})
         self.cursor: str | None = None
+        self.pages = EventPages(store)
         self.held = False
         """Whether a runtime steps the manager until it is quiet: then held writes wait for a step in
         which nothing else was written (else each step ends with them)."""
@@ -155,17 +157,15 @@ class ControllerManager:
         assert self.cursor is not None
         while True:
             try:
-                events = self.store.events_since(self.cursor, kinds=self.kinds, limit=BATCH)
+                events, reached = self.pages.read(self.cursor, kinds=self.kinds, limit=BATCH)
             except GoneError:
                 log.warning("event log compacted past %s; listing everything again", self.cursor)
                 self._resync(now)
                 continue
-            if not events:
-                return
             for event in events:
                 for controller in self.controllers:
                     if event.object.kind in controller.kinds:
                         controller.observe(event, now)
-            self.cursor = str(events[-1].resource_version)
+            self.cursor = reached
             if len(events) < BATCH:
                 return

@@ -43,6 +43,7 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.heap import FrozenHeap
 from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
 from gpufleet.sim.philly import Trace, TraceJob
+from gpufleet.store.eventpage import EventPages
 from gpufleet.store.memory import MemoryStore
 from gpufleet.store.protocol import ObjectRef
 from gpufleet.store.sqlite import SqliteStore
@@ -278,6 +279,7 @@ class Recorder:
         self.policy = policy
         self.series = series
         self.cursor = store.resource_version
+        self.pages = EventPages(store)
         self.jobs: dict[str, JobRecord] = {}
         self.pods: dict[tuple[str, str], tuple[float, bool, str]] = {}
         """Allocated pods: (GPUs, running, queue)."""
@@ -309,7 +311,7 @@ class Recorder:
         superseded: list[ObjectRef] = []
         while True:
             try:
-                events = self.store.events_since(self.cursor, kinds=self.KINDS, limit=5000)
+                events, reached = self.pages.read(self.cursor, kinds=self.KINDS, limit=5000)
             except GoneError as exc:
                 raise RuntimeError("the simulation's recorder fell behind the store's event log") from exc
             for event in events:
@@ -325,8 +327,7 @@ class Recorder:
                 elif isinstance(obj, Node) and obj.name not in self.node_size:
                     self.node_size[obj.name] = obj.spec.gpus
                     self.node_pool[obj.name] = obj.metadata.labels.get(POOL_LABEL, "")
-            if events:
-                self.cursor = str(events[-1].resource_version)
+            self.cursor = reached
             if len(events) < 5000:
                 break
         if done:

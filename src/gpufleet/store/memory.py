@@ -211,6 +211,15 @@ class MemoryStore(ObjectWrites):
         events, _ = self._read_events(version_of(resource_version), kinds, namespace, limit)
         return events
 
+    def events_page(
+        self, resource_version: str | int, *, kinds: Sequence[str] | None = None, limit: int | None = None
+    ) -> tuple[builtins.list[WatchEvent], int]:
+        """`events_since` and the version every entry up to which was looked at (`store.eventpage`)."""
+        events, head = self._read_events(version_of(resource_version), kinds, None, limit)
+        if limit is not None and len(events) >= limit:
+            return events, events[-1].resource_version
+        return events, head
+
     def watch(
         self,
         *,

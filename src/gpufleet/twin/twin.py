@@ -38,6 +38,7 @@ from gpufleet.api.runtime import (
     Workload,
 )
 from gpufleet.api.training import TrainingJob
+from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 from gpufleet.twin import draslices
 from gpufleet.twin import traffic as traffic_model
@@ -93,6 +94,7 @@ class Twin:
         self.rng = np.random.default_rng(self.config.faults.seed)
         self.traffic_rng = np.random.default_rng(self.config.faults.seed + 1)
         self.cursor: str | None = None
+        self.pages = EventPages(store)
         self.nodes: dict[str, Node] = {}
         self.pods = PodTable()
         self.runs: dict[tuple[str, str], Run] = {}
@@ -138,14 +140,13 @@ class Twin:
         assert self.cursor is not None
         while True:
             try:
-                batch = self.store.events_since(self.cursor, kinds=KINDS, limit=2000)
+                batch, reached = self.pages.read(self.cursor, kinds=KINDS, limit=2000)
             except GoneError:
                 self._resync(now)
                 continue
             for event in batch:
                 self._handle(event, now)
-            if batch:
-                self.cursor = str(batch[-1].resource_version)
+            self.cursor = reached
             if len(batch) < 2000:
                 return
 
