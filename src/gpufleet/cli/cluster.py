@@ -42,12 +42,12 @@ from gpufleet.api.cluster import (
     ClusterSpec,
     EmbeddedWorker,
 )
-from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
+from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.secret import SYSTEM_NAMESPACE
 from gpufleet.cli.client import PREFIX, Client, server_url, state_dir
 from gpufleet.cli.client import token as token_of
-from gpufleet.cli.cluster_tokens import DEFAULT_TOKEN_TTL, TokenTtl, mint, parse_ttl, revoke
+from gpufleet.cli.cluster_tokens import DEFAULT_TOKEN_TTL, TokenTtl, mint, parse_ttl, revoke, worker_admin
 from gpufleet.cli.output import console
 from gpufleet.federation.expiry import lifetime
 from gpufleet.federation.join import MANAGER_SECRET, JoinSettings, join_secret, token_secret
@@ -115,14 +115,7 @@ def join(
 ) -> None:
     """Joins the addressed `gpufleet up` plane to a manager as the worker cluster NAME."""
     ttl = parse_ttl(token_ttl)  # refused before anything is sent
-    directory = state_dir(state)
-    worker_token = token_of(token, directory)
-    worker = Client(server_url(server, directory), worker_token)
-    if worker_token is None:
-        raise ValidationError(
-            "the join mints the manager's token in the worker: give --token or --state (its admin token)",
-            field="--token",
-        )
+    worker = worker_admin(server, token, state, "the join")
     _, ref = token_secret(name, "")
     prices = pool_prices(worker.get(f"{PREFIX}/gpupools")["items"])  # also checks the worker answers
     cluster = Cluster(

@@ -31,10 +31,17 @@ import typer
 
 from gpufleet.api.errors import GpuFleetError, NotFoundError, ValidationError
 from gpufleet.api.secret import SYSTEM_NAMESPACE
-from gpufleet.cli.client import PREFIX, ApiError, Client, server_url, state_dir
-from gpufleet.cli.client import token as token_of
+from gpufleet.cli.client import PREFIX, ApiError, Client
 from gpufleet.cli.cluster import ManagerToken, ManagerUrl, Name, Server, State, Token
-from gpufleet.cli.cluster_tokens import DEFAULT_TOKEN_TTL, TokenTtl, mint, parse_ttl, revoke, used
+from gpufleet.cli.cluster_tokens import (
+    DEFAULT_TOKEN_TTL,
+    TokenTtl,
+    mint,
+    parse_ttl,
+    revoke,
+    used,
+    worker_admin,
+)
 from gpufleet.cli.output import console
 from gpufleet.federation.expiry import lifetime
 from gpufleet.federation.join import (
@@ -84,14 +91,7 @@ def rotate(
 ) -> None:
     """New federation tokens for the joined worker NAME (the addressed plane); its work runs on."""
     ttl = parse_ttl(token_ttl)  # refused before anything is sent
-    directory = state_dir(state)
-    worker_admin = token_of(token, directory)
-    if worker_admin is None:
-        raise ValidationError(
-            "rotate mints the manager's token in the worker: give --token or --state (its admin token)",
-            field="--token",
-        )
-    worker = Client(server_url(server, directory), worker_admin)
+    worker = worker_admin(server, token, state, "rotate")
     boss = Client(manager.rstrip("/"), manager_token)
     at_worker, at_manager = f"the worker cluster {name} at {worker.server}", f"the manager at {boss.server}"
     unchanged = "nothing was changed: the old tokens stay valid"

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.cli.client import Client
+from gpufleet.cli.client import Client, server_url, state_dir
+from gpufleet.cli.client import token as token_of
 from gpufleet.server.auth import MAX_TTL_SECONDS
 from gpufleet.sim.options import parse_duration
 
@@ -27,6 +29,19 @@ TokenTtl = Annotated[
         "renews them.",
     ),
 ]
+
+
+def worker_admin(server: str | None, token: str | None, state: str | Path | None, verb: str) -> Client:
+    """A client of the addressed worker plane with its admin token, which `verb` (join, rotate) needs to
+    mint the manager's token there; refused, naming --token, where none is given or kept."""
+    directory = state_dir(state)
+    admin = token_of(token, directory)
+    if admin is None:
+        raise ValidationError(
+            f"{verb} mints the manager's token in the worker: give --token or --state (its admin token)",
+            field="--token",
+        )
+    return Client(server_url(server, directory), admin)
 
 
 def parse_ttl(text: str) -> float | None:
