@@ -82,7 +82,7 @@ def test_queue_objects_carry_user_limit_and_strict_fifo_into_the_scheduler(world
     assert _phase(world, "head") == "Admitted"
     assert _reason(world, "too-big")[0] == "QuotaExceeded"
     kind, message = _reason(world, "small")
-    assert kind == "Queued" and "head of StrictFIFO queue strict" in message, message
+    assert kind == "Queued" and "StrictFIFO queue strict: only the head is tried" in message, message
 
 
 SERVICE = """

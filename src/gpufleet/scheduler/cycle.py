@@ -217,10 +217,9 @@ class _Cycle:
             strict = self.cache.settings[queue].strategy is QueueingStrategy.STRICT_FIFO
             following = queues[queue]
             if blocked and strict:
+                waiting = explain.queued(queue=queue)
                 for behind in following:
-                    self.result.pending[behind.name] = Pending(
-                        behind.name, explain.queued(head=workload.name, queue=queue)
-                    )
+                    self.result.pending[behind.name] = Pending(behind.name, waiting)
                 continue
             nxt = next(following, None)
             if blocked and not strict:

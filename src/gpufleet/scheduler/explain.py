@@ -103,9 +103,12 @@ def scheduling_error(exc: Exception) -> Reason:
     return Reason(SCHEDULING_ERROR, message, {"error": type(exc).__name__})
 
 
-def queued(*, head: str, queue: str) -> Reason:
-    message = f"behind {head}, the head of StrictFIFO queue {queue}"
-    return Reason(QUEUED, message, {"queue": queue, "head": head})
+def queued(*, queue: str) -> Reason:
+    """Behind the head of a StrictFIFO queue. The head is not named: a queue of N workloads would
+    otherwise be rewritten N times each time its head changes (and, on Kubernetes, every pod's
+    condition patched and an Event sent); the head says for itself why it cannot start."""
+    message = f"waiting its turn in StrictFIFO queue {queue}: only the head is tried, and it cannot start yet"
+    return Reason(QUEUED, message, {"queue": queue})
 
 
 @dataclass(frozen=True, slots=True)

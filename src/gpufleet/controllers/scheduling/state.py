@@ -66,8 +66,9 @@ class SchedulingState:
     """Evicted workloads waiting out their backoff, with when they may be queued again."""
     broken: dict[str, Broken] = field(default_factory=dict)
     """Admitted gangs to evict whole at the next step, with why."""
-    reasons: dict[str, dict[str, object]] = field(default_factory=dict)
-    """The pending reason last written per workload (written again only when it changes)."""
+    reasons: dict[str, object] = field(default_factory=dict)
+    """The pending reason last written per workload, as the core or the claim check gave it (written
+    again only when it changes)."""
     claims: ClaimSync = field(default_factory=ClaimSync)
     """The stored ResourceClaims and templates (DRA)."""
     claim_workloads: set[str] = field(default_factory=set)

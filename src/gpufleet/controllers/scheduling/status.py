@@ -161,9 +161,10 @@ class StatusWriter:
             if queue_reason is not None:
                 pending = dataclasses.replace(pending, reason=queue_reason)
             demand = self._node_demand(obj, pending.reason)
-            reason = _reason_dict(pending.reason)
-            reason["nodeDemand"] = None if demand is None else demand.pools
-            if state.reasons.get(key) == reason:
+            # Compared as the core gave it: a long queue is looked at every cycle, and most of it
+            # is told what it was told before.
+            said = (pending.reason, None if demand is None else demand.pools)
+            if state.reasons.get(key) == said:
                 continue
             before = obj.status.pending_reason
             if before is None or before.type != pending.reason.type:
@@ -184,7 +185,7 @@ class StatusWriter:
                 now=to_datetime(now),
             )
             self.write(key, obj, status)
-            state.reasons[key] = reason
+            state.reasons[key] = said
 
     def _failed_scheduling(self, obj: WorkloadObject, reason: Reason, now: float) -> None:
         """A Warning event, on the workload's owner (what `describe` shows), when the reason it waits
@@ -220,10 +221,6 @@ class StatusWriter:
             return None
         flavors = None if queue.unlimited else set(queue.quotas)
         return NodeDemand(pools=capacity.serving_pools(obj.spec, self.state.pools.values(), flavors=flavors))
-
-
-def _reason_dict(reason: Reason) -> dict[str, object]:
-    return {"type": reason.type, "message": reason.message, "details": _details(reason)}
 
 
 def _details(reason: Reason) -> dict[str, object]:
