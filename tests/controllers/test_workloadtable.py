@@ -13,10 +13,12 @@ from gpufleet.controllers.scheduling.workloadtable import WorkloadTable
 CHECKPOINTED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def workload(name: str, *, phase: str = "Admitted", checkpoint: datetime | None = None) -> Workload:
+def workload(
+    name: str, *, phase: str = "Admitted", checkpoint: datetime | None = None, elastic: bool = True
+) -> Workload:
     spec = WorkloadSpec(
         owner=OwnerRef(kind="TrainingJob", name=name),
-        pod_sets=[WorkloadPodSet(count=2, request=PodRequest(gpus=8))],
+        pod_sets=[WorkloadPodSet(count=2, min_count=1 if elastic else None, request=PodRequest(gpus=8))],
         last_checkpoint_time=checkpoint,
     )
     obj = Workload(metadata=ObjectMeta(name=name, namespace="team"), spec=spec)
@@ -25,23 +27,28 @@ def workload(name: str, *, phase: str = "Admitted", checkpoint: datetime | None 
 
 
 def walked(table: WorkloadTable) -> list[str]:
-    """What the pass used to look at: every Admitted workload that checkpointed or carries a mark."""
+    """What the pass must look at: every Admitted workload that carries a mark, or that is elastic
+    (only those run short of pods) and checkpointed (only those grow)."""
     return [
         key
         for key, obj in table.items()
         if obj.status.phase == "Admitted"
-        and (obj.spec.last_checkpoint_time is not None or obj.status.node_demand is not None)
+        and (
+            obj.status.node_demand is not None
+            or (obj.spec.last_checkpoint_time is not None and (obj.spec.pod_sets[0].min_count or 2) < 2)
+        )
     ]
 
 
-def test_only_admitted_workloads_that_checkpointed_or_carry_a_mark_are_looked_at() -> None:
+def test_only_admitted_elastic_workloads_that_checkpointed_or_carry_a_mark_are_looked_at() -> None:
     table = WorkloadTable()
     table["a"] = workload("a", checkpoint=CHECKPOINTED)
     table["b"] = workload("b")  # admitted, never checkpointed: nothing to mark
     table["c"] = workload("c", phase="Pending", checkpoint=CHECKPOINTED)
-    marked = workload("d")
-    marked.status.node_demand = NodeDemand(pools=["spot"])
+    marked = workload("d", elastic=False)
+    marked.status.node_demand = NodeDemand(pools=["spot"])  # a mark is cleared whatever the shape
     table["d"] = marked
+    table["e"] = workload("e", checkpoint=CHECKPOINTED, elastic=False)  # a whole gang is never short
     assert [key for key, _ in table.may_need_marks()] == ["a", "d"] == walked(table)
     # Stored again without its mark and checkpoint, `d` leaves; `b` enters once it checkpoints.
     table["d"] = workload("d")

@@ -1,10 +1,10 @@
 """The scheduling controller's workloads by key, with those that may need a node-demand mark.
 
 `growth.write_short_demand` runs after every scheduling pass and used to walk every workload to find
-the few that can carry `status.nodeDemand`: an Admitted workload that has checkpointed (only those can
-grow), or one that carries a mark to clear. The table keeps that set as workloads are stored, so the
-pass looks only at them, in the order a walk of the table would have met them (the order in which
-they were first stored, as a dict's), so its writes come in the same order as before.
+the few that can carry `status.nodeDemand`: an Admitted elastic workload that has checkpointed (only
+those can grow), or one that carries a mark to clear. The table keeps that set as workloads are
+stored, so the pass looks only at them, in the order a walk of the table would have met them (the
+order in which they were first stored, as a dict's), so its writes come in the same order as before.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ T = TypeVar("T")
 
 def may_need_mark(obj: WorkloadObject) -> bool:
     """Whether the short-demand pass could write `obj`'s node demand (set it or clear it)."""
-    if obj.status.phase != "Admitted":
-        return False
-    return obj.spec.last_checkpoint_time is not None or obj.status.node_demand is not None
+    if obj.status.node_demand is not None:
+        return obj.status.phase == "Admitted"
+    # Only an elastic workload can run short of its pods (a gang that loses one is evicted whole).
+    elastic = any(ps.min_count is not None and ps.min_count < ps.count for ps in obj.spec.pod_sets)
+    return elastic and obj.status.phase == "Admitted" and obj.spec.last_checkpoint_time is not None
 
 
 class WorkloadTable(MutableMapping[str, WorkloadObject]):
