@@ -9,7 +9,7 @@ import pytest
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.queue import FlavorQuota, Queue, QueueSpec
 from gpufleet.api.requests import PodRequest
-from gpufleet.api.runtime import Event, OwnerRef, Workload, WorkloadPodSet, WorkloadSpec
+from gpufleet.api.runtime import Event, OwnerRef, Pod, Workload, WorkloadPodSet, WorkloadSpec
 from gpufleet.controllers import convert
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.store.sqlite import SqliteStore
@@ -85,3 +85,32 @@ def test_a_queue_with_an_unknown_parent_does_not_stop_scheduling(store: SqliteSt
     assert store.get(Workload, "stuck").status.phase == "Admitted"
     valid = {c.type: c for c in store.get(Queue, "qbad").status.conditions}["Valid"]
     assert valid.status == "True"
+
+
+def test_a_queue_deleted_under_running_work_stops_nothing(store: SqliteStore) -> None:
+    """As in the Kubernetes world: its admitted work runs on with its GPUs held, uncounted by any
+    quota, and scheduling goes on for everyone else; once that work ends its GPUs are free."""
+    ready_node(store, "n1")  # 8 GPUs
+    store.create(queue("team-a"))
+    store.create(queue("team-b"))
+    submit(store, "running", "team-a")
+    controller = SchedulingController(store)
+    run(store, controller)
+    assert store.get(Workload, "running").status.phase == "Admitted"
+    store.delete(Queue, "team-a")
+    submit(store, "other", "team-b")
+    submit(store, "third", "team-b")
+    run(store, controller, now=1.0)
+    assert store.get(Workload, "running").status.phase == "Admitted"
+    assert store.get(Workload, "other").status.phase == "Admitted"
+    third = store.get(Workload, "third").status  # the node's last 4 GPUs are still held
+    assert third.phase == "Pending" and third.pending_reason is not None
+    assert third.pending_reason.type == "NoFit", third.pending_reason
+    assert len([p for p in store.list(Pod) if p.spec.workload == "running"]) == 1
+    controller.needs_rebuild = True  # a restart sees the same
+    run(store, controller, now=2.0)
+    assert store.get(Workload, "third").status.phase == "Pending"
+    done = store.get(Workload, "running")
+    store.update(done.model_copy(update={"spec": done.spec.model_copy(update={"active": False})}))
+    run(store, controller, now=3.0)
+    assert store.get(Workload, "third").status.phase == "Admitted"

@@ -114,6 +114,7 @@ class CacheSync:
         state.pods = {}
         state.backoff.clear()
         state.broken.clear()
+        state.unqueued.clear()
         for node in nodes:
             self._add_node(node)
         self.devices.load(store, fleet)
@@ -180,6 +181,18 @@ class CacheSync:
                 except NotFoundError as exc:
                     state.broken[key] = Broken("ClaimLost", f"pod {pod.name}: {exc}")
             allocations.append(allocation)
+        if workload.queue not in cache.tree.nodes:
+            log.warning(
+                "%s runs in queue %s, which is not in the quota tree; its quota is not counted",
+                obj.describe(),
+                workload.queue,
+                extra=lifecycle.log_fields(key, queue=obj.spec.queue, uid=obj.metadata.uid),
+            )
+            for alloc in allocations:
+                cache.fleet.reinstate(alloc)
+            state.unqueued[key] = [alloc.pod for alloc in allocations]
+            state.broken.pop(key, None)  # nothing evicts what the cache does not hold
+            return
         counts = tuple(admission.counts) if admission else tuple(ps.count for ps in workload.pod_sets)
         assignment = Assignment(
             admission.gpu_model if admission else None, counts, dict(admission.usage) if admission else {}
@@ -211,6 +224,8 @@ class CacheSync:
         state = self.state
         assert state.cache is not None
         for key, pods in list(state.pods.items()):
+            if key in state.unqueued:
+                continue
             admitted = state.cache.admitted.get(key)
             for core_name, pod in list(pods.items()):
                 if pod.terminated and (admitted is None or core_name not in admitted.pods):
@@ -339,6 +354,8 @@ class CacheSync:
         if is_gone or obj is None or not obj.spec.active or obj.status.phase in ("Inactive", "Failed"):
             if key in cache.admitted:
                 self._release(key, now)
+            elif key in state.unqueued:
+                self._release_unqueued(key)
             cache.pending.pop(key, None)
             state.backoff.pop(key, None)
             state.dirty = True
@@ -352,7 +369,8 @@ class CacheSync:
         if obj.status.phase == "Admitted":
             admitted = cache.admitted.get(key)
             if admitted is None:
-                state.needs_rebuild = True  # admitted by a write this cache never assumed
+                if key not in state.unqueued:
+                    state.needs_rebuild = True  # admitted by a write this cache never assumed
                 return
             checkpoint = to_seconds(obj.spec.last_checkpoint_time)
             if checkpoint is not None and checkpoint != admitted.workload.last_checkpoint_at:
@@ -440,6 +458,17 @@ class CacheSync:
             if core not in state.cache.fleet.allocations:
                 del admitted.pods[core]
         state.cache.finish(key, now=now)
+        for pod in list(state.pods.get(key, {}).values()):
+            if not pod.terminated and not gone(pod):
+                state.delete_pod(pod)
+
+    def _release_unqueued(self, key: str) -> None:
+        """A workload that ran outside its (gone) queue left scheduling: its pods' GPUs are free."""
+        state = self.state
+        assert state.cache is not None
+        for core in state.unqueued.pop(key):
+            if core in state.cache.fleet.allocations:
+                state.cache.fleet.release(core)
         for pod in list(state.pods.get(key, {}).values()):
             if not pod.terminated and not gone(pod):
                 state.delete_pod(pod)

@@ -66,6 +66,11 @@ class SchedulingState:
     """Evicted workloads waiting out their backoff, with when they may be queued again."""
     broken: dict[str, Broken] = field(default_factory=dict)
     """Admitted gangs to evict whole at the next step, with why."""
+    unqueued: dict[str, list[str]] = field(default_factory=dict)
+    """Admitted workloads whose queue is gone (deleted, or left out of the quota tree), with their pods'
+    core names: as in the Kubernetes world, they run on with their GPUs held and their quota not
+    counted, outside the cache's admitted set (nothing charges or evicts them), until they end or their
+    queue is back."""
     reasons: dict[str, object] = field(default_factory=dict)
     """The pending reason last written per workload, as the core or the claim check gave it (written
     again only when it changes)."""
