@@ -27,6 +27,7 @@ def build_manager(
     pool_status_seconds: float = STATUS_PERIOD,
     pool_write_seconds: float = 0.0,
     queue_status_seconds: float = 0.0,
+    reason_refresh_seconds: float = 0.0,
 ) -> ControllerManager:
     """`pool_status_seconds`: how often an unchanged pool's status (idle GPU-hours) is brought up to
     date; the job simulator, whose pools change with every pod, looks less often.
@@ -34,9 +35,16 @@ def build_manager(
     it changed), kept exact in the controller meanwhile; the job simulator, where nothing reads it,
     writes it at most hourly.
     `queue_status_seconds`: the least time between two writes of queue status (0: after every
-    change); the job simulator, where nothing reads it, writes it at most hourly."""
+    change); the job simulator, where nothing reads it, writes it at most hourly.
+    `reason_refresh_seconds`: the least time between two passes that write pending reasons whose
+    numbers alone changed (0: every pass); the job simulator refreshes them hourly."""
     controllers: list[Controller] = [
-        SchedulingController(store, config=config, queue_status_seconds=queue_status_seconds),
+        SchedulingController(
+            store,
+            config=config,
+            queue_status_seconds=queue_status_seconds,
+            reason_refresh_seconds=reason_refresh_seconds,
+        ),
         HealthController(store),
         TrainingJobController(store),
         PoolController(store, status_period=pool_status_seconds, write_period=pool_write_seconds),

@@ -57,7 +57,8 @@ DRAIN_LIMIT = 10 * 365 * 86400.0
 QUIET_SECONDS = 3600.0
 """How often the twin publishes service metrics (the trace has no services) and an unchanged pool's
 status is brought up to date; `gpufleet up` does both every minute, which would be most of the work.
-Queue status (read by no decision) is written at most this often too, with all its changes."""
+Queue status (read by no decision) is written at most this often too, with all its changes, and so are
+pending reasons whose numbers alone changed (a new reason type or node demand is written at once)."""
 EVENTS_KEPT = 200_000
 """Events the store's log keeps (every participant reads it each settle round: far more than enough)."""
 MAX_RESTARTS = 1_000_000
@@ -503,6 +504,7 @@ def simulate(
             pool_status_seconds=QUIET_SECONDS,
             pool_write_seconds=QUIET_SECONDS,
             queue_status_seconds=QUIET_SECONDS,
+            reason_refresh_seconds=QUIET_SECONDS,
         )
         series = Series(start, options.bucket_seconds)
         recorder = Recorder(store, series, options.policy)

@@ -48,15 +48,20 @@ class SchedulingController:
         config: SchedulerConfig | None = None,
         resync_seconds: float = 30.0,
         queue_status_seconds: float = 0.0,
+        reason_refresh_seconds: float = 0.0,
     ) -> None:
         """`queue_status_seconds`: the least time between two passes that write queue status (0:
-        after every step that changed a queue's numbers, as `gpufleet up` does)."""
+        after every step that changed a queue's numbers, as `gpufleet up` does).
+        `reason_refresh_seconds`: the least time between two passes that write pending reasons whose
+        numbers alone changed (0: at every pass, as `gpufleet up` does); a changed type or node
+        demand is written at once. The periodic cycle, which runs while anything waits, brings them
+        up to date once the time has passed."""
         self.store = store
         self.config = config or SchedulerConfig()
         self.scheduler = Scheduler(self.config)
         self.resync_seconds = resync_seconds
         self.state = SchedulingState(store, self.config)
-        self.status = StatusWriter(self.state)
+        self.status = StatusWriter(self.state, reason_refresh_seconds=reason_refresh_seconds)
         self.sync = CacheSync(self.state, self.status)
         self.actions = Actions(self.state, self.sync, self.status)
         self.growth = Growth(self.state, self.scheduler, self.actions, self.status)

@@ -3,8 +3,12 @@
 The scheduling controller is the only writer of a Workload's status. A pending workload's reason is
 written only when it changes, with the pools whose new nodes could serve it (`status.nodeDemand`,
 read by the pool autoscaler); a Warning `FailedScheduling` Event goes to its owner when the reason
-first appears or changes type. A queue's status (its `Valid` condition, waiting and admitted
-workloads, usage per flavor) is derived by the rule both worlds share (`controllers.queuestatus`).
+first appears or changes type. With `reason_refresh_seconds` set, a reason whose type and node demand
+are unchanged and only its numbers moved (a queue's usage in `QuotaExceeded`, the nodes each filter
+rejected in `NoFit`) is written at most that often: on a loaded fleet every admission moves the
+numbers of every waiting workload of its queue, and each such write is also its owner's. A queue's
+status (its `Valid` condition, waiting and admitted workloads, usage per flavor) is derived by the
+rule both worlds share (`controllers.queuestatus`).
 """
 
 from __future__ import annotations
@@ -32,8 +36,11 @@ log = logging.getLogger(__name__)
 class StatusWriter:
     """Writes workload and queue status from the shared state, keeping the state's copies current."""
 
-    def __init__(self, state: SchedulingState) -> None:
+    def __init__(self, state: SchedulingState, *, reason_refresh_seconds: float = 0.0) -> None:
         self.state = state
+        self.reason_refresh_seconds = reason_refresh_seconds
+        self.next_reason_refresh = 0.0
+        """Until then, a reason that changed only its message and details waits for a later pass."""
         self._reported: dict[str, tuple[Queue, queuestatus.QueueReport]] = {}
         """Per queue, the object it had after the last pass and what that pass reported. Most
         passes change one or two queues' numbers; a queue whose object and report are both as
@@ -153,6 +160,9 @@ class StatusWriter:
         if result is None:
             return
         state = self.state
+        refresh = now >= self.next_reason_refresh
+        if refresh:
+            self.next_reason_refresh = now + self.reason_refresh_seconds
         for key, pending in result.pending.items():
             obj = state.workloads.get(key)
             if obj is None or obj.status.phase != "Pending":
@@ -164,7 +174,8 @@ class StatusWriter:
             # Compared as the core gave it: a long queue is looked at every cycle, and most of it
             # is told what it was told before.
             said = (pending.reason, None if demand is None else demand.pools)
-            if state.reasons.get(key) == said:
+            last = state.reasons.get(key)
+            if last == said or (not refresh and _same_but_numbers(last, said)):
                 continue
             before = obj.status.pending_reason
             if before is None or before.type != pending.reason.type:
@@ -221,6 +232,14 @@ class StatusWriter:
             return None
         flavors = None if queue.unlimited else set(queue.quotas)
         return NodeDemand(pools=capacity.serving_pools(obj.spec, self.state.pools.values(), flavors=flavors))
+
+
+def _same_but_numbers(last: object, said: tuple[Reason, list[str] | None]) -> bool:
+    """Whether the reason last written differs from `said` only in its message and details."""
+    if not isinstance(last, tuple):
+        return False
+    reason, pools = last
+    return isinstance(reason, Reason) and reason.type == said[0].type and pools == said[1]
 
 
 def _details(reason: Reason) -> dict[str, object]:
