@@ -75,6 +75,10 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Jobs whose metric series were set since they were last forgotten."""
         self.held: HeldStatuses[TrainingJob, TrainingJobStatus] = HeldStatuses()
         """Statuses and Events computed at this instant, written when it has settled."""
+        self.specs: dict[Key, tuple[tuple[object, ...], WorkloadSpec]] = {}
+        """Per job, the Workload spec it asks for and what it was derived from: a job is reconciled
+        several times between two changes of its spec, phase or checkpoint, and building (validating)
+        the spec was a sixth of a reconcile."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -103,6 +107,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
             if key in self.with_series:
                 self.with_series.discard(key)
                 jobstate.forget_metrics(namespace, name)
+            self.specs.pop(key, None)
             return None
         job = self.held.effective(key, stored)
         checkpoint = self._latest_checkpoint(job)
@@ -149,7 +154,20 @@ class TrainingJobController(ViewedReconciler[JobView]):
 
     # ----------------------------------------------------------------- workload
     def _desired_spec(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSpec:
-        return workload_spec(job, checkpoint)
+        key = (job.namespace or "", job.name)
+        # What workload_spec reads: the job's spec (its generation), whether it ended, the checkpoint.
+        source = (
+            job.metadata.uid,
+            job.metadata.generation,
+            job.status.phase in jobstate.FINISHED,
+            checkpoint.spec.time if checkpoint else None,
+        )
+        known = self.specs.get(key)
+        if known is not None and known[0] == source:
+            return known[1]
+        spec = workload_spec(job, checkpoint)
+        self.specs[key] = (source, spec)
+        return spec
 
     def _ensure_workload(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadObject:
         namespace = job.namespace or "default"
@@ -280,7 +298,7 @@ def workload_spec(job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadSp
         ],
         topology=spec.topology,
         preemptible=spec.preemptible,
-        active=job.status.phase not in ("Succeeded", "Failed") and not spec.suspend,
+        active=job.status.phase not in jobstate.FINISHED and not spec.suspend,
         last_checkpoint_time=checkpoint.spec.time if checkpoint else None,
         backoff_seconds=spec.restart_policy.backoff_seconds,
         max_restarts=spec.restart_policy.max_restarts,
