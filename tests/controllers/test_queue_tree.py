@@ -28,14 +28,14 @@ def queue(name: str, parent: str | None = None, gpus: int = 8) -> Queue:
     return Queue(metadata=ObjectMeta(name=name), spec=QueueSpec(parent=parent, quotas=quotas))
 
 
-def submit(store: SqliteStore, name: str, queue_name: str) -> None:
+def submit(store: SqliteStore, name: str, queue_name: str, gpus: int = 4) -> None:
     store.create(
         Workload(
             metadata=ObjectMeta(name=name),
             spec=WorkloadSpec(
                 owner=OwnerRef(kind="TrainingJob", name=name),
                 queue=queue_name,
-                pod_sets=[WorkloadPodSet(count=1, request=PodRequest(gpus=4))],
+                pod_sets=[WorkloadPodSet(count=1, request=PodRequest(gpus=gpus))],
             ),
         )
     )

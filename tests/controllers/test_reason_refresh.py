@@ -9,32 +9,19 @@ import pytest
 
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.queue import FlavorQuota, Queue, QueueSpec
-from gpufleet.api.requests import PodRequest
-from gpufleet.api.runtime import OwnerRef, Workload, WorkloadPodSet, WorkloadSpec
+from gpufleet.api.runtime import Workload
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 
+from .test_queue_tree import submit
 from .test_scheduling import ready_node
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> SqliteStore:
     return SqliteStore.open(tmp_path, synchronous="OFF", clock=VirtualClock().datetime)
-
-
-def submit(store: SqliteStore, name: str, gpus: int) -> None:
-    store.create(
-        Workload(
-            metadata=ObjectMeta(name=name),
-            spec=WorkloadSpec(
-                owner=OwnerRef(kind="TrainingJob", name=name),
-                queue="team",
-                pod_sets=[WorkloadPodSet(count=1, request=PodRequest(gpus=gpus))],
-            ),
-        )
-    )
 
 
 def reason(store: SqliteStore, name: str) -> tuple[str, str]:
@@ -48,11 +35,11 @@ def quota_world(store: SqliteStore, refresh: float) -> ControllerManager:
     ready_node(store, "n1", gpus=16)
     quotas = {"H100": FlavorQuota(nominal=8)}
     store.create(Queue(metadata=ObjectMeta(name="team"), spec=QueueSpec(quotas=quotas)))
-    submit(store, "first", 4)
+    submit(store, "first", "team", gpus=4)
     controller = SchedulingController(store, resync_seconds=30.0, reason_refresh_seconds=refresh)
     manager = ControllerManager(store, [controller])  # one manager: a new one would rebuild the cache
     run(manager, now=0.0)
-    submit(store, "big", 8)
+    submit(store, "big", "team", gpus=8)
     return manager
 
 
@@ -67,7 +54,7 @@ def test_numbers_that_move_are_told_at_most_once_per_refresh(store: SqliteStore,
     run(manager, now=1.0)
     kind, told = reason(store, "big")
     assert kind == "QuotaExceeded" and "used 4" in told, told  # a new reason: at once, whatever refresh
-    submit(store, "second", 2)  # admitted: the queue now uses 6 GPUs
+    submit(store, "second", "team", gpus=2)  # admitted: the queue now uses 6 GPUs
     run(manager, now=10.0)
     assert store.get(Workload, "second").status.phase == "Admitted"
     kind, told = reason(store, "big")
