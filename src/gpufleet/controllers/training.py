@@ -77,8 +77,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Statuses and Events computed at this instant, written when it has settled."""
         self.specs: dict[Key, tuple[tuple[object, ...], WorkloadSpec]] = {}
         """Per job, the Workload spec it asks for and what it was derived from: a job is reconciled
-        several times between two changes of its spec, phase or checkpoint, and building (validating)
-        the spec was a sixth of a reconcile."""
+        several times between two changes of its spec, its end or its checkpoint, and building
+        (validating) the spec was a sixth of a reconcile."""
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
