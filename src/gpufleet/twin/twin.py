@@ -638,13 +638,9 @@ class Twin:
         except GpuFleetError as exc:
             log.warning("checkpoint %s/%s not written: %s", namespace, ckpt.name, exc)
             return
-        for (ns, name), pod in self.pods.items():
-            if (
-                ns == namespace
-                and pod.metadata.labels.get(JOB_LABEL) == job
-                and pod.status.phase == "Running"
-            ):
-                self.logs.write((ns, name), now, f"checkpoint written at step {step}: {uri}")
+        for pod in self.pods.of_job(namespace, job):
+            if pod.status.phase == "Running":
+                self.logs.write((namespace, pod.name), now, f"checkpoint written at step {step}: {uri}")
 
     def _complete(self, key: tuple[str, str], now: float) -> None:
         run = self.runs.pop(key, None)
@@ -652,12 +648,8 @@ class Twin:
             return
         run.cancel()
         namespace, job = key
-        for (ns, _), pod in list(self.pods.items()):
-            if (
-                ns == namespace
-                and pod.metadata.labels.get(JOB_LABEL) == job
-                and pod.status.phase == "Running"
-            ):
+        for pod in self.pods.of_job(namespace, job):
+            if pod.status.phase == "Running":
                 self._finish_pod(pod, "Succeeded", now, reason="Completed", message="the job's work is done")
 
     # ================================================================== inference
