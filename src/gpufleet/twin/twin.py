@@ -42,6 +42,7 @@ from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 from gpufleet.twin import draslices
 from gpufleet.twin import traffic as traffic_model
+from gpufleet.twin.checkpointsteps import CheckpointSteps
 from gpufleet.twin.clock import Clock, as_datetime
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS, TwinConfig
 from gpufleet.twin.loop import EventLoop, Timer
@@ -51,7 +52,7 @@ from gpufleet.twin.training import Run
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Node", "Pod")
+KINDS = ("Node", "Pod", "Checkpoint")
 XID_GPU_FALLEN_OFF_BUS = 79
 
 
@@ -98,6 +99,8 @@ class Twin:
         self.nodes: dict[str, Node] = {}
         self.pods = PodTable()
         self.runs: dict[tuple[str, str], Run] = {}
+        self.checkpoints = CheckpointSteps()
+        """Each job's complete checkpoints: where a run (re)starts from."""
         self.node_timers: dict[str, list[Timer]] = {}
         self.pod_timers: dict[tuple[str, str], Timer] = {}
         self._faults: deque[Fault] = deque()
@@ -135,6 +138,9 @@ class Twin:
             self._node_event(node, deleted=False, now=now)
         for pod in self.store.list(Pod):
             self._pod_event(pod, deleted=False, now=now)
+        self.checkpoints.clear()
+        for ckpt in self.store.list(Checkpoint):
+            self.checkpoints.take(ckpt, deleted=False)
 
     def _dispatch(self, now: float) -> None:
         assert self.cursor is not None
@@ -157,6 +163,8 @@ class Twin:
             self._node_event(obj, deleted=deleted, now=now)
         elif isinstance(obj, Pod):
             self._pod_event(obj, deleted=deleted, now=now)
+        elif isinstance(obj, Checkpoint):
+            self.checkpoints.take(obj, deleted=deleted)
 
     # ======================================================================== nodes
     def _node_event(self, node: Node, *, deleted: bool, now: float) -> None:
@@ -573,17 +581,13 @@ class Twin:
             spec = self.store.get(TrainingJob, job, namespace).spec
         except NotFoundError:
             return None
-        progress = 0.0
-        for ckpt in self.store.list(Checkpoint, namespace=namespace):
-            if ckpt.spec.job == job and ckpt.status.phase == "Complete":
-                progress = max(progress, float(ckpt.spec.step))
         return Run(
             job=job,
             namespace=namespace,
             duration=spec.duration_seconds,
             interval=spec.checkpoint.interval_seconds if spec.checkpoint else None,
             replicas=spec.replicas,
-            progress=progress,
+            progress=self.checkpoints.newest(namespace, job),
             updated=now,
         )
 
@@ -634,10 +638,11 @@ class Twin:
         try:
             stored = self.store.apply(ckpt)
             status = stored.status.model_copy(update={"phase": "Complete"})
-            self.store.update_status(stored.model_copy(update={"status": status}))
+            written = self.store.update_status(stored.model_copy(update={"status": status}))
         except GpuFleetError as exc:
             log.warning("checkpoint %s/%s not written: %s", namespace, ckpt.name, exc)
             return
+        self.checkpoints.take(written, deleted=False)  # a run may restart before its event is read
         for pod in self.pods.of_job(namespace, job):
             if pod.status.phase == "Running":
                 self.logs.write((namespace, pod.name), now, f"checkpoint written at step {step}: {uri}")
