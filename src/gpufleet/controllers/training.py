@@ -71,9 +71,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
         super().__init__(store)
         self.view = JobView(store)
         """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
-        self.series: dict[Key, tuple[object, ...]] = {}
-        """Per job whose metric series are set, what they were last set from: a job is reconciled
-        several times between two changes of what its series show."""
+        self.with_series: set[Key] = set()
+        """Jobs whose metric series were set since they were last forgotten."""
         self.held: HeldStatuses[TrainingJob, TrainingJobStatus] = HeldStatuses()
         """Statuses and Events computed at this instant, written when it has settled."""
         self.specs: dict[Key, tuple[tuple[object, ...], WorkloadSpec]] = {}
@@ -105,7 +104,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
             # Workload, then its pods): only what is still there needs collecting.
             if (namespace, workload_name(name)) in view.workloads:
                 self._collect(namespace, name)
-            if self.series.pop(key, None) is not None:
+            if key in self.with_series:
+                self.with_series.discard(key)
                 jobstate.forget_metrics(namespace, name)
             self.specs.pop(key, None)
             return None
@@ -114,7 +114,9 @@ class TrainingJobController(ViewedReconciler[JobView]):
         workload = self._ensure_workload(job, checkpoint)
         pods = [p for p in view.pods_of(namespace, name) if p.spec.attempt == workload.status.attempts]
         status = self._status(job, workload, pods, checkpoint, now)
-        self._record_metrics(key, job, status)
+        interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
+        jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
+        self.with_series.add(key)
         if status.phase in ("Succeeded", "Failed") and workload.spec.active:
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))
@@ -136,21 +138,6 @@ class TrainingJobController(ViewedReconciler[JobView]):
                     now=now,
                 )
         return None
-
-    def _record_metrics(self, key: Key, job: TrainingJob, status: TrainingJobStatus) -> None:
-        interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
-        # What record_metrics reads of the status, and the interval.
-        source = (
-            status.phase,
-            status.restarts,
-            status.lost_gpu_seconds,
-            status.last_checkpoint.time if status.last_checkpoint is not None else None,
-            status.start_time,
-            interval,
-        )
-        if self.series.get(key) != source:
-            jobstate.record_metrics(key[0], key[1], status, checkpoint_interval=interval)
-            self.series[key] = source
 
     def flush(self, now: float) -> None:
         """Writes the held Events and statuses (the manager calls it once the instant has settled)."""

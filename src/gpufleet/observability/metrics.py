@@ -146,10 +146,12 @@ Labels = TypeVar("Labels", bound=tuple[str, ...])
 
 
 _series_lock = threading.Lock()
-_checkpointed: set[tuple[str, str]] = set()
-"""Jobs whose checkpoint pair `record_job` has set. A job without checkpoints has none to remove, and
-asking prometheus_client to remove a series it does not hold raises (and costs) a KeyError: twice
-per status of every such job, 2% of a simulation's CPU."""
+_jobs: dict[tuple[str, str], tuple[int, float, float | None, float | None]] = {}
+"""What `record_job` last set for each job: (restarts, lost GPU-seconds, checkpoint time, interval),
+the pair None when the job has no checkpoint series. Only record_job sets these gauges, so a job's
+series are touched only when a value changed (a job is recorded at every one of its reconciles and
+its values change at two or three of them), and a checkpoint pair is removed only when it was set:
+asking prometheus_client to remove a series it does not hold raises (and costs) a KeyError."""
 _series: dict[Gauge, dict[tuple[str, ...], float]] = {}
 """What `set_series` last set on each gauge it owns. The control plane sets its gauges after every
 scheduling pass and a pass changes one or two series; reading the gauge back (`collect()`) and
@@ -192,21 +194,25 @@ def record_job(
 ) -> None:
     """A TrainingJob's series. The checkpoint pair exists only while the job runs with checkpoints
     configured (`checkpoint_time` None otherwise), so a finished or pending job raises no alert."""
-    JOB_RESTARTS.labels(namespace, job).set(restarts)
-    JOB_LOST.labels(namespace, job).set(lost_gpu_seconds or 0.0)
     key = (namespace, job)
+    lost = lost_gpu_seconds or 0.0
     if checkpoint_time is None or not checkpoint_interval:
-        with _series_lock:
-            had = key in _checkpointed
-            _checkpointed.discard(key)
-        if had:
-            _remove(JOB_CHECKPOINT_TIME, namespace, job)
-            _remove(JOB_CHECKPOINT_INTERVAL, namespace, job)
-    else:
+        checkpoint_time = checkpoint_interval = None
+    values = (restarts, lost, checkpoint_time, checkpoint_interval)
+    with _series_lock:
+        before = _jobs.get(key)
+        if before == values:
+            return
+        _jobs[key] = values
+    if before is None or before[:2] != values[:2]:
+        JOB_RESTARTS.labels(namespace, job).set(restarts)
+        JOB_LOST.labels(namespace, job).set(lost)
+    if checkpoint_time is not None and checkpoint_interval is not None:
         JOB_CHECKPOINT_TIME.labels(namespace, job).set(checkpoint_time)
         JOB_CHECKPOINT_INTERVAL.labels(namespace, job).set(checkpoint_interval)
-        with _series_lock:
-            _checkpointed.add(key)
+    elif before is not None and before[2] is not None:
+        _remove(JOB_CHECKPOINT_TIME, namespace, job)
+        _remove(JOB_CHECKPOINT_INTERVAL, namespace, job)
 
 
 def record_eviction(queue: str, reason: str) -> None:
@@ -234,7 +240,7 @@ def forget_pool(pool: str) -> None:
 def forget_job(namespace: str, job: str) -> None:
     """Drops a deleted TrainingJob's series."""
     with _series_lock:
-        _checkpointed.discard((namespace, job))
+        _jobs.pop((namespace, job), None)
     for gauge in _JOB_GAUGES:
         _remove(gauge, namespace, job)
 

@@ -2,7 +2,7 @@
 
 A run that starts resumes from the newest complete Checkpoint of its job. The twin used to list the
 namespace's checkpoints for it at every start, validating each: with checkpoints every 30 minutes,
-the few hundred live jobs of a namespace each keep one, and those lists were a twelfth of a
+the few hundred live jobs of a namespace each keep one, and those lists were 8% of a
 simulation's CPU. The twin sees every Checkpoint event (and records its own writes at once, since
 it may start a run in the same step), so it answers from this table instead.
 """
