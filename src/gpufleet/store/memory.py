@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, TypeVar, overload
 from gpufleet.api.errors import ConflictError, ValidationError
 from gpufleet.api.labels import LabelSelector
 from gpufleet.api.resource import KindInfo, Resource
+from gpufleet.store.derived import derive
 from gpufleet.store.discard import Discards
 from gpufleet.store.fresh import fresh
 from gpufleet.store.objects import (
@@ -144,6 +145,10 @@ class MemoryStore(ObjectWrites):
         self._parsed: deque[_Entry] = deque()
         """Entries holding a parsed event, oldest first; beyond `PARSED_EVENTS` the oldest let go."""
         self._undo: _Undo | None = None
+        self._results: dict[tuple[str, str, str], tuple[Json, Resource]] = {}
+        """With `share_results`: (kind, namespace, name) -> the stored form and the model its last write
+        returned, from which the next write of its status or its deletion is derived (`store.derived`).
+        The pair holds only while the form is still the stored one (a rolled-back write leaves another)."""
 
     def close(self) -> None:
         self._wake_watchers()
@@ -282,25 +287,48 @@ class MemoryStore(ObjectWrites):
         if not remove and meta.get("deletionTimestamp") and not meta.get("finalizers"):
             remove = True  # the last finalizer went: the deletion completes
         meta["resourceVersion"] = str(self._head + 1)
-        return self._record(info, ns, name, "DELETED" if remove else "MODIFIED", changed)
+        event: EventType = "DELETED" if remove else "MODIFIED"
+        if self._share_results:
+            previous = self._results.get((info.kind, ns, name))
+            if previous is not None and previous[0] is current:
+                derived = derive(info, previous[1], current, changed)
+                if derived is not None:
+                    return self._record(info, ns, name, event, derived[1], result=derived[0])
+        return self._record(info, ns, name, event, changed)
 
     def _record(
-        self, info: KindInfo, ns: str, name: str, event: EventType, data: Json, *, owned: bool = False
+        self,
+        info: KindInfo,
+        ns: str,
+        name: str,
+        event: EventType,
+        data: Json,
+        *,
+        owned: bool = False,
+        result: Resource | None = None,
     ) -> Resource:
         """Validates the object as written, stores it (or removes it) at the next version and logs it;
         returns the validated object, which shares nothing with what is stored (with `share_results`,
         the object its event carries). `owned`: `data` is the caller's own dump, shared with nothing
-        stored (a change shares the current form's values)."""
-        result = load(info, data if owned else fresh(info.model, data))
-        stored = result.to_dict(reveal_secrets=True)
+        stored (a change shares the current form's values). `result`: the object already validated
+        (`store.derived`), and `data` its stored form."""
+        if result is None:
+            result = load(info, data if owned else fresh(info.model, data))
+            stored = result.to_dict(reveal_secrets=True)
+        else:
+            stored = data
         table = self._objects.setdefault(info.kind, {})
         key = (ns, name)
         if self._undo is not None:
             self._undo.objects.append((table, key, table.get(key)))
         if event == "DELETED":
             del table[key]
+            if self._share_results:
+                self._results.pop((info.kind, ns, name), None)
         else:
             table[key] = stored
+            if self._share_results:
+                self._results[(info.kind, ns, name)] = (stored, result)
         self._head += 1
         entry = _Entry(self._head, event, info.kind, ns, stored)
         self._log.append(entry)
