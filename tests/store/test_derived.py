@@ -14,6 +14,7 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
 from gpufleet.api.runtime import Pod
 from gpufleet.store import MemoryStore
+from gpufleet.store import derived as derived_module
 from gpufleet.store import memory as memory_store
 
 from .conftest import job
@@ -77,7 +78,7 @@ def _run(store: MemoryStore) -> list[Resource | None]:
     finalized.metadata.finalizers = ["x"]
     held = store.create(finalized)
     deleting = store.delete(TrainingJob, "held", "team-a")
-    assert deleting is not None
+    assert isinstance(deleting, TrainingJob)
     failed = store.update_status(
         deleting.model_copy(update={"status": deleting.status.model_copy(update={"phase": "Failed"})})
     )
@@ -91,7 +92,7 @@ def test_derived_results_and_events_are_those_of_validating_the_whole_object(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     derived = {"hit": 0}
-    real = memory_store.derive
+    real = derived_module.derive
 
     def counted(*args: object) -> object:
         result = real(*args)  # type: ignore[arg-type]
