@@ -74,6 +74,12 @@ def _run(store: MemoryStore) -> list[Resource | None]:
     running = store.update_status(
         created.model_copy(update={"status": created.status.model_copy(update={"phase": "Running"})})
     )
+    respec = store.update(
+        running.model_copy(update={"spec": running.spec.model_copy(update={"replicas": 4})})
+    )
+    relabeled = store.update(
+        respec.model_copy(update={"metadata": respec.metadata.model_copy(update={"labels": {"team": "a"}})})
+    )
     finalized = job("held")
     finalized.metadata.finalizers = ["x"]
     held = store.create(finalized)
@@ -85,7 +91,7 @@ def _run(store: MemoryStore) -> list[Resource | None]:
     released = failed.metadata.model_copy(update={"finalizers": []})
     store.update(failed.model_copy(update={"metadata": released}))
     gone = store.delete(TrainingJob, "llm", "team-a")
-    return [created, running, held, deleting, failed, gone]
+    return [created, running, respec, relabeled, held, deleting, failed, gone]
 
 
 def test_derived_results_and_events_are_those_of_validating_the_whole_object(
@@ -103,7 +109,9 @@ def test_derived_results_and_events_are_those_of_validating_the_whole_object(
     shared = MemoryStore(share_results=True, check_shared=True, clock=Ticking())
     plain = MemoryStore(clock=Ticking())
     results = _run(shared)
-    assert derived["hit"] == 4  # two status writes and two deletions, one of them held by a finalizer
+    # Two status writes, a spec update and two deletions (one held by a finalizer) are derived; the
+    # changes of labels and finalizers are not.
+    assert derived["hit"] == 5
     expected = _run(plain)
     for got, want in zip(results, expected, strict=True):
         if want is None:
@@ -119,13 +127,17 @@ def test_derived_results_and_events_are_those_of_validating_the_whole_object(
         assert event.object == type(event.object).model_validate(event.object.to_dict(reveal_secrets=True))
 
 
-def test_a_refused_status_names_its_field_from_the_top() -> None:
+def test_a_refused_section_names_its_field_from_the_top() -> None:
     store = MemoryStore(share_results=True, check_shared=True)
     created = store.create(job("llm"))
     bad = created.model_copy(update={"status": created.status.model_copy(update={"restarts": -1})})
     with pytest.raises(ValidationError, match=r"TrainingJob team-a/llm: field status\.restarts"):
         store.update_status(bad)
     assert store.get(TrainingJob, "llm", "team-a").status.restarts == 0
+    bad_spec = created.model_copy(update={"spec": created.spec.model_copy(update={"replicas": -3})})
+    with pytest.raises(ValidationError, match=r"TrainingJob team-a/llm: field spec\.replicas"):
+        store.update(bad_spec)
+    assert store.get(TrainingJob, "llm", "team-a") == created
 
 
 def test_a_status_write_undone_with_its_batch_is_not_derived_from(monkeypatch: pytest.MonkeyPatch) -> None:
