@@ -80,22 +80,26 @@ class Actions:
                     state.delete_pod(pod)  # releases the claims just reserved
                     raise
                 metrics.BIND_SECONDS.observe(time.perf_counter() - started)  # a pod created bound
-            status = obj.status.model_copy(deep=True)
-            status.phase = "Admitted"
-            status.attempts = attempt
-            status.admission = Admission(
-                gpu_model=admit.assignment.model,
-                counts=list(admit.assignment.counts),
-                usage=dict(admit.assignment.usage),
-            )
-            status.admitted_time = to_datetime(now)
-            status.pending_reason = None
-            status.requeue_at = None
-            status.node_demand = None
-            status.conditions = set_condition(
-                status.conditions,
-                Condition(type="Admitted", status="True", reason="Admitted", message=_where(admit)),
-                now=to_datetime(now),
+            # Every field it changes is assigned anew, so a copy of the top level is enough.
+            status = obj.status.model_copy(
+                update={
+                    "phase": "Admitted",
+                    "attempts": attempt,
+                    "admission": Admission(
+                        gpu_model=admit.assignment.model,
+                        counts=list(admit.assignment.counts),
+                        usage=dict(admit.assignment.usage),
+                    ),
+                    "admitted_time": to_datetime(now),
+                    "pending_reason": None,
+                    "requeue_at": None,
+                    "node_demand": None,
+                    "conditions": set_condition(
+                        obj.status.conditions,
+                        Condition(type="Admitted", status="True", reason="Admitted", message=_where(admit)),
+                        now=to_datetime(now),
+                    ),
+                }
             )
             written = state.store.update_status(obj.model_copy(update={"status": status}))
         except GpuFleetError as exc:
