@@ -18,11 +18,13 @@ only those values are copied (`store.fresh`), a pickle round trip each, done in 
 Readers of an event share one object and none changes it (as in the SQLite store). With
 `share_results` (the simulator's store) the writer joins them: a write's result is its event's
 object, so each object written is validated once rather than again for its readers (about a tenth
-of a simulation's CPU). Every controller copies what it changes (`model_copy(update=...)`) instead
-of changing a result in place; a client of the Store protocol at large may change what a write
-returns, so by default a write's result is its own. With `check_shared` (on in the test suite:
-`GPUFLEET_STORE_CHECKS=1`) every read of an event compares its object with the stored form and
-raises `SharedObjectChanged` where someone changed it.
+of a simulation's CPU). Such a store also keeps each object's last result, and a write that
+changes only its status, or its spec, or deletes it, validates just that section and derives the
+rest from that result (`store.derived`). Every controller copies what it changes
+(`model_copy(update=...)`) instead of changing a result in place; a client of the Store protocol
+at large may change what a write returns, so by default a write's result is its own. With
+`check_shared` (on in the test suite: `GPUFLEET_STORE_CHECKS=1`) every read of an event compares its
+object with the stored form and raises `SharedObjectChanged` where someone changed it.
 
 Threads. One lock guards everything, as in the SQLite store, so the HTTP API may share it; watches
 wait on a condition that writers signal. Nothing survives the process.
@@ -147,7 +149,7 @@ class MemoryStore(ObjectWrites):
         self._undo: _Undo | None = None
         self._results: dict[tuple[str, str, str], tuple[Json, Resource]] = {}
         """With `share_results`: (kind, namespace, name) -> the stored form and the model its last write
-        returned, from which the next write of its status or its deletion is derived (`store.derived`).
+        returned, from which a next write of a section or its deletion is derived (`store.derived`).
         The pair holds only while the form is still the stored one (a rolled-back write leaves another)."""
 
     def close(self) -> None:
