@@ -191,7 +191,7 @@ class _Cycle:
         fleet = self.snapshot.fleet
         # Nominated preemptors first take the capacity freed for them; only what is left may wake others.
         self._nominated_first()
-        self.parking.capacity.begin(fleet)
+        self.parking.capacity.begin(fleet, watched=bool(self.parking.entries))
         self._wake()
         queues = self._heads()
         heap: list[tuple[tuple[object, ...], str]] = []

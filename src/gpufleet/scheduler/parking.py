@@ -86,11 +86,19 @@ class CapacityWatch:
         self._generation = -1
         self._low: Arrays | None = None
 
-    def begin(self, fleet: FleetState) -> None:
-        """Cycle start: compares free capacity with the baseline; starts tracking this cycle's low."""
+    def begin(self, fleet: FleetState, *, watched: bool = True) -> None:
+        """Cycle start: compares free capacity with the baseline; starts tracking this cycle's low.
+
+        `watched`: something is parked. With nothing parked no comparison can wake anyone, so every
+        model counts as risen now, which only the workloads parked from now on measure against."""
         now = _free_arrays(fleet)
         base = self._baseline
-        if base is None or fleet.generation != self._generation or _shapes(base) != _shapes(now):
+        if (
+            not watched
+            or base is None
+            or fleet.generation != self._generation
+            or _shapes(base) != _shapes(now)
+        ):
             self.counter += 1
             self.rose = {key: self.counter for key in (*fleet.models, ANY_MODEL)}
         else:
