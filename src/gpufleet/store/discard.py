@@ -11,14 +11,13 @@ Nothing is logged, so no watcher sees it and a settle round that wrote only such
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import KindInfo, Resource
-from gpufleet.store.objects import Json, describe, kind_of, load, namespace_of
+from gpufleet.store.objects import Json, describe, kind_of, load, namespace_of, new_uid
 
 
 class Discards:
@@ -42,7 +41,7 @@ class Discards:
                 obj=describe(info, ns, meta.get("name", "")),
                 field="metadata.resourceVersion",
             )
-        meta.update(uid=meta.get("uid") or str(uuid.uuid4()), generation=1, creationTimestamp=now)
+        meta.update(uid=meta.get("uid") or new_uid(), generation=1, creationTimestamp=now)
         meta.pop("deletionTimestamp", None)
         if "status" in info.model.model_fields:
             data.pop("status", None)

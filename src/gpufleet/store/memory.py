@@ -35,7 +35,6 @@ from __future__ import annotations
 import builtins
 import os
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from gpufleet.store.objects import (
     kind_of,
     load,
     namespace_of,
+    new_uid,
     utc_now,
     version_of,
 )
@@ -270,7 +270,7 @@ class MemoryStore(ObjectWrites):
             raise ConflictError("already exists", obj=describe(info, ns, name))
         version = self._head + 1
         meta.update(
-            uid=meta.get("uid") or str(uuid.uuid4()),
+            uid=meta.get("uid") or new_uid(),
             resourceVersion=str(version),
             generation=1,
             creationTimestamp=self._clock(),

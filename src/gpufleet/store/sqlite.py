@@ -26,7 +26,6 @@ import json
 import re
 import sqlite3
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,6 +47,7 @@ from gpufleet.store.objects import (
     kind_of,
     load,
     namespace_of,
+    new_uid,
     utc_now,
     version_of,
 )
@@ -325,7 +325,7 @@ class SqliteStore(ObjectWrites):
             raise ConflictError("already exists", obj=describe(info, ns, name))
         version = self._next_version()
         meta.update(
-            uid=meta.get("uid") or str(uuid.uuid4()),
+            uid=meta.get("uid") or new_uid(),
             resourceVersion=str(version),
             generation=1,
             creationTimestamp=self._clock(),
