@@ -164,6 +164,18 @@ def test_a_trainingjobs_series_go_when_it_goes() -> None:
         is None
     )
     metrics.forget_job("ns", "job")  # twice is harmless
+    # Forgotten while it runs with checkpoints: its checkpoint pair goes too.
+    metrics.record_job(
+        "ns", "job", restarts=0, lost_gpu_seconds=None, checkpoint_time=2000.0, checkpoint_interval=60.0
+    )
+    metrics.forget_job("ns", "job")
+    for name in ("last_checkpoint_timestamp_seconds", "checkpoint_interval_seconds", "restarts"):
+        assert (
+            REGISTRY.get_sample_value(
+                f"gpufleet_trainingjob_{name}", {"namespace": "ns", "trainingjob": "job"}
+            )
+            is None
+        )
 
 
 def test_every_series_name_follows_prometheus_conventions() -> None:

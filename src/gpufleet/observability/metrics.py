@@ -238,10 +238,13 @@ def forget_pool(pool: str) -> None:
 
 
 def forget_job(namespace: str, job: str) -> None:
-    """Drops a deleted TrainingJob's series."""
+    """Drops a deleted TrainingJob's series: those `record_job` set, since removing one that
+    prometheus_client does not hold raises a KeyError (most jobs never had a checkpoint pair)."""
     with _series_lock:
-        _jobs.pop((namespace, job), None)
-    for gauge in _JOB_GAUGES:
+        before = _jobs.pop((namespace, job), None)
+    if before is None:
+        return
+    for gauge in _JOB_GAUGES if before[2] is not None else _JOB_GAUGES[:2]:
         _remove(gauge, namespace, job)
 
 
