@@ -10,6 +10,7 @@ import pytest
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import AllocationError, FleetState
+from gpufleet.fleet.touched import TouchedRows
 from gpufleet.scheduler.placement.filters import filter_nodes
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.score_fgd import DIRTY_LIMIT, FragmentationModel
@@ -75,6 +76,58 @@ def test_kept_scores_equal_scores_computed_afresh(seed: int) -> None:
             else:
                 policy.observe(state, alloc.node)
     state.check_invariants()
+
+
+@pytest.mark.parametrize(("seed", "journal"), [(0, 2), (1, 2), (2, 1 << 16), (3, 1 << 16)])
+def test_rows_changed_behind_its_back_are_found_from_the_fleets_journal(seed: int, journal: int) -> None:
+    # Between two cycles the world places, releases and fails GPUs without telling the policy; the next
+    # cycle's `invalidate` finds those rows from the fleet's journal of touched rows, or by comparing
+    # every row when the journal (here as short as 2 entries) dropped some of them.
+    rng = np.random.default_rng(seed)
+    state = racked_fleet(10, 5)
+    state.touched = TouchedRows(limit=journal)
+    policy = AdaptiveFgdPolicy(first_refit=4)
+    running: list[str] = []
+    for step in range(200):
+        request = REQUESTS[int(rng.integers(len(REQUESTS)))]
+        rows = filter_nodes(state, request).rows
+        if rows.size:
+            kept = policy.score(state, request, rows)
+            fresh = afresh(policy).score(state, request, rows)
+            np.testing.assert_allclose(kept.scores, fresh.scores, rtol=1e-12, atol=1e-9)
+            assert list(kept.gpus) == list(fresh.gpus)
+        for k in range(int(rng.integers(0, 4))):
+            move = rng.random()
+            if running and move < 0.4:
+                state.release(running.pop(int(rng.integers(len(running)))))
+            elif move < 0.8:
+                pod = f"w{step}.{k}"
+                place_any(state, pod, REQUESTS[int(rng.integers(len(REQUESTS)))], rng)
+                if pod in state.allocations:
+                    running.append(pod)
+            else:
+                node = state.names[int(rng.integers(state.n_rows))]
+                state.set_gpu_health(node, int(rng.integers(8)), bool(rng.random() < 0.5))
+        policy.invalidate()
+    state.check_invariants()
+
+
+def test_the_journal_says_which_rows_were_written_since_a_mark_or_that_it_forgot() -> None:
+    journal = TouchedRows(limit=4)
+    start = journal.mark()
+    for row in (3, 1, 3):
+        journal.add(row)
+    assert journal.since(start) == [3, 1, 3]
+    middle = journal.mark()
+    journal.add(7)
+    assert journal.since(middle) == [7]
+    journal.add(2)
+    journal.add(5)  # five entries: the oldest half goes
+    assert journal.since(start) is None
+    assert journal.since(middle) == [7, 2, 5]
+    assert journal.since(journal.mark()) == []
+    with pytest.raises(ValueError, match="limit"):
+        TouchedRows(limit=1)
 
 
 def test_whole_node_pods_without_topology_fill_the_rack_already_in_use() -> None:

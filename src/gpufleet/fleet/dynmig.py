@@ -119,6 +119,7 @@ def create(
         state._mig[row][gpu] = instances
         state.gpu_free[row, gpu] = 0
         state._refresh_whole_free(row)
+        state.touched.add(row)
     instances.append(MigInstance(profile, start, pod, size))
     return MigSlot(gpu, profile, start)
 
@@ -131,6 +132,7 @@ def remove(state: FleetState, pod: str, row: int, slot: MigSlot) -> None:
         del state._mig[row][slot.gpu]
         state.gpu_free[row, slot.gpu] = GPU_MILLI
         state._refresh_whole_free(row)
+        state.touched.add(row)
 
 
 def partitioned(state: FleetState, row: int) -> np.ndarray:

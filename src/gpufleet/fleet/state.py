@@ -30,6 +30,7 @@ from gpufleet.fleet.dynmig import MigInstance as _MigInstance
 from gpufleet.fleet.dynmig import MigSlot as MigSlot
 from gpufleet.fleet.node import NodeSpec, SharingMode
 from gpufleet.fleet.request import GPU_MILLI, GpuKind, PodRequest, Taint
+from gpufleet.fleet.touched import TouchedRows
 from gpufleet.sharing import mig
 
 IntArray = npt.NDArray[np.int64]
@@ -154,6 +155,9 @@ class FleetState:
         self._domain_index: list[dict[tuple[str, ...], int]] = [{} for _ in self.levels]
         self._members: dict[int, tuple[int, RowArray, IntArray]] = {}
         self.devices = DeviceView()
+        self.touched = TouchedRows()
+        """Rows allocated on, released on or whose GPU health changed (`fleet.touched`); the generation
+        covers every other change."""
         self._alloc_arrays()
 
     # ----------------------------------------------------------------- arrays
@@ -382,6 +386,7 @@ class FleetState:
             raise NotFoundError(f"the node has no GPU {gpu}", obj=f"node {name}", field="gpu")
         was = bool(self.gpu_ok[row, gpu])
         self.gpu_ok[row, gpu] = healthy
+        self.touched.add(row)
         if was != healthy and self.mode[row] == MIG_CODE:
             for inst in self._mig[row].get(gpu, []):
                 if inst.holder is None:
@@ -526,6 +531,7 @@ class FleetState:
         self.mem_free[row] -= alloc.memory_mib
         self.allocations[alloc.pod] = alloc
         self.node_pods[row].add(alloc.pod)
+        self.touched.add(row)
         if alloc.gpus:
             self._refresh_whole_free(row)
 
@@ -564,6 +570,7 @@ class FleetState:
             raise AllocationError(f"pod {pod} holds nothing")
         del self.allocations[pod]
         row = alloc.node
+        self.touched.add(row)
         if alloc.devices or alloc.shared:
             self.devices.give_back(alloc)
         self.node_pods[row].discard(pod)
@@ -650,6 +657,7 @@ class FleetState:
         clone._domain_index = [dict(index) for index in self._domain_index]
         clone._members = {}
         clone.devices = self.devices.copy()
+        clone.touched = TouchedRows()
         return clone
 
     def check_invariants(self) -> None:

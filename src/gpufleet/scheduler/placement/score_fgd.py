@@ -127,6 +127,9 @@ class FragmentationModel:
         self._rows = 0
         self._generation = -1
         self._recheck = False
+        self._touched = -1
+        """The fleet's `touched` mark when every row was last known to agree with what the model saw
+        (-1: never): a recheck compares only the rows written since."""
         # Rows allocated on or released since the last `sync`, recomputed together there: a what-if
         # that places and rolls back many pods between two scorings costs a list append per change.
         self._dirty: list[int] = []
@@ -159,13 +162,17 @@ class FragmentationModel:
             self._state, self._rows, self._generation = state, 0, state.generation
             self._recheck = False
             self._dirty.clear()
+            self._touched = state.touched.mark()
             changed = None
         elif self._recheck:
             self._recheck = False
             # The rows marked since stay changed whatever the comparison finds.
             marked = np.array(sorted(set(self._dirty)), dtype=np.intp)
             self._dirty.clear()
-            changed = np.union1d(self._changed_rows(state), marked[marked < self._rows])
+            touched = state.touched.since(self._touched) if self._touched >= 0 else None
+            self._touched = state.touched.mark()
+            candidates = None if touched is None else np.unique(np.asarray(touched, dtype=np.intp))
+            changed = np.union1d(self._changed_rows(state, candidates), marked[marked < self._rows])
             if changed.size:
                 self._refresh(state, changed)
         elif len(self._dirty) == 1 and self._dirty[0] < self._rows:
@@ -213,12 +220,21 @@ class FragmentationModel:
         rows marked changed meanwhile."""
         self._recheck = True
 
-    def _changed_rows(self, state: FleetState) -> Rows:
+    def _changed_rows(self, state: FleetState, candidates: Rows | None = None) -> Rows:
+        """The rows (of `candidates`, sorted and unique, when given: every other row is known not to
+        have changed) whose values differ from what the model computed them from."""
         n = self._rows
-        free = np.where(state.gpu_ok[:n], state.gpu_free[:n], 0)
-        differ = (free != self._free_seen[:n]).any(axis=1) | (state.cpu_free[:n] != self._cpu_seen[:n])
-        differ |= (_limited_pods(state, np.arange(n, dtype=np.intp)) != self._pods_seen[:n]).any(axis=1)
-        return np.flatnonzero(differ)
+        if candidates is None:
+            free = np.where(state.gpu_ok[:n], state.gpu_free[:n], 0)
+            differ = (free != self._free_seen[:n]).any(axis=1) | (state.cpu_free[:n] != self._cpu_seen[:n])
+            differ |= (_limited_pods(state, np.arange(n, dtype=np.intp)) != self._pods_seen[:n]).any(axis=1)
+            return np.flatnonzero(differ)
+        rows: Rows = candidates[candidates < n]
+        free = np.where(state.gpu_ok[rows], state.gpu_free[rows], 0)
+        differ = (free != self._free_seen[rows]).any(axis=1) | (state.cpu_free[rows] != self._cpu_seen[rows])
+        differ |= (_limited_pods(state, rows) != self._pods_seen[rows]).any(axis=1)
+        found: Rows = rows[differ]
+        return found
 
     def refresh(self, state: FleetState, row: int) -> None:
         """Recomputes one row after an allocation or a release there."""
