@@ -88,6 +88,8 @@ class Reconciler:
             self.due[key] = at
 
     def step(self, now: float) -> float | None:
+        if not self.due:
+            return None  # most steps of most controllers: nothing is due, nothing waits
         ready = sorted(key for key, at in self.due.items() if at <= now)
         for key in ready:
             del self.due[key]
