@@ -348,11 +348,13 @@ class MemoryStore(ObjectWrites):
     def _read_events(
         self, since: int, kinds: Sequence[str] | None, namespace: str | None, limit: int | None
     ) -> tuple[builtins.list[WatchEvent], int]:
-        wanted = set(kinds) if kinds else None
         events: builtins.list[WatchEvent] = []
         with self._lock:
             if since < self._compacted:
                 raise gone(since, self._compacted)
+            if since >= self._head:
+                return events, self._head  # nothing new: most reads of a view caught up already
+            wanted = set(kinds) if kinds else None
             log = self._log
             for index in range(since - self._compacted, len(log)):
                 entry = log[index]
