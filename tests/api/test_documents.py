@@ -86,6 +86,11 @@ def test_set_condition_moves_time_only_on_status_change() -> None:
     assert same[0].last_transition_time == t0 and same[0].reason == "Still"
     moved = set_condition(same, Condition(type="Ready", status="True"), now=t1)
     assert len(moved) == 1 and moved[0].last_transition_time == t1
+    # Nothing but the time to say: the condition as it was, not a copy.
+    again = set_condition(moved, Condition(type="Ready", status="True"), now=t0)
+    assert again[0] is moved[0]
+    told = set_condition(moved, Condition(type="Ready", status="True", observed_generation=3), now=t0)
+    assert told[0].observed_generation == 3 and told[0].last_transition_time == t1
 
 
 POOL_FILE = """\

@@ -190,6 +190,16 @@ class PendingReason(ApiModel):
     )
 
 
+def _same_but_time(a: Condition, b: Condition) -> bool:
+    return (
+        a.type == b.type
+        and a.status == b.status
+        and a.reason == b.reason
+        and a.message == b.message
+        and a.observed_generation == b.observed_generation
+    )
+
+
 def set_condition(conditions: list[Condition], condition: Condition, *, now: datetime) -> list[Condition]:
     """The list with `condition` replacing the one of the same type.
 
@@ -203,6 +213,9 @@ def set_condition(conditions: list[Condition], condition: Condition, *, now: dat
             continue
         replaced = True
         moved = existing.status != condition.status
+        if not moved and existing.last_transition_time is not None and _same_but_time(existing, condition):
+            result.append(existing)  # as it was: conditions are never changed in place, so it is shared
+            continue
         when = now if moved else (existing.last_transition_time or now)
         result.append(condition.model_copy(update={"last_transition_time": when}))
     if not replaced:
