@@ -9,6 +9,7 @@ event log. These functions are those rules, kept in one place so the two stores 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ def kind_of(kind: type[Resource] | str) -> KindInfo:
     return info
 
 
+@functools.cache  # every write asks; a model class's kind never changes
 def _kind_name(model: type[Resource]) -> str:
     default = model.model_fields["kind"].default
     return default if isinstance(default, str) else model.__name__
