@@ -37,7 +37,7 @@ from gpufleet.api.runtime import (
     ServiceLoadSpec,
     Workload,
 )
-from gpufleet.api.training import TrainingJob
+from gpufleet.api.training import TrainingJob, TrainingJobSpec
 from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 from gpufleet.twin import draslices
@@ -52,7 +52,7 @@ from gpufleet.twin.training import Run
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Node", "Pod", "Checkpoint")
+KINDS = ("Node", "Pod", "Checkpoint", "TrainingJob")
 XID_GPU_FALLEN_OFF_BUS = 79
 
 
@@ -101,6 +101,9 @@ class Twin:
         self.runs: dict[tuple[str, str], Run] = {}
         self.checkpoints = CheckpointSteps()
         """Each job's complete checkpoints: where a run (re)starts from."""
+        self.jobs: dict[tuple[str, str], TrainingJobSpec] = {}
+        """Each TrainingJob's spec, from its events: what a run reads as it starts (its duration,
+        checkpoint interval and replicas), without reading and validating the whole job again."""
         self.node_timers: dict[str, list[Timer]] = {}
         self.pod_timers: dict[tuple[str, str], Timer] = {}
         self._faults: deque[Fault] = deque()
@@ -134,6 +137,7 @@ class Twin:
     # ================================================================ store events
     def _resync(self, now: float) -> None:
         self.cursor = self.store.resource_version
+        self.jobs = {(job.namespace or "default", job.name): job.spec for job in self.store.list(TrainingJob)}
         for node in self.store.list(Node):
             self._node_event(node, deleted=False, now=now)
         for pod in self.store.list(Pod):
@@ -165,6 +169,12 @@ class Twin:
             self._pod_event(obj, deleted=deleted, now=now)
         elif isinstance(obj, Checkpoint):
             self.checkpoints.take(obj, deleted=deleted)
+        elif isinstance(obj, TrainingJob):
+            key = (obj.namespace or "default", obj.name)
+            if deleted:
+                self.jobs.pop(key, None)
+            else:
+                self.jobs[key] = obj.spec
 
     # ======================================================================== nodes
     def _node_event(self, node: Node, *, deleted: bool, now: float) -> None:
@@ -577,9 +587,8 @@ class Twin:
         return worst
 
     def _new_run(self, namespace: str, job: str, now: float) -> Run | None:
-        try:
-            spec = self.store.get(TrainingJob, job, namespace).spec
-        except NotFoundError:
+        spec = self.jobs.get((namespace, job))
+        if spec is None:
             return None
         return Run(
             job=job,
