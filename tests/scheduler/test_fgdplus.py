@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from gpufleet.fleet.node import NodeSpec, SharingMode
@@ -15,7 +16,7 @@ from gpufleet.scheduler.placement.filters import filter_nodes
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.placement.score_fgd import DIRTY_LIMIT, FragmentationModel
 from gpufleet.scheduler.placement.score_fgdplus import AdaptiveFgdPolicy
-from gpufleet.scheduler.placement.scoring import pick
+from gpufleet.scheduler.placement.scoring import Scored, pick
 from gpufleet.sim.throughput import STREAM_CLASSES, ThroughputConfig
 
 REQUESTS = (
@@ -46,6 +47,21 @@ def afresh(policy: AdaptiveFgdPolicy) -> AdaptiveFgdPolicy:
     return fresh
 
 
+def scored_as_afresh(
+    policy: AdaptiveFgdPolicy, state: FleetState, request: PodRequest
+) -> tuple[npt.NDArray[np.intp], Scored] | None:
+    """The rows that fit `request` and the policy's scores of them, checked against the same policy with
+    nothing kept per node (None when no row fits)."""
+    rows = filter_nodes(state, request).rows
+    if not rows.size:
+        return None
+    kept = policy.score(state, request, rows)
+    fresh = afresh(policy).score(state, request, rows)
+    np.testing.assert_allclose(kept.scores, fresh.scores, rtol=1e-12, atol=1e-9)
+    assert list(kept.gpus) == list(fresh.gpus)
+    return rows, kept
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kept_scores_equal_scores_computed_afresh(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -54,13 +70,10 @@ def test_kept_scores_equal_scores_computed_afresh(seed: int) -> None:
     running: list[str] = []
     for step in range(400):
         request = REQUESTS[int(rng.integers(len(REQUESTS)))]
-        rows = filter_nodes(state, request).rows
-        if rows.size:
-            kept = policy.score(state, request, rows)
-            fresh = afresh(policy).score(state, request, rows)
-            np.testing.assert_allclose(kept.scores, fresh.scores, rtol=1e-12, atol=1e-9)
+        scored = scored_as_afresh(policy, state, request)
+        if scored is not None:
+            rows, kept = scored
             index = pick(kept, rng)
-            assert list(kept.gpus) == list(fresh.gpus)
             row = int(rows[index])
             state.allocate(f"p{step}", row, request, kept.gpus[index])
             policy.observe(state, row)
@@ -89,13 +102,7 @@ def test_rows_changed_behind_its_back_are_found_from_the_fleets_journal(seed: in
     policy = AdaptiveFgdPolicy(first_refit=4)
     running: list[str] = []
     for step in range(200):
-        request = REQUESTS[int(rng.integers(len(REQUESTS)))]
-        rows = filter_nodes(state, request).rows
-        if rows.size:
-            kept = policy.score(state, request, rows)
-            fresh = afresh(policy).score(state, request, rows)
-            np.testing.assert_allclose(kept.scores, fresh.scores, rtol=1e-12, atol=1e-9)
-            assert list(kept.gpus) == list(fresh.gpus)
+        scored_as_afresh(policy, state, REQUESTS[int(rng.integers(len(REQUESTS)))])
         for k in range(int(rng.integers(0, 4))):
             move = rng.random()
             if running and move < 0.4:
@@ -225,12 +232,9 @@ def test_kept_scores_equal_scores_computed_afresh_with_mixed_sharing_modes(seed:
     running: list[str] = []
     for step in range(300):
         request = REQUESTS[int(rng.integers(len(REQUESTS)))]
-        rows = filter_nodes(state, request).rows
-        if rows.size:
-            kept = policy.score(state, request, rows)
-            fresh = afresh(policy).score(state, request, rows)
-            np.testing.assert_allclose(kept.scores, fresh.scores, rtol=1e-12, atol=1e-9)
-            assert list(kept.gpus) == list(fresh.gpus)
+        scored = scored_as_afresh(policy, state, request)
+        if scored is not None:
+            rows, kept = scored
             index = pick(kept, rng)
             row = int(rows[index])
             state.allocate(
