@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.api.accounting import idle_account
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL, POOL_LABEL
@@ -372,39 +373,35 @@ class PoolController(ViewedReconciler[PoolView]):
             reason="NodesReady" if ready else "Provisioning",
             message=f"{ready}/{nodes} nodes ready",
         )
-        conditions = set_condition(old.conditions, ready_condition, now=at)
-        since = {name: to_datetime(t) for name, t in sorted(idle_since.items())}
-        # What `_comparable` would compare, field by field: the copy below changes only these (and the
-        # fields that move with time alone), so a reconcile that finds the pool as its held status
-        # says (a third of them in a simulation) decides here without building the status.
-        if (
-            (nodes, ready, gpus, allocated, idle.idle_gpus)
-            == (old.nodes, old.ready_nodes, old.gpus, old.allocated_gpu_milli, old.idle_gpus)
-            and since == old.idle_since
-            and conditions == old.conditions
-            and round(idle.idle_gpu_hours, 2) == round(old.idle_gpu_hours, 2)
-        ):
+        # Every field that changes is replaced whole, none is changed in place.
+        update = {
+            "idle_gpu_hours": idle.idle_gpu_hours,
+            "idle_cost": idle.idle_cost,
+            "idle_gpus": idle.idle_gpus,
+            "idle_counted_time": at,
+            "idle_since": {name: to_datetime(t) for name, t in sorted(idle_since.items())},
+            "nodes": nodes,
+            "ready_nodes": ready,
+            "gpus": gpus,
+            "allocated_gpu_milli": allocated,
+            "conditions": set_condition(old.conditions, ready_condition, now=at),
+        }
+        if _unchanged(old, update):
             return
-        # A shallow copy: every field that changes is replaced whole, none is changed in place.
-        status = old.model_copy(
-            update={
-                "idle_gpu_hours": idle.idle_gpu_hours,
-                "idle_cost": idle.idle_cost,
-                "idle_gpus": idle.idle_gpus,
-                "idle_counted_time": at,
-                "idle_since": since,
-                "nodes": nodes,
-                "ready_nodes": ready,
-                "gpus": gpus,
-                "allocated_gpu_milli": allocated,
-                "conditions": conditions,
-            }
-        )
+        status = old.model_copy(update=update)
         self.held.hold(("", pool.name), status)
 
 
 _MOVING = ("idle_gpu_hours", "idle_cost", "idle_counted_time")
 """Status fields that move with time alone."""
+
+
+def _unchanged(old: GPUPoolStatus, update: dict[str, Any]) -> bool:
+    """`_comparable` of `old` with `update` applied equals `old`'s, decided without building the copy
+    (a reconcile that finds the pool as its held status says: a third of them in a simulation)."""
+    if round(update["idle_gpu_hours"], 2) != round(old.idle_gpu_hours, 2):
+        return False
+    return all(getattr(old, name) == value for name, value in update.items() if name not in _MOVING)
 
 
 def _comparable(status: GPUPoolStatus) -> list[object]:
