@@ -224,12 +224,7 @@ class FragmentationModel:
         """The rows (of `candidates`, sorted and unique, when given: every other row is known not to
         have changed) whose values differ from what the model computed them from."""
         n = self._rows
-        if candidates is None:
-            free = np.where(state.gpu_ok[:n], state.gpu_free[:n], 0)
-            differ = (free != self._free_seen[:n]).any(axis=1) | (state.cpu_free[:n] != self._cpu_seen[:n])
-            differ |= (_limited_pods(state, np.arange(n, dtype=np.intp)) != self._pods_seen[:n]).any(axis=1)
-            return np.flatnonzero(differ)
-        rows: Rows = candidates[candidates < n]
+        rows: Rows = np.arange(n, dtype=np.intp) if candidates is None else candidates[candidates < n]
         free = np.where(state.gpu_ok[rows], state.gpu_free[rows], 0)
         differ = (free != self._free_seen[rows]).any(axis=1) | (state.cpu_free[rows] != self._cpu_seen[rows])
         differ |= (_limited_pods(state, rows) != self._pods_seen[rows]).any(axis=1)
