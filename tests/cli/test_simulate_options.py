@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpufleet.api.errors import ValidationError
+from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.cli.simulate import parse_duration, parse_failures, parse_spot
 
 
@@ -82,3 +82,30 @@ def test_a_window_without_jobs_is_refused_by_name(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert isinstance(result.exception, ValidationError)
     assert "no job of the trace is submitted in the window" in str(result.exception)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--gpus", "0"], "--gpus: must be a positive multiple of 8"),
+        (["--gpus", "99999999992"], "at most 524,288"),
+        (["--seed", "-1"], "--seed: must be zero or more"),
+    ],
+)
+def test_impossible_numbers_are_refused_by_option(args: list[str], says: str) -> None:
+    from gpufleet.cli.main import app
+
+    result = CliRunner().invoke(app, ["simulate", "--days", "0.1", *args])
+    assert isinstance(result.exception, (ValidationError, DataError))
+    assert says in str(result.exception)
+
+
+def test_an_unwritable_report_folder_is_refused_before_the_run(tmp_path: Path) -> None:
+    from gpufleet.cli.main import app
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    trace = tmp_path / "missing.csv"  # never read: the report folder is checked first
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--report", str(blocker / "out")])
+    assert isinstance(result.exception, ValidationError)
+    assert f"--report: cannot write the report in {blocker / 'out'}" in str(result.exception)

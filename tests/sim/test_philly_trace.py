@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.api.errors import DataError
+from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.sim import jobfleet, philly
 
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
@@ -49,6 +49,14 @@ def test_times_read_zero_padded_or_not(tmp_path: Path) -> None:
         ("2017-10-09 07:01:55,66,1.5,66,aa", "num_gpus", "whole number"),
         ("2017-10-09 07:01:55,66,0,66,aa", "num_gpus", "at least 1"),
         ("2017-10-09 07:01:55,66,1,66,", "cluster", "empty"),
+        ("1969-12-31 23:59:59,66,1,66,aa", "timestamp", "1970-01-01"),
+        ("9999-12-31 23:59:59,66,1,66,aa", "timestamp", "before 9000-01-01"),
+        ("2017-10-09 07:01:55,66,1,66,a b", "cluster", "cannot name a queue"),
+        ("2017-10-09 07:01:55,66,1,66,a/../b", "cluster", "cannot name a queue"),
+        ("2017-10-09 07:01:55,66,1,66,-aa", "cluster", "cannot name a queue"),
+        ("2017-10-09 07:01:55,66,1,66," + "a" * 61, "cluster", "at most 60"),
+        ("2017-10-09 07:01:55,66,1,66,AA", "cluster", "differ only in case"),
+        ("2017-10-09 07:01:55,66,1,66,aa,x", "", "row has 6 values, the header 5"),
     ],
 )
 def test_bad_row_names_file_line_and_column(tmp_path: Path, row: str, field: str, says: str) -> None:
@@ -58,6 +66,34 @@ def test_bad_row_names_file_line_and_column(tmp_path: Path, row: str, field: str
     assert f"{path}:3" in str(caught.value)
     assert field in str(caught.value)
     assert says in str(caught.value)
+
+
+def test_cluster_ids_of_any_case_and_trailing_empty_values_are_read(tmp_path: Path) -> None:
+    path = write(tmp_path, "2017-10-09 07:01:55,66,1,66,aa,,\n2017-10-09 07:01:56,66,1,66,Vc-7\n")
+    trace = philly.load(path)
+    assert trace.clusters == ["Vc-7", "aa"]
+    assert jobfleet.queue_name("Vc-7") == "vc-vc-7"
+
+
+def test_a_fleet_file_holds_at_most_a_clusters_nodes(tmp_path: Path) -> None:
+    pool = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: GPUPool\nmetadata: {{name: {name}}}\n"
+        "spec: {{gpuModel: H100-80GB, gpusPerNode: 8, nodes: {nodes}{scaling}}}\n"
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        pool.format(name="a", nodes=40_000, scaling="")
+        + "---\n"
+        + pool.format(name="b", nodes=0, scaling=", autoscaling: {maxNodes: 30000}"),
+        encoding="utf-8",
+    )
+    with pytest.raises(
+        DataError, match="up to 70,000 nodes together; a simulated fleet holds at most 65,536"
+    ):
+        jobfleet.load_pools(path)
+    path.write_text(pool.format(name="a", nodes=100_000_000, scaling=""), encoding="utf-8")
+    with pytest.raises(ValidationError, match=r"spec\.nodes: must be <= 65536"):
+        jobfleet.load_pools(path)
 
 
 def test_missing_column_and_unknown_trace(tmp_path: Path) -> None:
@@ -93,6 +129,10 @@ def test_fleet_of_gpus_and_proportional_queues() -> None:
     assert pools[0].spec.topology.racks == 8
     with pytest.raises(DataError, match="multiple of 8"):
         jobfleet.fleet_of_gpus(100)
+    assert jobfleet.fleet_of_gpus(524_288)[0].spec.nodes == 65_536
+    for refused in (0, -8, 524_296, 10**12):
+        with pytest.raises(DataError, match="at most 524,288"):
+            jobfleet.fleet_of_gpus(refused)
     queues = jobfleet.trace_queues({"a": 3.0, "b": 1.0, "c": 0.0}, pools)
     nominal = {q.name: q.spec.quotas["H100-80GB"].nominal for q in queues if q.spec.parent}
     assert nominal == {"vc-a": 1536, "vc-b": 512, "vc-c": 0}

@@ -13,6 +13,11 @@ from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.versions import DriverVersion
 
+MAX_POOL_NODES = 65_536
+"""The most nodes (and racks) one pool may have: about the largest Kubernetes clusters run (GKE's
+65,000 nodes). Without a bound, one pool asking for a hundred million nodes made the embedded world
+build them until it ran out of memory."""
+
 
 class NodeResources(ApiModel):
     """CPU and memory of one node of the pool."""
@@ -89,14 +94,20 @@ class PoolTopology(ApiModel):
     block: str | None = Field(
         default=None, description="The block the nodes are in (their `block` label and the racks' prefix)."
     )
-    racks: Count = Field(default=1, ge=1, description="Racks the nodes are spread over, evenly.")
+    racks: Count = Field(
+        default=1, ge=1, le=MAX_POOL_NODES, description="Racks the nodes are spread over, evenly."
+    )
 
 
 class PoolAutoscaling(ApiModel):
     """Bounds of the pool's node count and how long an idle node is kept."""
 
-    min_nodes: Count = Field(default=0, ge=0, description="The fewest nodes the pool keeps.")
-    max_nodes: Count = Field(ge=0, description="The most nodes the pool grows to for pending work.")
+    min_nodes: Count = Field(
+        default=0, ge=0, le=MAX_POOL_NODES, description="The fewest nodes the pool keeps."
+    )
+    max_nodes: Count = Field(
+        ge=0, le=MAX_POOL_NODES, description="The most nodes the pool grows to for pending work."
+    )
     scale_down_delay_seconds: float = Field(
         default=600, ge=0, description="How long a node holds no pod before it is removed."
     )
@@ -127,12 +138,15 @@ class GPUPoolSpec(ApiModel):
     price_per_gpu_hour: float = Field(
         default=0.0,
         ge=0,
+        allow_inf_nan=False,
         description="What one GPU-hour costs: for cost figures and the cheapest pool to grow.",
     )
     sharing: Sharing = Field(
         default_factory=Sharing, description="How the GPUs are shared; absent: each GPU is one pod's."
     )
-    nodes: Count = Field(default=0, ge=0, description="Embedded world: how many nodes the pool starts with.")
+    nodes: Count = Field(
+        default=0, ge=0, le=MAX_POOL_NODES, description="Embedded world: how many nodes the pool starts with."
+    )
     topology: PoolTopology = Field(
         default_factory=PoolTopology, description="Embedded world: the block and racks of the nodes."
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import shlex
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +17,8 @@ import typer
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.sim.options import parse_duration, parse_failures, parse_slowdown, parse_spot
+
+DEFAULT_GPUS = 2048
 
 __all__ = ["parse_duration", "parse_failures", "parse_spot", "register", "simulate"]
 
@@ -147,6 +152,10 @@ def simulate(
         raise ValidationError(f"must be a positive number of days, got {days}", obj="--days")
     if start_day is not None and (not math.isfinite(start_day) or start_day < 0):
         raise ValidationError(f"must be zero or more days, got {start_day}", obj="--start-day")
+    if seed < 0:
+        raise ValidationError(f"must be zero or more, got {seed}", obj="--seed")
+    if report is not None:  # before the run: a refusal after it would throw hours of simulation away
+        _check_writable(report)
     if keep_events and state_dir is None:
         # An error, not a warning: without a state directory the kept Events die with the in-memory
         # store, so the flag would only make the run slower.
@@ -213,7 +222,7 @@ def simulate(
     pools = (
         jobfleet.load_pools(fleet)
         if fleet is not None
-        else jobfleet.fleet_of_gpus(gpus or 2048, spot=spot is not None)
+        else jobfleet.fleet_of_gpus(DEFAULT_GPUS if gpus is None else gpus, spot=spot is not None)
     )
     begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
     window = loaded.window(begin, days)
@@ -254,7 +263,8 @@ def simulate(
         )
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate"
-        files = jobreport.write_report(result, report, title=f"Simulation of {trace}", command=command)
+        with _writing(report):
+            files = jobreport.write_report(result, report, title=f"Simulation of {trace}", command=command)
         err.print(f"report: {files[0]}")
     if state_dir is not None:
         err.print(simstate.hint(state_dir), soft_wrap=True)
@@ -292,7 +302,7 @@ def _compare(
         pools = (
             jobfleet.load_pools(fleet)
             if fleet is not None
-            else jobfleet.fleet_of_gpus(gpus or 2048, spot=spec.spot)
+            else jobfleet.fleet_of_gpus(DEFAULT_GPUS if gpus is None else gpus, spot=spec.spot)
         )
         planned.append((spec, pools, compare.queues_of(spec, pools, window)))
     dirs = simstate.run_dirs(state_dir, [spec.name for spec in specs]) if state_dir is not None else {}
@@ -320,7 +330,26 @@ def _compare(
         Console(highlight=False, soft_wrap=True, emoji=False).print(compare.table(runs))
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate --compare"
-        files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
+        with _writing(report):
+            files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
         err.print(f"report: {files[0]}")
     for directory in dirs.values():
         err.print(simstate.hint(directory), soft_wrap=True)
+
+
+def _check_writable(folder: Path) -> None:
+    """Creates `folder` and writes a file in it (then removes it), or refuses --report."""
+    with _writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+
+
+@contextlib.contextmanager
+def _writing(folder: Path) -> Iterator[None]:
+    """An OSError while writing the report as a ValidationError naming --report and the folder."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ValidationError(f"cannot write the report in {folder}: {why}", obj="--report") from None

@@ -47,4 +47,9 @@ def csv_rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[st
                         field=absent,
                     )
                 values = values + [""] * (len(header) - len(values))
+            elif len(values) > len(header) and any(v.strip() for v in values[len(header) :]):
+                # A value without a column: most likely a comma inside a field, which shifts the rest.
+                raise DataError(
+                    f"row has {len(values)} values, the header {len(header)}", path=where, line=line
+                )
             yield line, dict(zip(header, (v.strip() for v in values), strict=False))

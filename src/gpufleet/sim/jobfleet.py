@@ -18,7 +18,7 @@ from typing import TypeVar
 from gpufleet.api.documents import load_objects
 from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.api.meta import ObjectMeta
-from gpufleet.api.pool import GPUPool, GPUPoolSpec, NodeResources, PoolTopology
+from gpufleet.api.pool import MAX_POOL_NODES, GPUPool, GPUPoolSpec, NodeResources, PoolTopology
 from gpufleet.api.queue import FlavorQuota, LeastAttainedService, Queue, QueuePreemption, QueueSpec
 from gpufleet.api.resource import Resource
 from gpufleet.sharing.mig import COMPUTE_SLICES, find_profile, mig_models
@@ -29,6 +29,10 @@ NODES_PER_RACK = 32
 GPU_MODEL = "H100-80GB"
 PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
+MAX_FLEET_NODES = MAX_POOL_NODES
+"""The most nodes a simulated fleet holds, all pools together (autoscaled ones at their maximum): one
+cluster's worth. 65,536 nodes take about 2 GB and 40 s to build; far more would exhaust the machine
+before the first job ran."""
 
 FIFO_QUEUE = "fifo"
 LAS_QUEUE = "las"
@@ -41,8 +45,12 @@ _Kind = TypeVar("_Kind", bound=Resource)
 
 def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = False) -> list[GPUPool]:
     """N GPUs as 8-GPU H100 nodes, 32 nodes a rack, in one on-demand (or spot) pool."""
-    if gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE:
-        raise DataError(f"must be a positive multiple of {GPUS_PER_NODE}, got {gpus}", path="--gpus")
+    if gpus < GPUS_PER_NODE or gpus % GPUS_PER_NODE or gpus > MAX_FLEET_NODES * GPUS_PER_NODE:
+        raise DataError(
+            f"must be a positive multiple of {GPUS_PER_NODE}, at most {MAX_FLEET_NODES * GPUS_PER_NODE:,} "
+            f"({MAX_FLEET_NODES:,} nodes), got {gpus}",
+            path="--gpus",
+        )
     nodes = gpus // GPUS_PER_NODE
     return [
         GPUPool(
@@ -61,8 +69,17 @@ def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = 
 
 
 def load_pools(path: str | Path) -> list[GPUPool]:
-    """The GPUPools of a YAML file; another kind in it is a DataError."""
-    return _load_only(path, GPUPool, "fleet")
+    """The GPUPools of a YAML file; another kind in it, or more than `MAX_FLEET_NODES` nodes in all,
+    is a DataError."""
+    pools = _load_only(path, GPUPool, "fleet")
+    most = sum(max(p.spec.nodes, p.spec.autoscaling.max_nodes if p.spec.autoscaling else 0) for p in pools)
+    if most > MAX_FLEET_NODES:
+        raise DataError(
+            f"the pools hold up to {most:,} nodes together; a simulated fleet holds at most "
+            f"{MAX_FLEET_NODES:,}",
+            path=str(path),
+        )
+    return pools
 
 
 def load_queues(path: str | Path) -> list[Queue]:

@@ -3,16 +3,20 @@
 A trace file is a CSV with the columns `timestamp,duration,num_gpus,cluster` (`gpu_time` and any
 other column are ignored):
 
-- `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC), rows in any order;
+- `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC, from 1970 to before 9000), rows in
+  any order;
 - `duration`: seconds the job computes with all its GPUs (> 0);
 - `num_gpus`: whole GPUs it asks for (>= 1);
-- `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue;
+- `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue `vc-<cluster>`, so
+  it is letters, digits and `-` (at most 60, a letter or digit at each end), and two clusters may not
+  differ only in case;
 - `mig` (optional): a MIG profile (`1g.10gb`): the job is one pod holding one instance of it instead of
   whole GPUs (`num_gpus` must then be 1); empty for whole GPUs. It runs on MIG pools only.
 - `checkpoint_interval` (optional): seconds between the job's checkpoints, overriding the run's
   `--checkpoint-interval` for this job; `0` for a job that never checkpoints; empty for the run's.
 
-Every row that cannot be read fails with a DataError naming the file, the line and the column.
+Every row that cannot be read (a value beyond the header's columns included) fails with a DataError
+naming the file, the line and the column.
 Jobs come back sorted by submission (then by line), with `submit` in seconds from the first one.
 
 `--trace philly` is looked for as `philly-derived-pollux/philly.csv` in the data directories that
@@ -41,6 +45,10 @@ TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 # most of loading the trace's 82,000 rows; anything else strptime still reads or refuses.
 _PADDED_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})")
 TRACE_NAMES = {"philly": PHILLY_FILE}
+_CLUSTER = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,58}[A-Za-z0-9])?")
+"""A virtual cluster's id: its queue is `vc-<id in lower case>`, a DNS label of at most 63 characters."""
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
+"""Submissions from then on are refused: a job's end must stay a time Python can hold (year 9999)."""
 DAY = 86400.0
 
 
@@ -129,6 +137,7 @@ def load(path: str | Path) -> Trace:
     raw = [_row(values, where, line) for line, values in csv_rows(path, COLUMNS)]
     if not raw:
         raise DataError("the trace has no jobs", path=where)
+    _check_queues_distinct(raw, where)
     start = min(r[1] for r in raw)
     raw.sort(key=lambda r: (r[1], r[0]))
     jobs = tuple(
@@ -158,6 +167,13 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
         raise DataError(
             f"not a time of the form YYYY-MM-DD HH:MM:SS: {text!r}", path=where, line=line, field="timestamp"
         ) from None
+    if not 0 <= submit < _LATEST:
+        raise DataError(
+            f"must be from 1970-01-01 (the Unix epoch) to before 9000-01-01, got {text!r}",
+            path=where,
+            line=line,
+            field="timestamp",
+        )
     text = values["duration"]
     try:
         duration = float(text)
@@ -179,6 +195,14 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
     cluster = values["cluster"]
     if not cluster:
         raise DataError("empty virtual cluster", path=where, line=line, field="cluster")
+    if not _CLUSTER.fullmatch(cluster):
+        raise DataError(
+            f"{cluster!r} cannot name a queue: letters, digits and '-', starting and ending with a "
+            "letter or digit, at most 60 characters",
+            path=where,
+            line=line,
+            field="cluster",
+        )
     mig = values.get("mig") or None
     if mig is not None:
         if not is_known_profile(mig):
@@ -187,6 +211,21 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
             message = f"a MIG job is one instance: num_gpus must be 1, got {gpus}"
             raise DataError(message, path=where, line=line, field="mig")
     return line, submit, duration, gpus, cluster, mig, _checkpoint_interval(values, where, line)
+
+
+def _check_queues_distinct(raw: list[_Row], where: str) -> None:
+    """Refuses two virtual clusters that differ only in case: they would share one queue."""
+    seen: dict[str, str] = {}
+    for line, _, _, _, cluster, _, _ in raw:
+        first = seen.setdefault(cluster.lower(), cluster)
+        if first != cluster:
+            raise DataError(
+                f"virtual clusters {first!r} and {cluster!r} differ only in case, and would share the "
+                f"queue vc-{cluster.lower()}",
+                path=where,
+                line=line,
+                field="cluster",
+            )
 
 
 def _checkpoint_interval(values: Mapping[str, str], where: str, line: int) -> float | None:
