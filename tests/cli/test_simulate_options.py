@@ -20,6 +20,7 @@ def test_durations_failures_and_spot() -> None:
     assert parse_failures("mtbf=2h,node-mtbf=3d") == (7200.0, 259200.0)
     assert parse_failures("node-mtbf=1d") == (None, 86400.0)
     assert parse_spot("interruptions-per-day=2.5") == 2.5
+    assert parse_spot("interruptions-per-day=720") == 720.0
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,7 @@ def test_durations_failures_and_spot() -> None:
         (lambda: parse_failures("mttr=2h"), "mtbf=DURATION"),
         (lambda: parse_spot("interruptions-per-day=-1"), "N >= 0"),
         (lambda: parse_spot("rate=1"), "interruptions-per-day=N"),
+        (lambda: parse_spot("interruptions-per-day=721"), "at most 720 interruptions a day"),
     ],
 )
 def test_bad_values_are_validation_errors(call: object, says: str) -> None:

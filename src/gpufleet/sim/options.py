@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.twin.config import SPOT_NOTICE_SECONDS
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -38,8 +39,13 @@ def parse_failures(text: str) -> tuple[float | None, float | None]:
     return found.get("mtbf"), found.get("node-mtbf")
 
 
+MAX_SPOT_PER_DAY = 86400.0 / SPOT_NOTICE_SECONDS
+"""A spot node is taken back at most once per notice period (two minutes): 720 times a day. More
+would take a node back again before its last notice ran out, and ran a day of a small fleet for hours."""
+
+
 def parse_spot(text: str) -> float:
-    """`interruptions-per-day=N`: interruptions of each spot node per day."""
+    """`interruptions-per-day=N`: interruptions of each spot node per day (0 to `MAX_SPOT_PER_DAY`)."""
     key, sep, value = text.partition("=")
     try:
         rate = float(value)
@@ -47,6 +53,12 @@ def parse_spot(text: str) -> float:
         rate = -1.0
     if not sep or key.strip() != "interruptions-per-day" or not math.isfinite(rate) or rate < 0:
         raise ValidationError(f"expected interruptions-per-day=N with N >= 0, got {text!r}", obj="--spot")
+    if rate > MAX_SPOT_PER_DAY:
+        raise ValidationError(
+            f"at most {MAX_SPOT_PER_DAY:g} interruptions a day (one per {SPOT_NOTICE_SECONDS:g} s notice), "
+            f"got {rate:g}",
+            obj="--spot",
+        )
     return rate
 
 
