@@ -102,7 +102,7 @@ def test_impossible_numbers_are_refused_by_option(args: list[str], says: str) ->
     assert says in str(result.exception)
 
 
-def test_an_unwritable_report_folder_is_refused_before_the_run(tmp_path: Path) -> None:
+def test_unwritable_report_and_state_folders_are_refused_before_the_run(tmp_path: Path) -> None:
     from gpufleet.cli.main import app
 
     blocker = tmp_path / "file"
@@ -110,4 +110,7 @@ def test_an_unwritable_report_folder_is_refused_before_the_run(tmp_path: Path) -
     trace = tmp_path / "missing.csv"  # never read: the report folder is checked first
     result = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--report", str(blocker / "out")])
     assert isinstance(result.exception, ValidationError)
-    assert f"--report: cannot write the report in {blocker / 'out'}" in str(result.exception)
+    assert f"--report: cannot write in {blocker / 'out'}" in str(result.exception)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--state-dir", str(blocker / "w")])
+    assert isinstance(result.exception, ValidationError)
+    assert f"--state-dir: cannot write in {blocker / 'w'}" in str(result.exception)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import shlex
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -155,7 +152,7 @@ def simulate(
     if seed < 0:
         raise ValidationError(f"must be zero or more, got {seed}", obj="--seed")
     if report is not None:  # before the run: a refusal after it would throw hours of simulation away
-        _check_writable(report)
+        simstate.check_writable(report, "--report")
     if keep_events and state_dir is None:
         # An error, not a warning: without a state directory the kept Events die with the in-memory
         # store, so the flag would only make the run slower.
@@ -263,7 +260,7 @@ def simulate(
         )
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate"
-        with _writing(report):
+        with simstate.writing(report, "--report"):
             files = jobreport.write_report(result, report, title=f"Simulation of {trace}", command=command)
         err.print(f"report: {files[0]}")
     if state_dir is not None:
@@ -330,26 +327,8 @@ def _compare(
         Console(highlight=False, soft_wrap=True, emoji=False).print(compare.table(runs))
     if report is not None:
         command = "gpufleet " + shlex.join(sys.argv[1:]) if sys.argv else "gpufleet simulate --compare"
-        with _writing(report):
+        with simstate.writing(report, "--report"):
             files = compare.write_comparison(runs, report, title=f"Comparison on {trace}", command=command)
         err.print(f"report: {files[0]}")
     for directory in dirs.values():
         err.print(simstate.hint(directory), soft_wrap=True)
-
-
-def _check_writable(folder: Path) -> None:
-    """Creates `folder` and writes a file in it (then removes it), or refuses --report."""
-    with _writing(folder):
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-
-
-@contextlib.contextmanager
-def _writing(folder: Path) -> Iterator[None]:
-    """An OSError while writing the report as a ValidationError naming --report and the folder."""
-    try:
-        yield
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise ValidationError(f"cannot write the report in {folder}: {why}", obj="--report") from None
