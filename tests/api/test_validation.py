@@ -75,7 +75,11 @@ def with_spec(base: dict, **changes: object) -> dict:
         (with_spec(JOB, replica=3), "field spec.replica: unknown field"),
         (
             with_spec(JOB, **{"checkpoint.intervalSeconds": 0}),
-            "field spec.checkpoint.intervalSeconds: must be > 0",
+            "field spec.checkpoint.intervalSeconds: must be >= 1",
+        ),
+        (
+            with_spec(JOB, **{"checkpoint.intervalSeconds": 0.000001}),
+            "field spec.checkpoint.intervalSeconds: must be >= 1",
         ),
         (
             with_spec(SERVICE, replicas={"min": 3, "max": 2}),

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from gpufleet.api.errors import DataError, ValidationError
 from gpufleet.cli.simulate import parse_duration, parse_failures, parse_spot
+from gpufleet.sim.options import parse_checkpoint_interval
 
 
 def test_durations_failures_and_spot() -> None:
@@ -28,6 +29,7 @@ def test_durations_failures_and_spot() -> None:
     [
         (lambda: parse_duration("soon", "--checkpoint-interval"), "--checkpoint-interval"),
         (lambda: parse_duration("0s", "--checkpoint-interval"), "positive duration"),
+        (lambda: parse_checkpoint_interval("0.5s"), "--checkpoint-interval: must be at least 1s"),
         (lambda: parse_failures("mtbf"), "mtbf=DURATION"),
         (lambda: parse_failures("mtbf=2h,mtbf=3h"), "mtbf=DURATION"),
         (lambda: parse_failures("mttr=2h"), "mtbf=DURATION"),

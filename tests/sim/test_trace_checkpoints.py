@@ -42,7 +42,7 @@ def test_the_column_overrides_the_runs_interval_per_job(tmp_path: Path) -> None:
     assert [interval(j, without) for j in trace.jobs] == [None, None, 90.5]
 
 
-@pytest.mark.parametrize("value", ["-5", "soon", "inf", "nan", "1e999"])
+@pytest.mark.parametrize("value", ["-5", "soon", "inf", "nan", "1e999", "0.5", "1e-9"])
 def test_a_bad_interval_names_the_line_and_column(tmp_path: Path, value: str) -> None:
     path = write(tmp_path, ["2017-10-01 00:00:00,600,8,a,60", f"2017-10-01 00:00:01,600,8,a,{value}"])
     with pytest.raises(DataError) as caught:

@@ -31,8 +31,17 @@ class TopologyRequest(ApiModel):
     )
 
 
+MIN_CHECKPOINT_SECONDS = 1.0
+"""The shortest checkpoint interval. In the embedded world the twin writes each checkpoint: a job
+asking for one every microsecond kept it writing them and starved every other tenant's job."""
+
+
 class CheckpointPolicy(ApiModel):
-    interval_seconds: float = Field(gt=0, description="How often the job checkpoints, in seconds.")
+    interval_seconds: float = Field(
+        ge=MIN_CHECKPOINT_SECONDS,
+        allow_inf_nan=False,
+        description="How often the job checkpoints, in seconds (at least 1).",
+    )
     uri: str | None = Field(default=None, description="Where the checkpoints go, e.g. s3://ckpt/llm.")
 
 

@@ -13,7 +13,13 @@ from typing import Annotated
 import typer
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.sim.options import parse_duration, parse_failures, parse_slowdown, parse_spot
+from gpufleet.sim.options import (
+    parse_checkpoint_interval,
+    parse_duration,
+    parse_failures,
+    parse_slowdown,
+    parse_spot,
+)
 
 DEFAULT_GPUS = 2048
 
@@ -201,9 +207,7 @@ def simulate(
     gpu_mtbf, node_mtbf = parse_failures(failures) if failures else (None, None)
     options = jobsim.SimOptions(
         policy=policy,
-        checkpoint_interval=(
-            parse_duration(checkpoint_interval, "--checkpoint-interval") if checkpoint_interval else None
-        ),
+        checkpoint_interval=(parse_checkpoint_interval(checkpoint_interval) if checkpoint_interval else None),
         gpu_mtbf_seconds=gpu_mtbf,
         node_mtbf_seconds=node_mtbf,
         restart_seconds=parse_duration(restart_time, "--restart-time") if restart_time else 0.0,

@@ -42,7 +42,13 @@ from gpufleet.scheduler.placement.policies import POLICY_NAMES
 from gpufleet.sim import jobfleet
 from gpufleet.sim.jobreport import Summary, jcts, price_per_gpu_hour, summarise
 from gpufleet.sim.jobsim import SimOptions, SimResult
-from gpufleet.sim.options import check_slowdown, parse_duration, parse_failures, parse_spot
+from gpufleet.sim.options import (
+    check_slowdown,
+    parse_checkpoint_interval,
+    parse_duration,
+    parse_failures,
+    parse_spot,
+)
 from gpufleet.sim.philly import Trace
 
 _T = TypeVar("_T")
@@ -120,7 +126,7 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
     options = SimOptions(
         policy=config.policy,
         checkpoint_interval=(
-            parsed("checkpointInterval", lambda: parse_duration(interval, "checkpointInterval"))
+            parsed("checkpointInterval", lambda: parse_checkpoint_interval(interval, "checkpointInterval"))
             if interval
             else None
         ),

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.training import MIN_CHECKPOINT_SECONDS
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -21,6 +22,14 @@ def parse_duration(text: str, option: str) -> float:
             f"must be a positive duration such as 90s, 30m, 2h or 7d, got {text!r}", obj=option
         )
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
+
+
+def parse_checkpoint_interval(text: str, option: str = "--checkpoint-interval") -> float:
+    """A duration of at least a second (`api.training.MIN_CHECKPOINT_SECONDS`)."""
+    seconds = parse_duration(text, option)
+    if seconds < MIN_CHECKPOINT_SECONDS:
+        raise ValidationError(f"must be at least {MIN_CHECKPOINT_SECONDS:g}s, got {text!r}", obj=option)
+    return seconds
 
 
 def parse_failures(text: str) -> tuple[float | None, float | None]:

@@ -12,8 +12,8 @@ other column are ignored):
   differ only in case;
 - `mig` (optional): a MIG profile (`1g.10gb`): the job is one pod holding one instance of it instead of
   whole GPUs (`num_gpus` must then be 1); empty for whole GPUs. It runs on MIG pools only.
-- `checkpoint_interval` (optional): seconds between the job's checkpoints, overriding the run's
-  `--checkpoint-interval` for this job; `0` for a job that never checkpoints; empty for the run's.
+- `checkpoint_interval` (optional): seconds between the job's checkpoints (at least 1), overriding the
+  run's `--checkpoint-interval` for this job; `0` for a job that never checkpoints; empty for the run's.
 
 Every row that cannot be read (a value beyond the header's columns included) fails with a DataError
 naming the file, the line and the column.
@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.api.errors import DataError
+from gpufleet.api.training import MIN_CHECKPOINT_SECONDS
 from gpufleet.sharing.mig import is_known_profile
 from gpufleet.sim.csvrows import csv_rows
 from gpufleet.sim.datasets import data_dirs
@@ -236,9 +237,10 @@ def _checkpoint_interval(values: Mapping[str, str], where: str, line: int) -> fl
         interval = float(text)
     except ValueError:
         interval = math.nan
-    if not math.isfinite(interval) or interval < 0:
+    if not math.isfinite(interval) or interval < 0 or 0 < interval < MIN_CHECKPOINT_SECONDS:
         raise DataError(
-            f"must be seconds between checkpoints (0: never), got {text!r}",
+            f"must be seconds between checkpoints, at least {MIN_CHECKPOINT_SECONDS:g} (0: never), "
+            f"got {text!r}",
             path=where,
             line=line,
             field="checkpoint_interval",
