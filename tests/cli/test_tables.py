@@ -143,3 +143,19 @@ def test_columns_refuse_a_row_of_the_wrong_length() -> None:
     table = Columns("A", "B")
     with pytest.raises(ValueError):
         table.add_row("only one")
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (2.0, "2"),
+        (0.5, "0.5"),
+        (1e308, "1e+308"),
+        (float("inf"), "inf"),
+        (123456789012345.0, "123456789012345"),
+    ],
+)
+def test_a_number_cell_stays_short_however_large(value: float, shown: str) -> None:
+    from gpufleet.cli.output import cell
+
+    assert cell(value, "number") == shown

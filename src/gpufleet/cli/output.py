@@ -201,8 +201,10 @@ def cell(value: Any, column_type: str) -> str:
         return str(len(value))
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return ",".join(value) or "-"  # names (a job's nodes), as kubectl's wide columns list them
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # 2.0 as 2; a float as large as 1e308 stays short (`:g`), below
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) >= 1e15 else str(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
