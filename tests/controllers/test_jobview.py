@@ -141,3 +141,37 @@ def test_a_compacted_log_makes_the_view_list_again(tmp_path: Path) -> None:
     assert view.catch_up() == []
     assert view.jobs[("team", "one")].spec.replicas == 2
     assert view.cursor == int(store.resource_version)
+
+
+def test_a_deleted_job_is_looked_at_once_and_everything_of_it_goes(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    store = SqliteStore.open(tmp_path, synchronous="OFF", clock=clock.datetime)
+    twin = Twin(store, clock=clock)
+    manager = build_manager(store)
+    runtime = Runtime(store, clock=clock, participants=[twin, manager])
+    controller = next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+    for obj in load_objects(FLEET + "---" + job("gone", 2, 3000)):
+        store.apply(obj)
+    runtime.run_for(300)
+    assert store.get(TrainingJob, "gone", "team").status.phase == "Running"
+    assert store.list(Checkpoint).items and ("team", "gone") in controller.with_series
+    looked: list[tuple[str, str]] = []
+    reconcile = controller.reconcile
+
+    def counted(key: tuple[str, str], now: float) -> float | None:
+        looked.append(key)
+        return reconcile(key, now)
+
+    controller.reconcile = counted  # type: ignore[method-assign]
+    store.delete(TrainingJob, "gone", "team")
+    runtime.run_for(60)
+    # Its Workload, its two pods and its checkpoints go after it, one event each: none is a reason
+    # to look at the job again, but what the first look left behind would be.
+    assert looked == [("team", "gone")]
+    assert store.list(WorkloadObject).items == [] and store.list(Pod).items == []
+    assert ("team", "gone") not in controller.with_series and ("team", "gone") not in controller.specs
+    assert controller.due == {}
+    for obj in load_objects(job("gone", 1, 60)):  # the same name again is a new job
+        store.apply(obj)
+    runtime.run_for(120)
+    assert store.get(TrainingJob, "gone", "team").status.phase == "Succeeded"

@@ -87,12 +87,28 @@ class TrainingJobController(ViewedReconciler[JobView]):
             key = (ns, obj.name)
             return [] if event.type == "MODIFIED" and self.held.echo(key, obj) else [key]
         if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "TrainingJob":
-            return [(ns, obj.spec.owner.name)]
+            return self._job_of((ns, obj.spec.owner.name))
         if isinstance(obj, Pod) and JOB_LABEL in obj.metadata.labels:
-            return [(ns, obj.metadata.labels[JOB_LABEL])]
+            return self._job_of((ns, obj.metadata.labels[JOB_LABEL]))
         if isinstance(obj, Checkpoint):
-            return [(ns, obj.spec.job)]
+            return self._job_of((ns, obj.spec.job))
         return []
+
+    def _job_of(self, key: Key) -> list[Key]:
+        """The job an object of it concerns, unless the job is gone and nothing of it is left for its
+        reconcile to clean up: a deleted job's Workload and pods go after it, each with an event,
+        and looking at the job again for each did nothing. (The view has taken the event already;
+        whatever is written of the job later enqueues it again.)"""
+        return [key] if key in self.view.jobs or self._leftovers(key) else []
+
+    def _leftovers(self, key: Key) -> bool:
+        """Whether a job that is gone still has what `reconcile` cleans up after it."""
+        namespace, name = key
+        return (
+            (namespace, workload_name(name)) in self.view.workloads
+            or key in self.with_series
+            or key in self.specs
+        )
 
     def reconcile(self, key: Key, now: float) -> float | None:
         namespace, name = key
@@ -100,14 +116,16 @@ class TrainingJobController(ViewedReconciler[JobView]):
         self.catch_up(now)
         stored = view.jobs.get(key)
         if stored is None:
-            # A deleted job is looked at again for each of its objects that goes after it (its
-            # Workload, then its pods): only what is still there needs collecting.
+            # Gone: what is left of it goes (`_leftovers`); only what is still there is collected.
             if (namespace, workload_name(name)) in view.workloads:
                 self._collect(namespace, name)
             if key in self.with_series:
                 self.with_series.discard(key)
                 jobstate.forget_metrics(namespace, name)
             self.specs.pop(key, None)
+            # Nothing of it is left to look at: a look again that the catch-up above queued (for
+            # its workload's last writes) would find nothing to do.
+            self.due.pop(key, None)
             return None
         job = self.held.effective(key, stored)
         checkpoint = self._latest_checkpoint(job)
