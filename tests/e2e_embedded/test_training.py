@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.runtime import Node, Pod
+from gpufleet.twin.driver import Runtime
 from gpufleet.twin.twin import GpuFailure
 
 from .conftest import World
@@ -103,3 +104,36 @@ def test_job_runs_checkpoints_survives_gpu_failure_and_succeeds(world: World) ->
     # The GPUs are free again: every workload is out of the scheduler's cache.
     sched = world.manager.controllers[0]
     assert not sched.cache.admitted
+
+
+class LateFault:
+    """Stands for the HTTP API on the wall clock: once the twin has written the checkpoint at 1200,
+    the clock moves on while the runtime still works through that instant, and a GPU failure arrives."""
+
+    def __init__(self, world: World, fault: GpuFailure) -> None:
+        self.world = world
+        self.fault: GpuFailure | None = fault
+
+    def step(self, now: float) -> float | None:
+        steps = {c.spec.step for c in self.world.store.list(Checkpoint, namespace="team-a")}
+        if self.fault is not None and 1200 in steps:
+            self.world.clock.advance_to(now + 1)
+            self.world.twin.inject(self.fault)
+            self.fault = None
+        return None
+
+
+def test_a_fault_arriving_after_a_checkpoint_at_the_same_instant_loses_the_work_since(world: World) -> None:
+    world.apply(FLEET)
+    world.runtime.run_for(1)
+    world.apply(JOB)
+    world.runtime.run_for(1100)
+    pod = world.store.list(Pod, namespace="team-a").items[0]
+    late = LateFault(world, GpuFailure(node=pod.spec.node_name, gpu=pod.spec.gpus[0]))
+    runtime = Runtime(world.store, clock=world.clock, participants=[world.twin, world.manager, late])
+    runtime.run_for(200)
+    job = world.get("TrainingJob", "llm", "team-a")
+    assert job.status.restarts == 1
+    assert job.status.last_checkpoint is not None and job.status.last_checkpoint.step == 1200
+    # The failure came a second after the checkpoint: two workers of 8 GPUs lost that second.
+    assert job.status.lost_gpu_seconds == 16

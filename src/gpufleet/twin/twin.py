@@ -106,7 +106,8 @@ class Twin:
         checkpoint interval and replicas), without reading and validating the whole job again."""
         self.node_timers: dict[str, list[Timer]] = {}
         self.pod_timers: dict[tuple[str, str], Timer] = {}
-        self._faults: deque[Fault] = deque()
+        self._faults: deque[tuple[float, Fault]] = deque()
+        """Injected faults, each with the time it was injected at."""
         self._lock = threading.Lock()
         self._metrics_timer: Timer | None = None
         self.faults: Counter[str] = Counter()
@@ -116,23 +117,36 @@ class Twin:
 
     # ============================================================= public interface
     def inject(self, fault: Fault) -> None:
-        """Queues a fault; it happens at the twin's next step (safe from any thread)."""
+        """Queues a fault at the clock's present; it happens at the first step at or after that time
+        (safe from any thread)."""
+        at = self.clock.now()
         with self._lock:
-            self._faults.append(fault)
+            self._faults.append((at, fault))
 
     def step(self, now: float) -> float | None:
         if self.cursor is None:
             self._resync(now)
         self._dispatch(now)
-        with self._lock:
-            faults = list(self._faults)
-            self._faults.clear()
-        for fault in faults:
+        for fault in self._faults_due(now):
             self._apply(fault, now)
         self.loop.run_due(now)
         if self._metrics_timer is None:
             self._metrics_timer = self.loop.schedule(at=now, action=self._publish_metrics, name="metrics")
-        return self.loop.next_time()
+        wake = self.loop.next_time()
+        with self._lock:
+            later = self._faults[0][0] if self._faults else None
+        return later if wake is None or (later is not None and later < wake) else wake
+
+    def _faults_due(self, now: float) -> list[Fault]:
+        """The injected faults whose time has come. On the wall clock a fault can arrive while the
+        runtime is still at an instant it read before: it waits for the next one, so that it never
+        lands between two rounds of an instant, after a checkpoint stamped at that same instant, as
+        if nothing had been lost."""
+        due: list[Fault] = []
+        with self._lock:
+            while self._faults and self._faults[0][0] <= now:
+                due.append(self._faults.popleft()[1])
+        return due
 
     # ================================================================ store events
     def _resync(self, now: float) -> None:
