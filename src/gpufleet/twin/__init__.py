@@ -15,6 +15,7 @@ so whoever starts both hands them to one driver):
 With a `VirtualClock` (and `SqliteStore.open(dir, clock=clock.datetime)` so stored times are virtual),
 `runtime.run_for(seconds)` / `run_until(t)` replay hours of a fleet in seconds. Faults:
 `twin.inject(GpuFailure(node, gpu) | GpuRepair(node, gpu) | NodeLoss(node) | SpotInterruption(node))`,
-safe from any thread; random ones at the rates of `TwinConfig.faults` (seeded). `twin.faults` counts
-what happened, by kind.
+safe from any thread, happen at the clock's time of the call (on the wall clock, the runtime's next
+instant, never between two rounds of one already read); random ones at the rates of
+`TwinConfig.faults` (seeded). `twin.faults` counts what happened, by kind.
 """
