@@ -94,6 +94,7 @@ def test_a_window_without_jobs_is_refused_by_name(tmp_path: Path) -> None:
         (["--gpus", "0"], "--gpus: must be a positive multiple of 8"),
         (["--gpus", "99999999992"], "at most 524,288"),
         (["--seed", "-1"], "--seed: must be zero or more"),
+        (["--gang-slowdown", "rak=1.3"], "'rak' is not a topology level of a simulated fleet"),
     ],
 )
 def test_impossible_numbers_are_refused_by_option(args: list[str], says: str) -> None:

@@ -35,6 +35,7 @@ def write(path: Path, text: str) -> Path:
         ),
         ("placement: lucky\n", "placement", "unknown placement policy"),
         ("gangSlowdown: {rack: 0.5}\n", "gangSlowdown", ">= 1"),
+        ("gangSlowdown: {rak: 1.3}\n", "gangSlowdown", "one of host, block, rack"),
         ("queues: missing.yaml\n", "queues", "no such file"),
     ],
 )

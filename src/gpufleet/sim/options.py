@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.runtime import TOPOLOGY_LEVELS
 from gpufleet.api.training import MIN_CHECKPOINT_SECONDS
 from gpufleet.twin.config import SPOT_NOTICE_SECONDS
 
@@ -71,12 +72,21 @@ def parse_spot(text: str) -> float:
     return rate
 
 
+SLOWDOWN_LEVELS = ("host", *TOPOLOGY_LEVELS)
+"""The domains a simulated fleet's gang can span: its nodes, and the labels the pool controller gives
+them. Any other level would never find two domains, so its factor would silently do nothing."""
+
+
 def check_slowdown(factors: Mapping[str, float], option: str = "--gang-slowdown") -> dict[str, float]:
-    """Per topology level (a node label such as `rack` or `block`, or `host`), a slowdown factor >= 1."""
+    """Per topology level (`host`, `rack` or `block`), a slowdown factor >= 1."""
     out: dict[str, float] = {}
     for level, factor in factors.items():
-        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?", level):
-            raise ValidationError(f"{level!r} is not a topology level (a node label or host)", obj=option)
+        if level not in SLOWDOWN_LEVELS:
+            raise ValidationError(
+                f"{level!r} is not a topology level of a simulated fleet: "
+                f"one of {', '.join(SLOWDOWN_LEVELS)}",
+                obj=option,
+            )
         if not isinstance(factor, int | float) or not math.isfinite(factor) or factor < 1:
             raise ValidationError(f"{level}: the factor must be a number >= 1, got {factor!r}", obj=option)
         out[level] = float(factor)
