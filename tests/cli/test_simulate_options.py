@@ -117,3 +117,44 @@ def test_unwritable_report_and_state_folders_are_refused_before_the_run(tmp_path
     result = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--state-dir", str(blocker / "w")])
     assert isinstance(result.exception, ValidationError)
     assert f"--state-dir: cannot write in {blocker / 'w'}" in str(result.exception)
+
+
+def _trace(tmp_path: Path, *rows: str) -> str:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(rows), encoding="utf-8")
+    return str(trace)
+
+
+def test_a_window_no_job_of_which_fits_the_fleet_is_refused(tmp_path: Path) -> None:
+    from gpufleet.cli.main import app
+
+    trace = _trace(tmp_path, "2017-10-01 00:00:00,60,64,60,aa\n", "2017-10-01 00:01:00,60,16,60,aa\n")
+    for args in (["simulate"], ["simulate", "--compare", str(tmp_path / "run.yaml")]):
+        (tmp_path / "run.yaml").write_text("policy: fifo\n", encoding="utf-8")
+        result = CliRunner().invoke(app, [*args, "--trace", trace, "--gpus", "8", "--start-day", "0"])
+        assert isinstance(result.exception, ValidationError)
+        message = str(result.exception)
+        assert "--gpus" in message and "none of the 2 jobs submitted in the window fits" in message
+        assert "line 2 asks for 64 GPUs" in message
+
+
+def test_a_run_without_a_finished_job_prints_dashes_and_json_nulls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from gpufleet.cli.main import app
+    from gpufleet.sim import jobsim
+
+    monkeypatch.setattr(jobsim, "DRAIN_LIMIT", 86400.0)  # ten years of an idle fleet, shortened
+    # The second job can never run on 8 GPUs; the first outlasts the drain limit.
+    trace = _trace(tmp_path, "2017-10-01 00:00:00,1e12,1,1e12,aa\n", "2017-10-01 00:00:00,60,64,60,aa\n")
+    args = ["simulate", "--trace", trace, "--gpus", "8", "--start-day", "0"]
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "1 jobs (0 finished, 1 the fleet cannot run left out)" in text.output
+    assert "JCT mean -, p50 -, p99 -" in text.output
+    assert "nan" not in text.output
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    figures = json.loads(as_json.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert figures["jct_mean"] is None and figures["unplaceable"] == 1 and figures["finished"] == 0

@@ -11,6 +11,7 @@ refusal after the run would throw hours of simulation away.
 from __future__ import annotations
 
 import contextlib
+import math
 import shlex
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -76,8 +77,13 @@ def run_dirs(directory: Path, names: Sequence[str]) -> dict[str, Path]:
 
 
 def summary_json(summary: Summary, result: SimResult) -> dict[str, Any]:
-    """The `--json` figures, with the Events dropped unkept counted by reason (empty when kept)."""
-    return {**{k: getattr(summary, k) for k in summary.__slots__}, "events": dict(result.events)}
+    """The `--json` figures, with the Events dropped unkept counted by reason (empty when kept); a
+    figure there is none of (the JCT when no job finished) is null, as JSON has no NaN."""
+    figures = {k: getattr(summary, k) for k in summary.__slots__}
+    return {
+        **{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in figures.items()},
+        "events": dict(result.events),
+    }
 
 
 def hint(directory: Path) -> str:

@@ -229,6 +229,7 @@ def simulate(
     window = loaded.window(begin, days)
     if not window.jobs:  # before the queues, whose quotas are shares of the window's demand
         raise ValidationError("no job of the trace is submitted in the window", obj="--days")
+    jobfleet.check_runnable(window.jobs, pools, "--fleet" if fleet is not None else "--gpus")
     queue_objs = jobfleet.queues_for(policy, pools, window, queues)
     result = jobsim.simulate(
         loaded,
@@ -246,18 +247,15 @@ def simulate(
     else:
         out = Console(highlight=False, soft_wrap=True, emoji=False)
         s = summary
+        left_out = f", {s.unplaceable} the fleet cannot run left out" if s.unplaceable else ""
         out.print(
-            f"{s.jobs} jobs ({s.finished} finished) on {result.capacity} GPUs, "
+            f"{s.jobs} jobs ({s.finished} finished{left_out}) on {result.capacity} GPUs, "
             f"{(result.end - result.begin) / 3600:.1f} h virtual in {s.wall_seconds:.1f} s wall "
             f"(fleet figures over the {s.span_hours:.1f} h submission window)"
         )
-        out.print(
-            f"JCT mean {s.jct_mean / 3600:.2f} h, p50 {s.jct_p50 / 3600:.2f} h, p99 {s.jct_p99 / 3600:.2f} h"
-        )
-        out.print(
-            f"queueing delay mean {s.wait_mean / 3600:.2f} h, p50 {s.wait_p50 / 3600:.2f} h, "
-            f"p99 {s.wait_p99 / 3600:.2f} h"
-        )
+        h = jobreport.hours
+        out.print(f"JCT mean {h(s.jct_mean)}, p50 {h(s.jct_p50)}, p99 {h(s.jct_p99)}")
+        out.print(f"queueing delay mean {h(s.wait_mean)}, p50 {h(s.wait_p50)}, p99 {h(s.wait_p99)}")
         out.print(
             f"utilisation {s.utilisation:.1%}, goodput {s.goodput:.1%}, restarts {s.restarts}, "
             f"lost {s.lost_gpu_hours:.1f} GPU-h"
@@ -305,6 +303,7 @@ def _compare(
             if fleet is not None
             else jobfleet.fleet_of_gpus(DEFAULT_GPUS if gpus is None else gpus, spot=spec.spot)
         )
+        jobfleet.check_runnable(window.jobs, pools, "--fleet" if fleet is not None else "--gpus")
         planned.append((spec, pools, compare.queues_of(spec, pools, window)))
     dirs = simstate.run_dirs(state_dir, [spec.name for spec in specs]) if state_dir is not None else {}
     err = Console(stderr=True, highlight=False, emoji=False)

@@ -40,7 +40,7 @@ from gpufleet.api.validation import translate_error
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.placement.policies import POLICY_NAMES
 from gpufleet.sim import jobfleet
-from gpufleet.sim.jobreport import Summary, jcts, price_per_gpu_hour, summarise
+from gpufleet.sim.jobreport import Summary, hours, jcts, price_per_gpu_hour, summarise
 from gpufleet.sim.jobsim import SimOptions, SimResult
 from gpufleet.sim.options import (
     check_slowdown,
@@ -189,7 +189,7 @@ def table(runs: Sequence[tuple[RunSpec, SimResult]]) -> str:
     """The side-by-side table of the runs (markdown)."""
 
     def h(seconds: float) -> str:
-        return f"{seconds / 3600:.2f}"
+        return hours(seconds, unit="")
 
     lines = [
         "| run | policy | jobs | JCT mean / p50 / p99 (h) | queueing delay mean / p99 (h) | utilisation | "

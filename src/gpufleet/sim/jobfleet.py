@@ -149,6 +149,20 @@ def fits(job: TraceJob, pools: Sequence[GPUPool]) -> bool:
     return job.gpus <= whole
 
 
+def check_runnable(jobs: Sequence[TraceJob], pools: Sequence[GPUPool], obj: str) -> None:
+    """Refuses a window none of whose jobs the fleet could ever run: every one would be left out, and
+    the run would report nothing but an idle fleet."""
+    if jobs and not any(fits(job, pools) for job in jobs):
+        first = jobs[0]
+        asks = f"a {first.mig} MIG instance" if first.mig is not None else f"{first.gpus:,} GPUs"
+        capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
+        raise ValidationError(
+            f"none of the {len(jobs):,} jobs submitted in the window fits the fleet of {capacity:,} GPUs "
+            f"(line {first.line} asks for {asks})",
+            obj=obj,
+        )
+
+
 def mig_share(profile: str) -> float:
     """The part of a GPU's compute a MIG instance of `profile` holds (1g.10gb: 1/7): what a MIG pod
     counts for in utilisation, as a whole-GPU pod counts 1 a GPU."""

@@ -173,8 +173,9 @@ def queue_shares(result: SimResult) -> list[tuple[str, float, float, int, float,
     return rows
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h"
+def hours(seconds: float, unit: str = " h") -> str:
+    """Seconds as hours; `-` where there is no figure (no job finished, so no JCT)."""
+    return f"{seconds / 3600:.2f}{unit}" if math.isfinite(seconds) else "-"
 
 
 def markdown(result: SimResult, title: str, command: str) -> str:
@@ -191,9 +192,9 @@ def markdown(result: SimResult, title: str, command: str) -> str:
         "",
         "| measure | value |",
         "|---|---|",
-        f"| JCT mean / p50 / p99 | {_hours(s.jct_mean)} / {_hours(s.jct_p50)} / {_hours(s.jct_p99)} |",
-        f"| queueing delay mean / p50 / p99 | {_hours(s.wait_mean)} / {_hours(s.wait_p50)} / "
-        f"{_hours(s.wait_p99)} |",
+        f"| JCT mean / p50 / p99 | {hours(s.jct_mean)} / {hours(s.jct_p50)} / {hours(s.jct_p99)} |",
+        f"| queueing delay mean / p50 / p99 | {hours(s.wait_mean)} / {hours(s.wait_p50)} / "
+        f"{hours(s.wait_p99)} |",
         f"| utilisation (GPUs held) | {s.utilisation:.1%} |",
         f"| goodput (work kept) | {s.goodput:.1%} |",
         f"| restarts (every job) | {s.restarts} |",
@@ -220,7 +221,7 @@ def markdown(result: SimResult, title: str, command: str) -> str:
     for name, share, entitled, count, mean, held in queue_shares(result):
         waiting, peak = lengths.get(name, (0.0, 0.0))
         lines.append(
-            f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {_hours(mean)} | "
+            f"| {name} | {count} | {share:.1%} | {entitled:.1%} | {hours(mean)} | "
             f"{waiting:.1f} / {peak:.1f} | {held:,.1f} | ${queue_cost(result, name):,.0f} |"
         )
     lines += [
