@@ -56,6 +56,23 @@ def test_not_a_mapping_and_repeated_names_are_refused(tmp_path: Path) -> None:
     b = write(tmp_path / "b.yaml", "name: same\npolicy: fifo\n")
     with pytest.raises(ValidationError, match="distinct name"):
         compare.load_configs([a, b])
+    upper = write(tmp_path / "upper.yaml", "name: Same\n")
+    with pytest.raises(ValidationError, match=r"'Same' is also .*a.yaml's \('same', in other case\)"):
+        compare.load_configs([a, upper])
+
+
+@pytest.mark.parametrize("name", ["../evil", "..", "a/b", "a|b", "x\\y", " lead", "tail.", "tab\\tname"])
+def test_a_run_name_that_cannot_be_one_folder_and_table_cell_is_refused(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path / "run.yaml", f"name: {name!r}\n".replace("'", '"'))
+    with pytest.raises(ValidationError, match="names the run's folder") as caught:
+        compare.load_config(path)
+    assert f"{path}: field name: run name" in str(caught.value)
+
+
+def test_a_file_name_that_cannot_name_a_run_asks_for_a_name(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="give the file a `name:`"):
+        compare.load_config(write(tmp_path / "a|b.yaml", "policy: fifo\n"))
+    assert compare.load_config(write(tmp_path / "run (v2).yaml", "policy: fifo\n")).name == "run (v2)"
 
 
 def test_a_configuration_sets_the_run_options(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ field named, before anything runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,10 @@ from gpufleet.sim.options import (
 from gpufleet.sim.philly import Trace
 
 _T = TypeVar("_T")
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9 ._+=,()-]{0,38}[A-Za-z0-9)])?")
+"""A run's name: it becomes a folder (never a path out of one) and a cell of a markdown table."""
 
 
 class RunConfig(ApiModel):
@@ -145,8 +150,17 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
         queues = (path.parent / config.queues).resolve()
         if not queues.is_file():
             raise ValidationError(f"no such file: {queues}", obj=where, field="queues")
+    name = config.name or path.name.removesuffix(".yaml").removesuffix(".yml")
+    if not RUN_NAME.fullmatch(name):
+        raise ValidationError(
+            f"run name {name!r} names the run's folder of --report and --state-dir and its row of the "
+            "table: 1-40 letters, digits, spaces and . _ + = , ( ) -, from a letter or digit to a letter, "
+            "digit or )" + ("" if config.name else "; give the file a `name:`"),
+            obj=where,
+            field="name",
+        )
     return RunSpec(
-        name=config.name or path.name.removesuffix(".yaml").removesuffix(".yml"),
+        name=name,
         path=path,
         policy=config.policy,
         queues=queues,
@@ -159,15 +173,19 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
 def load_configs(paths: Sequence[str | Path], *, seed: int = 0) -> list[RunSpec]:
     """Every file checked before any run; the runs' names must differ (they name the report folders)."""
     specs = [load_config(p, seed=seed) for p in paths]
-    seen: dict[str, Path] = {}
+    seen: dict[str, tuple[str, Path]] = {}
     for spec in specs:
-        if spec.name in seen:
+        # Names differing in case alone would share a folder where file names ignore case.
+        other = seen.get(spec.name.casefold())
+        if other is not None:
             raise ValidationError(
-                f"run name {spec.name!r} is also {seen[spec.name]}'s; give each a distinct name",
+                f"run name {spec.name!r} is also {other[1]}'s"
+                + ("" if other[0] == spec.name else f" ({other[0]!r}, in other case)")
+                + "; give each a distinct name",
                 obj=str(spec.path),
                 field="name",
             )
-        seen[spec.name] = spec.path
+        seen[spec.name.casefold()] = (spec.name, spec.path)
     return specs
 
 
