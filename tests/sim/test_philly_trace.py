@@ -84,7 +84,7 @@ def test_a_fleet_file_holds_at_most_a_clusters_nodes(tmp_path: Path) -> None:
     path.write_text(
         pool.format(name="a", nodes=40_000, scaling="")
         + "---\n"
-        + pool.format(name="b", nodes=0, scaling=", autoscaling: {maxNodes: 30000}"),
+        + pool.format(name="b", nodes=30_000, scaling=""),
         encoding="utf-8",
     )
     with pytest.raises(
@@ -94,6 +94,30 @@ def test_a_fleet_file_holds_at_most_a_clusters_nodes(tmp_path: Path) -> None:
     path.write_text(pool.format(name="a", nodes=100_000_000, scaling=""), encoding="utf-8")
     with pytest.raises(ValidationError, match=r"spec\.nodes: must be <= 65536"):
         jobfleet.load_pools(path)
+
+
+def test_a_fleet_file_is_refused_an_autoscaled_pool_and_a_name_given_twice(tmp_path: Path) -> None:
+    pool = (
+        "apiVersion: gpufleet.io/v1alpha1\nkind: GPUPool\nmetadata: {{name: {name}}}\n"
+        "spec: {{gpuModel: H100-80GB, gpusPerNode: 8, nodes: {nodes}{scaling}}}\n"
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(pool.format(name="a", nodes=1, scaling=", autoscaling: {maxNodes: 4}"), encoding="utf-8")
+    with pytest.raises(
+        DataError, match=r"GPUPool a: field spec\.autoscaling: a simulated fleet keeps its size"
+    ):
+        jobfleet.load_pools(path)
+    path.write_text(
+        pool.format(name="a", nodes=1, scaling="") + "---\n" + pool.format(name="a", nodes=2, scaling=""),
+        encoding="utf-8",
+    )
+    with pytest.raises(DataError, match="GPUPool a: the name is given twice"):
+        jobfleet.load_pools(path)
+    queues = tmp_path / "queues.yaml"
+    queue = "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: q}\nspec: {}\n"
+    queues.write_text(queue + "---\n" + queue, encoding="utf-8")
+    with pytest.raises(DataError, match="Queue q: the name is given twice"):
+        jobfleet.load_queues(queues)
 
 
 def test_missing_column_and_unknown_trace(tmp_path: Path) -> None:

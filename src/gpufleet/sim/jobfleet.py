@@ -30,7 +30,7 @@ GPU_MODEL = "H100-80GB"
 PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
 MAX_FLEET_NODES = MAX_POOL_NODES
-"""The most nodes a simulated fleet holds, all pools together (autoscaled ones at their maximum): one
+"""The most nodes a simulated fleet holds, all pools together: one
 cluster's worth. 65,536 nodes take about 2 GB and 40 s to build; far more would exhaust the machine
 before the first job ran."""
 
@@ -69,10 +69,19 @@ def fleet_of_gpus(gpus: int, *, price: float = PRICE_PER_GPU_HOUR, spot: bool = 
 
 
 def load_pools(path: str | Path) -> list[GPUPool]:
-    """The GPUPools of a YAML file; another kind in it, or more than `MAX_FLEET_NODES` nodes in all,
-    is a DataError."""
+    """The GPUPools of a YAML file; another kind in it, a name given twice, an autoscaled pool or more
+    than `MAX_FLEET_NODES` nodes in all is a DataError."""
     pools = _load_only(path, GPUPool, "fleet")
-    most = sum(max(p.spec.nodes, p.spec.autoscaling.max_nodes if p.spec.autoscaling else 0) for p in pools)
+    for pool in pools:
+        if pool.spec.autoscaling is not None:
+            # Quotas, utilisation and cost are all taken over the pools' nodes: a pool that grew or
+            # shrank would make every one of them wrong, and the quotas would keep it from growing.
+            raise DataError(
+                f"GPUPool {pool.name}: field spec.autoscaling: a simulated fleet keeps its size; "
+                "give the pool's spec.nodes instead",
+                path=str(path),
+            )
+    most = sum(p.spec.nodes for p in pools)
     if most > MAX_FLEET_NODES:
         raise DataError(
             f"the pools hold up to {most:,} nodes together; a simulated fleet holds at most "
@@ -88,13 +97,18 @@ def load_queues(path: str | Path) -> list[Queue]:
 
 
 def _load_only(path: str | Path, kind: type[_Kind], what: str) -> list[_Kind]:
-    """The objects of one kind in a YAML file (at least one); any other kind is a DataError."""
+    """The objects of one kind in a YAML file (at least one, each name once); any other kind is a
+    DataError. A second object of a name would silently replace the first in the store."""
     found: list[_Kind] = []
+    names: set[str] = set()
     for obj in load_objects(Path(path)):
         if not isinstance(obj, kind):
             raise DataError(
                 f"{obj.kind} {obj.name}: a {what} file holds {kind.__name__}s only", path=str(path)
             )
+        if obj.name in names:
+            raise DataError(f"{obj.kind} {obj.name}: the name is given twice", path=str(path))
+        names.add(obj.name)
         found.append(obj)
     if not found:
         raise DataError(f"no {kind.__name__} in the {what} file", path=str(path))
@@ -154,7 +168,11 @@ def check_runnable(jobs: Sequence[TraceJob], pools: Sequence[GPUPool], obj: str)
     the run would report nothing but an idle fleet."""
     if jobs and not any(fits(job, pools) for job in jobs):
         first = jobs[0]
-        asks = f"a {first.mig} MIG instance" if first.mig is not None else f"{first.gpus:,} GPUs"
+        asks = (
+            f"a {first.mig} MIG instance"
+            if first.mig is not None
+            else f"{first.gpus:,} GPU{'' if first.gpus == 1 else 's'}"
+        )
         capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
         raise ValidationError(
             f"none of the {len(jobs):,} jobs submitted in the window fits the fleet of {capacity:,} GPUs "
