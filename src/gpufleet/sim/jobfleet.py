@@ -30,9 +30,8 @@ GPU_MODEL = "H100-80GB"
 PRICE_PER_GPU_HOUR = 3.0
 ROOT_QUEUE = "trace"
 MAX_FLEET_NODES = MAX_POOL_NODES
-"""The most nodes a simulated fleet holds, all pools together: one
-cluster's worth. 65,536 nodes take about 2 GB and 40 s to build; far more would exhaust the machine
-before the first job ran."""
+"""The most nodes a simulated fleet holds, all pools together: one cluster's worth. 65,536 nodes
+take about 2 GB and 40 s to build; far more would exhaust the machine before the first job ran."""
 
 FIFO_QUEUE = "fifo"
 LAS_QUEUE = "las"
@@ -84,8 +83,7 @@ def load_pools(path: str | Path) -> list[GPUPool]:
     most = sum(p.spec.nodes for p in pools)
     if most > MAX_FLEET_NODES:
         raise DataError(
-            f"the pools hold up to {most:,} nodes together; a simulated fleet holds at most "
-            f"{MAX_FLEET_NODES:,}",
+            f"the pools hold {most:,} nodes together; a simulated fleet holds at most {MAX_FLEET_NODES:,}",
             path=str(path),
         )
     return pools
