@@ -110,6 +110,26 @@ def test_add_then_refund_restores_every_node() -> None:
     assert usage.snapshot() == before
 
 
+def test_a_change_after_an_undone_what_if_never_reuses_its_version() -> None:
+    """Memos are keyed by the usage version (the cycle's quota answers, who borrows): a what-if
+    (a preemption search) changes usage and undoes it with `rewind`; the table of a later real
+    change must not carry the number the what-if's table had, or the what-if's answer is read as
+    its own."""
+    tree = QuotaTree([q("root"), q("a", "root", 4), q("b", "root", 4)])
+    usage = QuotaUsage(tree)
+    usage.add("a", {F: 4000})
+    before = usage.version
+    usage.add("a", {F: 4000}, -1)  # the what-if: a's workload evicted
+    during = usage.version
+    what_if_answer = usage.fits("b", {F: 8000})
+    usage.add("a", {F: 4000})
+    usage.rewind(before)
+    assert usage.version == before  # memos made before the what-if hold again
+    usage.add("b", {F: 2000})  # a real admission: another table
+    assert usage.version not in (before, during)
+    assert what_if_answer is None and usage.fits("b", {F: 8000}) is not None
+
+
 def test_shortfall_names_the_binding_queue_and_numbers() -> None:
     tree = QuotaTree([q("root"), q("org", "root", 0, borrow=2), q("a", "org", 4), q("b", "root", 4)])
     usage = QuotaUsage(tree)

@@ -206,8 +206,12 @@ class QuotaUsage:
     def __init__(self, tree: QuotaTree) -> None:
         self.tree = tree
         self.used: dict[str, dict[str, int]] = {name: {} for name in tree.nodes}
-        # Bumped by every change (memos of what borrows read it); a change and its inverse bump it twice.
+        # Changed by every change to a number never used before (memos of what borrows read it); a
+        # change and its inverse take two. `rewind` goes back to an earlier number, whose memos hold
+        # again; the next change still takes a new one, or a memo made in a what-if that was undone
+        # would be read as the answer for another table with the same number.
         self.version = 0
+        self._issued = 0
         # What `_available` found per queue and flavor at `_memo_version`: a cycle asks the same queues
         # (and their parents) again and again between two changes of usage.
         self._memo: dict[tuple[str, str], tuple[int, str]] = {}
@@ -216,7 +220,8 @@ class QuotaUsage:
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
         tree = self.tree
-        self.version += 1
+        self._issued += 1
+        self.version = self._issued
         for flavor, amount in amounts.items():
             delta = sign * amount
             for name in tree.paths[queue]:
@@ -231,8 +236,7 @@ class QuotaUsage:
 
     def rewind(self, version: int) -> None:
         """After changes that were all undone: the table is as it was at `version`, so memos keyed by it
-        hold again. Numbers handed out since may be handed out again, so what was memoised here since
-        is dropped."""
+        hold again (the next change takes a number not used before)."""
         self.version = version
         self._memo.clear()
         self._memo_version = -1
