@@ -132,6 +132,26 @@ spec: {gpuModel: H100-80GB, gpusPerNode: 8, nodes: 3}
     assert len(_nodes(world)) == 2
 
 
+def test_a_waiting_workload_s_node_demand_follows_a_pool_s_new_price(world: World) -> None:
+    def fixed(name: str, price: float) -> str:
+        return f"""
+apiVersion: gpufleet.io/v1alpha1
+kind: GPUPool
+metadata: {{name: {name}}}
+spec: {{gpuModel: H100-80GB, gpusPerNode: 8, nodes: 1, pricePerGPUHour: {price}}}
+"""
+
+    world.apply(fixed("a", 3.0))
+    world.apply(fixed("b", 4.0))
+    world.apply(_job("wide", replicas=3))  # 3 nodes: more than the fleet's 2, so it waits for nodes
+    world.runtime.run_for(60)
+    assert world.get("Workload", "job-wide").status.node_demand.pools == ["a", "b"]
+    world.apply(fixed("b", 2.0))  # nothing about the workload or the fleet's capacity changed
+    world.runtime.run_for(60)
+    status = world.get("Workload", "job-wide").status
+    assert status.phase == "Pending" and status.node_demand.pools == ["b", "a"]  # cheapest first
+
+
 def test_idle_timers_and_idle_hours_survive_a_restart(tmp_path: Path) -> None:
     first = make_world(tmp_path)
     first.apply(_pool("h100"))

@@ -28,7 +28,7 @@ from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.scheduler import explain
 from gpufleet.scheduler.cycle import CycleResult
-from gpufleet.scheduler.explain import Reason
+from gpufleet.scheduler.explain import Pending, Reason
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,13 @@ class StatusWriter:
         passes change one or two queues' numbers; a queue whose object and report are both as
         they were already carries that report, and building its status again to compare it
         was most of a pass's cost."""
+        self._told: dict[str, tuple[Pending, WorkloadObject, object, bool]] = {}
+        """Per workload, the core's decision, the workload and what `state.reasons` held once that
+        decision was looked at, and whether a change only of numbers was left for the next refresh
+        (`reason_refresh_seconds`); nothing else was left to write. A parked workload is handed the very
+        same decision every cycle (`scheduler.parking`); with everything else the reason is built
+        from unchanged too, there is nothing to look at again. On a backlog of thousands that look
+        was most of a scheduling pass."""
 
     def write(self, key: str, obj: WorkloadObject, status: WorkloadStatus) -> None:
         """Writes a workload status computed from `obj`; on a conflict, once more on the fresh object."""
@@ -163,10 +170,25 @@ class StatusWriter:
         refresh = now >= self.next_reason_refresh
         if refresh:
             self.next_reason_refresh = now + self.reason_refresh_seconds
+        told, workloads, said_before = self._told, state.workloads, state.reasons
         for key, pending in result.pending.items():
-            obj = state.workloads.get(key)
+            obj = workloads.get(key)
             if obj is None or obj.status.phase != "Pending":
                 continue
+            # Looked at already: this very decision about this very workload, with its reason as
+            # written then, and not left for a refresh that is due now. What else the reason is built
+            # from (the quota tree, the queues left out of it, the pools) changes only with
+            # `state.reasons` cleared, which the identity test of what was written sees.
+            seen = told.get(key)
+            if (
+                seen is not None
+                and seen[0] is pending
+                and seen[1] is obj
+                and seen[2] is said_before.get(key)
+                and not (refresh and seen[3])
+            ):
+                continue
+            core_pending = pending
             queue_reason = self._queue_reason(obj.spec.queue)
             if queue_reason is not None:
                 pending = dataclasses.replace(pending, reason=queue_reason)
@@ -175,7 +197,11 @@ class StatusWriter:
             # is told what it was told before.
             said = (pending.reason, None if demand is None else demand.pools)
             last = state.reasons.get(key)
-            if last == said or (not refresh and _same_but_numbers(last, said)):
+            if last == said:
+                told[key] = (core_pending, obj, last, False)
+                continue
+            if not refresh and _same_but_numbers(last, said):
+                told[key] = (core_pending, obj, last, True)  # written at the next refresh
                 continue
             before = obj.status.pending_reason
             if before is None or before.type != pending.reason.type:
@@ -197,6 +223,11 @@ class StatusWriter:
             )
             self.write(key, obj, status)
             state.reasons[key] = said
+            written = state.workloads.get(key)
+            if written is not None:
+                told[key] = (core_pending, written, said, False)
+        for gone in told.keys() - result.pending.keys():
+            del told[gone]
 
     def _failed_scheduling(self, obj: WorkloadObject, reason: Reason, now: float) -> None:
         """A Warning event, on the workload's owner (what `describe` shows), when the reason it waits
