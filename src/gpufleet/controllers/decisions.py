@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,14 +166,18 @@ def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) ->
     """Sets the pending gauges from the last cycle's reasons: per queue and reason, how many wait and
     how long the longest-waiting one has (since submission, on the world's clock)."""
     counts: dict[tuple[str, str], float] = {}
-    oldest: dict[tuple[str, str], float] = {}
+    first: dict[tuple[str, str], float] = {}
     if last is not None:
+        # Once per pass over every waiting workload (a backlog may be tens of thousands): kept lean.
+        waiting = cache.pending
         for name, pending in last.pending.items():
-            workload = cache.pending.get(name)
+            workload = waiting.get(name)
             if workload is None:
                 continue
             key = (workload.queue, pending.reason.type)
             counts[key] = counts.get(key, 0) + 1
-            oldest[key] = max(oldest.get(key, 0.0), now - workload.submitted_at)
+            submitted = workload.submitted_at
+            if submitted < first.get(key, math.inf):
+                first[key] = submitted
     metrics.set_series(metrics.PENDING_WORKLOADS, counts)
-    metrics.set_series(metrics.PENDING_OLDEST, oldest)
+    metrics.set_series(metrics.PENDING_OLDEST, {key: max(0.0, now - at) for key, at in first.items()})
