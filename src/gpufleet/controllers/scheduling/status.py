@@ -165,6 +165,7 @@ class StatusWriter:
     def reasons(self, result: CycleResult | None, now: float) -> None:
         """Writes each pending workload's reason, only when it changed."""
         if result is None:
+            self._told.clear()  # nothing waits: what was told of those that did is of no more use
             return
         state = self.state
         refresh = now >= self.next_reason_refresh
