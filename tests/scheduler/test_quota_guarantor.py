@@ -57,3 +57,18 @@ def test_over_several_flavors_the_highest_guarantor_and_none_if_any_borrows() ->
     assert usage.guarantor("a1", {H: 3000, A: 1000}) == "org-a"
     assert usage.guarantor("a1", {H: 1000, A: 1000}) == "a1"
     assert usage.guarantor("a1", {H: 1000, A: 5000}) is None  # org-a sets no A100 quota above a1's
+
+
+def test_the_answer_for_the_same_amounts_follows_every_change_of_usage() -> None:
+    """Remembered between changes (a backlog asks again at every step of its cycle), never across one,
+    an undone what-if included."""
+    usage = _usage()
+    assert usage.guarantor("a1", {H: 2000}) == "a1"
+    before = usage.version
+    usage.add("a1", {H: 2000})
+    assert usage.guarantor("a1", {H: 2000}) == "org-a"  # a1's own 2 are used: org-a holds the next 2
+    usage.add("a1", {H: 2000}, -1)
+    usage.rewind(before)
+    assert usage.guarantor("a1", {H: 2000}) == "a1"
+    usage.add("a1", {H: 10000})
+    assert usage.guarantor("a1", {H: 2000}) is None  # org-a's subtree (its 8, a1's 2) is used: the root's

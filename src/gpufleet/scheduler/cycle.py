@@ -171,7 +171,6 @@ class _Cycle:
         self.preempted_for: set[str] = set()
         self._usage_memo: dict[str, dict[str, int]] = {}
         self._quota_reasons: dict[tuple[object, ...], Reason | None] = {}
-        self._borrows_memo: dict[tuple[object, ...], bool] = {}
         self._models_memo: dict[str, list[str | None]] = {}
         self._attempted: dict[str, Workload] = {}
         self._models_by_shape: dict[tuple[object, ...], list[str | None]] = {}
@@ -498,14 +497,7 @@ class _Cycle:
                 if models:
                     usage = self._usage_at(workload, models[0], self._smallest(workload))
             self._usage_memo[workload.name] = usage
-        if not usage:
-            return False
-        # A backlog asks about the same few amounts per queue, and each heap push and pop asks again.
-        key = (workload.queue, tuple(usage.items()), cache.usage.version)
-        borrows = self._borrows_memo.get(key)
-        if borrows is None:
-            borrows = self._borrows_memo[key] = cache.usage.guarantor(workload.queue, usage) is None
-        return borrows
+        return bool(usage) and cache.usage.guarantor(workload.queue, usage) is None
 
     def _record(self, workload: Workload, outcome: Outcome) -> bool:
         """Step 6: turns an outcome into decisions and the snapshot's new state; True if it did not start."""

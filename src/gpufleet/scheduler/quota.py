@@ -216,6 +216,10 @@ class QuotaUsage:
         # (and their parents) again and again between two changes of usage.
         self._memo: dict[tuple[str, str], tuple[int, str]] = {}
         self._memo_version = -1
+        # Who guarantees what, at `_guarantors_version`: a backlog's cycle asks about the same few
+        # amounts per queue at each push and pop of its heap.
+        self._guarantors: dict[tuple[str, tuple[tuple[str, int], ...]], str | None] = {}
+        self._guarantors_version = -1
 
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
@@ -285,6 +289,17 @@ class QuotaUsage:
         return local + max(0, from_parent), binding
 
     def guarantor(self, queue: str, amounts: Mapping[str, int]) -> str | None:
+        """`_guarantor`, remembered until usage changes."""
+        if self._guarantors_version != self.version:
+            self._guarantors.clear()
+            self._guarantors_version = self.version
+        key = (queue, tuple(amounts.items()))
+        if key in self._guarantors:
+            return self._guarantors[key]
+        found = self._guarantors[key] = self._guarantor(queue, amounts)
+        return found
+
+    def _guarantor(self, queue: str, amounts: Mapping[str, int]) -> str | None:
         """The queue whose nominal quota holds `amounts` added to the leaf `queue`, or None when they
         would be borrowed from the root (decision 27).
 
