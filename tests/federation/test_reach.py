@@ -15,6 +15,7 @@ from pydantic import SecretStr
 
 from gpufleet.api import Cluster, load_objects
 from gpufleet.api.cluster import DispatchCount
+from gpufleet.api.errors import NotFoundError
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.secret import SYSTEM_NAMESPACE, Secret, SecretSpec
 from gpufleet.api.training import TrainingJob
@@ -193,3 +194,30 @@ def test_a_worker_silent_past_its_lease_loses_its_work_without_a_call_per_job() 
 def test_a_deadline_must_be_positive(deadline: float) -> None:
     with pytest.raises(ValueError, match="deadline"):
         WorkerReach(deadline_seconds=deadline)
+
+
+def test_a_worker_whose_token_goes_during_a_pass_leaves_the_pass_to_the_others() -> None:
+    """A worker leaves (its token Secret revoked and replaced) between the pass's read of it and the
+    resizing of its grants: its new client cannot be made, and the other worker is still served."""
+    fed = Fleet(WorkerReach())
+    fed.report(START)
+    fed.controller.step(START)
+    leaving = fed.links["w1"]
+    links = fed.links
+
+    def list_managed() -> object:
+        listed = StoreWorker.list_managed(leaving)
+        fed.manager.apply(Secret(metadata=ObjectMeta(name="w1-token", namespace=SYSTEM_NAMESPACE),
+                                 spec=SecretSpec(data={"token": SecretStr("revoked")})))  # fmt: skip
+        return listed
+
+    def connect(cluster: Cluster) -> StoreWorker:
+        if cluster.name == "w1" and fed.manager.list(Secret).items:
+            raise NotFoundError("its token is revoked", obj="Cluster w1")
+        return links[cluster.name]
+
+    leaving.list_managed = list_managed  # type: ignore[method-assign]
+    fed.controller.connect = connect
+    fed.links["w2"].calls.clear()
+    fed.controller.step(START + 1)
+    assert fed.links["w2"].calls["list_queues"] == 1  # w2's grants were still looked at

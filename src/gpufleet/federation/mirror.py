@@ -200,9 +200,15 @@ class FederationController:
                 self._set_status(job, _waiting_status(job, reason, now))
         resizes: dict[str, Callable[[], None]] = {}
         for name in copies:
-            if self.reach.available(name, now):  # a dispatch there may have failed just now
+            if not self.reach.available(name, now):  # a dispatch there may have failed just now
+                continue
+            try:
+                # Its connection may be gone since the read (its token revoked by a leave meanwhile).
                 client = self._client(clusters[name])
-                resizes[name] = partial(self._resize_grants, name, client, queues, grants)
+            except GpuFleetError as exc:
+                log.warning("cluster %s: cannot connect to it: %s", name, exc)
+                continue
+            resizes[name] = partial(self._resize_grants, name, client, queues, grants)
         self.reach.run(resizes, now)
         return now + self.period_seconds
 
