@@ -202,11 +202,9 @@ class FederationController:
         for name in copies:
             if not self.reach.available(name, now):  # a dispatch there may have failed just now
                 continue
-            try:
-                # Its connection may be gone since the read (its token revoked by a leave meanwhile).
-                client = self._client(clusters[name])
-            except GpuFleetError as exc:
-                log.warning("cluster %s: cannot connect to it: %s", name, exc)
+            # Its connection may be gone since the read (its token revoked by a leave meanwhile).
+            client = self._connected(clusters[name])
+            if client is None:
                 continue
             resizes[name] = partial(self._resize_grants, name, client, queues, grants)
         self.reach.run(resizes, now)
@@ -224,11 +222,9 @@ class FederationController:
         for cluster in clusters:
             if self._lease_lost(cluster, now):
                 continue  # silent: not worth a timeout each pass; cleaned up once it reports again
-            try:
-                # First: a worker that joined again is reached anew, whatever its old client met.
-                client = self._client(cluster)
-            except GpuFleetError as exc:
-                log.warning("cluster %s: cannot connect to it: %s", cluster.name, exc)
+            # First: a worker that joined again is reached anew, whatever its old client met.
+            client = self._connected(cluster)
+            if client is None:
                 continue
             if not self.reach.available(cluster.name, now):
                 continue
@@ -404,6 +400,14 @@ class FederationController:
             wanted = worker_queue(queue, grant, manager=self.manager)
             if not same_grant(current, wanted):
                 client.apply_queue(wanted)
+
+    def _connected(self, cluster: Cluster) -> WorkerClient | None:
+        """`_client`, or None (said in the log) when no client can be made (its token is gone)."""
+        try:
+            return self._client(cluster)
+        except GpuFleetError as exc:
+            log.warning("cluster %s: cannot connect to it: %s", cluster.name, exc)
+            return None
 
     def _client(self, cluster: Cluster) -> WorkerClient:
         # A worker that joins again (another URL, a new token) is reached with what it joined with.

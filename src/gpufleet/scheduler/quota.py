@@ -212,14 +212,13 @@ class QuotaUsage:
         # would be read as the answer for another table with the same number.
         self.version = 0
         self._issued = 0
-        # What `_available` found per queue and flavor at `_memo_version`: a cycle asks the same queues
-        # (and their parents) again and again between two changes of usage.
+        # Answers at `_memo_version`, both asked again and again between two changes of usage: what
+        # `_available` found per queue and flavor (a cycle asks the same queues and their parents),
+        # and who guarantees what (a backlog's cycle asks about the same few amounts per queue at
+        # each push and pop of its heap).
         self._memo: dict[tuple[str, str], tuple[int, str]] = {}
-        self._memo_version = -1
-        # Who guarantees what, at `_guarantors_version`: a backlog's cycle asks about the same few
-        # amounts per queue at each push and pop of its heap.
         self._guarantors: dict[tuple[str, tuple[tuple[str, int], ...]], str | None] = {}
-        self._guarantors_version = -1
+        self._memo_version = -1
 
     def add(self, queue: str, amounts: Mapping[str, int], sign: int = 1) -> None:
         """Charges (sign 1) or refunds (sign -1) `amounts` to a leaf queue and, above guarantees, upwards."""
@@ -240,10 +239,9 @@ class QuotaUsage:
 
     def rewind(self, version: int) -> None:
         """After changes that were all undone: the table is as it was at `version`, so memos keyed by it
-        hold again (the next change takes a number not used before)."""
+        hold again (the next change takes a number not used before, so memos made since, at other
+        numbers, are never read as this table's)."""
         self.version = version
-        self._memo.clear()
-        self._memo_version = -1
 
     def usage(self, queue: str, flavor: str) -> int:
         return self.used[queue].get(flavor, 0)
@@ -258,11 +256,16 @@ class QuotaUsage:
             return UNLIMITED
         return self._available(queue, flavor)[0]
 
-    def _available(self, name: str, flavor: str) -> tuple[int, str]:
-        """Available amount and the queue whose limit binds it."""
+    def _memos_now(self) -> None:
+        """Forgets the memos when they were made at another version of the table."""
         if self._memo_version != self.version:
             self._memo.clear()
+            self._guarantors.clear()
             self._memo_version = self.version
+
+    def _available(self, name: str, flavor: str) -> tuple[int, str]:
+        """Available amount and the queue whose limit binds it."""
+        self._memos_now()
         key = (name, flavor)
         found = self._memo.get(key)
         if found is None:
@@ -290,9 +293,7 @@ class QuotaUsage:
 
     def guarantor(self, queue: str, amounts: Mapping[str, int]) -> str | None:
         """`_guarantor`, remembered until usage changes."""
-        if self._guarantors_version != self.version:
-            self._guarantors.clear()
-            self._guarantors_version = self.version
+        self._memos_now()
         key = (queue, tuple(amounts.items()))
         if key in self._guarantors:
             return self._guarantors[key]
