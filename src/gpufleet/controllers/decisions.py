@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
+Oldest = dict[tuple[str, str], float]
+"""(queue, reason) -> when the longest-waiting workload with that reason was submitted."""
 _cycle_numbers = itertools.count(1)
 """Numbers the process's cycles, for the `cycle` field of log lines."""
 
@@ -62,6 +64,8 @@ class Outcome:
     last: CycleResult | None
     """The last cycle's result, whose pending workloads need their reasons said; None when nothing
     was pending after the last cycle."""
+    oldest: Oldest
+    """Per queue and reason, when the longest-waiting workload was submitted (`record_pending`)."""
 
 
 def run_cycles(
@@ -128,8 +132,7 @@ def run_cycles(
             )
         if not result.changed:
             break
-    record_pending(cache, last, now)
-    return Outcome(cycles, last)
+    return Outcome(cycles, last, record_pending(cache, last, now))
 
 
 def _count_preemption(
@@ -162,11 +165,12 @@ def _count_admission(
         log.debug("admitted on %s", ", ".join(nodes), extra=context)
 
 
-def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) -> None:
+def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) -> Oldest:
     """Sets the pending gauges from the last cycle's reasons: per queue and reason, how many wait and
-    how long the longest-waiting one has (since submission, on the world's clock)."""
+    how long the longest-waiting one has (since submission, on the world's clock); returns when those
+    were submitted, for `record_waited` to age them while the decisions stand."""
     counts: dict[tuple[str, str], float] = {}
-    first: dict[tuple[str, str], float] = {}
+    first: Oldest = {}
     if last is not None:
         # Once per pass over every waiting workload (a backlog may be tens of thousands): kept lean.
         waiting = cache.pending
@@ -180,4 +184,10 @@ def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) ->
             if submitted < first.get(key, math.inf):
                 first[key] = submitted
     metrics.set_series(metrics.PENDING_WORKLOADS, counts)
-    metrics.set_series(metrics.PENDING_OLDEST, {key: max(0.0, now - at) for key, at in first.items()})
+    record_waited(first, now)
+    return first
+
+
+def record_waited(oldest: Oldest, now: float) -> None:
+    """Sets how long the longest-waiting workload per queue and reason has waited by `now`."""
+    metrics.set_series(metrics.PENDING_OLDEST, {key: max(0.0, now - at) for key, at in oldest.items()})

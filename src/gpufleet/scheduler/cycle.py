@@ -80,6 +80,7 @@ from gpufleet.scheduler.preemption import (
     select_victims,
 )
 from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, queue_order, user_key
+from gpufleet.scheduler.settled import settled
 from gpufleet.scheduler.workload import Workload, placement_shape
 
 # What a cycle returns and how in-memory worlds carry it out live in `outcome`, imported from here too.
@@ -228,6 +229,7 @@ class _Cycle:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (self._key(nxt), queue))
         self.parking.capacity.end(fleet)
+        self.result.settled = settled(self.result, self.cache, self._min_runtime, self._memo_holds)
         return self.result
 
     def _drain(self, queue: str, nxt: Workload | None, following: Iterator[Workload]) -> Workload | None:
@@ -302,15 +304,18 @@ class _Cycle:
             rose = max(watch.rose_at(m) for m in self._models(workload))
         return (own_only, capacity, epoch, rose, self.now if self._min_runtime else None)
 
+    def _memo_holds(self, entry: ParkedWorkload) -> bool:
+        """Whether a parked workload's failed preemption search would find the same now (`_victim_memo`)."""
+        memo = entry.victim_memo
+        if memo is None:
+            return False
+        return memo == self._victim_memo(entry.workload, own_only=bool(memo[0]), capacity=bool(memo[1]))
+
     def _parked_head(self, workload: Workload) -> bool:
         """A parked workload reached in queue order: it is the queue's first that cannot start."""
         entry = self._parked_heads[workload.name]
         queue = workload.queue
-        memo = entry.victim_memo
-        if queue in self.preempted_for or (
-            memo is not None
-            and memo == self._victim_memo(workload, own_only=bool(memo[0]), capacity=bool(memo[1]))
-        ):
+        if queue in self.preempted_for or self._memo_holds(entry):
             self.preempted_for.add(queue)
             self.result.pending[workload.name] = entry.pending
             return True

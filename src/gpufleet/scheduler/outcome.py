@@ -27,6 +27,9 @@ class CycleResult:
     preempted: list[Preempt] = field(default_factory=list)
     pending: dict[str, Pending] = field(default_factory=dict)
     nominated: list[str] = field(default_factory=list)
+    settled: bool = False
+    """Nothing was decided, and a cycle on the same cache at any later time would attempt and decide
+    nothing either (`scheduler.settled`): a world may skip its periodic pass until the cache changes."""
 
     @property
     def changed(self) -> bool:

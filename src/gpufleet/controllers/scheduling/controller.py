@@ -4,13 +4,15 @@ Each step: the cache is rebuilt if it must be, workloads whose backoff ended are
 gangs are evicted, cycles run and their decisions are carried out (with the pending reasons written),
 elastic workloads that checkpointed may grow, and queue status is written (at most once every
 `queue_status_seconds`, when set). It returns when it wants to be stepped again: the end of the next
-backoff, the periodic cycle while anything is pending, or a deferred queue status pass.
+backoff, the periodic cycle while anything is pending, or a deferred queue status pass. While the last
+pass's decisions stand until the cache changes (`scheduler.settled`), the periodic cycle is not run:
+the waiting gauges are aged instead.
 """
 
 from __future__ import annotations
 
 from gpufleet.controllers import lifecycle
-from gpufleet.controllers.decisions import Carrier, run_cycles
+from gpufleet.controllers.decisions import Carrier, Oldest, record_waited, run_cycles
 from gpufleet.controllers.scheduling import recharge
 from gpufleet.controllers.scheduling.actions import Actions
 from gpufleet.controllers.scheduling.cachesync import CacheSync
@@ -22,6 +24,7 @@ from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.cycle import Scheduler
 from gpufleet.scheduler.explain import Admit
+from gpufleet.scheduler.settled import stamp
 from gpufleet.store.protocol import Store, WatchEvent
 
 
@@ -66,6 +69,10 @@ class SchedulingController:
         self.actions = Actions(self.state, self.sync, self.status)
         self.growth = Growth(self.state, self.scheduler, self.actions, self.status)
         self.next_periodic = 0.0
+        self.settled = False
+        """The last pass decided nothing and its decisions stand until the cache changes."""
+        self._oldest: Oldest = {}
+        self._stamp: tuple[int, ...] = ()
         self.queue_status_seconds = queue_status_seconds
         self.next_queue_status = 0.0
 
@@ -105,8 +112,12 @@ class SchedulingController:
             cause = state.broken.pop(name)
             if state.cache is not None and name in state.cache.admitted:
                 self.actions.evict(name, now, reason=cause.reason, message=cause.message)
-        if state.dirty or now >= self.next_periodic:
+        if state.dirty or (now >= self.next_periodic and not self._settled(now)):
             self._schedule(now)
+        elif now >= self.next_periodic:
+            # The last pass's decisions stand until the cache changes: only the waits grew.
+            self.next_periodic = now + self.resync_seconds
+            record_waited(self._oldest, now)
         if state.grow:
             self.growth.grow(now)
         recharge.record_recharged(state)  # after finishes and evictions: who pays for shared claims now
@@ -137,8 +148,22 @@ class SchedulingController:
             max_cycles=self.config.max_cycles,
         )
         state.stats.cycles += outcome.cycles
+        self.settled = outcome.last is not None and outcome.last.settled
+        self._stamp = stamp(cache)
+        self._oldest = outcome.oldest
         self.status.reasons(outcome.last, now)
         self.growth.write_short_demand()
+
+    def _settled(self, now: float) -> bool:
+        """Whether the periodic pass due now would find what the last pass found (`scheduler.settled`)
+        and has nothing left to write: no pending reason waits for its refresh."""
+        cache = self.state.cache
+        return (
+            self.settled
+            and cache is not None
+            and stamp(cache) == self._stamp
+            and not self.status.refresh_due(now)
+        )
 
     def _admit(self, admit: Admit, now: float) -> None:
         """Carries out an admission; its pods are created bound, so a kept one is the `bound` step."""

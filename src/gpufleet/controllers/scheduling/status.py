@@ -41,6 +41,8 @@ class StatusWriter:
         self.reason_refresh_seconds = reason_refresh_seconds
         self.next_reason_refresh = 0.0
         """Until then, a reason that changed only its message and details waits for a later pass."""
+        self._deferred = False
+        """Some reason waits for the next refresh (reset by a pass that refreshes)."""
         self._reported: dict[str, tuple[Queue, queuestatus.QueueReport]] = {}
         """Per queue, the object it had after the last pass and what that pass reported. Most
         passes change one or two queues' numbers; a queue whose object and report are both as
@@ -162,15 +164,21 @@ class StatusWriter:
         )
         return set_condition(queue.status.conditions, wanted, now=to_datetime(self.state.last_now))
 
+    def refresh_due(self, now: float) -> bool:
+        """Whether a reason left for the next refresh is due to be written by `now`."""
+        return self._deferred and now >= self.next_reason_refresh
+
     def reasons(self, result: CycleResult | None, now: float) -> None:
         """Writes each pending workload's reason, only when it changed."""
         if result is None:
             self._told.clear()  # nothing waits: what was told of those that did is of no more use
+            self._deferred = False
             return
         state = self.state
         refresh = now >= self.next_reason_refresh
         if refresh:
             self.next_reason_refresh = now + self.reason_refresh_seconds
+            self._deferred = False  # every reason left for it is looked at again below
         told, workloads, said_before = self._told, state.workloads, state.reasons
         for key, pending in result.pending.items():
             obj = workloads.get(key)
@@ -203,6 +211,7 @@ class StatusWriter:
                 continue
             if not refresh and _same_but_numbers(last, said):
                 told[key] = (core_pending, obj, last, True)  # written at the next refresh
+                self._deferred = True
                 continue
             before = obj.status.pending_reason
             if before is None or before.type != pending.reason.type:
