@@ -11,6 +11,7 @@ attempts.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -46,18 +47,9 @@ class _World:
         self.made = 0
         fleet = FleetState(("rack",))
         nodes = rng.randint(2, 5)
+        host = NodeSpec("", H100, 8, 512_000, 512_000, sharing=SharingMode.EXCLUSIVE)
         for i in range(nodes):
-            fleet.add_node(
-                NodeSpec(
-                    f"n{i}",
-                    H100,
-                    8,
-                    512_000,
-                    512_000,
-                    labels={"rack": f"r{i % 2}"},
-                    sharing=SharingMode.EXCLUSIVE,
-                )
-            )
+            fleet.add_node(dataclasses.replace(host, name=f"n{i}", labels={"rack": f"r{i % 2}"}))
         self.queues = [f"q{i}" for i in range(rng.randint(2, 4))]
         share = max(1, nodes * 8 // len(self.queues))
         tree = QuotaTree(
