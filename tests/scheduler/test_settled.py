@@ -5,7 +5,9 @@ Random worlds are built so that, in some of them, time could matter: users shari
 fair-share history decays, so which user's workload heads the queue moves), minimum runtimes,
 least-attained-service and strict-FIFO queues, queues preempting each other. After every cycle that
 reports itself settled, a copy of the world is cycled again a little and a long while later, counting
-attempts.
+attempts. In a queue shared by users, either every user's first parked workload has a memo that holds,
+or the head is shown to come first at every later time (their shares move linearly in the history's
+decay factor): dropping the comparison in the limit makes the week-later copy attempt.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from gpufleet.scheduler.workload import PodSet, Workload
 
 H100 = "H100-80GB"
 SEEDS = range(40)
-LATER = (30.0, 7 * 86400.0)
-"""How much later the copies are cycled: the next periodic pass, and a week (history decays)."""
+LATER = (30.0, 900.0, 7 * 86400.0)
+"""How much later the copies are cycled: the next periodic pass, a little over the history's half-life,
+and a week (the shares at their limit)."""
 
 Decided = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]
 

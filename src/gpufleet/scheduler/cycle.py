@@ -229,7 +229,7 @@ class _Cycle:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (self._key(nxt), queue))
         self.parking.capacity.end(fleet)
-        self.result.settled = settled(self.result, self.cache, self._min_runtime, self._memo_holds)
+        self.result.settled = settled(self.result, self.cache, self.fair, self._min_runtime, self._memo_holds)
         return self.result
 
     def _drain(self, queue: str, nxt: Workload | None, following: Iterator[Workload]) -> Workload | None:

@@ -10,9 +10,13 @@ attempt nothing either (`CycleResult.settled`), so that the world may skip it:
   strict-FIFO or least-attained-service queue never parks, since its order moves with time), and an
   entry holding another object than the cache's pending workload is woken at the next cycle;
 - no queue has a minimum runtime: a parked workload's preemption search then depends on time;
-- every parked user's first workload in each leaf queue would be passed over at its queue's turn
-  without an attempt: its victim memo matches the cache as it is now. Which user's first heads a
-  queue moves with the users' fair-share history, so each one that could is checked.
+- the workload that heads each leaf queue's parked ones would be passed over at its queue's turn
+  without an attempt: its victim memo matches the cache as it is now. Which user's first parked
+  workload heads a queue moves with the users' fair-share history: either each user's first has a
+  memo that holds, or the head is shown to stay the head. A user's share from now on is
+  `used + weight * (level + (average - level) * d)`, linear in the decay factor d, which goes from 1
+  (now) towards 0, so a head that comes first both now and in the limit comes first at every time in
+  between; a gap between two shares thinner than rounding could blur is not trusted.
 
 Waking a parked workload reads quota, capacity and the fleet's models only, never time (parking.py).
 "The same cache" is what `stamp` tells: the waiting workloads, the quota used, the nodes and the
@@ -27,18 +31,24 @@ from collections.abc import Callable
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.outcome import CycleResult
 from gpufleet.scheduler.parking import ParkedWorkload
+from gpufleet.scheduler.queueing import FairShare, queue_order, user_key
+
+MARGIN = 1e-9
+"""The least gap between two users' shares, relative to them, that is trusted to keep its sign."""
 
 
 def settled(
     result: CycleResult,
     cache: ClusterCache,
+    fair: FairShare,
     time_moves_victims: bool,
     memo_holds: Callable[[ParkedWorkload], bool],
 ) -> bool:
     """True when a cycle on the same cache at any later time would attempt and decide nothing.
 
-    `time_moves_victims`: some queue has a minimum runtime; `memo_holds`: whether a parked workload's
-    victim memo matches the cache now (the cycle's own test when the workload reaches its turn)."""
+    `fair`: the cycle's fair shares (its time and fair-sharing settings); `time_moves_victims`: some
+    queue has a minimum runtime; `memo_holds`: whether a parked workload's victim memo matches the
+    cache now (the cycle's own test when the workload reaches its turn)."""
     if result.changed or result.nominated or time_moves_victims:
         return False
     parking = cache.parking
@@ -51,9 +61,45 @@ def settled(
     for queue, by_user in parking.by_queue.items():
         if queue not in tree.nodes or not tree.is_leaf(queue):
             continue  # its workloads are told their queue is no leaf, and never attempted
-        if not all(memo_holds(parking.first_of(queue, user)) for user in by_user):
+        firsts = [parking.first_of(queue, user) for user in by_user]
+        if all(memo_holds(first) for first in firsts):
+            continue
+        head = _lasting_head(cache, fair, queue, firsts)
+        if head is None or not memo_holds(head):
             return False
     return True
+
+
+def _lasting_head(
+    cache: ClusterCache, fair: FairShare, queue: str, firsts: list[ParkedWorkload]
+) -> ParkedWorkload | None:
+    """The users' first parked workload that heads the queue now and at every later time while the
+    cache stays as it is (the order of the cycle's `_heads`), or None when that is not shown."""
+    if len(firsts) == 1:
+        return firsts[0]
+    history, weight = cache.history, fair.fair.history_weight
+    used = {e.workload.user: cache.user_used(queue, e.workload.user) for e in firsts}
+    keys = {user: user_key(queue, user) for user in used}
+    courses = {user: history.course(key, "*") for user, key in keys.items()}
+    if any(course is not None and course[2] > fair.now for course in courses.values()):
+        return None  # usage recorded after this cycle's time: its decay has not begun, not linear
+    now = {u: used[u] + weight * history.average(keys[u], "*", fair.now) for u in used}
+    limit = {u: used[u] + weight * history.limit(keys[u], "*") for u in used}
+    head = min(firsts, key=lambda e: queue_order(now)(e.workload))
+    if head is not min(firsts, key=lambda e: queue_order(limit)(e.workload)):
+        return None
+    lead = head.workload
+    for entry in firsts:
+        other = entry.workload
+        if entry is head or other.priority != lead.priority:
+            continue  # priority orders them whatever the shares
+        if used[other.user] == used[lead.user] and courses[other.user] == courses[lead.user]:
+            continue  # the same share at every time: submission and name keep the order
+        for shares in (now, limit):
+            gap = shares[other.user] - shares[lead.user]
+            if gap <= MARGIN * max(1.0, abs(shares[other.user]), abs(shares[lead.user])):
+                return None
+    return head
 
 
 def stamp(cache: ClusterCache) -> tuple[int, int, int, int]:
