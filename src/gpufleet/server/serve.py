@@ -119,5 +119,7 @@ class ApiServer:
         if self._server.started:
             self._announced = self.url
             (self._state_dir / URL_FILE).write_text(self._announced + "\n", encoding="utf-8")
-            self.started.set()
+            # Said before anyone waiting is told: a caller that stops at once (a test) has closed its
+            # log stream by the time a later line would be written.
             logging.getLogger("gpufleet.server").info("listening on %s", self.url)
+            self.started.set()
