@@ -248,6 +248,11 @@ class ClusterCache:
     def user_used(self, queue: str, user: str) -> int:
         return self.user_usage.get(user_key(queue, user), 0)
 
+    def user_share(self, queue: str, user: str, weight: float, now: float) -> float:
+        """A user's fair share inside a leaf queue at `now` (lower goes first): GPUs held plus `weight`
+        times decayed history. At `now = math.inf`, what the share tends to while usage stays put."""
+        return self.user_used(queue, user) + weight * self.history.average(user_key(queue, user), "*", now)
+
 
 def _with_counts(admitted: Admitted, counts: tuple[int, ...]) -> Assignment:
     from gpufleet.scheduler.flavors import usage_of

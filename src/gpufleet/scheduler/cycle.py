@@ -79,7 +79,7 @@ from gpufleet.scheduler.preemption import (
     reaches_other_queues,
     select_victims,
 )
-from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, queue_order, user_key
+from gpufleet.scheduler.queueing import FairShare, QueueingStrategy, queue_order
 from gpufleet.scheduler.settled import settled
 from gpufleet.scheduler.workload import Workload, placement_shape
 
@@ -450,11 +450,7 @@ class _Cycle:
             users = {w.user for w in items} | parked_users.keys()
             share: dict[str, float] = {}
             if len(users) > 1:
-                share = {
-                    u: cache.user_used(queue, u)
-                    + weight * cache.history.average(user_key(queue, u), "*", self.now)
-                    for u in users
-                }
+                share = {u: cache.user_share(queue, u, weight, self.now) for u in users}
             order = queue_order(share, self._las_level(queue))
             if parked_users:
                 # Only the first parked workload stays in the order (for the queue's preemption attempt);

@@ -96,11 +96,6 @@ class UsageHistory:
         without history. Two keys with the same course have the same average at every time."""
         return self._state.get(key, {}).get(flavor)
 
-    def limit(self, key: str, flavor: str) -> float:
-        """What the average tends to while usage stays at its level (0 without history)."""
-        entry = self._state.get(key, {}).get(flavor)
-        return 0.0 if entry is None or self.half_life <= 0 else entry[1]
-
     def record(self, key: str, flavor: str, level: float, now: float) -> None:
         """Usage of `key` is `level` from `now` on."""
         avg = self.average(key, flavor, now)

@@ -26,6 +26,7 @@ a change of the cache it did not count as one still ends the settled state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from gpufleet.scheduler.cache import ClusterCache
@@ -77,16 +78,16 @@ def _lasting_head(
     cache stays as it is (the order of the cycle's `_heads`), or None when that is not shown."""
     if len(firsts) == 1:
         return firsts[0]
-    history, weight = cache.history, fair.fair.history_weight
+    weight = fair.fair.history_weight
     used = {e.workload.user: cache.user_used(queue, e.workload.user) for e in firsts}
-    keys = {user: user_key(queue, user) for user in used}
-    courses = {user: history.course(key, "*") for user, key in keys.items()}
+    courses = {user: cache.history.course(user_key(queue, user), "*") for user in used}
     if any(course is not None and course[2] > fair.now for course in courses.values()):
         return None  # usage recorded after this cycle's time: its decay has not begun, not linear
-    now = {u: used[u] + weight * history.average(keys[u], "*", fair.now) for u in used}
-    limit = {u: used[u] + weight * history.limit(keys[u], "*") for u in used}
-    head = min(firsts, key=lambda e: queue_order(now)(e.workload))
-    if head is not min(firsts, key=lambda e: queue_order(limit)(e.workload)):
+    now = {user: cache.user_share(queue, user, weight, fair.now) for user in used}
+    limit = {user: cache.user_share(queue, user, weight, math.inf) for user in used}
+    in_order_now, in_order_later = queue_order(now), queue_order(limit)
+    head = min(firsts, key=lambda e: in_order_now(e.workload))
+    if head is not min(firsts, key=lambda e: in_order_later(e.workload)):
         return None
     lead = head.workload
     for entry in firsts:
