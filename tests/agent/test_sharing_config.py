@@ -183,13 +183,19 @@ def test_the_pools_time_slicing_is_advertised_and_follows_the_config_map_and_the
     api.request("PATCH", f"{POOLS}/ts", body=patch, content_type=MERGE)
     sync(operator)
     assert advertised(kubelet, GPU, 16) == [f"{u}::{i}" for u in uuids for i in range(2)]
-    assert running.agent.config.sharing.time_slicing is not None
+
+    # The plugin serves the new devices a moment before the agent records the config in force.
+    def replicas() -> int:
+        sharing = running.agent.config.sharing.time_slicing
+        return 0 if sharing is None else sharing.replicas(GPU)
+
+    wait_until("two replicas in force", lambda: replicas() == 2)
 
     # The pool stops sharing: no label, so the local config (whole GPUs) is back.
     api.request("PATCH", f"{POOLS}/ts", body={"spec": {"sharing": None}}, content_type=MERGE)
     sync(operator)
     assert advertised(kubelet, GPU, 8) == uuids
-    assert running.agent.config.sharing.strategy == "none"
+    wait_until("whole GPUs in force", lambda: running.agent.config.sharing.strategy == "none")
 
 
 def test_mps_from_the_config_map_is_what_the_plugin_serves(
