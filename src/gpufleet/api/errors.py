@@ -19,6 +19,19 @@ class GpuFleetError(Exception):
         super().__init__(where + message)
         self.detail = message
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled whole (a run of `simulate --compare` in another process sends its error back):
+        # the default rebuilds from `args` alone, which loses the fields and breaks subclasses whose
+        # constructor takes other arguments.
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[GpuFleetError], args: tuple[object, ...], state: dict[str, object]) -> GpuFleetError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class ValidationError(GpuFleetError):
     """An object or a field has a value that cannot be accepted."""

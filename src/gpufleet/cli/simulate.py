@@ -115,6 +115,15 @@ def simulate(
         list[Path] | None,
         typer.Argument(metavar="[CONFIG.yaml]...", help="With --compare: the configurations to run."),
     ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            help="With --compare: run at most this many configurations at once, each in a process of "
+            "its own (each holds its own simulated world in memory) [default: one per CPU core, at "
+            "most one per configuration].",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fault draws.")] = 0,
     keep_events: Annotated[
         bool,
@@ -178,6 +187,8 @@ def simulate(
         given = [name for name, value in per_run.items() if value is not None]
         if not compare or not configs:
             raise ValidationError("give --compare and one or more configuration files", obj="--compare")
+        if processes is not None and processes < 1:
+            raise ValidationError(f"must be at least 1, got {processes}", obj="--processes")
         if given:
             raise ValidationError(
                 f"with --compare, {', '.join(given)} belong in the configuration files", obj=given[0]
@@ -195,8 +206,11 @@ def simulate(
             as_json=as_json,
             keep_events=keep_events,
             state_dir=state_dir,
+            processes=processes,
         )
         return
+    if processes is not None:
+        raise ValidationError("runs the configurations of --compare; a single run has one", obj="--processes")
     policy = policy or "gpufleet"
     if policy not in jobfleet.POLICIES:
         raise ValidationError(
@@ -283,12 +297,13 @@ def _compare(
     as_json: bool = False,
     keep_events: bool = False,
     state_dir: Path | None = None,
+    processes: int | None = None,
 ) -> None:
     """`--compare`: every configuration checked (files, fields, queues) before the first run starts."""
     from rich.console import Console
 
     from gpufleet.cli import simstate
-    from gpufleet.sim import compare, jobfleet, jobreport, jobsim, philly
+    from gpufleet.sim import compare, jobfleet, jobreport, philly, workers
 
     specs = compare.load_configs(configs, seed=seed)
     loaded = philly.load(philly.resolve(trace, data_dir))
@@ -307,21 +322,31 @@ def _compare(
         planned.append((spec, pools, compare.queues_of(spec, pools, window)))
     dirs = simstate.run_dirs(state_dir, [spec.name for spec in specs]) if state_dir is not None else {}
     err = Console(stderr=True, highlight=False, emoji=False)
-    runs = []
+    at_once = min(len(planned), workers.usable_cpus() if processes is None else processes)
+    tasks = []
+    paths = {}
     for spec, pools, queue_objs in planned:
-        err.print(f"run {spec.name} ({spec.path})")
-        options = dataclasses.replace(spec.options, keep_events=keep_events)
-        result = jobsim.simulate(
-            loaded,
-            pools,
-            queue_objs,
+        run = compare.PlannedRun(
+            trace=loaded,
+            pools=pools,
+            queues=queue_objs,
             begin=begin,
             days=days,
-            options=options,
+            options=dataclasses.replace(spec.options, keep_events=keep_events),
             state_dir=dirs.get(spec.name),
-            progress=err.print,
         )
-        runs.append((spec, result))
+        tasks.append(workers.Task(spec.name, run))
+        paths[spec.name] = spec.path
+    if at_once > 1:
+        err.print(f"{at_once} runs at once, each in a process of its own", markup=False)
+    results = workers.run_all(
+        tasks,
+        processes=at_once,
+        # Side by side, each line says whose it is.
+        progress=lambda name, line: err.print(f"{name}: {line}" if at_once > 1 else line, markup=False),
+        starting=lambda name: err.print(f"run {name} ({paths[name]})", markup=False),
+    )
+    runs = [(spec, result) for (spec, _, _), result in zip(planned, results, strict=True)]
     if as_json:  # one object per run, its name and policy first
         for spec, result in runs:
             figures = simstate.summary_json(jobreport.summarise(result), result)

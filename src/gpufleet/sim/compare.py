@@ -42,7 +42,7 @@ from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.scheduler.placement.policies import POLICY_NAMES
 from gpufleet.sim import jobfleet
 from gpufleet.sim.jobreport import Summary, hours, jcts, price_per_gpu_hour, summarise
-from gpufleet.sim.jobsim import SimOptions, SimResult
+from gpufleet.sim.jobsim import SimOptions, SimResult, simulate
 from gpufleet.sim.options import (
     check_slowdown,
     parse_checkpoint_interval,
@@ -85,6 +85,32 @@ class RunSpec:
     options: SimOptions
     spot: bool
     least_attained_service: LeastAttainedService | None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a comparison with everything it reads: a task of `sim.workers` (it pickles, so it
+    may run in another process)."""
+
+    trace: Trace
+    pools: list[GPUPool]
+    queues: list[Queue]
+    begin: float
+    days: float | None
+    options: SimOptions
+    state_dir: Path | None
+
+    def __call__(self, progress: Callable[[str], None]) -> SimResult:
+        return simulate(
+            self.trace,
+            self.pools,
+            self.queues,
+            begin=self.begin,
+            days=self.days,
+            options=self.options,
+            state_dir=self.state_dir,
+            progress=progress,
+        )
 
 
 def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
