@@ -50,7 +50,8 @@ class WorkerFailed(RuntimeError):
 
 
 def usable_cpus() -> int:
-    """The CPU cores this process may run on (a container's or `taskset`'s limit, where set)."""
+    """The CPU cores this process may run on: its affinity mask (`taskset`, a cgroup's cpuset). A
+    CPU quota (a container's `cpu.max`) is not seen; `--processes` is for that."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
