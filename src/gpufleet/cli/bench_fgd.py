@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,6 +18,7 @@ from gpufleet.scheduler.placement.policies import POLICY_NAMES, get_policy
 from gpufleet.sim import datasets
 from gpufleet.sim.fgd import NODE_ORDER, TIE_BREAKS, Job, PolicySummary, RunResult, run_job, summarise
 from gpufleet.sim.openb import load_nodes, load_pods
+from gpufleet.sim.workers import usable_cpus
 
 if TYPE_CHECKING:
     from gpufleet.sim.fgd_bound import BoundSummary
@@ -114,7 +114,7 @@ def fgd(
         help="Data directory [default: $GPUFLEET_DATA, else ../shared/data beside the repository, then the "
         "user's cache, where `gpufleet data fetch openb` puts the traces].",
     ),
-    workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
+    workers: int = typer.Option(0, help="Worker processes (0: one per usable CPU core)."),
     tie_break: str = typer.Option(
         NODE_ORDER,
         help="Ties between equally scored nodes: 'node-order' (the paper's simulator) or 'random'.",
@@ -150,7 +150,7 @@ def fgd(
         for p in names
         for s in range(seeds)
     ]
-    count = workers if workers > 0 else (os.cpu_count() or 1)
+    count = workers if workers > 0 else usable_cpus()
     started = time.perf_counter()
     results: list[RunResult] = _run(jobs, min(count, len(jobs)), quiet=json_out)
     bounds: BoundSummary | None = None

@@ -323,8 +323,8 @@ def _compare(
     dirs = simstate.run_dirs(state_dir, [spec.name for spec in specs]) if state_dir is not None else {}
     err = Console(stderr=True, highlight=False, emoji=False)
     at_once = min(len(planned), workers.usable_cpus() if processes is None else processes)
+    paths = {spec.name: spec.path for spec in specs}
     tasks = []
-    paths = {}
     for spec, pools, queue_objs in planned:
         run = compare.PlannedRun(
             trace=loaded,
@@ -336,7 +336,6 @@ def _compare(
             state_dir=dirs.get(spec.name),
         )
         tasks.append(workers.Task(spec.name, run))
-        paths[spec.name] = spec.path
     if at_once > 1:
         err.print(f"{at_once} runs at once, each in a process of its own", markup=False)
     results = workers.run_all(
