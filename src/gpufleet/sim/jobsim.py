@@ -11,8 +11,10 @@ more participants of the runtime do the simulation's part and nothing else:
   that much work) and wakes the runtime at the next submission;
 - the `Recorder` reads the store's event log (TrainingJob and Pod events, as any watcher would) and
   keeps the measurements: GPUs allocated and running over time, per queue, queue lengths, each job's
-  submission, first start, completion, restarts and lost GPU-seconds. A job that has succeeded is
-  deleted (with its checkpoints) once recorded, so that the store holds only live work.
+  submission, first start, completion, restarts and lost GPU-seconds. A job that has finished is
+  deleted once recorded, with its checkpoints and its Workload, so that the store holds only live
+  work (the Workload goes at once, as a foreground deletion takes dependents: left to the garbage
+  collection of its owner, it was first marked Inactive by the scheduler, a write nobody read).
 
 Nothing here decides anything: admission, placement, preemption, restarts and checkpoints are the
 controllers', the scheduling core's and the twin's.
@@ -39,6 +41,7 @@ from gpufleet.api.requests import PodRequest
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
 from gpufleet.controllers.plane import build_manager
+from gpufleet.controllers.training import workload_name
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.heap import FrozenHeap
 from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
@@ -435,6 +438,10 @@ class Recorder:
             refs += [ObjectRef("Checkpoint", name, record.queue) for name in names]
         with contextlib.suppress(NotFoundError):
             self.store.delete_many(refs)
+        for record in done:
+            # One by one: a Workload already gone must not keep the others.
+            with contextlib.suppress(NotFoundError):
+                self.store.delete("Workload", workload_name(record.job.name), record.queue)
 
 
 def simulate(
