@@ -129,3 +129,56 @@ def test_a_compacted_log_makes_the_view_list_again(tmp_path: Path) -> None:
     assert view.catch_up() == []
     assert view.pools["fixed"].spec.nodes == 3
     assert view.cursor == int(store.resource_version)
+
+
+def test_only_pod_events_that_change_the_counts_make_the_pool_look_again(tmp_path: Path) -> None:
+    """A pod bound, finished or bound elsewhere moves the pool's counts; one starting to run, or a
+    terminated one deleted, does not, and the pool is not reconciled for it."""
+    clock = VirtualClock()
+    store = SqliteStore.open(tmp_path, synchronous="OFF", clock=clock.datetime)
+    manager = build_manager(store)
+    controller = next(c for c in manager.controllers if isinstance(c, PoolController))
+    for obj in load_objects(FLEET):
+        store.apply(obj)
+    Runtime(store, clock=clock, participants=[manager]).run_for(1)
+    nodes = [n.name for n in store.list("Node", label_selector={"gpufleet.io/pool": "fixed"})]
+    template = next(
+        iter(
+            load_objects(f"""
+apiVersion: gpufleet.io/v1alpha1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  nodeName: {nodes[0]}
+  gpus: [0, 1]
+  workload: w
+  owner: {{kind: TrainingJob, name: j}}
+  podSet: main
+  index: 0
+""")
+        )
+    )
+    assert isinstance(template, Pod)
+
+    def keys(written: Pod | None, *, deleted: bool = False) -> list[tuple[str, str]]:
+        [event] = store.events_since(controller.view.cursor or 0, kinds=["Pod"])
+        assert (event.type == "DELETED") == deleted
+        controller.view.apply(event)
+        return controller.keys_for(event)
+
+    pod = store.create(template)
+    assert keys(pod) == [("", "fixed")]  # bound: 2 GPUs held
+    pod = store.update_status(
+        pod.model_copy(update={"status": pod.status.model_copy(update={"phase": "Running"})})
+    )
+    assert keys(pod) == []  # running: still the same 2 GPUs
+    moved = pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": nodes[1]})})
+    pod = store.update(moved)
+    assert keys(pod) == [("", "fixed")]  # held on another node now
+    pod = store.update_status(
+        pod.model_copy(update={"status": pod.status.model_copy(update={"phase": "Succeeded"})})
+    )
+    assert keys(pod) == [("", "fixed")]  # terminated: its GPUs are free again
+    store.delete("Pod", "p")
+    assert keys(None, deleted=True) == []  # a terminated pod deleted: nothing held changes
+    assert snapshot(controller.view) == fresh(store)

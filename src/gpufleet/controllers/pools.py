@@ -107,7 +107,7 @@ class PoolController(ViewedReconciler[PoolView]):
             return []
         if isinstance(obj, Pod):
             pool = self.node_pool.get(obj.spec.node_name)
-            return [("", pool)] if pool else []
+            return [("", pool)] if pool and self.view.changes_counts(event) else []
         if isinstance(obj, WorkloadObject) and obj.status.node_demand is not None:
             return [("", name) for name in obj.status.node_demand.pools]
         return []

@@ -23,7 +23,7 @@ from gpufleet.api.pool import GPUPool
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers.eventview import EventFedView
-from gpufleet.store.protocol import Store
+from gpufleet.store.protocol import Store, WatchEvent
 
 PodKey = tuple[str, str]
 WorkloadKey = tuple[str, str]
@@ -35,13 +35,16 @@ class PodUse:
 
     node: str
     gpu_milli: int
+    since: int = field(default=0, compare=False)
+    """The pod's resourceVersion when it began to count so (a later version that left its node and
+    milli as they were keeps this one)."""
 
 
 def pod_use(pod: Pod) -> PodUse:
     """The GPU milli a pod holds on its node (`api.accounting.held_milli`, the Kubernetes world's too)."""
     profile = pod.spec.mig.profile if pod.spec.mig else None
     milli = held_milli(gpus=len(pod.spec.gpus), gpu_milli=pod.spec.gpu_milli, mig_profile=profile)
-    return PodUse(pod.spec.node_name, milli)
+    return PodUse(pod.spec.node_name, milli, int(pod.metadata.resource_version or 0))
 
 
 @dataclass(slots=True)
@@ -105,7 +108,11 @@ class PoolView(EventFedView):
             else:
                 self._put_node(obj)
         elif isinstance(obj, Pod):
-            self._drop_pod((obj.namespace or "", obj.name))
+            key = (obj.namespace or "", obj.name)
+            old = self.pods.get(key)
+            if not deleted and not obj.terminated and old is not None and pod_use(obj) == old:
+                return  # started, say: it holds what it held, and the counts stand
+            self._drop_pod(key)
             if not deleted:
                 self._put_pod(obj)
         elif isinstance(obj, WorkloadObject):
@@ -132,6 +139,21 @@ class PoolView(EventFedView):
         if found is None:
             found = self.groups[pool] = PoolNodes()
         return found
+
+    def changes_counts(self, event: WatchEvent) -> bool:
+        """Whether a pod's event (already applied) may have changed what the pool's counts hold: not
+        a live pod's event that left its node and GPUs as they were (it started running), nor the
+        deletion of a terminated pod (its GPUs were let go when it terminated; a deletion changes
+        no status). Where the view cannot tell (the pod gone since, or counted anew at a later
+        version), it may have."""
+        pod = event.object
+        assert isinstance(pod, Pod)
+        if pod.terminated:
+            return event.type != "DELETED"
+        if event.type == "DELETED":
+            return True
+        use = self.pods.get((pod.namespace or "", pod.name))
+        return use is None or use.since >= event.resource_version
 
     def busy(self) -> set[str]:
         """Names of the nodes that hold a live pod."""
