@@ -160,25 +160,26 @@ spec:
     )
     assert isinstance(template, Pod)
 
-    def keys(written: Pod | None, *, deleted: bool = False) -> list[tuple[str, str]]:
+    def keys(*, deleted: bool = False) -> list[tuple[str, str]]:
+        """The pools the pod's latest event makes the controller look at again."""
         [event] = store.events_since(controller.view.cursor or 0, kinds=["Pod"])
         assert (event.type == "DELETED") == deleted
         controller.view.apply(event)
         return controller.keys_for(event)
 
     pod = store.create(template)
-    assert keys(pod) == [("", "fixed")]  # bound: 2 GPUs held
+    assert keys() == [("", "fixed")]  # bound: 2 GPUs held
     pod = store.update_status(
         pod.model_copy(update={"status": pod.status.model_copy(update={"phase": "Running"})})
     )
-    assert keys(pod) == []  # running: still the same 2 GPUs
+    assert keys() == []  # running: still the same 2 GPUs
     moved = pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": nodes[1]})})
     pod = store.update(moved)
-    assert keys(pod) == [("", "fixed")]  # held on another node now
+    assert keys() == [("", "fixed")]  # held on another node now
     pod = store.update_status(
         pod.model_copy(update={"status": pod.status.model_copy(update={"phase": "Succeeded"})})
     )
-    assert keys(pod) == [("", "fixed")]  # terminated: its GPUs are free again
+    assert keys() == [("", "fixed")]  # terminated: its GPUs are free again
     store.delete("Pod", "p")
-    assert keys(None, deleted=True) == []  # a terminated pod deleted: nothing held changes
+    assert keys(deleted=True) == []  # a terminated pod deleted: nothing held changes
     assert snapshot(controller.view) == fresh(store)
