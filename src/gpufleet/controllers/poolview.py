@@ -40,11 +40,11 @@ class PodUse:
     milli as they were keeps this one)."""
 
 
-def pod_use(pod: Pod) -> PodUse:
+def pod_use(pod: Pod, *, since: int = 0) -> PodUse:
     """The GPU milli a pod holds on its node (`api.accounting.held_milli`, the Kubernetes world's too)."""
     profile = pod.spec.mig.profile if pod.spec.mig else None
     milli = held_milli(gpus=len(pod.spec.gpus), gpu_milli=pod.spec.gpu_milli, mig_profile=profile)
-    return PodUse(pod.spec.node_name, milli, int(pod.metadata.resource_version or 0))
+    return PodUse(pod.spec.node_name, milli, since)
 
 
 @dataclass(slots=True)
@@ -209,7 +209,7 @@ class PoolView(EventFedView):
     def _put_pod(self, pod: Pod) -> None:
         if pod.terminated:
             return
-        use = pod_use(pod)
+        use = pod_use(pod, since=int(pod.metadata.resource_version or 0))
         self.pods[(pod.namespace or "", pod.name)] = use
         self.node_pods[use.node] = self.node_pods.get(use.node, 0) + 1
         self.node_milli[use.node] = self.node_milli.get(use.node, 0) + use.gpu_milli
