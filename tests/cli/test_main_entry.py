@@ -74,3 +74,38 @@ def test_the_kube_daemons_start_without_importing_the_other_areas() -> None:
     assert kube.returncode == 0 and "scheduler" in kube.stdout and kube.stdout.rstrip().endswith("[]")
     top = _gpufleet("--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("kube", "up", "agent", "bench"))
+
+
+def test_a_sole_area_alone_registers_exactly_its_own_command() -> None:
+    """A command line naming a sole area builds the app with that area only: the area must register
+    that one command (or group), and no other area may register it, or that command line would reach
+    another command than the full app does."""
+    import typer
+
+    from gpufleet.cli.main import AREAS, SOLE_AREAS, _areas_for, build_app
+
+    for area in SOLE_AREAS:
+        assert _areas_for(["gpufleet", area, "--help"]) == (area,)
+        alone = typer.main.get_command(build_app((area,)))
+        assert sorted(alone.commands) == [area], area  # type: ignore[attr-defined]
+        others = typer.main.get_command(build_app(tuple(a for a in AREAS if a != area)))
+        assert area not in others.commands, area  # type: ignore[attr-defined]
+    assert _areas_for(["gpufleet", "get", "pods"]) == AREAS
+    assert _areas_for(["gpufleet", "--help"]) == AREAS
+    assert _areas_for(["gpufleet"]) == AREAS
+
+
+def test_simulate_starts_without_importing_the_server_and_the_kubernetes_client() -> None:
+    probe = (
+        "import sys\n"
+        "from gpufleet.cli.main import main\n"
+        "sys.argv = ['gpufleet', 'simulate', '--help']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('fastapi', 'kubernetes', 'gpufleet.cli.agent', 'grpc')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and "--trace" in done.stdout and done.stdout.rstrip().endswith("[]")

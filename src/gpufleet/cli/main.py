@@ -2,8 +2,10 @@
 
 The areas are imported when the app is built, not when this module is: `gpufleet kube scheduler` and
 `gpufleet kube operator` are long-running daemons whose start-up (a first bind, a failover) should not
-wait for the embedded server, the node agent and the benchmarks to be imported. A command line that
-names the `kube` group builds the app with that area alone; any other gets every area.
+wait for the embedded server, the node agent and the benchmarks to be imported, and `gpufleet
+simulate` is timed from the command line (importing every area is most of a second). A command line
+whose first word is the one command or group of an area (`SOLE_AREAS`) builds the app with that area
+alone; any other gets every area.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import os
 import sys
 
-# Nothing but `os` and `sys` (loaded with the interpreter) is imported at module level: the console script
-# imports this module before `main()` can catch a Ctrl-C, and typer, rich and pydantic take most of a
-# second to import. `main()` imports them inside its handler. (mypy takes any TYPE_CHECKING as true.)
+# Nothing but `os` and `sys` (loaded with the interpreter) is imported at module
+# level: the console script imports this module before `main()` can catch a Ctrl-C, and typer, rich and
+# pydantic take most of a second to import. `main()` imports them inside its handler. (mypy takes any
+# TYPE_CHECKING as true.)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 
 AREAS = ("bench", "simulate", "scenario", "agent", "manifests", "control", "kube", "gpu_models", "data")
 """The modules of `gpufleet.cli` that register commands, in the order help lists them."""
+SOLE_AREAS = ("bench", "simulate", "scenario", "kube", "manifests", "agent", "data")
+"""The areas that register one command or group only, named as the area is."""
 
 
 def build_app(areas: tuple[str, ...] = AREAS) -> typer.Typer:
@@ -84,7 +89,8 @@ def _print_version(value: bool) -> None:
 
 
 def _areas_for(argv: list[str]) -> tuple[str, ...]:
-    return ("kube",) if argv[1:2] == ["kube"] else AREAS
+    first = argv[1] if len(argv) > 1 else ""
+    return (first,) if first in SOLE_AREAS else AREAS
 
 
 _app: typer.Typer | None = None
