@@ -109,3 +109,26 @@ def test_simulate_starts_without_importing_the_server_and_the_kubernetes_client(
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0 and "--trace" in done.stdout and done.stdout.rstrip().endswith("[]")
+
+
+def test_at_exit_the_heap_is_left_to_the_operating_system() -> None:
+    """The command's objects are frozen out of the collector's reach before the interpreter's last
+    collection, once however often main() ran."""
+    probe = (
+        "import atexit, gc, sys\n"
+        "freeze = gc.freeze\n"
+        "gc.freeze = lambda: (print('freeze', flush=True), freeze())\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0, flush=True))\n"
+        "from gpufleet.cli.main import main\n"
+        "for _ in range(2):\n"
+        "    sys.argv = ['gpufleet', 'gpu-models']\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "    print('ran', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    tail = [line for line in done.stdout.splitlines() if line in ("ran", "freeze", "frozen True")]
+    assert tail == ["ran", "ran", "freeze", "frozen True"]
