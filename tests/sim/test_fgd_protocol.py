@@ -133,3 +133,11 @@ def test_bench_fgd_rejects_an_unknown_tie_break() -> None:
 def test_bench_fgd_reports_an_unknown_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "fgd", "--policy", "nope", "--seeds", "1"])
     assert result.exit_code != 0
+
+
+def test_bench_fgd_takes_processes_as_simulate_does_and_refuses_a_negative_count() -> None:
+    result = CliRunner().invoke(app, ["bench", "fgd", "--processes", "-2", "--seeds", "1"])
+    assert result.exit_code == 2
+    assert "--processes" in result.output and "-2" in result.output
+    helped = CliRunner().invoke(app, ["bench", "fgd", "--help"], env={"COLUMNS": "200"})
+    assert "--processes" in helped.output and "--workers" in helped.output

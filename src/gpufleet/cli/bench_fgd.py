@@ -114,7 +114,13 @@ def fgd(
         help="Data directory [default: $GPUFLEET_DATA, else ../shared/data beside the repository, then the "
         "user's cache, where `gpufleet data fetch openb` puts the traces].",
     ),
-    workers: int = typer.Option(0, help="Worker processes (0: one per usable CPU core)."),
+    processes: int = typer.Option(
+        0,
+        "--processes",
+        "--workers",
+        help="Runs at once, each in a process of its own (0: one per usable CPU core); `--workers` is "
+        "the same option, as `simulate --processes`.",
+    ),
     tie_break: str = typer.Option(
         NODE_ORDER,
         help="Ties between equally scored nodes: 'node-order' (the paper's simulator) or 'random'.",
@@ -136,6 +142,10 @@ def fgd(
     """Runs the FGD placement protocol and compares with the published figures."""
     if tie_break not in TIE_BREAKS:
         raise typer.BadParameter(f"valid: {', '.join(TIE_BREAKS)}", param_hint="--tie-break")
+    if processes < 0:
+        raise typer.BadParameter(
+            f"must be 0 (one per usable CPU core) or more, got {processes}", param_hint="--processes"
+        )
     files = datasets.resolve_joined(trace, data)
     if learn_first_only and not files.then:
         raise typer.BadParameter("needs a joined trace (NAME+NAME)", param_hint="--learn-first-only")
@@ -150,7 +160,7 @@ def fgd(
         for p in names
         for s in range(seeds)
     ]
-    count = workers if workers > 0 else usable_cpus()
+    count = processes if processes > 0 else usable_cpus()
     started = time.perf_counter()
     results: list[RunResult] = _run(jobs, min(count, len(jobs)), quiet=json_out)
     bounds: BoundSummary | None = None
@@ -187,7 +197,7 @@ def fgd(
             print(json.dumps(record))
     else:
         console.print(_table(files.name, summaries, published, bounds))
-        console.print(f"{len(jobs)} runs in {elapsed:.1f} s wall ({min(count, len(jobs))} workers)")
+        console.print(f"{len(jobs)} runs in {elapsed:.1f} s wall ({min(count, len(jobs))} processes)")
         if bounds is not None and not bounds.exact:
             console.print("some bounds fell back on the trivial one: HiGHS found no optimum in time")
     if plot is not None:
