@@ -118,8 +118,8 @@ def fgd(
         0,
         "--processes",
         "--workers",
-        help="Runs at once, each in a process of its own (0: one per usable CPU core); `--workers` is "
-        "the same option, as `simulate --processes`.",
+        help="Runs at once, each in a process of its own (0: one per usable CPU core), named as in "
+        "`simulate --processes`; `--workers` is the same option.",
     ),
     tie_break: str = typer.Option(
         NODE_ORDER,
