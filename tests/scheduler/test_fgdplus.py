@@ -91,11 +91,16 @@ def test_kept_scores_equal_scores_computed_afresh(seed: int) -> None:
     state.check_invariants()
 
 
-@pytest.mark.parametrize(("seed", "journal"), [(0, 2), (1, 2), (2, 1 << 16), (3, 1 << 16)])
-def test_rows_changed_behind_its_back_are_found_from_the_fleets_journal(seed: int, journal: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "journal", "moves"), [(0, 2, 4), (1, 2, 4), (2, 1 << 16, 4), (3, 1 << 16, 4), (4, 1 << 16, 40)]
+)
+def test_rows_changed_behind_its_back_are_found_from_the_fleets_journal(
+    seed: int, journal: int, moves: int
+) -> None:
     # Between two cycles the world places, releases and fails GPUs without telling the policy; the next
     # cycle's `invalidate` finds those rows from the fleet's journal of touched rows, or by comparing
-    # every row when the journal (here as short as 2 entries) dropped some of them.
+    # every row when the journal (here as short as 2 entries) dropped some of them. A few rows written
+    # are recomputed at once; more (up to 40 moves) are compared first (`score_fgd.FEW_ROWS`).
     rng = np.random.default_rng(seed)
     state = racked_fleet(10, 5)
     state.touched = TouchedRows(limit=journal)
@@ -103,7 +108,7 @@ def test_rows_changed_behind_its_back_are_found_from_the_fleets_journal(seed: in
     running: list[str] = []
     for step in range(200):
         scored_as_afresh(policy, state, REQUESTS[int(rng.integers(len(REQUESTS)))])
-        for k in range(int(rng.integers(0, 4))):
+        for k in range(int(rng.integers(0, moves))):
             move = rng.random()
             if running and move < 0.4:
                 state.release(running.pop(int(rng.integers(len(running)))))

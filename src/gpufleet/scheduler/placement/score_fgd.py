@@ -45,6 +45,8 @@ MAX_SCORE = 100
 _NO_ROWS: Rows = np.zeros(0, dtype=np.intp)
 # Rows marked changed that are kept for the next `sync` before it compares every row instead.
 DIRTY_LIMIT = 4096
+# Rows written since the last scoring up to which a recheck recomputes them without comparing first.
+FEW_ROWS = 16
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -167,12 +169,19 @@ class FragmentationModel:
         elif self._recheck:
             self._recheck = False
             # The rows marked since stay changed whatever the comparison finds.
-            marked = np.array(sorted(set(self._dirty)), dtype=np.intp)
+            marked = set(self._dirty)
             self._dirty.clear()
             touched = state.touched.since(self._touched) if self._touched >= 0 else None
             self._touched = state.touched.mark()
-            candidates = None if touched is None else np.unique(np.asarray(touched, dtype=np.intp))
-            changed = np.union1d(self._changed_rows(state, candidates), marked[marked < self._rows])
+            if touched is not None and len(touched) + len(marked) <= FEW_ROWS:
+                # Nearly every row written since has changed, and comparing a few rows costs more than
+                # recomputing them: they are recomputed, to the same values where nothing changed.
+                rows = self._rows
+                changed = np.array(sorted(r for r in marked.union(touched) if r < rows), dtype=np.intp)
+            else:
+                candidates = None if touched is None else np.unique(np.asarray(touched, dtype=np.intp))
+                kept = np.array(sorted(marked), dtype=np.intp)
+                changed = np.union1d(self._changed_rows(state, candidates), kept[kept < self._rows])
             if changed.size:
                 self._refresh(state, changed)
         elif len(self._dirty) == 1 and self._dirty[0] < self._rows:
