@@ -115,18 +115,22 @@ def dumped(obj: Resource) -> tuple[KindInfo, Json]:
     return kind_of(type(obj)), obj.to_dict(reveal_secrets=True)
 
 
-def dumped_status(obj: Resource) -> tuple[KindInfo, Json]:
-    """The registration of the object's kind and the JSON form of its status alone: what
-    `update_status` writes, as `dumped` would give it, without dumping the spec and metadata (a
-    quarter of the cost)."""
+def status_kind(obj: Resource) -> KindInfo:
+    """The registration of the object's kind, which must have a status (what `update_status` writes)."""
     info = kind_of(type(obj))
     if "status" not in info.model.model_fields:
         raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
+    return info
+
+
+def dumped_status(obj: Resource) -> Json:
+    """The JSON form of the object's status alone, as `dumped` would give it, without dumping the spec
+    and metadata (a quarter of the cost)."""
     data = obj.model_dump(
         mode="json", by_alias=True, exclude_none=True, include={"status"}, context={REVEAL_SECRETS: True}
     )
     status: Json = data.get("status", {})
-    return info, status
+    return status
 
 
 def validated(obj: Resource) -> tuple[KindInfo, Json]:

@@ -34,6 +34,7 @@ from gpufleet.store.objects import (
     namespace_of,
     same_kind,
     shallow,
+    status_kind,
     translated,
     validated,
     with_spec_and_meta,
@@ -98,13 +99,15 @@ class ObjectWrites(ABC):
         return same_kind(obj, result)
 
     def update_status(self, obj: R) -> R:
-        info, status = dumped_status(obj)
+        info = status_kind(obj)
         ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
         with translated(obj), self._transaction():
             current = self._current(info, ns, name)
             check_version(info, obj, current)
+            # Dumped once the object is known to be there at this version: a status written for an
+            # object already deleted (a controller behind the event log) costs a lookup alone.
             changed = shallow(current)
-            changed["status"] = status
+            changed["status"] = dumped_status(obj)
             result = self._change_locked(info, ns, name, current, changed)
         return same_kind(obj, result)
 
