@@ -198,53 +198,58 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
     """The job's status now. A finished job keeps its phase, counters and conditions (only the
     checkpoint and generation it reports follow), except that it never says it runs.
 
-    `previous` is left as it was: below, every field is assigned anew (lists are rebuilt by
-    `set_condition` and `sorted`), never changed in place, so a copy of the top level is enough; a
-    deep copy of the conditions and their datetimes was a twentieth of a simulation's time."""
-    status = previous.model_copy()
-    status.observed_generation = observed.generation
+    `previous` is left as it was: the new status is a copy of its top level with the fields that
+    follow replaced in one step (lists are rebuilt by `set_condition` and `sorted`, never changed in
+    place). A deep copy of the conditions and their datetimes was a twentieth of a simulation's time,
+    and a dozen validated attribute assignments a call about a twentieth more."""
+    update: dict[str, object] = {"observed_generation": observed.generation}
     if observed.checkpoint is not None:
-        status.last_checkpoint = checkpoint_ref(observed.checkpoint)
+        update["last_checkpoint"] = checkpoint_ref(observed.checkpoint)
     if previous.phase in FINISHED:
-        status.conditions = _not_running(status.conditions, previous.phase, now)
-        return status
-    status.restarts = observed.disruptions
-    if observed.lost_gpu_seconds is not None:
-        status.lost_gpu_seconds = round(observed.lost_gpu_seconds, 3)
+        update["conditions"] = _not_running(previous.conditions, previous.phase, now)
+        return previous.model_copy(update=update)
     workers = observed.workers
-    status.replicas = workers.placed
-    status.ready_replicas = workers.running
-    status.nodes = sorted(set(observed.nodes))
+    update["restarts"] = observed.disruptions
+    if observed.lost_gpu_seconds is not None:
+        update["lost_gpu_seconds"] = round(observed.lost_gpu_seconds, 3)
+    update["replicas"] = workers.placed
+    update["ready_replicas"] = workers.running
+    update["nodes"] = sorted(set(observed.nodes))
     if observed.gave_up:
         message = limit_message(observed.disruptions, observed.last_disruption)
-        return _finish(status, "Failed", "RestartLimitExceeded", message, now)
-    status.conditions = suspended_condition(status.conditions, observed.suspended, now)
+        return _finish(previous, update, previous.conditions, "Failed", "RestartLimitExceeded", message, now)
+    conditions = suspended_condition(previous.conditions, observed.suspended, now)
     if observed.suspended:
-        status.phase = SUSPENDED
-        status.pending_reason = None
-        running = Condition(type="Running", status="False", reason=SUSPENDED, message="")
-        status.conditions = set_condition(status.conditions, running, now=now)
-        return status
+        update["phase"] = SUSPENDED
+        update["pending_reason"] = None
+        update["conditions"] = set_condition(conditions, _SUSPENDED_NOT_RUNNING, now=now)
+        return previous.model_copy(update=update)
     phase = progress(workers)
     if phase == "Succeeded":
-        return _finish(status, "Succeeded", "Completed", "all workers finished", now)
-    status.phase = phase
+        return _finish(previous, update, conditions, "Succeeded", "Completed", "all workers finished", now)
+    update["phase"] = phase
     if phase == "Pending":
+        pending = previous.pending_reason
         if observed.pending is not None:
-            status.pending_reason = observed.pending
-            running = Condition(type="Running", status="False", reason=observed.pending.type, message="")
-            status.conditions = set_condition(status.conditions, running, now=now)
-        status.conditions = _not_admitted(status.conditions, status.pending_reason or QUEUED, now)
-        return status
-    status.pending_reason = None
-    status.admitted_time = status.admitted_time or observed.admitted_time or now
-    admitted = Condition(type="Admitted", status="True", reason="Admitted", message="capacity reserved")
-    status.conditions = set_condition(status.conditions, admitted, now=now)
+            pending = update["pending_reason"] = observed.pending
+            running = Condition(type="Running", status="False", reason=pending.type, message="")
+            conditions = set_condition(conditions, running, now=now)
+        update["conditions"] = _not_admitted(conditions, pending or QUEUED, now)
+        return previous.model_copy(update=update)
+    update["pending_reason"] = None
+    update["admitted_time"] = previous.admitted_time or observed.admitted_time or now
+    conditions = set_condition(conditions, _ADMITTED, now=now)
     if phase == "Running":
-        status.start_time = status.start_time or now
-        running = Condition(type="Running", status="True", reason="AllWorkersRunning", message="")
-        status.conditions = set_condition(status.conditions, running, now=now)
-    return status
+        update["start_time"] = previous.start_time or now
+        conditions = set_condition(conditions, _ALL_RUNNING, now=now)
+    update["conditions"] = conditions
+    return previous.model_copy(update=update)
+
+
+# Conditions `job_status` sets as they are; `set_condition` places a copy of one, never the one itself.
+_ADMITTED = Condition(type="Admitted", status="True", reason="Admitted", message="capacity reserved")
+_ALL_RUNNING = Condition(type="Running", status="True", reason="AllWorkersRunning", message="")
+_SUSPENDED_NOT_RUNNING = Condition(type="Running", status="False", reason=SUSPENDED, message="")
 
 
 def suspended_condition(conditions: list[Condition], suspended: bool, now: datetime) -> list[Condition]:
@@ -275,15 +280,22 @@ def _not_admitted(conditions: list[Condition], why: PendingReason, now: datetime
 
 
 def _finish(
-    status: TrainingJobStatus, phase: Literal["Succeeded", "Failed"], reason: str, message: str, now: datetime
+    previous: TrainingJobStatus,
+    update: dict[str, object],
+    conditions: list[Condition],
+    phase: Literal["Succeeded", "Failed"],
+    reason: str,
+    message: str,
+    now: datetime,
 ) -> TrainingJobStatus:
-    status.phase = phase
-    status.completion_time = now
-    status.pending_reason = None
-    status.ready_replicas = 0
+    """`previous` with `update` and what ending in `phase` sets (its condition added to `conditions`)."""
+    update["phase"] = phase
+    update["completion_time"] = now
+    update["pending_reason"] = None
+    update["ready_replicas"] = 0
     done = Condition(type=phase, status="True", reason=reason, message=message)
-    status.conditions = _not_running(set_condition(status.conditions, done, now=now), phase, now)
-    return status
+    update["conditions"] = _not_running(set_condition(conditions, done, now=now), phase, now)
+    return previous.model_copy(update=update)
 
 
 def _not_running(conditions: list[Condition], phase: str, when: datetime) -> list[Condition]:
