@@ -203,12 +203,13 @@ class TrainingJobController(ViewedReconciler[JobView]):
         current = workload.spec
         # Pending, or out of scheduling (suspended): it holds nothing, so it takes the spec's shape.
         if workload.status.phase not in ("Pending", "Inactive"):
-            # An admitted gang keeps its shape; only the facts about it move.
+            # An admitted gang keeps its shape; only the facts about it move (compared alone: comparing
+            # the whole spec on every look at a running job cost more than the rest of this method).
+            active = current.active and desired.active
+            if (current.last_checkpoint_time, current.active) == (desired.last_checkpoint_time, active):
+                return workload
             desired = current.model_copy(
-                update={
-                    "last_checkpoint_time": desired.last_checkpoint_time,
-                    "active": current.active and desired.active,
-                }
+                update={"last_checkpoint_time": desired.last_checkpoint_time, "active": active}
             )
         if desired != current:
             workload = self.store.update(workload.model_copy(update={"spec": desired}))
