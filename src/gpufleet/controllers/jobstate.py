@@ -201,7 +201,7 @@ def job_status(previous: TrainingJobStatus, observed: Observed, *, now: datetime
     `previous` is left as it was: the new status is a copy of its top level with the fields that
     follow replaced in one step (lists are rebuilt by `set_condition` and `sorted`, never changed in
     place). A deep copy of the conditions and their datetimes was a twentieth of a simulation's time,
-    and a dozen validated attribute assignments a call about a twentieth more."""
+    and a dozen assignments through the model's `__setattr__` a call nearly 2% more."""
     update: dict[str, object] = {"observed_generation": observed.generation}
     if observed.checkpoint is not None:
         update["last_checkpoint"] = checkpoint_ref(observed.checkpoint)

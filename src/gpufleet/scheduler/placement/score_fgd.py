@@ -169,18 +169,18 @@ class FragmentationModel:
         elif self._recheck:
             self._recheck = False
             # The rows marked since stay changed whatever the comparison finds.
-            marked = set(self._dirty)
+            dirty = set(self._dirty)
             self._dirty.clear()
             touched = state.touched.since(self._touched) if self._touched >= 0 else None
             self._touched = state.touched.mark()
-            if touched is not None and len(touched) + len(marked) <= FEW_ROWS:
+            if touched is not None and len(touched) + len(dirty) <= FEW_ROWS:
                 # Nearly every row written since has changed, and comparing a few rows costs more than
                 # recomputing them: they are recomputed, to the same values where nothing changed.
                 rows = self._rows
-                changed = np.array(sorted(r for r in marked.union(touched) if r < rows), dtype=np.intp)
+                changed = np.array(sorted(r for r in dirty.union(touched) if r < rows), dtype=np.intp)
             else:
                 candidates = None if touched is None else np.unique(np.asarray(touched, dtype=np.intp))
-                kept = np.array(sorted(marked), dtype=np.intp)
+                kept = np.array(sorted(dirty), dtype=np.intp)
                 changed = np.union1d(self._changed_rows(state, candidates), kept[kept < self._rows])
             if changed.size:
                 self._refresh(state, changed)
