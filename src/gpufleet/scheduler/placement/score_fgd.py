@@ -156,8 +156,9 @@ class FragmentationModel:
         """Brings the cache up to date: every row for a new state or fleet generation (nodes added,
         removed, relabelled), then the rows a `recheck` finds changed, then rows not seen yet.
 
-        Returns the rows recomputed because they had changed (new rows aside), or None when every row
-        was (a caller with caches of its own drops them all).
+        Returns the rows recomputed because they had or may have changed (new rows aside; a few rows
+        the fleet's journal names are recomputed without a comparison), or None when every row was (a
+        caller with caches of its own drops them all).
         """
         changed: Rows | None = _NO_ROWS
         if self._state is not state or self._generation != state.generation:
@@ -225,8 +226,9 @@ class FragmentationModel:
 
     def recheck(self) -> None:
         """The fleet may have changed without `refresh` (between two scheduling cycles): the next `sync`
-        compares each row with what it was computed from and recomputes the rows that differ, and the
-        rows marked changed meanwhile."""
+        recomputes the rows marked changed meanwhile and the rows the fleet's journal names since the
+        last one (up to `FEW_ROWS` of them at once; more are first compared with what they were
+        computed from, and every row is when the journal forgot some)."""
         self._recheck = True
 
     def _changed_rows(self, state: FleetState, candidates: Rows | None = None) -> Rows:
