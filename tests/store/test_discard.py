@@ -11,7 +11,7 @@ import pytest
 
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.runtime import Event
-from gpufleet.controllers.events import about
+from gpufleet.controllers.events import Announcement, about, record_all
 from gpufleet.store import MemoryStore, SqliteStore
 
 from .conftest import EmbeddedStore, job
@@ -68,6 +68,28 @@ def test_a_bad_event_is_refused_as_a_stored_create_would_be(dropping: EmbeddedSt
         dropping.create(bad)
     assert "spec.type" in str(invalid.value)
     assert dropping.discarded == {}  # refused, not counted
+
+
+def _announcement(reason: str) -> Announcement:
+    return Announcement("TrainingJob", "llm", "team-a", reason, "admitted", 1_700_000_000.0)
+
+
+def test_announced_events_are_counted_as_their_creates_would_be(dropping: EmbeddedStore) -> None:
+    version = dropping.resource_version
+    record_all(dropping, [_announcement(r) for r in ["Admitted", "Running", "Admitted"]])
+    dropping.create(_event("Running"))
+    assert dropping.discarded == {("Event", "Admitted"): 2, ("Event", "Running"): 2}
+    assert dropping.resource_version == version and dropping.writes_by_this_thread() == 0
+
+
+def test_announced_events_are_stored_whole_by_a_store_that_keeps_them(store: EmbeddedStore) -> None:
+    record_all(store, [_announcement("Admitted"), _announcement("Running")])
+    kept = sorted(store.list(Event).items, key=lambda e: e.spec.reason)
+    assert [(e.spec.reason, e.spec.involved_name, e.namespace) for e in kept] == [
+        ("Admitted", "llm", "team-a"),
+        ("Running", "llm", "team-a"),
+    ]
+    assert kept[0].spec.time.timestamp() == 1_700_000_000.0 and store.discarded == {}
 
 
 def test_an_unknown_kind_to_drop_is_refused_by_name() -> None:

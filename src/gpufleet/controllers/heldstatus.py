@@ -22,7 +22,6 @@ from typing import Generic, TypeVar
 
 from gpufleet.api.errors import ConflictError
 from gpufleet.api.resource import Resource
-from gpufleet.api.runtime import Event
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key
 from gpufleet.store.protocol import Store
@@ -36,7 +35,7 @@ class HeldStatuses(Generic[Obj, Status]):
 
     def __init__(self) -> None:
         self.statuses: dict[Key, Status] = {}
-        self.events: dict[Key, list[Event]] = {}
+        self.events: dict[Key, list[events.Announcement]] = {}
         self.written: dict[Key, str | None] = {}
         """Per key, the resourceVersion its last flushed status write gave the object."""
 
@@ -61,7 +60,7 @@ class HeldStatuses(Generic[Obj, Status]):
     def hold(self, key: Key, status: Status) -> None:
         self.statuses[key] = status
 
-    def announce(self, key: Key, event: Event) -> None:
+    def announce(self, key: Key, event: events.Announcement) -> None:
         self.events.setdefault(key, []).append(event)
 
     def flush(

@@ -247,14 +247,8 @@ class TrainingJobController(ViewedReconciler[JobView]):
         for event in jobstate.job_events(job.status, status, why=why):
             self.held.announce(
                 key,
-                events.about(
-                    job.kind,
-                    job.name,
-                    job.namespace,
-                    reason=event.reason,
-                    message=event.message,
-                    now=now,
-                    type=event.type,
+                events.Announcement(
+                    job.kind, job.name, job.namespace, event.reason, event.message, now, event.type
                 ),
             )
 

@@ -101,9 +101,9 @@ class SimOptions:
     twin reads where its pods were placed; `TwinConfig.gang_slowdown`)."""
     keep_events: bool = False
     """Keep the Events the controllers record (for a state directory to be inspected afterwards).
-    By default the store validates each and drops it, counting it by reason (`SimResult.events`):
-    nothing in a simulation reads an Event, and keeping them cost CPU on every job and most of a long
-    run's memory (docs/simulation.md, "Events are not kept")."""
+    By default each is counted by reason and dropped without being built (`SimResult.events`,
+    `controllers.events.record_all`): nothing in a simulation reads an Event, and keeping them cost
+    CPU on every job and most of a long run's memory (docs/simulation.md, "Events are not kept")."""
 
 
 def shape(gpus: int, per_node: int = GPUS_PER_NODE) -> tuple[int, int]:

@@ -7,6 +7,10 @@ kinds still refuses a bad object exactly as it would have (the caller learns of 
 returns the object as created (uid, generation, creation time; no resourceVersion, since no version
 of the store holds it); it only counts what it dropped, by kind and reason, for the run's summary.
 Nothing is logged, so no watcher sees it and a settle round that wrote only such objects is quiet.
+
+A writer whose objects of such a kind are valid by construction (the controllers' Events, built by
+`controllers.events` from their own fields) may skip building them: `count` tells it whether the
+store drops the kind and, if so, counts the object by its reason as a create would have.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ class Discards:
         self.counts: Counter[tuple[str, str]] = Counter()
         """(kind, reason) -> objects dropped; the reason is `spec.reason` where the kind has one."""
 
+    def count(self, kind: str, reason: str) -> bool:
+        """Counts an object of `kind` dropped as created, if the kind is one to drop (else nothing)."""
+        if kind not in self.kinds:
+            return False
+        self.counts[(kind, reason)] += 1
+        return True
+
     def created(self, info: KindInfo, data: Json, now: datetime) -> Resource:
         """Validates `data` as a create of it would and returns the object as created, unkept."""
         meta = data["metadata"]
@@ -48,5 +59,5 @@ class Discards:
         result = load(info, data)
         spec = data.get("spec")
         reason = spec.get("reason", "") if isinstance(spec, dict) else ""
-        self.counts[(info.kind, str(reason))] += 1
+        self.count(info.kind, str(reason))
         return result

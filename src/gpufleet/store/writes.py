@@ -56,6 +56,11 @@ class ObjectWrites(ABC):
         """(kind, reason) -> objects validated on create and dropped, not stored (`discard_kinds`)."""
         return self._discards.counts
 
+    def dropped(self, kind: str, reason: str) -> bool:
+        """Whether this store drops objects of `kind` (`discard_kinds`); if so, one such object, valid by
+        construction and never built, is counted under `reason` as its create would have counted it."""
+        return self._discards.count(kind, reason)
+
     # ------------------------------------------------------------------ what each store provides
 
     @abstractmethod
