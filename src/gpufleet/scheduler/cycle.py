@@ -195,21 +195,24 @@ class _Cycle:
         self.parking.capacity.begin(fleet, watched=bool(self.parking.entries))
         self._wake()
         queues = self._heads()
+        firsts = {q: first for q, ordered in queues.items() if (first := next(ordered, None)) is not None}
+        # Keys order queues against each other: with one queue holding work, the heap never holds two
+        # entries and no key would ever be compared (the common cycle: one arrival, room for it).
+        order = self._key if len(firsts) > 1 else (lambda _: ())
         heap: list[tuple[tuple[object, ...], str]] = []
-        for queue, ordered in queues.items():
-            first = next(ordered, None)
-            if first is not None:
-                self._current[queue] = first
-                heapq.heappush(heap, (self._key(first), queue))
+        for queue, first in firsts.items():
+            self._current[queue] = first
+            heapq.heappush(heap, (order(first), queue))
         while heap:
             if self.limit is not None and len(self.result.admitted) >= self.limit:
                 break
             key, queue = heapq.heappop(heap)
             workload = self._current[queue]
-            fresh = self._key(workload)
-            if fresh != key and heap and fresh > heap[0][0]:
-                heapq.heappush(heap, (fresh, queue))  # its queue's share moved: wait its turn
-                continue
+            if heap:
+                fresh = order(workload)
+                if fresh != key and fresh > heap[0][0]:
+                    heapq.heappush(heap, (fresh, queue))  # its queue's share moved: wait its turn
+                    continue
             if workload.name in self._parked_heads:
                 blocked = self._parked_head(workload)
             else:
@@ -227,7 +230,7 @@ class _Cycle:
                 nxt = self._drain(queue, nxt, following)
             if nxt is not None:
                 self._current[queue] = nxt
-                heapq.heappush(heap, (self._key(nxt), queue))
+                heapq.heappush(heap, (order(nxt), queue))
         self.parking.capacity.end(fleet)
         self.result.settled = settled(self.result, self.cache, self.fair, self._min_runtime, self._memo_holds)
         return self.result
