@@ -401,20 +401,29 @@ class FleetState:
         count = 0
         self.share_free[row] = self.free_milli[row] = 0
         if self.alive[row]:
-            usable = self.gpu_free[row] * self.gpu_ok[row]
-            self.free_milli[row] = int(usable.sum())
+            # A row is a node's few GPUs: Python lists sum and count them faster than numpy calls do.
+            usable = [
+                free if ok else 0
+                for free, ok in zip(self.gpu_free[row].tolist(), self.gpu_ok[row].tolist(), strict=True)
+            ]
+            self.free_milli[row] = sum(usable)
             self.share_free[row] = self._share_room(row, usable)
             if WHOLE_MODES[self.mode[row]]:
-                count = int(np.count_nonzero(usable == GPU_MILLI))
+                count = usable.count(GPU_MILLI)
         self._set_whole_free(row, count)
 
-    def _share_room(self, row: int, usable: IntArray) -> int:
+    def _share_room(self, row: int, usable: list[int]) -> int:
+        """The most free milli on one usable GPU that can take one more share pod (0: none)."""
         mode = self.mode[row]
         if not SHARE_MODES[mode]:
             return 0
         if mode != DYNAMIC_CODE:
-            usable = np.where(self.gpu_pods[row] < self.replicas[row], usable, 0)
-        return int(usable.max(initial=0))
+            limit = int(self.replicas[row])
+            usable = [
+                free if pods < limit else 0
+                for free, pods in zip(usable, self.gpu_pods[row].tolist(), strict=True)
+            ]
+        return max(usable, default=0)
 
     def _set_whole_free(self, row: int, count: int) -> None:
         delta = count - int(self.whole_free[row])
@@ -717,7 +726,7 @@ class FleetState:
             assert self.whole_free[row] == whole, f"row {row} whole_free drift"
             usable = int(np.where(self.gpu_ok[row], self.gpu_free[row], 0).sum())
             assert self.free_milli[row] == usable, f"row {row} free_milli drift"
-            room = self._share_room(row, np.where(self.gpu_ok[row], self.gpu_free[row], 0))
+            room = self._share_room(row, np.where(self.gpu_ok[row], self.gpu_free[row], 0).tolist())
             assert self.share_free[row] == room, f"row {row} share_free drift"
         for level_no in range(len(self.levels)):
             totals = np.zeros(len(self.domain_keys[level_no]), dtype=np.int64)
