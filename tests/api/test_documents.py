@@ -24,6 +24,7 @@ from gpufleet.api import (
 )
 from gpufleet.api.documents import field_line
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.meta import ConditionStatus, holds_condition
 
 
 def test_contract_round_trips(contract_yaml: str) -> None:
@@ -91,6 +92,33 @@ def test_set_condition_moves_time_only_on_status_change() -> None:
     assert again[0] is moved[0]
     told = set_condition(moved, Condition(type="Ready", status="True", observed_generation=3), now=t0)
     assert told[0].observed_generation == 3 and told[0].last_transition_time == t1
+
+
+words = st.sampled_from(["Ready", "Admitted", "NodesReady", "", "x"])
+conditions = st.builds(
+    Condition,
+    type=st.sampled_from(["Ready", "Admitted"]),
+    status=st.sampled_from(["True", "False", "Unknown"]),
+    reason=words,
+    message=words,
+    last_transition_time=st.sampled_from([None, datetime(2026, 1, 1, tzinfo=UTC)]),
+    observed_generation=st.sampled_from([None, 2]),
+)
+
+
+@given(
+    st.lists(conditions, max_size=3, unique_by=lambda c: c.type),
+    st.sampled_from(["Ready", "Admitted"]),
+    st.sampled_from(["True", "False"]),
+    words,
+    words,
+)
+def test_a_held_condition_is_one_setting_it_again_would_not_change(
+    held: list[Condition], kind: str, status: ConditionStatus, reason: str, message: str
+) -> None:
+    condition = Condition(type=kind, status=status, reason=reason, message=message)
+    again = set_condition(held, condition, now=datetime(2026, 2, 1, tzinfo=UTC))
+    assert holds_condition(held, kind, condition.status, reason, message) == (again == held)
 
 
 POOL_FILE = """\

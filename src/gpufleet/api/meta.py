@@ -200,6 +200,21 @@ def _same_but_time(a: Condition, b: Condition) -> bool:
     )
 
 
+def holds_condition(
+    conditions: list[Condition], type: str, status: ConditionStatus, reason: str, message: str
+) -> bool:
+    """Whether `set_condition` with such a condition (no observed generation) would leave `conditions`
+    as they are: a caller that sets the same condition on every look need not build it each time."""
+    for existing in conditions:
+        if existing.type == type:
+            return (
+                existing.last_transition_time is not None
+                and (existing.status, existing.reason, existing.message) == (status, reason, message)
+                and existing.observed_generation is None
+            )
+    return False
+
+
 def set_condition(conditions: list[Condition], condition: Condition, *, now: datetime) -> list[Condition]:
     """The list with `condition` replacing the one of the same type.
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from gpufleet.api.accounting import idle_account
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL, POOL_LABEL
-from gpufleet.api.meta import Condition, ObjectMeta, set_condition
+from gpufleet.api.meta import Condition, ConditionStatus, ObjectMeta, holds_condition, set_condition
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.runtime import (
@@ -367,12 +367,12 @@ class PoolController(ViewedReconciler[PoolView]):
             price_per_gpu_hour=spec.price_per_gpu_hour,
         )
         at = to_datetime(now)
-        ready_condition = Condition(
-            type="Ready",
-            status="True" if ready or not nodes else "False",
-            reason="NodesReady" if ready else "Provisioning",
-            message=f"{ready}/{nodes} nodes ready",
-        )
+        ready_status: ConditionStatus = "True" if ready or not nodes else "False"
+        reason, message = ("NodesReady" if ready else "Provisioning"), f"{ready}/{nodes} nodes ready"
+        conditions = old.conditions
+        if not holds_condition(conditions, "Ready", ready_status, reason, message):
+            ready_condition = Condition(type="Ready", status=ready_status, reason=reason, message=message)
+            conditions = set_condition(conditions, ready_condition, now=at)
         # Every field that changes is replaced whole, none is changed in place.
         update = {
             "idle_gpu_hours": idle.idle_gpu_hours,
@@ -384,7 +384,7 @@ class PoolController(ViewedReconciler[PoolView]):
             "ready_nodes": ready,
             "gpus": gpus,
             "allocated_gpu_milli": allocated,
-            "conditions": set_condition(old.conditions, ready_condition, now=at),
+            "conditions": list(conditions),
         }
         if _unchanged(old, update):
             return

@@ -152,6 +152,9 @@ the pair None when the job has no checkpoint series. Only record_job sets these 
 series are touched only when a value changed (a job is recorded at every one of its reconciles and
 its values change at two or three of them), and a checkpoint pair is removed only when it was set:
 asking prometheus_client to remove a series it does not hold raises (and costs) a KeyError."""
+_prices: dict[str, float] = {}
+"""What `record_pool` last set for each pool: a pool is recorded at every reconcile (each pod that
+comes or goes) and its price changes only when its spec does."""
 _series: dict[Gauge, dict[tuple[str, ...], float]] = {}
 """What `set_series` last set on each gauge it owns. The control plane sets its gauges after every
 scheduling pass and a pass changes one or two series; reading the gauge back (`collect()`) and
@@ -229,11 +232,17 @@ def use_clock(now: Callable[[], float]) -> None:
 
 def record_pool(pool: str, price_per_gpu_hour: float) -> None:
     """A GPUPool's price, which the cost recording rules multiply GPU-hours by."""
+    with _series_lock:
+        if _prices.get(pool) == price_per_gpu_hour:
+            return
+        _prices[pool] = price_per_gpu_hour
     POOL_PRICE.labels(pool).set(price_per_gpu_hour)
 
 
 def forget_pool(pool: str) -> None:
     """Drops a deleted GPUPool's price."""
+    with _series_lock:
+        _prices.pop(pool, None)
     _remove(POOL_PRICE, pool)
 
 
