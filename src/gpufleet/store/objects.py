@@ -123,6 +123,14 @@ def status_kind(obj: Resource) -> KindInfo:
     return info
 
 
+def dumped_spec_and_meta(obj: Resource) -> Json:
+    """The JSON form of the object without its status, as `dumped` would give it: what `update` reads
+    (a status it would ignore is not dumped)."""
+    return obj.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"status"}, context={REVEAL_SECRETS: True}
+    )
+
+
 def dumped_status(obj: Resource) -> Json:
     """The JSON form of the object's status alone, as `dumped` would give it, without dumping the spec
     and metadata (a quarter of the cost)."""

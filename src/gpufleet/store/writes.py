@@ -29,6 +29,7 @@ from gpufleet.store.objects import (
     conflict,
     describe,
     dumped,
+    dumped_spec_and_meta,
     dumped_status,
     kind_of,
     namespace_of,
@@ -94,7 +95,7 @@ class ObjectWrites(ABC):
         return same_kind(obj, created)
 
     def update(self, obj: R) -> R:
-        info, data = dumped(obj)
+        info, data = kind_of(type(obj)), dumped_spec_and_meta(obj)
         ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
         with translated(obj), self._transaction():
             current = self._current(info, ns, name)
