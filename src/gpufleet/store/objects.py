@@ -123,9 +123,9 @@ def status_kind(obj: Resource) -> KindInfo:
     return info
 
 
-def dumped_spec_and_meta(obj: Resource) -> Json:
-    """The JSON form of the object without its status, as `dumped` would give it: what `update` reads
-    (a status it would ignore is not dumped)."""
+def dumped_but_status(obj: Resource) -> Json:
+    """The JSON form of the object without its status, as `dumped` would give it: what a create, an
+    apply or an update reads (each keeps the stored status, or none, so the given one is not dumped)."""
     return obj.model_dump(
         mode="json", by_alias=True, exclude_none=True, exclude={"status"}, context={REVEAL_SECRETS: True}
     )

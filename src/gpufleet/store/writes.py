@@ -28,8 +28,7 @@ from gpufleet.store.objects import (
     check_version,
     conflict,
     describe,
-    dumped,
-    dumped_spec_and_meta,
+    dumped_but_status,
     dumped_status,
     kind_of,
     namespace_of,
@@ -86,7 +85,7 @@ class ObjectWrites(ABC):
     # ----------------------------------------------------------------------------------- writes
 
     def create(self, obj: R) -> R:
-        info, data = dumped(obj)
+        info, data = kind_of(type(obj)), dumped_but_status(obj)
         if info.kind in self._discards.kinds:
             with translated(obj):  # no transaction: nothing is stored, no version taken
                 return same_kind(obj, self._discards.created(info, data, self._clock()))
@@ -95,7 +94,7 @@ class ObjectWrites(ABC):
         return same_kind(obj, created)
 
     def update(self, obj: R) -> R:
-        info, data = kind_of(type(obj)), dumped_spec_and_meta(obj)
+        info, data = kind_of(type(obj)), dumped_but_status(obj)
         ns, name = namespace_of(info, obj.metadata.namespace), obj.metadata.name
         with translated(obj), self._transaction():
             current = self._current(info, ns, name)
@@ -118,7 +117,7 @@ class ObjectWrites(ABC):
         return same_kind(obj, result)
 
     def apply(self, obj: R) -> R:
-        info, data = dumped(obj)
+        info, data = kind_of(type(obj)), dumped_but_status(obj)
         with translated(obj), self._transaction():
             result = self._apply_locked(info, data)
         return same_kind(obj, result)
