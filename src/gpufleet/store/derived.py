@@ -28,10 +28,9 @@ from typing import Any
 
 import pydantic
 
-from gpufleet.api.base import REVEAL_SECRETS
 from gpufleet.api.resource import KindInfo, Resource
 from gpufleet.store.fresh import fresh
-from gpufleet.store.objects import STORED, Json
+from gpufleet.store.objects import STORED, STORED_FORM, Json
 
 SET_BY_STORE = frozenset({"resourceVersion", "generation", "deletionTimestamp"})
 """Metadata the store itself sets on a change; every other metadata value must stay as it was."""
@@ -40,12 +39,6 @@ ALONE = frozenset({"_scope"})
 other may have its spec validated alone too; the status always may (no validator reads it)."""
 
 _TIMESTAMP: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(pydantic.AwareDatetime)
-_DUMP: dict[str, Any] = {
-    "mode": "json",
-    "by_alias": True,
-    "exclude_none": True,
-    "context": {REVEAL_SECRETS: True},
-}
 
 
 @functools.cache
@@ -108,7 +101,7 @@ def derive(info: KindInfo, previous: Resource, current: Json, changed: Json) -> 
         except pydantic.ValidationError:
             return None  # refused: validating the whole object names the field from its top
         update[model_field_name(info.model, key)] = validated
-        stored[key] = validated.model_dump(**_DUMP)
+        stored[key] = validated.model_dump(**STORED_FORM)
     return previous.model_copy(update=update), stored
 
 

@@ -32,6 +32,14 @@ Json = dict[str, Any]
 # Objects read back were validated when written; priority classes are not checked again, so a
 # changed priority-class table cannot make stored objects unreadable.
 STORED = {PRIORITY_CLASSES_CONTEXT: None}
+STORED_FORM: dict[str, Any] = {
+    "mode": "json",
+    "by_alias": True,
+    "exclude_none": True,
+    "context": {REVEAL_SECRETS: True},
+}
+"""`model_dump` arguments giving a model's stored form (`to_dict(reveal_secrets=True)`), for dumping
+a part of an object (with `include` or `exclude`) or a section alone."""
 
 
 def utc_now() -> datetime:
@@ -126,17 +134,13 @@ def status_kind(obj: Resource) -> KindInfo:
 def dumped_but_status(obj: Resource) -> Json:
     """The JSON form of the object without its status, as `dumped` would give it: what a create, an
     apply or an update reads (each keeps the stored status, or none, so the given one is not dumped)."""
-    return obj.model_dump(
-        mode="json", by_alias=True, exclude_none=True, exclude={"status"}, context={REVEAL_SECRETS: True}
-    )
+    return obj.model_dump(exclude={"status"}, **STORED_FORM)
 
 
 def dumped_status(obj: Resource) -> Json:
     """The JSON form of the object's status alone, as `dumped` would give it, without dumping the spec
     and metadata (a quarter of the cost)."""
-    data = obj.model_dump(
-        mode="json", by_alias=True, exclude_none=True, include={"status"}, context={REVEAL_SECRETS: True}
-    )
+    data = obj.model_dump(include={"status"}, **STORED_FORM)
     status: Json = data.get("status", {})
     return status
 
