@@ -90,6 +90,9 @@ class Reconciler:
     def step(self, now: float) -> float | None:
         if not self.due:
             return None  # most steps of most controllers: nothing is due, nothing waits
+        soonest = min(self.due.values())
+        if soonest > now:
+            return soonest  # what waits is a later look (a periodic status), not due in this step
         ready = sorted(key for key, at in self.due.items() if at <= now)
         for key in ready:
             del self.due[key]
@@ -114,6 +117,8 @@ class ControllerManager:
         self.store = store
         self.controllers = list(controllers)
         self.kinds = sorted({kind for c in self.controllers for kind in c.kinds})
+        self.by_kind = {kind: [c for c in self.controllers if kind in c.kinds] for kind in self.kinds}
+        """Per kind, the controllers that receive its events, in the controllers' order."""
         self.cursor: str | None = None
         self.pages = EventPages(store)
         self.held = False
@@ -165,9 +170,8 @@ class ControllerManager:
                 self._resync(now)
                 continue
             for event in events:
-                for controller in self.controllers:
-                    if event.object.kind in controller.kinds:
-                        controller.observe(event, now)
+                for controller in self.by_kind.get(event.object.kind, ()):
+                    controller.observe(event, now)
             self.cursor = reached
             if len(events) < BATCH:
                 return
