@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, PrivateAttr
 
-from gpufleet.api import TrainingJob
+from gpufleet.api import Condition, ObjectMeta, PodRequest, TrainingJob, TrainingJobSpec
 from gpufleet.api.base import ApiModel
 from gpufleet.api.runtime import PodStatus
-from tests.api.test_documents import jobs
 
 
 def _parts(model: BaseModel) -> tuple[Any, ...]:
@@ -22,6 +21,25 @@ def _parts(model: BaseModel) -> tuple[Any, ...]:
         model.__pydantic_extra__,
         model.__pydantic_private__,
     )
+
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,12}[a-z0-9]", fullmatch=True)
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> TrainingJob:
+    replicas = draw(st.integers(1, 16))
+    job = TrainingJob(
+        metadata=ObjectMeta(
+            name=draw(names), namespace=draw(names), labels=draw(st.dictionaries(names, names, max_size=3))
+        ),
+        spec=TrainingJobSpec(
+            replicas=replicas, min_replicas=draw(st.integers(1, replicas)), worker=PodRequest(gpus=8)
+        ),
+    )
+    job.status.phase = draw(st.sampled_from(["Pending", "Running", "Succeeded"]))
+    job.status.conditions = [Condition(type="Admitted", status="True")]
+    return job
 
 
 updates = st.dictionaries(
