@@ -44,7 +44,10 @@ class ApiModel(BaseModel):
         private = getattr(self, "__pydantic_private__", None)
         if deep or self.__pydantic_extra__ is not None or private is not None:
             return super().model_copy(update=update, deep=deep)
-        copied = self.__class__.__new__(self.__class__)
+        # type(), not self.__class__: a model's attribute reads all take the slow path of a class with
+        # a __getattr__ (pydantic's), which Python 3.11 does not specialise.
+        cls = type(self)
+        copied = cls.__new__(cls)
         values = self.__dict__.copy()
         fields_set = set(self.__pydantic_fields_set__)
         if update:
