@@ -384,7 +384,7 @@ class PoolController(ViewedReconciler[PoolView]):
             "ready_nodes": ready,
             "gpus": gpus,
             "allocated_gpu_milli": allocated,
-            "conditions": list(conditions),
+            "conditions": conditions,
         }
         if _unchanged(old, update):
             return
