@@ -48,6 +48,8 @@ def test_times_read_zero_padded_or_not(tmp_path: Path) -> None:
         ("2017-10-09 07:01:55,-5,1,66,aa", "duration", "positive"),
         ("2017-10-09 07:01:55,66,1.5,66,aa", "num_gpus", "whole number"),
         ("2017-10-09 07:01:55,66,0,66,aa", "num_gpus", "at least 1"),
+        ("2017-10-09 07:01:55,66,1" + "0" * 400 + ",66,aa", "num_gpus", "at most 8,388,608"),
+        ("2017-10-09 07:01:55,1e308,1,66,aa", "duration", "at most 36,500 days"),
         ("2017-10-09 07:01:55,66,1,66,", "cluster", "empty"),
         ("1969-12-31 23:59:59,66,1,66,aa", "timestamp", "1970-01-01"),
         ("9999-12-31 23:59:59,66,1,66,aa", "timestamp", "before 9000-01-01"),

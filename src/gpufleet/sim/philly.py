@@ -5,8 +5,8 @@ other column are ignored):
 
 - `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC, from 1970 to before 9000), rows in
   any order;
-- `duration`: seconds the job computes with all its GPUs (> 0);
-- `num_gpus`: whole GPUs it asks for (>= 1);
+- `duration`: seconds the job computes with all its GPUs (> 0, at most 100 years);
+- `num_gpus`: whole GPUs it asks for (>= 1, at most 8,388,608);
 - `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue `vc-<cluster>`, so
   it is letters, digits and `-` (at most 60, a letter or digit at each end), and two clusters may not
   differ only in case;
@@ -51,6 +51,12 @@ _CLUSTER = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,58}[A-Za-z0-9])?")
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
 """Submissions from then on are refused: a job's end must stay a time Python can hold (year 9999)."""
 DAY = 86400.0
+MAX_DURATION_DAYS = 36_500
+"""Longer jobs are refused: a century of computing is no job, and a duration near the largest float
+made the queues' demand (GPUs times seconds) infinite."""
+MAX_JOB_GPUS = 1 << 23
+"""More GPUs than any simulated fleet holds (65,536 nodes of at most 72): a job asking more is refused
+rather than carried as a number too large for the demand's floats."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,13 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
         raise DataError(
             f"must be a positive number of seconds, got {text!r}", path=where, line=line, field="duration"
         )
+    if duration > MAX_DURATION_DAYS * DAY:
+        raise DataError(
+            f"must be at most {MAX_DURATION_DAYS:,} days ({MAX_DURATION_DAYS * DAY:,.0f} s), got {text!r}",
+            path=where,
+            line=line,
+            field="duration",
+        )
     text = values["num_gpus"]
     try:
         gpus = int(text)
@@ -191,8 +204,13 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
         raise DataError(
             f"must be a whole number of GPUs, got {text!r}", path=where, line=line, field="num_gpus"
         ) from None
-    if gpus < 1:
-        raise DataError(f"must be at least 1, got {text!r}", path=where, line=line, field="num_gpus")
+    if not 1 <= gpus <= MAX_JOB_GPUS:
+        raise DataError(
+            f"must be at least 1 and at most {MAX_JOB_GPUS:,}, got {text!r}",
+            path=where,
+            line=line,
+            field="num_gpus",
+        )
     cluster = values["cluster"]
     if not cluster:
         raise DataError("empty virtual cluster", path=where, line=line, field="cluster")
