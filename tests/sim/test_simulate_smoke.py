@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from gpufleet.sim import jobfleet, jobreport, jobsim, philly
@@ -80,6 +81,21 @@ def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
     if summary.restarts:
         assert summary.goodput < summary.utilisation
     assert {r[0] for r in jobreport.queue_shares(result) if r[1] > 0} == {f"vc-{c}" for c in CLUSTERS}
+
+
+def test_simulated_jobs_have_no_prometheus_series(tmp_path: Path) -> None:
+    # Stopped while jobs run (no drain): a TrainingJob of `gpufleet up` would have its series now.
+    options = jobsim.SimOptions(checkpoint_interval=600.0, drain=False)
+    trace = philly.load(synthetic_trace(tmp_path / "trace.csv", 30))
+    pools = jobfleet.fleet_of_gpus(64)
+    result = jobsim.simulate(
+        trace, pools, jobfleet.trace_queues(trace.gpu_demand(), pools), days=0.01, options=options
+    )
+    running = [r for r in result.jobs.values() if r.start is not None and r.end is None]
+    assert running
+    for record in running:
+        labels = {"namespace": record.queue, "trainingjob": record.job.name}
+        assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", labels) is None
 
 
 def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:

@@ -67,8 +67,11 @@ class TrainingJobController(ViewedReconciler[JobView]):
     kinds: tuple[str, ...] = ("TrainingJob", "Workload", "Pod", "Checkpoint")
     primary = "TrainingJob"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, job_series: bool = True) -> None:
         super().__init__(store)
+        self.job_series = job_series
+        """Whether each job has its Prometheus series (`jobstate.record_metrics`): the job simulator,
+        whose jobs are virtual and whose process serves no metrics, keeps none."""
         self.view = JobView(store)
         """Jobs, workloads, pods and checkpoints, kept from events instead of read each reconcile."""
         self.with_series: set[Key] = set()
@@ -132,9 +135,10 @@ class TrainingJobController(ViewedReconciler[JobView]):
         workload = self._ensure_workload(job, checkpoint)
         pods = [p for p in view.pods_of(namespace, name) if p.spec.attempt == workload.status.attempts]
         status = self._status(job, workload, pods, checkpoint, now)
-        interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
-        jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
-        self.with_series.add(key)
+        if self.job_series:
+            interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
+            jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
+            self.with_series.add(key)
         if status.phase in ("Succeeded", "Failed") and workload.spec.active:
             spec = workload.spec.model_copy(update={"active": False})
             self.store.update(workload.model_copy(update={"spec": spec}))
