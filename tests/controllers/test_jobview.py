@@ -19,6 +19,7 @@ from gpufleet.api.training import TrainingJob
 from gpufleet.controllers.jobview import JobView
 from gpufleet.controllers.plane import build_manager
 from gpufleet.controllers.training import TrainingJobController
+from gpufleet.store.memory import MemoryStore
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 from gpufleet.twin.driver import Runtime
@@ -141,6 +142,33 @@ def test_a_compacted_log_makes_the_view_list_again(tmp_path: Path) -> None:
     assert view.catch_up() == []
     assert view.jobs[("team", "one")].spec.replicas == 2
     assert view.cursor == int(store.resource_version)
+
+
+def test_the_view_moves_with_the_manager_past_events_it_does_not_follow(tmp_path: Path) -> None:
+    # Nodes come and go while no job changes: the manager reads their events for the other controllers,
+    # and the job view, which has seen every event of its kinds up to there, moves its cursor too.
+    clock = VirtualClock()
+    store = MemoryStore(clock=clock.datetime)
+    twin = Twin(store, clock=clock)
+    manager = build_manager(store)
+    runtime = Runtime(store, clock=clock, participants=[twin, manager])
+    controller = next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+    for obj in load_objects(FLEET + "---" + job("one", 1, 600)):
+        store.apply(obj)
+    runtime.run_for(5)
+    node = next(p.spec.node_name for p in store.list(Pod) if p.spec.node_name)
+    idle = next(n.name for n in store.list("Node") if n.name != node)
+    twin.inject(NodeLoss(node=idle))
+    runtime.run_for(5)
+    assert controller.view.cursor == int(store.resource_version)
+    relists: list[int] = []
+    controller.view.relist = lambda: relists.append(1)  # type: ignore[method-assign]
+    store.compact(keep=0)
+    for obj in load_objects(job("one", 2, 600)):
+        store.apply(obj)
+    runtime.run_for(5)
+    assert relists == []
+    assert controller.view.jobs[("team", "one")].spec.replicas == 2
 
 
 def test_a_deleted_job_is_looked_at_once_and_everything_of_it_goes(tmp_path: Path) -> None:

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
+from gpufleet.controllers.eventview import EventFedView
+from gpufleet.controllers.manager import ControllerManager
 from gpufleet.sim import jobfleet, jobreport, jobsim, philly
+from gpufleet.twin.twin import Twin
 
 CLUSTERS = ("aa11", "bb22", "cc33")
 
@@ -114,11 +118,30 @@ def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:
             assert r.lost_gpu_seconds <= r.restarts * gpus * 600.0 + 1e-6
 
 
-def test_node_losses_and_spot_interruptions_on_a_spot_fleet(tmp_path: Path) -> None:
+def test_node_losses_and_spot_interruptions_on_a_spot_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The event log is emptied after every instant: every reader has read it to its end by then, so
+    # none lists the store again after its start (a reader left behind would, or stop the run).
+    lists: list[str] = []
+    for cls, name in ((EventFedView, "relist"), (ControllerManager, "_resync"), (Twin, "_resync")):
+        original = getattr(cls, name)
+
+        def counted(self: object, *args: object, _original: Any = original, _name: str = name) -> object:
+            lists.append(f"{type(self).__name__}.{_name}")
+            return _original(self, *args)
+
+        monkeypatch.setattr(cls, name, counted)
     options = jobsim.SimOptions(
         checkpoint_interval=600.0, node_mtbf_seconds=1800.0, spot_interruptions_per_day=4.0, seed=5
     )
     result = run(tmp_path, 60, 64, options, spot=True)
+    assert sorted(lists) == [
+        "ControllerManager._resync",
+        "JobView.relist",
+        "PoolView.relist",
+        "Twin._resync",
+    ]
     check_invariants(result)
     assert result.faults.get("NodeLoss", 0) > 0
     assert result.faults.get("SpotInterruption", 0) > 0

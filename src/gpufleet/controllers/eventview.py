@@ -98,6 +98,15 @@ class ViewedReconciler(Reconciler, Generic[View]):
         if self.view.apply(event):
             super().observe(event, now)
 
+    def dispatched(self, version: int) -> None:
+        """The manager handed this controller every event of its kinds up to `version`: a view that
+        follows none but those has applied every event of its own kinds too, so its cursor moves there.
+        Else it stayed at the last event of its kinds, and a log compacted past that (the simulator
+        compacts after every settle) made the next catch-up list everything again."""
+        view = self.view
+        if view.cursor is not None and version > view.cursor and all(k in self.kinds for k in view.KINDS):
+            view.cursor = version
+
     def catch_up(self, now: float) -> None:
         """Brings the view up to what was written since the manager's last dispatch, and enqueues the
         keys those writes concern."""

@@ -43,6 +43,15 @@ class Controller(Protocol):
 
 
 @runtime_checkable
+class FollowsDispatch(Protocol):
+    """A controller that wants to know how far the manager's reads of the event log went."""
+
+    def dispatched(self, version: int) -> None:
+        """Every event of the controller's kinds up to `version` was handed to it."""
+        ...
+
+
+@runtime_checkable
 class Flushable(Protocol):
     """A controller that holds writes back until the manager is flushed."""
 
@@ -126,6 +135,7 @@ class ControllerManager:
         which nothing else was written (else each step ends with them)."""
         # Found once: a runtime-checkable protocol's isinstance is slow, and flushes are many.
         self.flushable = [c for c in self.controllers if isinstance(c, Flushable)]
+        self.following = [c for c in self.controllers if isinstance(c, FollowsDispatch)]
 
     def hold_until_settled(self) -> None:
         self.held = True
@@ -173,5 +183,7 @@ class ControllerManager:
                 for controller in self.by_kind.get(event.object.kind, ()):
                     controller.observe(event, now)
             self.cursor = reached
+            for follower in self.following:
+                follower.dispatched(int(reached))
             if len(events) < BATCH:
                 return
