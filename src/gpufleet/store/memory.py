@@ -342,6 +342,9 @@ class MemoryStore(ObjectWrites):
         floor = max(self._compacted, self._head - max(keep, 0))
         while self._log and self._log[0].version <= floor:
             self._log.popleft()
+        # No reader can ask for a compacted entry again: its parsed event goes now, not 8,192 later.
+        while self._parsed and self._parsed[0].version <= floor:
+            self._parsed.popleft().parsed = None
         self._compacted = floor
         return floor
 
