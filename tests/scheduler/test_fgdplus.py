@@ -338,3 +338,31 @@ def test_the_rack_tie_break_never_outweighs_a_difference_in_node_fullness() -> N
     rows = filter_nodes(state, one).rows
     scored = AdaptiveFgdPolicy().score(state, one, rows)
     assert state.names[int(rows[int(np.argmax(scored.scores))])] == "n0"
+
+
+def test_the_rack_tie_break_counts_a_racks_healthy_gpus_after_a_failure() -> None:
+    state = racked_fleet(4, 2)  # racks r0 (n0, n1), r1 (n2, n3)
+    state.allocate("on-n1", 1, PodRequest(cpu_milli=8_000, gpus=2), (0, 1))
+    state.allocate("on-n3", 3, PodRequest(cpu_milli=8_000, gpus=4), (0, 1, 2, 3))
+    policy = AdaptiveFgdPolicy()
+    node = PodRequest(cpu_milli=16_000, gpus=8)
+
+    def chosen() -> set[str]:
+        rows = filter_nodes(state, node).rows
+        scored = policy.score(state, node, rows)
+        return {state.names[int(rows[pick(scored, np.random.default_rng(i))])] for i in range(20)}
+
+    # r1 is a quarter used, r0 an eighth: the empty node of r1 takes a whole-node pod.
+    assert chosen() == {"n2"}
+    for gpu in (4, 5, 6, 7):
+        state.set_gpu_health("n1", gpu, False)
+    policy.invalidate()
+    # r0's 12 healthy GPUs, 10 of them whole and free (a sixth used), against r1's 12 of 16 (a
+    # quarter): r1 is still the fuller. Counting n1's failed GPUs as r0's would make r0 (10 of 16
+    # free) look fuller.
+    assert chosen() == {"n2"}
+    for gpu in (4, 5, 6, 7):
+        state.set_gpu_health("n1", gpu, True)
+    state.allocate("more-on-n1", 1, PodRequest(cpu_milli=8_000, gpus=4), (2, 3, 4, 5))
+    policy.invalidate()
+    assert chosen() == {"n0"}  # r0 now has 6 of 16 GPUs in use

@@ -140,6 +140,8 @@ class FleetState:
         # Bumped whenever something the static filters read changes (nodes, cordon, taints, labels), so
         # the scheduler can cache per-request masks between such changes.
         self.generation = 0
+        self.health_changes = 0
+        """Bumped whenever a GPU turns healthy or unhealthy (which moves no generation)."""
         self.names: list[str] = []
         self.specs: list[NodeSpec] = []
         self.taints: list[tuple[Taint, ...]] = []
@@ -387,6 +389,8 @@ class FleetState:
         was = bool(self.gpu_ok[row, gpu])
         self.gpu_ok[row, gpu] = healthy
         self.touched.add(row)
+        if was != healthy:
+            self.health_changes += 1
         if was != healthy and self.mode[row] == MIG_CODE:
             for inst in self._mig[row].get(gpu, []):
                 if inst.holder is None:

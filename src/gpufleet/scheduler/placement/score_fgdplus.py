@@ -150,9 +150,9 @@ class AdaptiveFgdPolicy:
         self._scores: dict[PodRequest, RowScores] = {}
         # Per row, how many times it changed: a kept score is valid while its stamp is the row's version.
         self._versions = np.zeros(0, dtype=np.int64)
-        # Per row the level and domain its rack tie-break reads (`_DomainMap`), with the fleet generation
-        # it was built at.
-        self._domains: tuple[int, _DomainMap] | None = None
+        # Per row the level and domain its rack tie-break reads (`_DomainMap`), with what it was built
+        # from: the state, its generation and its GPUs' health changes.
+        self._domains: tuple[FleetState, int, int, _DomainMap] | None = None
         self._refit()
 
     def _refit(self) -> None:
@@ -177,7 +177,6 @@ class AdaptiveFgdPolicy:
         # Only the rows that changed are recomputed, at the next `_sync`: a cycle that finds most of
         # the fleet as the last one left it costs a comparison, not a rebuild.
         self.model.recheck()
-        self._domains = None
 
     def _sync(self, state: FleetState) -> None:
         """Brings the model up to date (rows observed, rows found changed after `invalidate`, new rows)
@@ -231,9 +230,10 @@ class AdaptiveFgdPolicy:
         top = np.flatnonzero(scores == scores.max())
         if top.size < 2:
             return
-        if self._domains is None or self._domains[0] != state.generation:
-            self._domains = (state.generation, _DomainMap(state))
-        fullness = self._domains[1].fullness(state, rows[top])
+        built = self._domains
+        if built is None or built[0] is not state or built[1:3] != (state.generation, state.health_changes):
+            built = self._domains = (state, state.generation, state.health_changes, _DomainMap(state))
+        fullness = built[3].fullness(state, rows[top])
         behind = top[fullness < fullness.max()]
         scores[behind] = np.nextafter(scores[behind], -np.inf)
 
@@ -324,7 +324,8 @@ class _DomainMap:
     With levels such as the Kubernetes default [zone, block, rack, clique], only some nodes carry the
     finest label (GB200/NVL72 cliques); a node without it is judged by its rack, or its block, and a
     node without any topology label by itself alone (a domain of one node), never as an empty domain.
-    Counted once per fleet generation (labels and nodes do not change within one).
+    Counted once per fleet generation (labels and nodes do not change within one) and GPU health change
+    (a domain's GPUs are its healthy ones).
     """
 
     def __init__(self, state: FleetState) -> None:
