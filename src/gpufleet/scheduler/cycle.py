@@ -231,7 +231,7 @@ class _Cycle:
             if nxt is not None:
                 self._current[queue] = nxt
                 heapq.heappush(heap, (order(nxt), queue))
-        self.parking.capacity.end(fleet)
+        self.parking.capacity.end(fleet, watched=bool(self.parking.entries))
         self.result.settled = settled(self.result, self.cache, self.fair, self._min_runtime, self._memo_holds)
         return self.result
 

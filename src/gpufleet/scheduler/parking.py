@@ -110,7 +110,7 @@ class CapacityWatch:
                     if code >= 0:
                         self.rose[fleet.models[int(code)]] = self.counter
         self._generation = fleet.generation
-        self._low = tuple(a.copy() for a in now)
+        self._low = now  # a copy already, which nothing else holds
 
     def lower(self, fleet: FleetState, rows: list[int]) -> None:
         """Before capacity on `rows` is freed mid-cycle: remember how low those rows were."""
@@ -121,15 +121,21 @@ class CapacityWatch:
             if low.shape == now.shape:
                 low[index] = np.minimum(low[index], now[index])
 
-    def end(self, fleet: FleetState) -> None:
-        """Cycle end (decisions assumed): the baseline is the lowest each node was during the cycle."""
-        now = _free_arrays(fleet)
+    def end(self, fleet: FleetState, *, watched: bool = True) -> None:
+        """Cycle end (decisions assumed): the baseline is the lowest each node was during the cycle.
+
+        `watched`: something is parked. With nothing parked the next cycle starts unwatched (only a
+        cycle parks), reads no baseline, and none is kept."""
         low = self._low
+        self._low = None
+        if not watched:
+            self._baseline = None
+            return
+        now = _free_arrays(fleet)
         if low is None or _shapes(low) != _shapes(now):
             self._baseline = now
         else:
             self._baseline = tuple(np.minimum(a, b) for a, b in zip(low, now, strict=True))
-        self._low = None
 
     def rose_since(self, flavor: str | None, mark: int) -> bool:
         return self.rose_at(flavor) > mark
