@@ -3,6 +3,8 @@ of a whole job asks for what came after the last line it saw."""
 
 from __future__ import annotations
 
+import pytest
+
 from gpufleet.twin.podlogs import PodLogBook
 
 
@@ -35,3 +37,12 @@ def test_the_book_keeps_the_newest_lines_of_the_newest_pods() -> None:
     book.write(("ml", "c-0"), 6.0, "placed", owner=("TrainingJob", "c"))
     assert not book.has(("ml", "a-0")) and book.pods_of("ml", "TrainingJob", "a") == []
     assert book.has(("ml", "c-0"))
+
+
+def test_a_book_of_no_pods_keeps_nothing_and_a_negative_size_is_refused() -> None:
+    book = PodLogBook(pods=0)
+    book.write(("ml", "a-0"), 0.0, "placed", owner=("TrainingJob", "a"))
+    assert not book.has(("ml", "a-0")) and book.pods_of("ml", "TrainingJob", "a") == []
+    assert book.read("ml", ["a-0"]).lines == []
+    with pytest.raises(ValueError, match="pods must be >= 0"):
+        PodLogBook(pods=-1)

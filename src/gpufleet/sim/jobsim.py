@@ -513,6 +513,7 @@ def simulate(
                 metrics_interval_seconds=QUIET_SECONDS,
                 pod_start_seconds=options.restart_seconds,
                 gang_slowdown=dict(options.gang_slowdown),
+                pod_logs=0,
             ),
         )
         manager = build_manager(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpufleet.twin.podlogs import PODS
+
 SPOT_NOTICE_SECONDS = 120.0
 """Cloud providers' warning before a spot node is taken back (AWS: two minutes)."""
 
@@ -51,3 +53,6 @@ class TwinConfig:
     """Per topology level (a node label such as `rack` or `block`, or `host` for the node itself), how
     many times slower a training job computes when its running pods sit in more than one domain of it:
     communication over a slower link. The largest factor of the levels it spans applies. Empty: none."""
+    pod_logs: int = PODS
+    """How many pods' logs the twin keeps (`gpufleet logs`), the newest first; 0 keeps none (the job
+    simulator, whose process serves no logs)."""

@@ -57,6 +57,10 @@ class PodLogBook:
     """Bounded logs of the twin's pods, by (namespace, name) and by the object they serve."""
 
     def __init__(self, *, lines_per_pod: int = LINES_PER_POD, pods: int = PODS) -> None:
+        if pods < 0 or lines_per_pod < 1:
+            raise ValueError(
+                f"PodLogBook: pods must be >= 0 and lines_per_pod >= 1, got {pods}, {lines_per_pod}"
+            )
         self._lock = threading.Lock()
         self._logs: OrderedDict[PodKey, deque[LogLine]] = OrderedDict()
         self._owner_of: dict[PodKey, OwnerKey] = {}
@@ -68,6 +72,8 @@ class PodLogBook:
     def write(self, key: PodKey, now: float, text: str, *, owner: tuple[str, str] | None = None) -> None:
         """Adds a line to the pod's log, stamped with the fleet time `now` (seconds); `owner` (kind,
         name), given with a pod's first line, files the pod under the object it serves."""
+        if not self._pods:
+            return  # a book of no pods keeps nothing
         with self._lock:
             log = self._logs.get(key)
             if log is None:

@@ -112,7 +112,7 @@ class Twin:
         self._metrics_timer: Timer | None = None
         self.faults: Counter[str] = Counter()
         """Faults that happened, by kind (GpuFailure, NodeLoss, SpotInterruption, GpuRepair)."""
-        self.logs = PodLogBook()
+        self.logs = PodLogBook(pods=self.config.pod_logs)
         """Each pod's lifecycle as log lines (`gpufleet logs`), written below where it happens."""
 
     # ============================================================= public interface
