@@ -23,9 +23,10 @@ from types import TracebackType
 
 FREEZE_EVERY = 65_536
 """Settles between two collections. Each walks every object made since the last one that is still
-alive, most of them the event log's (kept for 200,000 events), so a collection every 4,096 settles
-cost 7 days on 2,048 GPUs (about 16,000 settles) as much as the young collections it replaces; the
-whole Philly trace takes about 250,000 settles."""
+alive (when this was measured, most of them the event log's, then kept for 200,000 events; the
+in-memory log is now emptied after every settle), so a collection every 4,096 settles cost 7 days on
+2,048 GPUs (about 16,000 settles) as much as the young collections it replaces; the whole Philly
+trace takes about 250,000 settles."""
 
 
 class FrozenHeap:
