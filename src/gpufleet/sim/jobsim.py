@@ -66,7 +66,8 @@ EVENTS_KEPT = 200_000
 """Events the store's log keeps (every participant reads it each settle round: far more than enough).
 The in-memory store's log is emptied after every settle instead (`_settled`): each participant read it
 to its end in the settle's last, quiet round, and an entry kept longer only waited to be freed from
-memory that had gone cold (8% of the whole trace's wall, and half its peak memory)."""
+memory that had gone cold (with it, the whole trace peaked at 553 MB instead of about 200, and ran
+slower: `benchmarks/RESULTS.md`, "The event log emptied between instants")."""
 MAX_RESTARTS = 1_000_000
 """A trace job is never given up on: preemptions and failures restart it from its checkpoint."""
 
