@@ -20,6 +20,7 @@ from gpufleet.controllers.jobview import JobView
 from gpufleet.controllers.plane import build_manager
 from gpufleet.controllers.training import TrainingJobController
 from gpufleet.store.memory import MemoryStore
+from gpufleet.store.protocol import Store
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 from gpufleet.twin.driver import Runtime
@@ -95,13 +96,18 @@ def from_store(store: SqliteStore) -> dict[str, Versions]:
     }
 
 
-def test_the_view_matches_the_store_through_checkpoints_a_node_loss_and_compaction(tmp_path: Path) -> None:
-    clock = VirtualClock()
-    store = SqliteStore.open(tmp_path, synchronous="OFF", clock=clock.datetime, event_retention=50)
+def control_plane(store: Store, clock: VirtualClock) -> tuple[Twin, Runtime, TrainingJobController]:
+    """The twin and the controllers on one runtime, and the TrainingJob controller among them."""
     twin = Twin(store, clock=clock)
     manager = build_manager(store)
     runtime = Runtime(store, clock=clock, participants=[twin, manager])
-    controller = next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+    return twin, runtime, next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+
+
+def test_the_view_matches_the_store_through_checkpoints_a_node_loss_and_compaction(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    store = SqliteStore.open(tmp_path, synchronous="OFF", clock=clock.datetime, event_retention=50)
+    twin, runtime, controller = control_plane(store, clock)
     for obj in load_objects(FLEET):
         store.apply(obj)
     runtime.run_for(5)
@@ -149,10 +155,7 @@ def test_the_view_moves_with_the_manager_past_events_it_does_not_follow(tmp_path
     # and the job view, which has seen every event of its kinds up to there, moves its cursor too.
     clock = VirtualClock()
     store = MemoryStore(clock=clock.datetime)
-    twin = Twin(store, clock=clock)
-    manager = build_manager(store)
-    runtime = Runtime(store, clock=clock, participants=[twin, manager])
-    controller = next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+    twin, runtime, controller = control_plane(store, clock)
     for obj in load_objects(FLEET + "---" + job("one", 1, 600)):
         store.apply(obj)
     runtime.run_for(5)
@@ -174,10 +177,7 @@ def test_the_view_moves_with_the_manager_past_events_it_does_not_follow(tmp_path
 def test_a_deleted_job_is_looked_at_once_and_everything_of_it_goes(tmp_path: Path) -> None:
     clock = VirtualClock()
     store = SqliteStore.open(tmp_path, synchronous="OFF", clock=clock.datetime)
-    twin = Twin(store, clock=clock)
-    manager = build_manager(store)
-    runtime = Runtime(store, clock=clock, participants=[twin, manager])
-    controller = next(c for c in manager.controllers if isinstance(c, TrainingJobController))
+    _, runtime, controller = control_plane(store, clock)
     for obj in load_objects(FLEET + "---" + job("gone", 2, 3000)):
         store.apply(obj)
     runtime.run_for(300)
