@@ -148,7 +148,7 @@ def test_a_run_without_a_finished_job_prints_dashes_and_json_nulls(
 
     monkeypatch.setattr(jobsim, "DRAIN_LIMIT", 86400.0)  # ten years of an idle fleet, shortened
     # The second job can never run on 8 GPUs; the first outlasts the drain limit.
-    trace = _trace(tmp_path, "2017-10-01 00:00:00,1e12,1,1e12,aa\n", "2017-10-01 00:00:00,60,64,60,aa\n")
+    trace = _trace(tmp_path, "2017-10-01 00:00:00,1e9,1,1e9,aa\n", "2017-10-01 00:00:00,60,64,60,aa\n")
     args = ["simulate", "--trace", trace, "--gpus", "8", "--start-day", "0"]
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0, text.output
