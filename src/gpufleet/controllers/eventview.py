@@ -10,6 +10,7 @@ list, and how it takes one changed object.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar, Generic, TypeVar
 
 from gpufleet.api.errors import GoneError
@@ -98,13 +99,18 @@ class ViewedReconciler(Reconciler, Generic[View]):
         if self.view.apply(event):
             super().observe(event, now)
 
+    @functools.cached_property
+    def _view_fed_whole(self) -> bool:
+        """Whether the view follows none but the controller's kinds, all of which the manager hands it."""
+        return set(self.view.KINDS) <= set(self.kinds)
+
     def dispatched(self, version: int) -> None:
         """The manager handed this controller every event of its kinds up to `version`: a view that
         follows none but those has applied every event of its own kinds too, so its cursor moves there.
         Else it stayed at the last event of its kinds, and a log compacted past that (the simulator
         compacts after every settle) made the next catch-up list everything again."""
         view = self.view
-        if view.cursor is not None and version > view.cursor and all(k in self.kinds for k in view.KINDS):
+        if view.cursor is not None and version > view.cursor and self._view_fed_whole:
             view.cursor = version
 
     def catch_up(self, now: float) -> None:

@@ -391,11 +391,11 @@ class FleetState:
         self.touched.add(row)
         if was != healthy:
             self.health_changes += 1
-        if was != healthy and self.mode[row] == MIG_CODE:
-            for inst in self._mig[row].get(gpu, []):
-                if inst.holder is None:
-                    column = self._mig_profile_id(inst.profile)
-                    self.mig_free[row, column] += 1 if healthy else -1
+            if self.mode[row] == MIG_CODE:
+                for inst in self._mig[row].get(gpu, []):
+                    if inst.holder is None:
+                        column = self._mig_profile_id(inst.profile)
+                        self.mig_free[row, column] += 1 if healthy else -1
         self._refresh_whole_free(row)
         return sorted(pod for pod in self.node_pods[row] if _holds_gpu(self.allocations[pod], gpu))
 
