@@ -87,19 +87,24 @@ def test_every_job_runs_once_to_completion(tmp_path: Path) -> None:
     assert {r[0] for r in jobreport.queue_shares(result) if r[1] > 0} == {f"vc-{c}" for c in CLUSTERS}
 
 
-def test_simulated_jobs_have_no_prometheus_series(tmp_path: Path) -> None:
-    # Stopped while jobs run (no drain): a TrainingJob of `gpufleet up` would have its series now.
+def test_a_simulation_touches_no_prometheus_series(tmp_path: Path) -> None:
+    # Stopped while jobs run (no drain): a TrainingJob of `gpufleet up` would have its series now, and
+    # its scheduler would have counted its cycles and admissions.
     options = jobsim.SimOptions(checkpoint_interval=600.0, drain=False)
     trace = philly.load(synthetic_trace(tmp_path / "trace.csv", 30))
     pools = jobfleet.fleet_of_gpus(64)
+    cycles = REGISTRY.get_sample_value("gpufleet_scheduling_cycles_total")
     result = jobsim.simulate(
         trace, pools, jobfleet.trace_queues(trace.gpu_demand(), pools), days=0.01, options=options
     )
     running = [r for r in result.jobs.values() if r.start is not None and r.end is None]
-    assert running
+    assert running and result.cycles
+    assert REGISTRY.get_sample_value("gpufleet_scheduling_cycles_total") == cycles
     for record in running:
         labels = {"namespace": record.queue, "trainingjob": record.job.name}
         assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", labels) is None
+        admitted = {"queue": record.queue, "flavor": "H100-80GB"}
+        assert REGISTRY.get_sample_value("gpufleet_admissions_total", admitted) is None
 
 
 def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:

@@ -76,12 +76,15 @@ def run_cycles(
     now: float,
     max_cycles: int,
     batch: int | None = None,
+    export_metrics: bool = True,
 ) -> Outcome:
     """Runs cycles on `cache` and carries out each one's decisions through `carrier`.
 
     With `batch`, the first cycle admits at most that many workloads before its decisions are carried
     out, and each next cycle twice as many as the one before: a world whose writes are slow starts them
-    while the rest of a large backlog is still being decided, and a backlog still takes few cycles."""
+    while the rest of a large backlog is still being decided, and a backlog still takes few cycles.
+    Without `export_metrics`, no Prometheus series is touched (a process that serves none: the job
+    simulator's) and the outcome names no oldest waiting workload (only the series age them)."""
     cycles = 0
     last: CycleResult | None = None
     limit = batch
@@ -98,7 +101,7 @@ def run_cycles(
         cycles += 1
         last = result
         for preempt in result.preempted:
-            _count_preemption(cache, preempt, number, carrier, now, span)
+            _count_preemption(cache, preempt, number, carrier, now, span, export_metrics=export_metrics)
             carrier.preempt(preempt, now)
         for admit in result.admitted:
             waited = cache.pending.get(admit.workload)
@@ -109,11 +112,15 @@ def run_cycles(
                     uid, admit, queue=queue, cycle=number, now=now, links=tracing.link_to(span)
                 )
             carrier.admit(admit, now)
-            _count_admission(cache, admit, waited, now, number, carrier)
+            if export_metrics:
+                _count_admission(admit, waited, now)
+            if log.isEnabledFor(logging.DEBUG):
+                _log_admission(admit, waited, number, carrier)
         cache.nominated = [name for name in result.nominated if name in cache.pending]
         elapsed = time.perf_counter() - started
-        metrics.CYCLE_SECONDS.observe(elapsed)
-        metrics.CYCLES.inc()
+        if export_metrics:
+            metrics.CYCLE_SECONDS.observe(elapsed)
+            metrics.CYCLES.inc()
         if span is not None:
             outcome = {
                 "gpufleet.workloads.considered": considered,
@@ -132,15 +139,23 @@ def run_cycles(
             )
         if not result.changed:
             break
-    return Outcome(cycles, last, record_pending(cache, last, now))
+    return Outcome(cycles, last, record_pending(cache, last, now) if export_metrics else {})
 
 
 def _count_preemption(
-    cache: ClusterCache, preempt: Preempt, cycle: int, carrier: Carrier, now: float, span: Span | None
+    cache: ClusterCache,
+    preempt: Preempt,
+    cycle: int,
+    carrier: Carrier,
+    now: float,
+    span: Span | None,
+    *,
+    export_metrics: bool,
 ) -> None:
     victim = cache.admitted.get(preempt.victim)
     queue = victim.queue if victim is not None else ""
-    metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
+    if export_metrics:
+        metrics.PREEMPTIONS.labels(queue, preempt.cause).inc()
     uid = carrier.trace_uid(preempt.victim)
     context = lifecycle.log_fields(preempt.victim, queue=queue, uid=uid) | {"cycle": cycle}
     log.info("preempting for %s (%s): %s", preempt.preemptor, preempt.cause, preempt.message, extra=context)
@@ -148,21 +163,22 @@ def _count_preemption(
         lifecycle.preempted(uid, preempt, queue=queue, cycle=cycle, now=now, links=tracing.link_to(span))
 
 
-def _count_admission(
-    cache: ClusterCache, admit: Admit, workload: Workload | None, now: float, cycle: int, carrier: Carrier
-) -> None:
+def _count_admission(admit: Admit, workload: Workload | None, now: float) -> None:
     queue = workload.queue if workload is not None else ""
     for flavor in admit.assignment.usage or {"none": 0}:
         metrics.ADMISSIONS.labels(queue, flavor).inc()
     if workload is not None:
         metrics.ADMISSION_WAIT.labels(queue).observe(max(0.0, now - workload.submitted_at))
-    if log.isEnabledFor(logging.DEBUG):
-        nodes = sorted(set(admit.nodes))
-        uid = carrier.trace_uid(admit.workload)
-        context = lifecycle.log_fields(admit.workload, queue=queue, uid=uid) | {"cycle": cycle}
-        if len(nodes) == 1:
-            context["node"] = nodes[0]
-        log.debug("admitted on %s", ", ".join(nodes), extra=context)
+
+
+def _log_admission(admit: Admit, workload: Workload | None, cycle: int, carrier: Carrier) -> None:
+    queue = workload.queue if workload is not None else ""
+    nodes = sorted(set(admit.nodes))
+    uid = carrier.trace_uid(admit.workload)
+    context = lifecycle.log_fields(admit.workload, queue=queue, uid=uid) | {"cycle": cycle}
+    if len(nodes) == 1:
+        context["node"] = nodes[0]
+    log.debug("admitted on %s", ", ".join(nodes), extra=context)
 
 
 def record_pending(cache: ClusterCache, last: CycleResult | None, now: float) -> Oldest:

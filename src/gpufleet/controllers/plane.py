@@ -28,7 +28,7 @@ def build_manager(
     pool_write_seconds: float = 0.0,
     queue_status_seconds: float = 0.0,
     reason_refresh_seconds: float = 0.0,
-    job_series: bool = True,
+    metrics: bool = True,
 ) -> ControllerManager:
     """`pool_status_seconds`: how often an unchanged pool's status (idle GPU-hours) is brought up to
     date; the job simulator, whose pools change with every pod, looks less often.
@@ -39,17 +39,19 @@ def build_manager(
     change); the job simulator, where nothing reads it, writes it at most hourly.
     `reason_refresh_seconds`: the least time between two passes that write pending reasons whose
     numbers alone changed (0: every pass); the job simulator refreshes them hourly.
-    `job_series`: whether each TrainingJob has its Prometheus series; the job simulator's jobs have
-    none (its process serves no metrics, and its report measures them itself)."""
+    `metrics`: whether the controllers keep the process's Prometheus series of each decision and
+    each TrainingJob; the job simulator's do not (its process serves no metrics, and its report
+    measures every job itself)."""
     controllers: list[Controller] = [
         SchedulingController(
             store,
             config=config,
             queue_status_seconds=queue_status_seconds,
             reason_refresh_seconds=reason_refresh_seconds,
+            export_metrics=metrics,
         ),
         HealthController(store),
-        TrainingJobController(store, job_series=job_series),
+        TrainingJobController(store, job_series=metrics),
         PoolController(store, status_period=pool_status_seconds, write_period=pool_write_seconds),
         InferenceServiceController(store, config=autoscaler),
     ]

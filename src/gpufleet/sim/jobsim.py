@@ -524,7 +524,7 @@ def simulate(
             pool_write_seconds=QUIET_SECONDS,
             queue_status_seconds=QUIET_SECONDS,
             reason_refresh_seconds=QUIET_SECONDS,
-            job_series=False,
+            metrics=False,
         )
         series = Series(start, options.bucket_seconds)
         recorder = Recorder(store, series, options.policy)

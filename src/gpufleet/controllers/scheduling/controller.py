@@ -52,13 +52,16 @@ class SchedulingController:
         resync_seconds: float = 30.0,
         queue_status_seconds: float = 0.0,
         reason_refresh_seconds: float = 0.0,
+        export_metrics: bool = True,
     ) -> None:
         """`queue_status_seconds`: the least time between two passes that write queue status (0:
         after every step that changed a queue's numbers, as `gpufleet up` does).
         `reason_refresh_seconds`: the least time between two passes that write pending reasons whose
         numbers alone changed (0: at every pass, as `gpufleet up` does); a changed type or node
         demand is written at once. The periodic cycle, which runs while anything waits, brings them
-        up to date once the time has passed."""
+        up to date once the time has passed.
+        `export_metrics`: whether cycles, admissions and waiting workloads are counted in the process's
+        Prometheus series (`controllers.decisions`)."""
         self.store = store
         self.config = config or SchedulerConfig()
         self.scheduler = Scheduler(self.config)
@@ -75,6 +78,7 @@ class SchedulingController:
         self._stamp: tuple[int, ...] = ()
         self.queue_status_seconds = queue_status_seconds
         self.next_queue_status = 0.0
+        self.export_metrics = export_metrics
 
     @property
     def cache(self) -> ClusterCache | None:
@@ -117,7 +121,8 @@ class SchedulingController:
         elif now >= self.next_periodic:
             # The last pass's decisions stand until the cache changes: only the waits grew.
             self.next_periodic = now + self.resync_seconds
-            record_waited(self._oldest, now)
+            if self.export_metrics:
+                record_waited(self._oldest, now)
         if state.grow:
             self.growth.grow(now)
         recharge.record_recharged(state)  # after finishes and evictions: who pays for shared claims now
@@ -146,6 +151,7 @@ class SchedulingController:
             carrier=Carrier(preempt=self.actions.preempt, admit=self._admit, trace_uid=self._trace_uid),
             now=now,
             max_cycles=self.config.max_cycles,
+            export_metrics=self.export_metrics,
         )
         state.stats.cycles += outcome.cycles
         self.settled = outcome.last is not None and outcome.last.settled
