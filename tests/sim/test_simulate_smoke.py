@@ -94,12 +94,14 @@ def test_a_simulation_touches_no_prometheus_series(tmp_path: Path) -> None:
     trace = philly.load(synthetic_trace(tmp_path / "trace.csv", 30))
     pools = jobfleet.fleet_of_gpus(64)
     cycles = REGISTRY.get_sample_value("gpufleet_scheduling_cycles_total")
+    binds = REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count")
     result = jobsim.simulate(
         trace, pools, jobfleet.trace_queues(trace.gpu_demand(), pools), days=0.01, options=options
     )
     running = [r for r in result.jobs.values() if r.start is not None and r.end is None]
     assert running and result.cycles
     assert REGISTRY.get_sample_value("gpufleet_scheduling_cycles_total") == cycles
+    assert REGISTRY.get_sample_value("gpufleet_bind_duration_seconds_count") == binds
     for record in running:
         labels = {"namespace": record.queue, "trainingjob": record.job.name}
         assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", labels) is None

@@ -60,8 +60,8 @@ class SchedulingController:
         numbers alone changed (0: at every pass, as `gpufleet up` does); a changed type or node
         demand is written at once. The periodic cycle, which runs while anything waits, brings them
         up to date once the time has passed.
-        `export_metrics`: whether cycles, admissions and waiting workloads are counted in the process's
-        Prometheus series (`controllers.decisions`)."""
+        `export_metrics`: whether cycles, admissions, binds, evictions and waiting workloads are
+        counted in the process's Prometheus series (`controllers.decisions`, `scheduling.actions`)."""
         self.store = store
         self.config = config or SchedulerConfig()
         self.scheduler = Scheduler(self.config)
@@ -69,7 +69,7 @@ class SchedulingController:
         self.state = SchedulingState(store, self.config)
         self.status = StatusWriter(self.state, reason_refresh_seconds=reason_refresh_seconds)
         self.sync = CacheSync(self.state, self.status)
-        self.actions = Actions(self.state, self.sync, self.status)
+        self.actions = Actions(self.state, self.sync, self.status, export_metrics=export_metrics)
         self.growth = Growth(self.state, self.scheduler, self.actions, self.status)
         self.next_periodic = 0.0
         self.settled = False
