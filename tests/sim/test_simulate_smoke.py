@@ -107,6 +107,7 @@ def test_a_simulation_touches_no_prometheus_series(tmp_path: Path) -> None:
         assert REGISTRY.get_sample_value("gpufleet_trainingjob_restarts", labels) is None
         admitted = {"queue": record.queue, "flavor": "H100-80GB"}
         assert REGISTRY.get_sample_value("gpufleet_admissions_total", admitted) is None
+        assert REGISTRY.get_sample_value("gpufleet_queue_used_gpus", admitted) is None
 
 
 def test_failures_restart_jobs_from_their_checkpoints(tmp_path: Path) -> None:

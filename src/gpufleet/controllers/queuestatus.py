@@ -93,8 +93,10 @@ def reports(
     invalid: Mapping[str, str],
     malformed: Mapping[str, str] | None = None,
     pending: Iterable[str] | None = None,
+    export_metrics: bool = True,
 ) -> dict[str, QueueReport]:
-    """The status each of `queues` should carry.
+    """The status each of `queues` should carry; with `export_metrics`, the quota and GPU gauges are
+    set too.
 
     `pending` names the queue of every workload that waits, when the world knows more waiting work
     than the core holds (a workload in backoff after an eviction, a gang still missing members); by
@@ -125,8 +127,9 @@ def reports(
     for name, amounts in used.items():
         # Summed in milli-GPUs (exact), shown in GPUs; a flavor whose use went back to 0 is dropped.
         out[name].usage = {flavor: round(m / 1000, 3) for flavor, m in sorted(amounts.items()) if m}
-    record_quota(tree=cache.tree, reports=out)
-    fleetmetrics.record(cache)
+    if export_metrics:
+        record_quota(tree=cache.tree, reports=out)
+        fleetmetrics.record(cache)
     return out
 
 

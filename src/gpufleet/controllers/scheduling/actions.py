@@ -47,14 +47,10 @@ log = logging.getLogger(__name__)
 class Actions:
     """The embedded world's carrier of decisions (`controllers.decisions.Carrier`)."""
 
-    def __init__(
-        self, state: SchedulingState, sync: CacheSync, status: StatusWriter, *, export_metrics: bool = True
-    ) -> None:
+    def __init__(self, state: SchedulingState, sync: CacheSync, status: StatusWriter) -> None:
         self.state = state
         self.sync = sync
         self.status = status
-        self.export_metrics = export_metrics
-        """Whether binds and evictions are counted in the process's Prometheus series."""
         self.stale: list[tuple[str, tuple[DeviceId, ...]]] = []
         """DRA: claims an admission found still holding its devices in the store (with their devices)."""
 
@@ -83,7 +79,7 @@ class Actions:
                 except GpuFleetError:
                     state.delete_pod(pod)  # releases the claims just reserved
                     raise
-                if self.export_metrics:  # a pod created bound
+                if state.export_metrics:  # a pod created bound
                     metrics.BIND_SECONDS.observe(time.perf_counter() - started)
             # Every field it changes is assigned anew, so a copy of the top level is enough.
             status = obj.status.model_copy(
@@ -251,7 +247,7 @@ class Actions:
         cache.evict(key, now=now)
         state.queues_dirty = True
         state.stats.evicted += 1
-        if self.export_metrics:
+        if state.export_metrics:
             metrics.record_eviction(admitted.queue, reason)
         if obj is not None:
             status = obj.status.model_copy(deep=True)

@@ -60,16 +60,15 @@ class SchedulingController:
         numbers alone changed (0: at every pass, as `gpufleet up` does); a changed type or node
         demand is written at once. The periodic cycle, which runs while anything waits, brings them
         up to date once the time has passed.
-        `export_metrics`: whether cycles, admissions, binds, evictions and waiting workloads are
-        counted in the process's Prometheus series (`controllers.decisions`, `scheduling.actions`)."""
+        `export_metrics`: whether the scheduler keeps its Prometheus series (`SchedulingState`)."""
         self.store = store
         self.config = config or SchedulerConfig()
         self.scheduler = Scheduler(self.config)
         self.resync_seconds = resync_seconds
-        self.state = SchedulingState(store, self.config)
+        self.state = SchedulingState(store, self.config, export_metrics=export_metrics)
         self.status = StatusWriter(self.state, reason_refresh_seconds=reason_refresh_seconds)
         self.sync = CacheSync(self.state, self.status)
-        self.actions = Actions(self.state, self.sync, self.status, export_metrics=export_metrics)
+        self.actions = Actions(self.state, self.sync, self.status)
         self.growth = Growth(self.state, self.scheduler, self.actions, self.status)
         self.next_periodic = 0.0
         self.settled = False
@@ -78,7 +77,6 @@ class SchedulingController:
         self._stamp: tuple[int, ...] = ()
         self.queue_status_seconds = queue_status_seconds
         self.next_queue_status = 0.0
-        self.export_metrics = export_metrics
 
     @property
     def cache(self) -> ClusterCache | None:
@@ -121,7 +119,7 @@ class SchedulingController:
         elif now >= self.next_periodic:
             # The last pass's decisions stand until the cache changes: only the waits grew.
             self.next_periodic = now + self.resync_seconds
-            if self.export_metrics:
+            if self.state.export_metrics:
                 record_waited(self._oldest, now)
         if state.grow:
             self.growth.grow(now)
@@ -151,7 +149,7 @@ class SchedulingController:
             carrier=Carrier(preempt=self.actions.preempt, admit=self._admit, trace_uid=self._trace_uid),
             now=now,
             max_cycles=self.config.max_cycles,
-            export_metrics=self.export_metrics,
+            export_metrics=self.state.export_metrics,
         )
         state.stats.cycles += outcome.cycles
         self.settled = outcome.last is not None and outcome.last.settled

@@ -51,6 +51,9 @@ class SchedulingState:
 
     store: Store
     config: SchedulerConfig
+    export_metrics: bool = True
+    """Whether cycles, admissions, binds, evictions, waiting workloads, queues' quota and the fleet's
+    GPUs are kept in the process's Prometheus series (the job simulator's process serves none)."""
     cache: ClusterCache | None = None
     workloads: WorkloadTable = field(default_factory=WorkloadTable)
     pods: dict[str, dict[str, Pod]] = field(default_factory=dict)

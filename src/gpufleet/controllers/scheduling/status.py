@@ -123,7 +123,13 @@ class StatusWriter:
             for obj in state.workloads.values()
             if obj.status.phase == "Pending" and obj.spec.active and obj.metadata.deletion_timestamp is None
         ]
-        reports = queuestatus.reports(cache, state.queues, invalid=state.invalid_queues, pending=pending)
+        reports = queuestatus.reports(
+            cache,
+            state.queues,
+            invalid=state.invalid_queues,
+            pending=pending,
+            export_metrics=state.export_metrics,
+        )
         for name, report in reports.items():
             queue = state.queues[name]
             last = self._reported.get(name)
