@@ -64,7 +64,10 @@ def derive(info: KindInfo, previous: Resource, current: Json, changed: Json) -> 
     if changed.keys() != current.keys():
         return None
     meta, old_meta = changed["metadata"], current["metadata"]
-    if not old_meta.keys() <= meta.keys() or meta.keys() - SET_BY_STORE != old_meta.keys() - SET_BY_STORE:
+    if not old_meta.keys() <= meta.keys():
+        return None
+    # Any key added is one the store sets (most writes add none, and then no set is built).
+    if len(meta) != len(old_meta) and not meta.keys() - old_meta.keys() <= SET_BY_STORE:
         return None
     stored_meta = dict(old_meta)
     meta_update: dict[str, Any] = {}
