@@ -76,14 +76,16 @@ class InferenceServiceController(Reconciler):
         self.autoscaler = Autoscaler(self.config)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
+        # Every pod and workload of every job comes here: those of no service are let go first.
         obj = event.object
-        ns = obj.namespace or ""
-        if isinstance(obj, InferenceService | ServiceLoad):
-            return [(ns, obj.name)]
-        if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "InferenceService":
-            return [(ns, obj.spec.owner.name)]
-        if isinstance(obj, Pod) and SERVICE_LABEL in obj.metadata.labels:
-            return [(ns, obj.metadata.labels[SERVICE_LABEL])]
+        if isinstance(obj, WorkloadObject):
+            owner = obj.spec.owner
+            return [(obj.namespace or "", owner.name)] if owner.kind == "InferenceService" else []
+        if isinstance(obj, Pod):
+            labels = obj.metadata.labels
+            return [(obj.namespace or "", labels[SERVICE_LABEL])] if SERVICE_LABEL in labels else []
+        if isinstance(obj, (InferenceService, ServiceLoad)):
+            return [(obj.namespace or "", obj.name)]
         if isinstance(obj, ModelVersion):
             return [
                 (s.namespace or "", s.name)
