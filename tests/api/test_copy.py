@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from gpufleet.api import Condition, ObjectMeta, PodRequest, TrainingJob, TrainingJobSpec
 from gpufleet.api.base import ApiModel
@@ -83,3 +83,15 @@ def test_a_model_with_private_values_takes_pydantics_path() -> None:
     deep = model.model_copy(deep=True)
     assert deep.__pydantic_private__ == {"_seen": 3}
     assert deep.__pydantic_private__ is not model.__pydantic_private__
+
+
+class _WithExtra(ApiModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = ""
+
+
+def test_a_model_with_extra_values_keeps_them_in_its_copies() -> None:
+    model = _WithExtra.model_validate({"name": "a", "colour": "blue"})
+    copied = model.model_copy(update={"name": "b"})
+    assert (copied.name, copied.__pydantic_extra__) == ("b", {"colour": "blue"})
+    assert copied.__pydantic_extra__ is not model.__pydantic_extra__
