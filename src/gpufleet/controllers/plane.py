@@ -51,7 +51,7 @@ def build_manager(
             export_metrics=metrics,
         ),
         HealthController(store),
-        TrainingJobController(store, job_series=metrics),
+        TrainingJobController(store, export_metrics=metrics),
         PoolController(store, status_period=pool_status_seconds, write_period=pool_write_seconds),
         InferenceServiceController(store, config=autoscaler),
     ]

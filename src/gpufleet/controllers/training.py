@@ -67,9 +67,9 @@ class TrainingJobController(ViewedReconciler[JobView]):
     kinds: tuple[str, ...] = ("TrainingJob", "Workload", "Pod", "Checkpoint")
     primary = "TrainingJob"
 
-    def __init__(self, store: Store, *, job_series: bool = True) -> None:
+    def __init__(self, store: Store, *, export_metrics: bool = True) -> None:
         super().__init__(store)
-        self.job_series = job_series
+        self.export_metrics = export_metrics
         """Whether each job has its Prometheus series (`jobstate.record_metrics`): the job simulator,
         whose jobs are virtual and whose process serves no metrics, keeps none."""
         self.view = JobView(store)
@@ -135,7 +135,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
         workload = self._ensure_workload(job, checkpoint)
         pods = [p for p in view.pods_of(namespace, name) if p.spec.attempt == workload.status.attempts]
         status = self._status(job, workload, pods, checkpoint, now)
-        if self.job_series:
+        if self.export_metrics:
             interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
             jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
             self.with_series.add(key)
