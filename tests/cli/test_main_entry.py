@@ -132,3 +132,28 @@ def test_at_exit_the_heap_is_left_to_the_operating_system() -> None:
     assert done.returncode == 0, done.stderr
     tail = [line for line in done.stdout.splitlines() if line in ("ran", "freeze", "frozen True")]
     assert tail == ["ran", "ran", "freeze", "frozen True"]
+
+
+def test_a_ctrl_c_swallowed_by_a_weakref_callback_ends_the_command_without_a_traceback() -> None:
+    """Python cannot raise an exception out of a weakref callback; a Ctrl-C arriving in one used to print
+    "Exception ignored ... Traceback" and let the command run on."""
+    probe = (
+        "import functools, sys, time, weakref\n"
+        "from gpufleet.cli import main\n"
+        "sys.unraisablehook = functools.partial(main._interrupt_again, sys.unraisablehook)\n"
+        "class Held: pass\n"
+        "def interrupted(ref):\n"
+        "    raise KeyboardInterrupt\n"
+        "held = Held()\n"
+        "watch = weakref.ref(held, interrupted)\n"
+        "try:\n"
+        "    del held\n"
+        "    time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+        "    sys.exit(130)\n"
+        "print('ran on')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (130, "interrupted"), done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

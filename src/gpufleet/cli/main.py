@@ -20,6 +20,7 @@ import sys
 # TYPE_CHECKING as true.)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     import typer
@@ -138,7 +139,25 @@ def _exit_interrupted(signum: int, frame: object) -> None:
     os._exit(130)
 
 
+def _interrupt_again(otherwise: Callable[[Any], object], unraisable: Any) -> None:
+    """A Ctrl-C that lands in a weakref callback or a `__del__` cannot propagate: Python prints it as
+    "Exception ignored" with a traceback and carries on. Deliver it once more instead, so it is raised
+    in the command's own code and ends the command as any Ctrl-C does. It is delivered from another
+    thread: delivered from here, the main thread would raise it inside this hook at once. Any other
+    exception goes to the hook that was there before (`otherwise`)."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        otherwise(unraisable)
+        return
+    import _thread
+    import contextlib
+
+    # A RuntimeError: the interpreter is shutting down, so the command has ended anyway.
+    with contextlib.suppress(RuntimeError):
+        _thread.start_new_thread(_thread.interrupt_main, ())
+
+
 def _run() -> None:
+    import functools
     import signal
 
     import typer
@@ -153,6 +172,7 @@ def _run() -> None:
         load_extra_models()
         app = build_app(_areas_for(sys.argv))
         # From here a command runs: Ctrl-C is a KeyboardInterrupt again, so its cleanup runs.
+        sys.unraisablehook = functools.partial(_interrupt_again, sys.unraisablehook)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # Outside standalone mode click returns a command's `typer.Exit(code)` instead of exiting.
         code = app(standalone_mode=False, prog_name="gpufleet")
