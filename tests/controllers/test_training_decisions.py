@@ -210,6 +210,24 @@ def test_all_workers_finishing_succeeds_the_job() -> None:
         ),
         (TrainingJobStatus(phase="Admitted"), TrainingJobStatus(phase="Admitted", ready_replicas=2),
          None, []),
+        (  # admitted and started at one instant: seen Pending, then Running
+            TrainingJobStatus(phase="Pending"),
+            TrainingJobStatus(phase="Running"),
+            None,
+            [("Admitted", "Pending -> Admitted", "Normal"), ("Running", "Admitted -> Running", "Normal")],
+        ),
+        (
+            TrainingJobStatus(phase="Admitted"),
+            TrainingJobStatus(phase="Succeeded"),
+            None,
+            [("Running", "Admitted -> Running", "Normal"), ("Succeeded", "Running -> Succeeded", "Normal")],
+        ),
+        (  # a suspension is one step, not a walk along the chain
+            TrainingJobStatus(phase="Running"),
+            TrainingJobStatus(phase="Suspended"),
+            None,
+            [("Suspended", "Running -> Suspended", "Normal")],
+        ),
     ],
 )  # fmt: skip
 def test_events_announce_restarts_and_new_phases(

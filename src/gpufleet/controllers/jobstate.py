@@ -327,8 +327,25 @@ def job_events(
             message += f"; {new.lost_gpu_seconds:g} GPU-seconds lost so far"
         out.append(Notice("Restarting", message, "Warning"))
     if new.phase != old.phase:
-        out.append(Notice(new.phase, f"{old.phase} -> {new.phase}"))
+        came_from = old.phase
+        for phase in _passed_through(old.phase, new.phase):
+            out.append(Notice(phase, f"{came_from} -> {phase}"))
+            came_from = phase
     return out
+
+
+FORWARD: tuple[str, ...] = ("Pending", "Admitted", "Running", "Succeeded")
+"""The phases a job that is not disrupted goes through, in order."""
+
+
+def _passed_through(old: str, new: str) -> list[str]:
+    """The phases from `old` to `new`, each announced once: a job is only seen at the moments its
+    controller looks (an admission and its workers' start at one instant, or an informer that caught
+    up late), and one seen Pending and then Running was Admitted in between. Users and tools reading
+    a job's Events find every step of the chain whatever the timing. Any other change is one step."""
+    if old in FORWARD and new in FORWARD and FORWARD.index(new) > FORWARD.index(old):
+        return list(FORWARD[FORWARD.index(old) + 1 : FORWARD.index(new) + 1])
+    return [new]
 
 
 def record_metrics(
