@@ -82,6 +82,13 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Per job, the Workload spec it asks for and what it was derived from: a job is reconciled
         several times between two changes of its spec, its end or its checkpoint, and building
         (validating) the spec was a sixth of a reconcile."""
+        self.written: dict[Key, str | None] = {}
+        """Per Workload (namespace, name), the resourceVersion this controller's last write of it gave
+        it, until that write's event comes back (`_echo`)."""
+
+    def resync(self, now: float) -> None:
+        self.written.clear()  # every job is looked at again
+        super().resync(now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
         obj = event.object
@@ -90,12 +97,32 @@ class TrainingJobController(ViewedReconciler[JobView]):
             key = (ns, obj.name)
             return [] if event.type == "MODIFIED" and self.held.echo(key, obj) else [key]
         if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "TrainingJob":
-            return self._job_of((ns, obj.spec.owner.name))
+            return [] if self._echo(event) else self._job_of((ns, obj.spec.owner.name))
         if isinstance(obj, Pod) and JOB_LABEL in obj.metadata.labels:
             return self._job_of((ns, obj.metadata.labels[JOB_LABEL]))
         if isinstance(obj, Checkpoint):
             return self._job_of((ns, obj.spec.job))
         return []
+
+    def _echo(self, event: WatchEvent) -> bool:
+        """Whether the event is of this controller's own last write of a Workload, with nothing written
+        to it since: the reconcile that wrote it computed the job's status from the object it wrote
+        (its status is the stored one; the spec it changed is not read for the job's status), so a
+        reconcile of the echo would find the same, as a Kubernetes controller expects its own writes.
+        At a job's submission the echo of its Workload's creation was a fifth of its reconciles."""
+        obj = event.object
+        key = (obj.namespace or "", obj.name)
+        if event.type == "DELETED":
+            self.written.pop(key, None)
+            return False
+        if key not in self.written or self.written[key] != obj.metadata.resource_version:
+            return False
+        del self.written[key]
+        return True
+
+    def _wrote(self, workload: WorkloadObject) -> WorkloadObject:
+        self.written[(workload.namespace or "", workload.name)] = workload.metadata.resource_version
+        return workload
 
     def _job_of(self, key: Key) -> list[Key]:
         """The job an object of it concerns, unless the job is gone and nothing of it is left for its
@@ -141,7 +168,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
             self.with_series.add(key)
         if status.phase in ("Succeeded", "Failed") and workload.spec.active:
             spec = workload.spec.model_copy(update={"active": False})
-            self.store.update(workload.model_copy(update={"spec": spec}))
+            self._wrote(self.store.update(workload.model_copy(update={"spec": spec})))
         if status != job.status:
             why = _last_disruption(workload)
             self._announce(key, job, status, why, now)
@@ -196,12 +223,14 @@ class TrainingJobController(ViewedReconciler[JobView]):
         desired = self._desired_spec(job, checkpoint)
         workload = self.view.workloads.get((namespace, workload_name(job.name)))
         if workload is None:
-            return self.store.create(
-                WorkloadObject(
-                    metadata=ObjectMeta(
-                        name=workload_name(job.name), namespace=namespace, labels={JOB_LABEL: job.name}
-                    ),
-                    spec=desired,
+            return self._wrote(
+                self.store.create(
+                    WorkloadObject(
+                        metadata=ObjectMeta(
+                            name=workload_name(job.name), namespace=namespace, labels={JOB_LABEL: job.name}
+                        ),
+                        spec=desired,
+                    )
                 )
             )
         current = workload.spec
@@ -216,7 +245,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
                 update={"last_checkpoint_time": desired.last_checkpoint_time, "active": active}
             )
         if desired != current:
-            workload = self.store.update(workload.model_copy(update={"spec": desired}))
+            workload = self._wrote(self.store.update(workload.model_copy(update={"spec": desired})))
         return workload
 
     def _latest_checkpoint(self, job: TrainingJob) -> Checkpoint | None:
