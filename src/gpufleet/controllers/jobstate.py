@@ -327,7 +327,7 @@ def job_events(
             message += f"; {new.lost_gpu_seconds:g} GPU-seconds lost so far"
         out.append(Notice("Restarting", message, "Warning"))
     if new.phase != old.phase:
-        came_from = old.phase
+        came_from: str = old.phase
         for phase in _passed_through(old.phase, new.phase):
             out.append(Notice(phase, f"{came_from} -> {phase}"))
             came_from = phase
