@@ -24,6 +24,7 @@ from gpufleet.api.errors import ConflictError
 from gpufleet.api.resource import Resource
 from gpufleet.controllers import events
 from gpufleet.controllers.manager import Key
+from gpufleet.controllers.ownwrites import OwnWrites
 from gpufleet.store.protocol import Store
 
 Obj = TypeVar("Obj", bound=Resource)
@@ -36,8 +37,8 @@ class HeldStatuses(Generic[Obj, Status]):
     def __init__(self) -> None:
         self.statuses: dict[Key, Status] = {}
         self.events: dict[Key, list[events.Announcement]] = {}
-        self.written: dict[Key, str | None] = {}
-        """Per key, the resourceVersion its last flushed status write gave the object."""
+        self.written = OwnWrites()
+        """The flushed status writes, until their events come back (`echo`)."""
 
     def __bool__(self) -> bool:
         return bool(self.statuses or self.events)
@@ -53,9 +54,7 @@ class HeldStatuses(Generic[Obj, Status]):
         """Whether `obj` (from an event) is what the last flush wrote for `key` and nothing since:
         a reconcile of it would find what the one that computed the status found, so the controller
         need not look again (as a Kubernetes controller ignores its own status writes)."""
-        if key not in self.written:
-            return False
-        return self.written.pop(key) == obj.metadata.resource_version
+        return self.written.echo(key, obj)
 
     def hold(self, key: Key, status: Status) -> None:
         self.statuses[key] = status
@@ -87,7 +86,7 @@ class HeldStatuses(Generic[Obj, Status]):
                 continue
             try:
                 written = store.update_status(obj.model_copy(update={"status": status}))
-                self.written[key] = written.metadata.resource_version
+                self.written.wrote(key, written)
             except ConflictError:
                 self.statuses[key] = status
                 conflicted.append(key)

@@ -45,6 +45,7 @@ from gpufleet.controllers.eventview import ViewedReconciler
 from gpufleet.controllers.heldstatus import HeldStatuses
 from gpufleet.controllers.jobview import JobView
 from gpufleet.controllers.manager import Key
+from gpufleet.controllers.ownwrites import OwnWrites
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.observability import tracing
@@ -82,12 +83,14 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Per job, the Workload spec it asks for and what it was derived from: a job is reconciled
         several times between two changes of its spec, its end or its checkpoint, and building
         (validating) the spec was a sixth of a reconcile."""
-        self.written: dict[Key, str | None] = {}
-        """Per Workload (namespace, name), the resourceVersion this controller's last write of it gave
-        it, until that write's event comes back (`_echo`)."""
+        self.workloads_written = OwnWrites()
+        """Its own writes of each job's Workload, by (namespace, workload name): the reconcile that
+        wrote one computed the job's status from the object it wrote (the spec it changes is not
+        read for the status), so that write's event is not looked at again. At a job's submission,
+        the echo of its Workload's creation was a fifth of its reconciles."""
 
     def resync(self, now: float) -> None:
-        self.written.clear()  # every job is looked at again
+        self.workloads_written.clear()  # every job is looked at again
         super().resync(now)
 
     def keys_for(self, event: WatchEvent) -> list[Key]:
@@ -97,31 +100,16 @@ class TrainingJobController(ViewedReconciler[JobView]):
             key = (ns, obj.name)
             return [] if event.type == "MODIFIED" and self.held.echo(key, obj) else [key]
         if isinstance(obj, WorkloadObject) and obj.spec.owner.kind == "TrainingJob":
-            return [] if self._echo(event) else self._job_of((ns, obj.spec.owner.name))
+            mine = self.workloads_written.echo((ns, obj.name), obj)  # forgotten either way
+            return [] if mine and event.type != "DELETED" else self._job_of((ns, obj.spec.owner.name))
         if isinstance(obj, Pod) and JOB_LABEL in obj.metadata.labels:
             return self._job_of((ns, obj.metadata.labels[JOB_LABEL]))
         if isinstance(obj, Checkpoint):
             return self._job_of((ns, obj.spec.job))
         return []
 
-    def _echo(self, event: WatchEvent) -> bool:
-        """Whether the event is of this controller's own last write of a Workload, with nothing written
-        to it since: the reconcile that wrote it computed the job's status from the object it wrote
-        (its status is the stored one; the spec it changed is not read for the job's status), so a
-        reconcile of the echo would find the same, as a Kubernetes controller expects its own writes.
-        At a job's submission the echo of its Workload's creation was a fifth of its reconciles."""
-        obj = event.object
-        key = (obj.namespace or "", obj.name)
-        if event.type == "DELETED":
-            self.written.pop(key, None)
-            return False
-        if key not in self.written or self.written[key] != obj.metadata.resource_version:
-            return False
-        del self.written[key]
-        return True
-
     def _wrote(self, workload: WorkloadObject) -> WorkloadObject:
-        self.written[(workload.namespace or "", workload.name)] = workload.metadata.resource_version
+        self.workloads_written.wrote((workload.namespace or "", workload.name), workload)
         return workload
 
     def _job_of(self, key: Key) -> list[Key]:
