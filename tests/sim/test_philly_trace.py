@@ -38,9 +38,30 @@ def test_times_read_zero_padded_or_not(tmp_path: Path) -> None:
     assert [j.submit for j in philly.load(path).jobs] == [0.0, 10.0]
 
 
+def test_times_read_in_iso_8601_or_as_seconds(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "2017-10-09T07:01:55Z,66,1,66,aa\n"
+        "2017-10-09T09:01:56+02:00,66,1,66,aa\n"  # 07:01:56 UTC
+        "2017-10-09T07:01:57.5,66,1,66,aa\n"  # no offset: UTC
+        "1507532520,66,1,66,aa\n",  # seconds since the epoch: 07:02:00 UTC
+    )
+    assert [j.submit for j in philly.load(path).jobs] == [0.0, 1.0, 2.5, 5.0]
+    assert philly.load(path).start == 1507532515.0
+
+
+def test_a_trace_counting_seconds_from_its_own_start(tmp_path: Path) -> None:
+    path = write(tmp_path, "3600,66,1,66,aa\n0,66,2,132,bb\n86400.5,66,1,66,aa\n")
+    trace = philly.load(path)
+    assert [(j.line, j.submit) for j in trace.jobs] == [(3, 0.0), (2, 3600.0), (4, 86400.5)]
+
+
 @pytest.mark.parametrize(
     ("row", "field", "says"),
     [
+        ("2017-10-09T25:00:00Z,66,1,66,aa", "timestamp", "ISO 8601"),
+        ("nan,66,1,66,aa", "timestamp", "1970-01-01"),
+        ("-1,66,1,66,aa", "timestamp", "1970-01-01"),
         ("2017-10-09,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
         ("2017-02-29 07:01:55,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),
         ("2017-10-09 24:00:00,66,1,66,aa", "timestamp", "YYYY-MM-DD HH:MM:SS"),

@@ -3,8 +3,10 @@
 A trace file is a CSV with the columns `timestamp,duration,num_gpus,cluster` (`gpu_time` and any
 other column are ignored):
 
-- `timestamp`: the job's submission, `YYYY-MM-DD HH:MM:SS` (UTC, from 1970 to before 9000), rows in
-  any order;
+- `timestamp`: the job's submission, from 1970 to before 9000, rows in any order: `YYYY-MM-DD HH:MM:SS`
+  (UTC; Philly's form), another ISO 8601 date and time (`2017-10-09T07:01:55Z`, with an offset or
+  without, which is UTC), or a number of seconds since the Unix epoch (a trace that counts seconds from
+  its own start reads the same: only the gaps between submissions matter);
 - `duration`: seconds the job computes with all its GPUs (> 0, at most 100 years);
 - `num_gpus`: whole GPUs it asks for (>= 1, at most 8,388,608);
 - `cluster`: the virtual cluster (tenant) it was submitted by; each becomes a queue `vc-<cluster>`, so
@@ -26,6 +28,7 @@ repository, then the user's cache).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -155,12 +158,22 @@ def load(path: str | Path) -> Trace:
 
 
 def _timestamp(text: str) -> float:
-    """Seconds since the epoch of a TIME_FORMAT time in UTC; ValueError if it is not one."""
+    """Seconds since the epoch of a submission time (the module docstring's forms); ValueError if it is
+    none of them."""
     match = _PADDED_TIME.fullmatch(text)
-    if match is None:
-        return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
-    year, month, day, hour, minute, second = map(int, match.groups())
-    return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+    if match is not None:
+        year, month, day, hour, minute, second = map(int, match.groups())
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    # A date alone is refused: a submission needs its time of day.
+    if len(text) > len("YYYY-MM-DD") and text[len("YYYY-MM-DD")] in "T ":
+        with contextlib.suppress(ValueError):
+            when = datetime.fromisoformat(text)
+            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
 
 
 _Row = tuple[int, float, float, int, str, str | None, float | None]
@@ -172,7 +185,11 @@ def _row(values: Mapping[str, str], where: str, line: int) -> _Row:
         submit = _timestamp(text)
     except ValueError:
         raise DataError(
-            f"not a time of the form YYYY-MM-DD HH:MM:SS: {text!r}", path=where, line=line, field="timestamp"
+            f"not a time (YYYY-MM-DD HH:MM:SS, another ISO 8601 date and time, or seconds since the "
+            f"Unix epoch): {text!r}",
+            path=where,
+            line=line,
+            field="timestamp",
         ) from None
     if not 0 <= submit < _LATEST:
         raise DataError(
