@@ -152,7 +152,7 @@ def test_a_run_without_a_finished_job_prints_dashes_and_json_nulls(
     args = ["simulate", "--trace", trace, "--gpus", "8", "--start-day", "0"]
     text = CliRunner().invoke(app, args)
     assert text.exit_code == 0, text.output
-    assert "1 jobs (0 finished, 1 the fleet cannot run left out)" in text.output
+    assert "1 job (0 finished, 1 the fleet cannot run left out)" in text.output
     assert "JCT mean -, p50 -, p99 -" in text.output
     assert "nan" not in text.output
     as_json = CliRunner().invoke(app, [*args, "--json"])

@@ -263,7 +263,7 @@ def simulate(
         s = summary
         left_out = f", {s.unplaceable} the fleet cannot run left out" if s.unplaceable else ""
         out.print(
-            f"{s.jobs} jobs ({s.finished} finished{left_out}) on {result.capacity} GPUs, "
+            f"{s.jobs} job{'' if s.jobs == 1 else 's'} ({s.finished} finished{left_out}) on {result.capacity} GPUs, "
             f"{(result.end - result.begin) / 3600:.1f} h virtual in {s.wall_seconds:.1f} s wall "
             f"(fleet figures over the {s.span_hours:.1f} h submission window)"
         )

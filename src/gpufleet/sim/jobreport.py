@@ -185,7 +185,7 @@ def markdown(result: SimResult, title: str, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"{s.jobs} jobs submitted ({s.finished} finished, {s.unplaceable} the fleet cannot run left out) "
+        f"{s.jobs} job{'' if s.jobs == 1 else 's'} submitted ({s.finished} finished, {s.unplaceable} the fleet cannot run left out) "
         f"on {result.capacity} GPUs; the last finished {(result.end - result.begin) / 3600:.1f} h of virtual "
         f"time after the window began; {s.wall_seconds:.1f} s of wall time. Utilisation, goodput and idle "
         f"GPU-hours are over the submission window ({s.span_hours:.1f} h); JCT and delays over every job.",
