@@ -262,8 +262,9 @@ def simulate(
         out = Console(highlight=False, soft_wrap=True, emoji=False)
         s = summary
         left_out = f", {s.unplaceable} the fleet cannot run left out" if s.unplaceable else ""
+        jobs = f"{s.jobs} job{'' if s.jobs == 1 else 's'}"
         out.print(
-            f"{s.jobs} job{'' if s.jobs == 1 else 's'} ({s.finished} finished{left_out}) on {result.capacity} GPUs, "
+            f"{jobs} ({s.finished} finished{left_out}) on {result.capacity} GPUs, "
             f"{(result.end - result.begin) / 3600:.1f} h virtual in {s.wall_seconds:.1f} s wall "
             f"(fleet figures over the {s.span_hours:.1f} h submission window)"
         )

@@ -180,12 +180,13 @@ def hours(seconds: float, unit: str = " h") -> str:
 
 def markdown(result: SimResult, title: str, command: str) -> str:
     s = summarise(result)
+    jobs = f"{s.jobs} job{'' if s.jobs == 1 else 's'}"
     lines = [
         f"# {title}",
         "",
         f"Command: `{command}`",
         "",
-        f"{s.jobs} job{'' if s.jobs == 1 else 's'} submitted ({s.finished} finished, {s.unplaceable} the fleet cannot run left out) "
+        f"{jobs} submitted ({s.finished} finished, {s.unplaceable} the fleet cannot run left out) "
         f"on {result.capacity} GPUs; the last finished {(result.end - result.begin) / 3600:.1f} h of virtual "
         f"time after the window began; {s.wall_seconds:.1f} s of wall time. Utilisation, goodput and idle "
         f"GPU-hours are over the submission window ({s.span_hours:.1f} h); JCT and delays over every job.",
