@@ -93,6 +93,7 @@ def with_spec(base: dict, **changes: object) -> dict:
         ),
         (with_spec(POOL, nvlinkDomains=[[0, 8]]), "field spec.nvlinkDomains.0: GPU 8 is not in 0..7"),
         (with_spec(POOL, sharing={"mig": {"9": ["1g.10gb"]}}), "field spec.sharing.mig.9"),
+        (with_spec(POOL, sharing={"mig": {"²": ["1g.10gb"]}}), "mig.²: keys are GPU indices or '*'"),
         (
             with_spec(POOL, sharing={"mps": {"replicas": 2}, "timeSlicing": {"replicas": 2}}),
             "one sharing mode",

@@ -219,6 +219,10 @@ def test_bad_query_parameters_are_400(client: TestClient) -> None:
         error_of(response)
     response = client.get(f"{API}/queues?labelSelector=a%20in%20(")
     assert response.status_code == 422
+    # "²" is a digit to str.isdigit, not to int: refused as any other text, never a server error.
+    response = client.get(f"{API}/queues?watch=true&resourceVersion=%C2%B2")
+    assert response.status_code == 422
+    assert "not a resourceVersion" in error_of(response)["message"]
 
 
 def test_delete(client: TestClient) -> None:

@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from gpufleet.api.documents import read_text
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.numerals import plain_digits
 
 log = logging.getLogger(__name__)
 
@@ -206,12 +207,12 @@ class Health(_Model):
             words = {w.strip() for w in disable.split(",") if w.strip()}
             if words & {"all", "xids"}:
                 health = health.model_copy(update={"disabled": True})
-            extra = {int(w) for w in words if w.isdigit()}
+            extra = {int(w) for w in words if plain_digits(w)}
             if extra:
                 health = health.model_copy(update={"ignored_xids": health.ignored_xids | extra})
         enable = env.get("DP_ENABLE_HEALTHCHECKS", "").strip()
         if enable:
-            listed = {int(w) for w in enable.split(",") if w.strip().isdigit()}
+            listed = {int(w) for w in enable.split(",") if plain_digits(w.strip())}
             if listed:
                 update: dict[str, Any] = {"ignored_xids": health.ignored_xids - listed}
                 if health.critical_xids != "all":

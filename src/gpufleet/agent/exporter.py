@@ -40,6 +40,7 @@ from gpufleet.agent.deviceplugin._generated import podresources_pb2_grpc as _prp
 from gpufleet.agent.deviceplugin.resources import REPLICA_SEPARATOR
 from gpufleet.agent.health import HealthState
 from gpufleet.agent.nvml import Gpu, MigDevice, NodeInfo, NvmlBackend, Telemetry
+from gpufleet.api.numerals import plain_digits
 
 log = logging.getLogger("gpufleet.agent.exporter")
 
@@ -239,7 +240,7 @@ class DcgmCollector(Collector):
             return holders
         for held in self._pods.list():
             base, _, replica = held.device_id.partition(REPLICA_SEPARATOR)
-            holders.setdefault(base, []).append((held, int(replica) if replica.isdigit() else None))
+            holders.setdefault(base, []).append((held, int(replica) if plain_digits(replica) else None))
         return holders
 
     def collect(self) -> Iterator[Metric]:

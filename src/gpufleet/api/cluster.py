@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.labels import LabelSelector
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.runtime import NodeTaint
 from gpufleet.api.status import ObjectStatus
@@ -199,7 +200,7 @@ class HostGroup(ApiModel):
     @classmethod
     def _counts_are_numbers(cls, value: dict[str, int] | None) -> dict[str, int] | None:
         for free, count in (value or {}).items():
-            if not free.isdigit() or int(free) < 1 or count < 0:
+            if not plain_digits(free) or int(free) < 1 or count < 0:
                 raise ValueError(
                     f"keys are free GPU counts (1 or more), values not negative; got {free}: {count}"
                 )
@@ -264,7 +265,7 @@ class ModelCapacity(ApiModel):
     def _counts_are_numbers(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         for level, histogram in value.items():
             for free, count in histogram.items():
-                if not free.isdigit() or int(free) < 1 or count < 0:
+                if not plain_digits(free) or int(free) < 1 or count < 0:
                     raise ValueError(
                         f"{level}: keys are free GPU counts (1 or more) and values domain counts, got "
                         f"{free}: {count}"

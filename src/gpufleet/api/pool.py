@@ -9,6 +9,7 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import Count, MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.versions import DriverVersion
@@ -71,7 +72,7 @@ class Sharing(ApiModel):
         if len(given) > 1:
             raise field_error(given[1], f"a GPU is in one sharing mode; got {' and '.join(given)}")
         for key, layout in (self.mig or {}).items():
-            if key != "*" and not key.isdigit():
+            if key != "*" and not plain_digits(key):
                 raise field_error(f"mig.{key}", "keys are GPU indices or '*'")
             if not layout:
                 raise field_error(f"mig.{key}", "a MIG layout needs at least one instance")

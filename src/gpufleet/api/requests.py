@@ -13,6 +13,7 @@ from gpufleet.api.dra_devices import NodeSelector
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
 from gpufleet.api.gpu_models import canonical_name, is_known_model, unknown_model_message
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
@@ -225,7 +226,7 @@ def _count(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and plain_digits(value.strip()):
         return int(value.strip())
     return None
 

@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.text import Text
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.numerals import plain_digits
 from gpufleet.cli.client import AuthError, Client
 from gpufleet.cli.output import Columns, console, lookup
 
@@ -114,7 +115,7 @@ def pod_gpus(pod: dict[str, Any]) -> float:
     """The GPUs a pod holds: its GPUs times its share of each, or a MIG instance's slices of seven."""
     spec = pod.get("spec") or {}
     profile = str(spec.get("mig") or "")
-    if profile[:1].isdigit() and profile[1:2] == "g":
+    if plain_digits(profile[:1]) and profile[1:2] == "g":
         return int(profile[0]) / 7
     return len(spec.get("gpus") or []) * float(spec.get("gpuMilli") or 1000) / 1000
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.api.labels import POOL_LABEL
+from gpufleet.api.numerals import plain_digits
 from gpufleet.fleet.node import SharingMode
 from gpufleet.fleet.state import Allocation, FleetState
 from gpufleet.observability import metrics
@@ -91,7 +92,7 @@ def gpus_of(alloc: Allocation) -> float:
     """How much of a GPU (or how many GPUs) one pod's allocation holds."""
     if alloc.mig is not None:
         slices = alloc.mig.profile.split("g.", 1)[0]
-        return int(slices) / MIG_SLICES if slices.isdigit() else 1.0
+        return int(slices) / MIG_SLICES if plain_digits(slices) else 1.0
     return alloc.gpu_milli_total / 1000
 
 

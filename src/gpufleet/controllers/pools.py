@@ -40,6 +40,7 @@ from typing import Any
 from gpufleet.api.accounting import idle_account
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL, POOL_LABEL
 from gpufleet.api.meta import Condition, ConditionStatus, ObjectMeta, holds_condition, set_condition
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.pool import GPUPool, GPUPoolStatus
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.runtime import (
@@ -493,7 +494,7 @@ def _removal_order(nodes: list[Node], busy: set[str]) -> list[Node]:
 
 def _index(name: str) -> int:
     tail = name.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
+    return int(tail) if plain_digits(tail) else -1
 
 
 def _new_node(pool: GPUPool, name: str, rack: str | None) -> Node:

@@ -23,6 +23,7 @@ from typing import Generic, Protocol, TypeVar
 from gpufleet.api import accounting
 from gpufleet.api.inference import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from gpufleet.api.meta import Condition, PendingReason, set_condition
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.runtime import Recommendation, ServiceLoadSpec, ServiceLoadStatus
 from gpufleet.controllers import jobstate
 from gpufleet.controllers.notice import Notice
@@ -53,7 +54,7 @@ def restore(kept: ServiceLoadStatus | None) -> ScalerMemory:
     memory = ScalerMemory()
     if kept is None:
         return memory
-    memory.season = {int(bucket): rps for bucket, rps in kept.season.items() if bucket.isdigit()}
+    memory.season = {int(bucket): rps for bucket, rps in kept.season.items() if plain_digits(bucket)}
     memory.recent.extend((to_seconds(r.time) or 0.0, r.replicas) for r in kept.recent)
     memory.last_load = to_seconds(kept.last_sample_time)
     return memory

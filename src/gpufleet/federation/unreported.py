@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpufleet.api.numerals import plain_digits
 from gpufleet.federation.summary import ClusterSummary, ModelSummary
 from gpufleet.federation.take import GangShape, spread, take
 
@@ -29,7 +30,7 @@ def sequence_of(annotations: Mapping[str, str]) -> int | None:
     """The number of the dispatch an object's annotations name; None for work dispatched before
     dispatches were numbered, or a value that is not a number."""
     value = annotations.get(SEQUENCE, "")
-    return int(value) if value.isdigit() else None
+    return int(value) if plain_digits(value) else None
 
 
 def next_sequence(last: int, now: float) -> int:

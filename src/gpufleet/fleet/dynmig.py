@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpufleet.api.numerals import plain_digits
 from gpufleet.fleet.devices import DeviceId, NodeDevices, PoolDevice
 from gpufleet.fleet.request import GPU_MILLI
 from gpufleet.sharing import mig
@@ -71,7 +72,7 @@ def placement(node: NodeDevices | None, devices: Sequence[DeviceId]) -> tuple[in
             int(name.removeprefix(_MEMORY_SLICE))
             for consumed in found.device.consumes_counters
             for name in consumed.counters
-            if name.startswith(_MEMORY_SLICE) and name.removeprefix(_MEMORY_SLICE).isdigit()
+            if name.startswith(_MEMORY_SLICE) and plain_digits(name.removeprefix(_MEMORY_SLICE))
         )
         if isinstance(parent, int) and slices:
             return parent, slices[0], len(slices)

@@ -35,6 +35,7 @@ from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
 from gpufleet.api.meta import Condition, set_condition
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.runtime import ServiceLoadSpec, ServiceLoadStatus
 from gpufleet.controllers import servicestate
 from gpufleet.controllers.servicestate import NO_VERSION, Autoscaler, ServiceObserved
@@ -362,7 +363,7 @@ class InferenceServiceOperator:
 def _index(pod: Json) -> int:
     """The replica index a pod's label gives (-1 without a valid one)."""
     label = str((pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, ""))
-    return int(label) if label.isdigit() else -1
+    return int(label) if plain_digits(label) else -1
 
 
 def _load_sample(load: Json | None) -> LoadSample | None:

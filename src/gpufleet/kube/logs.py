@@ -12,6 +12,7 @@ from typing import Protocol
 
 from gpufleet.api.errors import NotFoundError, ValidationError
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
+from gpufleet.api.numerals import plain_digits
 from gpufleet.kube.training import ATTEMPT_LABEL
 from gpufleet.kube.transport import ApiError, Json, Transport
 
@@ -62,9 +63,9 @@ def read(api: LogTransport, namespace: str, pod: str, *, follow: bool = False) -
 
 def _attempt(pod: Json) -> int:
     value = (pod["metadata"].get("labels") or {}).get(ATTEMPT_LABEL, "0")
-    return int(value) if str(value).isdigit() else 0
+    return int(value) if plain_digits(str(value)) else 0
 
 
 def _rank_order(name: str) -> tuple[int, str]:
     tail = name.rsplit("-", 1)[-1]
-    return (int(tail), name) if tail.isdigit() else (0, name)
+    return (int(tail), name) if plain_digits(tail) else (0, name)

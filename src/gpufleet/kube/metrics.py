@@ -26,6 +26,7 @@ from string import Template
 from typing import Protocol
 
 from gpufleet.api.errors import GpuFleetError
+from gpufleet.api.numerals import plain_digits
 from gpufleet.controllers.serving import LoadSample
 from gpufleet.kube.config import DEFAULT_LATENCY_QUERY, DEFAULT_RPS_QUERY
 from gpufleet.kube.transport import Json
@@ -155,7 +156,7 @@ class PodMetricsSource:
     def sample(self, service: Json, pods: Sequence[Json], *, now: float) -> LoadSample:
         port = _annotation(service, PORT_ANNOTATION) or str(self.port)
         path = _annotation(service, PATH_ANNOTATION) or self.path
-        if not port.isdigit():
+        if not plain_digits(port):
             raise MetricsUnavailable(
                 f"not a port number: {port!r}",
                 obj=_who(service),

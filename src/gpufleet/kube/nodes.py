@@ -25,6 +25,7 @@ from typing import Any
 
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.gpu_models import canonical_name
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import parse_driver_version
 from gpufleet.fleet.node import NodeSpec, SharingMode
@@ -108,7 +109,7 @@ def node_spec(node: Json, config: KubeConfig) -> NodeSpec:
         gpus=gpus,
         cpu_milli=cpu_milli(allocatable.get("cpu", 0), field=f"node {name}: allocatable.cpu"),
         memory_mib=memory_mib(allocatable.get("memory", 0), field=f"node {name}: allocatable.memory"),
-        gpu_memory_mib=int(gpu_memory) if gpu_memory.isdigit() else 0,
+        gpu_memory_mib=int(gpu_memory) if plain_digits(gpu_memory) else 0,
         labels=labels,
         taints=tuple(
             Taint(t["key"], t.get("value", "") or "", t.get("effect", "NoSchedule"))

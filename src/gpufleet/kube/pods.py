@@ -36,6 +36,7 @@ from gpufleet.api.dra_devices import NodeSelector
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.labels import WORKLOAD_CLASS_LABEL
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.quantity import cpu_milli, memory_mib, parse_quantity
 from gpufleet.api.resource import GROUP
 from gpufleet.api.runtime import WorkloadClass
@@ -420,7 +421,7 @@ def group_pods(
 def _size(raw: str | None, pod: Json, label: str) -> int | None:
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not plain_digits(raw) or int(raw) < 1:
         raise ValidationError(
             f"must be a positive whole number, got {raw!r}",
             obj=f"Pod {key_of(pod)}",

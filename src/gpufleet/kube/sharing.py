@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from gpufleet.api.labels import POOL_LABEL
+from gpufleet.api.numerals import plain_digits
 from gpufleet.kube.config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
@@ -91,7 +92,7 @@ def named_configs(pool: Json, labels: dict[str, str]) -> dict[str, str]:
 def mig_parted_entries(layout: dict[str, list[str]], gpus: int) -> list[Json]:
     """mig-parted's entries for a pool layout: a GPU index -> the profiles of its instances, and `*`
     for every GPU not listed (as the scheduler reads the layout), so no GPU is in two entries."""
-    listed = sorted(int(k) for k in layout if k.isdigit())
+    listed = sorted(int(k) for k in layout if plain_digits(k))
     entries = []
     if "*" in layout:
         rest = [gpu for gpu in range(gpus) if gpu not in listed]

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Collection
 
 from gpufleet.api.errors import GoneError
+from gpufleet.api.numerals import plain_digits
 from gpufleet.kube.informer import Backoff, Informer
 from gpufleet.kube.resources import EVENT
 from gpufleet.kube.transport import Json, Transport
@@ -79,7 +80,7 @@ class EventFeed:
                 self._floor = self._count
                 return events, self._cursor()
             feed, _, number = since.partition(".")
-            after = int(number) if feed == self._name and number.isdigit() else -1
+            after = int(number) if feed == self._name and plain_digits(number) else -1
             if after < self._floor or after > self._count:
                 raise GoneError(f"the worker's Events after {since} are no longer kept", field="since")
             while self._waiting and self._waiting[0][0] <= after:

@@ -20,6 +20,7 @@ from anyio.lowlevel import RunVar
 from starlette.requests import Request
 
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
 from gpufleet.server.errors import MAX_BODY_MIB, BadRequestError, PayloadTooLargeError
@@ -51,7 +52,7 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     body is counted as it arrives and refused at the chunk that passes the limit, the rest unread.
     """
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if plain_digits(declared) and int(declared) > limit:
         raise _too_large(limit)
     body = bytearray()
     async for chunk in request.stream():

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from gpufleet.api.errors import ConflictError, NotFoundError, ValidationError
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.meta import DEFAULT_NAMESPACE
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
 from gpufleet.api.validation import parse_object
 from gpufleet.server import access, admission
@@ -367,6 +368,6 @@ def check_namespace(info: KindInfo, obj: Resource, namespace: str | None, name: 
 
 def check_version(value: str) -> int:
     """A resourceVersion given by a client: a non-negative integer."""
-    if not value.isdigit() or len(value) > 18:
+    if not plain_digits(value) or len(value) > 18:
         raise ValidationError(f"not a resourceVersion: {value!r}", field="resourceVersion")
     return int(value)

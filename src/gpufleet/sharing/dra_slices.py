@@ -28,6 +28,7 @@ from typing import Any
 
 from gpufleet.api.dra_devices import ResourceSliceSpec
 from gpufleet.api.gpu_models import canonical_name, catalogue
+from gpufleet.api.numerals import plain_digits
 from gpufleet.sharing import mig
 
 DRIVER = "gpu.nvidia.com"
@@ -290,5 +291,5 @@ def _mebibytes(mib: int) -> str:
 def _semver(version: str) -> str:
     """A driver version as a semver: `550.54.15` stays, `550.54` gets `.0`, and `535.161.08` is
     `535.161.8` (semver refuses leading zeros, and so does the API server's version attribute)."""
-    parts = [str(int(p)) for p in version.split(".") if p.isdigit()][:3]
+    parts = [str(int(p)) for p in version.split(".") if plain_digits(p)][:3]
     return ".".join(parts + ["0"] * (3 - len(parts)))

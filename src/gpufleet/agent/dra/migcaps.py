@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.agent.dra.cdi import DeviceNode
+from gpufleet.api.numerals import plain_digits
 
 MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
 PROC_DEVICES = Path("/proc/devices")
@@ -44,7 +45,7 @@ def parse_mig_minors(text: str) -> dict[str, int]:
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        if len(parts) != 2 or not plain_digits(parts[1]):
             raise MigCapsError(f"{MIG_MINORS} line {number}: {line!r} is not '<capability> <minor>'")
         minors[parts[0]] = int(parts[1])
     return minors
@@ -54,7 +55,7 @@ def caps_major(proc_devices: str) -> int | None:
     """The `nvidia-caps` character device's major in `/proc/devices`; None when it is not there."""
     for line in proc_devices.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1] == CAPS_DEVICE and parts[0].isdigit():
+        if len(parts) == 2 and parts[1] == CAPS_DEVICE and plain_digits(parts[0]):
             return int(parts[0])
     return None
 
@@ -115,6 +116,6 @@ class MigCaps:
             return None
         for line in text.splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "DeviceFileMode" and value.strip().isdigit():
+            if key.strip() == "DeviceFileMode" and plain_digits(value.strip()):
                 return int(value.strip())
         return None

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.api.accounting import job_records, service_records
+from gpufleet.api.numerals import plain_digits
 from gpufleet.api.reasons import pending_lines
 from gpufleet.api.runtime import RACK_LABEL
 
@@ -41,7 +42,7 @@ def _sharing_mode(sharing: Mapping[str, Any] | None) -> str:
 
 def natural(name: str) -> list[int | str]:
     """A sort key that puts `n-2` before `n-10`, as people number their nodes."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return [int(part) if plain_digits(part) else part for part in re.split(r"([0-9]+)", name)]
 
 
 def _live(pods: Iterable[Obj]) -> Sequence[Obj]:
@@ -272,7 +273,7 @@ def _pod_gpus(spec: Mapping[str, Any]) -> float:
     mig = spec.get("mig")
     if mig:
         profile = str(mig.get("profile") or "")
-        return int(profile[0]) / 7 if profile[:1].isdigit() else 0.0
+        return int(profile[0]) / 7 if plain_digits(profile[:1]) else 0.0
     return len(spec.get("gpus") or []) * float(spec.get("gpuMilli") or 1000) / 1000
 
 
