@@ -92,6 +92,10 @@ def with_spec(base: dict, **changes: object) -> dict:
             "field spec.nvlinkDomains.1: GPU 1 is in two domains",
         ),
         (with_spec(POOL, nvlinkDomains=[[0, 8]]), "field spec.nvlinkDomains.0: GPU 8 is not in 0..7"),
+        # YAML's .inf and JSON's Infinity, and a float past any quantity (said short, not in 309 digits).
+        (with_spec(JOB, **{"worker.cpu": float("inf")}), "field spec.worker.cpu: must be a finite quantity"),
+        (with_spec(JOB, **{"worker.memory": float("nan")}), "field spec.worker.memory: must be a finite"),
+        (with_spec(JOB, **{"worker.cpu": 1e308}), "'1e+308' is larger than the largest quantity"),
         (with_spec(POOL, sharing={"mig": {"9": ["1g.10gb"]}}), "field spec.sharing.mig.9"),
         (with_spec(POOL, sharing={"mig": {"²": ["1g.10gb"]}}), "mig.²: keys are GPU indices or '*'"),
         (

@@ -8,6 +8,7 @@ catalogue; `api` guarantees them a well-formed name.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -57,7 +58,10 @@ def checked_on_write(info: ValidationInfo) -> bool:
 def _float_quantity_as_text(value: Any) -> Any:
     # `cpu: 1.5` is written back as "1.5": Kubernetes quantities are int-or-string, never float.
     if isinstance(value, float) and not isinstance(value, bool):
-        return format(value, "g") if value != int(value) else int(value)
+        if not math.isfinite(value):  # YAML's .inf and .nan, JSON's Infinity and NaN
+            raise ValueError(f"must be a finite quantity, got {value}")
+        # Whole and exact (below 2**53) as an integer; else as text, "1e+30" rather than 31 digits.
+        return int(value) if value.is_integer() and abs(value) < 2**53 else format(value, "g")
     return value
 
 
