@@ -219,7 +219,7 @@ def test_mps_from_the_config_map_is_what_the_plugin_serves(
             "field sharing: sharing names resource 'nvidia.com/mig-1g.10gb'",
         ),
         ("version: v2\n", "field version:"),
-        ("sharing: [oops\n", "not YAML"),
+        ("sharing: [oops\n", "not valid YAML"),
     ],
     ids=["replicas-0", "resource-the-node-lacks", "unknown-version", "not-yaml"],
 )

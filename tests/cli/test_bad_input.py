@@ -81,6 +81,33 @@ def test_malformed_scenario_yaml_is_one_line_as_for_apply(tmp_path: Path, cli: C
     assert scenario == applied
 
 
+# ------------------------------------------------------------------------------ hostile YAML
+
+_HEAD = "apiVersion: gpufleet.io/v1alpha1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+DEEP = _HEAD + "  x: " + "[" * 5000 + "]" * 5000 + "\n"
+# Ten anchors, each a list of nine aliases of the one before: 30 lines standing for 9**10 values.
+BOMB = _HEAD + "".join(
+    f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(10)
+)
+NAN = _HEAD + "  x: .nan\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [(DEEP, "nested more than 64 levels"), (BOMB, "more than 200000 values"), (NAN, "finite number")],
+    ids=["deep", "alias-bomb", "nan"],
+)
+@pytest.mark.parametrize("command", [["apply", "-f"], ["scenario", "run"], ["agent", "inspect", "--config"]])
+def test_yaml_nested_too_deep_too_large_or_with_nan_is_one_line(
+    text: str, says: str, command: list[str], tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Python's recursion ran out on the first, walking the second never ended, and the third reached
+    the fields: each is refused on its own, as the API server refuses such a body."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    one_line_error(cli(*command, str(path)), str(path), says)
+
+
 # ------------------------------------------------------------------------------ gpufleet up
 
 

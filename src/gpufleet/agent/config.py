@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
-from gpufleet.api.documents import read_text
+from gpufleet.api.documents import load_yaml, read_text
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.numerals import plain_digits
 
@@ -265,10 +264,7 @@ def parse_config(data: Mapping[str, Any] | None, *, where: str = "config") -> Ag
 
 
 def _document(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"not YAML: {exc}", obj=where) from exc
+    data = load_yaml(text, where)
     if data is not None and not isinstance(data, dict):
         raise ValidationError("the config is a mapping", obj=where)
     return data or {}

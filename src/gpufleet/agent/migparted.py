@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from gpufleet.agent.config import field_path, first_error
 from gpufleet.agent.nvml import Gpu, NodeInfo
+from gpufleet.api.documents import load_yaml
 from gpufleet.api.errors import ValidationError
 from gpufleet.sharing import mig
 
@@ -55,10 +55,7 @@ Layout = dict[int, Counter[str] | None]
 
 def parse_mig_config(text: str, name: str, *, where: str) -> tuple[MigEntry, ...]:
     """The entries of the config `name` in a mig-parted document; errors name `where` and the field."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"not YAML: {exc}", obj=where) from exc
+    data = load_yaml(text, where)
     try:
         config = MigPartedConfig.model_validate(data if isinstance(data, dict) else {})
     except PydanticValidationError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.api.docshape import MAX_DEPTH, ShapeError, check_shape
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.resource import Resource
 from gpufleet.api.text import decode_text as decode_text  # re-exported: where readers look for them
@@ -36,16 +37,14 @@ def load_objects(
         text, origin = source, None
     else:
         text, origin = read_text(source), str(source)
-    try:
-        documents = compose_documents(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"not valid YAML: {yaml_problem(exc)}", obj=origin) from None
+    documents = compose_documents(text, origin)
     objects: list[Resource] = []
     for index, (document, node) in enumerate(documents, start=1):
         if document is None:
             continue
         where = f"{origin} document {index}" if origin else f"document {index}"
         try:
+            check_shape(document, f"document {index}")
             objects.append(parse_object(document, priority_classes=priority_classes, where=where))
         except ValidationError as exc:
             if origin is None:
@@ -54,9 +53,30 @@ def load_objects(
     return objects
 
 
-def compose_documents(text: str) -> list[tuple[Any, yaml.Node | None]]:
-    """Every document of a YAML text as (plain Python data, its node tree with line marks)."""
-    return list(_compose(text))
+def compose_documents(text: str, source: str | None = None) -> list[tuple[Any, yaml.Node | None]]:
+    """Every document of a YAML text as (plain Python data, its node tree with line marks). A text that
+    is not YAML, or nests deeper than Python reads (thousands of levels), is a ValidationError naming
+    `source`; each document's shape is for the caller to check (`docshape.check_shape`)."""
+    try:
+        return list(_compose(text))
+    except yaml.YAMLError as exc:
+        raise ValidationError(f"not valid YAML: {yaml_problem(exc)}", obj=source) from None
+    except RecursionError:
+        raise ShapeError(
+            f"not read: values are nested more than {MAX_DEPTH} levels deep", obj=source
+        ) from None
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """The one YAML document of `text` as plain data (None for an empty text), its shape checked
+    (`docshape.check_shape`): a text that is not YAML, holds several documents, nests too deep, stands
+    for too many values or holds a NaN is a ValidationError naming `source`."""
+    documents = compose_documents(text, source)
+    if len(documents) > 1:
+        raise ValidationError(f"holds {len(documents)} YAML documents where one is read", obj=source)
+    data = documents[0][0] if documents else None
+    check_shape(data, source)
+    return data
 
 
 def _compose(text: str) -> Iterator[tuple[Any, yaml.Node | None]]:

@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from gpufleet.api.crd import custom_resource_definitions
+from gpufleet.api.documents import load_yaml
 from gpufleet.api.errors import ValidationError
 from gpufleet.kube.manifests import render_all, values_from
 
@@ -56,11 +57,10 @@ def all_manifests(
     overrides = None
     if values is not None:
         try:
-            overrides = yaml.safe_load(values.read_text(encoding="utf-8"))
+            text = values.read_text(encoding="utf-8")
         except OSError as exc:
             raise ValidationError(f"cannot read: {exc.strerror}", obj=str(values)) from None
-        except yaml.YAMLError as exc:
-            raise ValidationError(f"not valid YAML: {exc}", obj=str(values)) from None
+        overrides = load_yaml(text, str(values))
     if output not in ("yaml", "json"):  # before the values are read
         raise ValidationError(f"must be yaml or json, got {output!r}", field="--output")
     _write(render_all(values_from(overrides, source=str(values or "values"))), output, to_file)

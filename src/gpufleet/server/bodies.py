@@ -9,7 +9,6 @@ meanwhile, and large bodies queue for a few parser threads (`off_loop`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,6 +18,7 @@ from anyio import CapacityLimiter
 from anyio.lowlevel import RunVar
 from starlette.requests import Request
 
+from gpufleet.api.docshape import ShapeError, check_shape
 from gpufleet.api.errors import ValidationError
 from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import API_VERSION, KindInfo, Resource
@@ -37,8 +37,6 @@ SMALL_BODY = 16 * 1024
 """Bodies up to this size (tens of milliseconds of parsing at most, as YAML) are parsed and acted on
 in one worker-thread call, which saves a hop between threads on every ordinary request; only larger
 ones queue for the parsers."""
-MAX_DEPTH = 64
-MAX_VALUES = 200_000
 _YAML_TYPES = ("yaml", "yml")
 
 
@@ -115,29 +113,12 @@ def documents(body: bytes, content_type: str | None) -> list[Any]:
 
 
 def _check_values(doc: Any, where: str | None) -> None:
-    """Refuses what no field takes and what could not be answered: values nested deeper than
-    `MAX_DEPTH` (also YAML aliases that refer to themselves), more than `MAX_VALUES` values (YAML
-    aliases can multiply a small text), and NaN or infinities (no JSON form)."""
-    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
-    seen = 0
-    while stack:
-        value, path, depth = stack.pop()
-        seen += 1
-        if depth > MAX_DEPTH:
-            shown = path if len(path) <= 120 else path[:120] + "..."
-            raise BadRequestError(
-                f"values are nested more than {MAX_DEPTH} levels deep", obj=where, field=shown
-            )
-        if seen > MAX_VALUES:
-            raise BadRequestError(f"the object holds more than {MAX_VALUES} values", obj=where)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValidationError(f"must be a finite number, got {value}", obj=where, field=path or None)
-        if isinstance(value, dict):
-            stack.extend(
-                (child, f"{path}.{key}" if path else str(key), depth + 1) for key, child in value.items()
-            )
-        elif isinstance(value, list):
-            stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(value))
+    """`api.docshape.check_shape`, with a document too deep or too large a bad request (400) rather
+    than an invalid object."""
+    try:
+        check_shape(doc, where)
+    except ShapeError as exc:
+        raise BadRequestError(exc.detail, obj=exc.obj, field=exc.field) from None
 
 
 def _json_value(text: str) -> Any:

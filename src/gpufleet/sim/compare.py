@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import pydantic
-import yaml
 from pydantic import Field
 
 from gpufleet.api.base import ApiModel
+from gpufleet.api.documents import load_yaml
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import LeastAttainedService, Queue
@@ -118,11 +118,10 @@ def load_config(path: str | Path, *, seed: int = 0) -> RunSpec:
     path = Path(path)
     where = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValidationError(f"cannot read it: {exc.strerror}", obj=where) from exc
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"not YAML: {exc}", obj=where) from exc
+    data = load_yaml(text, where)
     if not isinstance(data, dict):
         raise ValidationError(
             "must be a mapping of options (policy, queues, checkpointInterval, ...)", obj=where

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gpufleet.api.documents import compose_documents, locate_error, read_text, yaml_problem
+from gpufleet.api.docshape import check_shape
+from gpufleet.api.documents import compose_documents, locate_error, read_text
 from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.fields import DEFAULT_PRIORITY_CLASSES
 from gpufleet.api.labels import CAPACITY_TYPE_LABEL
@@ -119,10 +120,7 @@ def load_file(path: Path) -> list[LoadedScenario]:
     """Every scenario of one file; an error about a field names the file and the field's line."""
     source = str(path)
     text = read_text(path)
-    try:
-        documents = compose_documents(text)
-    except yaml.YAMLError as exc:
-        raise ValidationError(f"not valid YAML: {yaml_problem(exc)}", obj=source) from None
+    documents = compose_documents(text, source)
     out = []
     for index, (document, node) in enumerate(documents, start=1):
         if document is None:
@@ -138,8 +136,9 @@ def load_document(
 
     `node` is the document's composed YAML (from `compose_documents`): with it, errors give the line.
     """
-    table = _priority_table(document)
     try:
+        check_shape(document, f"document {index}")
+        table = _priority_table(document)
         obj = parse_object(document, priority_classes=table, where=f"document {index}")
         if not isinstance(obj, Scenario):
             raise ValidationError(f"expected kind Scenario, got {obj.kind}", obj=source, field="kind")
