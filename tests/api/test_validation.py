@@ -97,6 +97,17 @@ def with_spec(base: dict, **changes: object) -> dict:
         (with_spec(JOB, **{"worker.memory": float("nan")}), "field spec.worker.memory: must be a finite"),
         (with_spec(JOB, **{"worker.cpu": 1e308}), "'1e+308' is larger than the largest quantity"),
         (with_spec(POOL, sharing={"mig": {"9": ["1g.10gb"]}}), "field spec.sharing.mig.9"),
+        # The pool's name, block and racks become its nodes' labels (the controller failed on them).
+        ({**POOL, "metadata": {"name": "p" * 64}}, "field metadata.name: the pool's nodes carry it"),
+        (with_spec(POOL, topology={"block": "b c"}), "field spec.topology.block: the block 'b c' is not"),
+        (
+            with_spec(POOL, topology={"block": "b" * 60, "racks": 11}),
+            f"field spec.topology: rack '{'b' * 60}-r10' is not a valid label value",
+        ),
+        (
+            {**with_spec(POOL, topology={"racks": 2}), "metadata": {"name": "p" * 62}},
+            "-r1' is not a valid label value",
+        ),
         (with_spec(POOL, sharing={"mig": {"²": ["1g.10gb"]}}), "mig.²: keys are GPU indices or '*'"),
         (
             with_spec(POOL, sharing={"mps": {"replicas": 2}, "timeSlicing": {"replicas": 2}}),

@@ -22,7 +22,7 @@ from .conftest import job
 # The model validators a kind may have: each reads only metadata and spec. A derived result is not
 # validated whole, so a validator that reads the status must not be added without changing
 # `store.derived` to skip that kind.
-KNOWN_MODEL_VALIDATORS = {"_scope", "_not_own_parent"}
+KNOWN_MODEL_VALIDATORS = {"_scope", "_not_own_parent", "_names_are_label_values"}
 
 
 class Ticking:

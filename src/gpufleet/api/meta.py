@@ -66,6 +66,22 @@ def check_label_key(key: str) -> str:
     return key
 
 
+def is_label_value(value: str) -> bool:
+    """Whether `value` may be a label's value (`check_label_value` says why not)."""
+    return _is_label_value(value)
+
+
+def check_label_value(value: str, what: str) -> str:
+    """A value that becomes a label's: at most 63 letters, digits, '-', '_' and '.', alphanumeric at
+    each end (or empty). `what` names it in the error."""
+    if not _is_label_value(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid label value (at most 63 letters, digits, '-', '_' and '.', "
+            "a letter or digit at each end)"
+        )
+    return value
+
+
 def _empty(value: dict[str, str] | list[str]) -> bool:
     # Empty labels, annotations and finalizers are noise in YAML and mean the same as absent, so a
     # dump leaves them out (per field: half the cost of a serializer around the whole model, and

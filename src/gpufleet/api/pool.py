@@ -9,6 +9,8 @@ from pydantic import AwareDatetime, Field, field_validator, model_validator
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import Count, MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
+from gpufleet.api.labels import POOL_LABEL
+from gpufleet.api.meta import check_label_value, is_label_value
 from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -98,6 +100,20 @@ class PoolTopology(ApiModel):
     racks: Count = Field(
         default=1, ge=1, le=MAX_POOL_NODES, description="Racks the nodes are spread over, evenly."
     )
+
+    @field_validator("block")
+    @classmethod
+    def _block_is_a_label_value(cls, value: str | None) -> str | None:
+        return None if value is None else check_label_value(value, "the block")
+
+    def rack_names(self, pool: str) -> list[str | None]:
+        """The racks of the nodes of pool `pool`, whose `rack` label each node carries ([None]: one
+        rack, unlabelled): `{block}-r{i}`, or `{pool}-r{i}` without a block."""
+        if self.block:
+            return [f"{self.block}-r{i}" for i in range(self.racks)]
+        if self.racks > 1:
+            return [f"{pool}-r{i}" for i in range(self.racks)]
+        return [None]
 
 
 class PoolAutoscaling(ApiModel):
@@ -232,3 +248,19 @@ class GPUPool(Resource):
         default_factory=GPUPoolStatus,
         description="Its nodes, GPUs and their use, as the controllers see them.",
     )
+
+    @model_validator(mode="after")
+    def _names_are_label_values(self) -> GPUPool:
+        # Every node of the pool is labelled with the pool's name and its rack's: a name that is no
+        # label value would be refused on the first node the controller makes, not here.
+        if not is_label_value(self.metadata.name):
+            raise field_error(
+                "metadata.name",
+                f"the pool's nodes carry it as their {POOL_LABEL} label: at most 63 characters",
+            )
+        last = self.spec.topology.rack_names(self.metadata.name)[-1]
+        if last is not None and not is_label_value(last):
+            raise field_error(
+                "spec.topology", f"rack {last!r} is not a valid label value (at most 63 characters)"
+            )
+        return self

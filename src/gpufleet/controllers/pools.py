@@ -415,12 +415,7 @@ def _comparable(status: GPUPoolStatus) -> list[object]:
 # ------------------------------------------------------------------ topology helpers
 def _racks(pool: GPUPool) -> list[str | None]:
     """The pool's rack names ([None]: one rack, unlabelled)."""
-    topology = pool.spec.topology
-    if topology.block:
-        return [f"{topology.block}-r{i}" for i in range(topology.racks)]
-    if topology.racks > 1:
-        return [f"{pool.name}-r{i}" for i in range(topology.racks)]
-    return [None]
+    return pool.spec.topology.rack_names(pool.name)
 
 
 def _rack_of(node: Node, racks: list[str | None]) -> str | None:
