@@ -25,3 +25,26 @@ def _no_log_stream_left_closed() -> Iterator[None]:
         if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+class _FailedReconciles(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def _no_reconcile_failed_unseen(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The controller manager logs a reconcile that raised and goes on with the other objects (as it
+    must in a running control plane); in a test that is a bug found, so the test fails, unless it is
+    marked `reconcile_failures` (it makes one fail on purpose)."""
+    handler = _FailedReconciles()
+    logger = logging.getLogger("gpufleet.controllers.manager")
+    logger.addHandler(handler)
+    yield
+    logger.removeHandler(handler)
+    if handler.messages and request.node.get_closest_marker("reconcile_failures") is None:
+        pytest.fail(f"a reconcile failed: {handler.messages[0]} (its traceback is in the captured log)")

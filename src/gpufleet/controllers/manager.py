@@ -69,6 +69,8 @@ class Reconciler:
     kinds: tuple[str, ...] = ()
     primary = ""
     retry_seconds = 5.0
+    failed_reconciles = 0
+    """Reconciles that raised an error that is no user's (a bug, or a value no check foresaw)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -114,6 +116,13 @@ class Reconciler:
             except GpuFleetError as exc:
                 log.warning("%s: %s/%s: %s", self.name, key[0], key[1], exc)
                 after = self.retry_seconds
+            except Exception:
+                # Met on one object, it must not stop the others (nor the controllers after this one
+                # in the round): logged with its traceback and looked at again later, as
+                # controller-runtime does with a reconcile's error.
+                self.failed_reconciles += 1
+                log.exception("%s: %s/%s: reconcile failed", self.name, key[0], key[1])
+                after = self.retry_seconds
             if after is not None:
                 self.enqueue(key, now + max(after, 0.0) if after > 0 else now + 1e-3)
         return min(self.due.values(), default=None)
@@ -136,6 +145,11 @@ class ControllerManager:
         # Found once: a runtime-checkable protocol's isinstance is slow, and flushes are many.
         self.flushable = [c for c in self.controllers if isinstance(c, Flushable)]
         self.following = [c for c in self.controllers if isinstance(c, FollowsDispatch)]
+
+    @property
+    def failed_reconciles(self) -> int:
+        """Reconciles of its controllers that failed with an error that is no user's (`Reconciler`)."""
+        return sum(getattr(controller, "failed_reconciles", 0) for controller in self.controllers)
 
     def hold_until_settled(self) -> None:
         self.held = True

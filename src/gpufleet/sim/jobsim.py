@@ -40,6 +40,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
+from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.plane import build_manager
 from gpufleet.controllers.training import workload_name
 from gpufleet.scheduler.config import SchedulerConfig
@@ -62,6 +63,9 @@ QUIET_SECONDS = 3600.0
 status is brought up to date; `gpufleet up` does both every minute, which would be most of the work.
 Queue status (read by no decision) is written at most this often too, with all its changes, and so are
 pending reasons whose numbers alone changed (a new reason type or node demand is written at once)."""
+FAULT_CHECK_TICKS = 1024
+"""Settles between two looks at whether a reconcile failed (`_check_reconciles`): a few seconds of a
+run at most, for a look that costs nothing next to a settle."""
 EVENTS_KEPT = 200_000
 """Events the store's log keeps (every participant reads it each settle round: far more than enough).
 The in-memory store's log is emptied after every settle instead (`_settled`): each participant read it
@@ -448,6 +452,16 @@ class Recorder:
                 self.store.delete("Workload", workload_name(record.job.name), record.queue)
 
 
+def _check_reconciles(manager: ControllerManager) -> None:
+    """A reconcile that failed (logged with its traceback, then retried: `controllers.manager`) makes
+    the run's figures no longer the control plane's: the run stops, saying so."""
+    if manager.failed_reconciles:
+        raise RuntimeError(
+            f"{manager.failed_reconciles} reconcile(s) of the control plane failed (logged above); the "
+            "simulation stopped, since its figures would not be what the control plane decides"
+        )
+
+
 def _settled(store: MemoryStore) -> None:
     """The instant has settled: every participant read the event log up to its head in the last
     round, in which nothing was written (the SQLite store's readers may stop at the last event of
@@ -539,6 +553,8 @@ def simulate(
         def unfinished() -> bool:
             nonlocal last_report
             heap.tick()
+            if heap.ticks % FAULT_CHECK_TICKS == 0:
+                _check_reconciles(manager)
             if isinstance(store, MemoryStore):
                 _settled(store)
             if progress is not None and time.perf_counter() - last_report > 10:
@@ -552,6 +568,7 @@ def simulate(
             return not feeder.done or recorder.finished < len(jobs)
 
         runtime.run_while(unfinished, limit=DRAIN_LIMIT if options.drain else end - start)
+        _check_reconciles(manager)
         now = clock.now()
         series.close(now)
         wall_seconds = time.perf_counter() - wall
