@@ -97,6 +97,12 @@ def with_spec(base: dict, **changes: object) -> dict:
         (with_spec(JOB, **{"worker.memory": float("nan")}), "field spec.worker.memory: must be a finite"),
         (with_spec(JOB, **{"worker.cpu": 1e308}), "'1e+308' is larger than the largest quantity"),
         (with_spec(POOL, sharing={"mig": {"9": ["1g.10gb"]}}), "field spec.sharing.mig.9"),
+        # A job's and a service's name become their pods' labels, as a model version does its
+        # replicas' (the controllers failed on each object they made, every few seconds, for ever).
+        ({**JOB, "metadata": {"name": "j" * 64}}, "field metadata.name: its Workload and pods carry it"),
+        ({**SERVICE, "metadata": {"name": "s" * 64}}, "field metadata.name: its replicas' Workloads"),
+        (with_spec(SERVICE, modelVersion="v" * 64), "field spec.modelVersion: the model version"),
+        (with_spec(SERVICE, modelVersion="*"), "field spec.modelVersion: '*' is not a valid name"),
         # The pool's name, block and racks become its nodes' labels (the controller failed on them).
         ({**POOL, "metadata": {"name": "p" * 64}}, "field metadata.name: the pool's nodes carry it"),
         (with_spec(POOL, topology={"block": "b c"}), "field spec.topology.block: the block 'b c' is not"),

@@ -11,8 +11,10 @@ import pytest
 import gpufleet.api.kinds as kinds_module
 from gpufleet.api import TrainingJob
 from gpufleet.api.errors import ValidationError
+from gpufleet.api.meta import ObjectMeta
+from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import Resource
-from gpufleet.api.runtime import Pod
+from gpufleet.api.runtime import OwnerRef, Pod, Workload, WorkloadPodSet, WorkloadSpec
 from gpufleet.store import MemoryStore
 from gpufleet.store import derived as derived_module
 from gpufleet.store import memory as memory_store
@@ -22,7 +24,7 @@ from .conftest import job
 # The model validators a kind may have: each reads only metadata and spec. A derived result is not
 # validated whole, so a validator that reads the status must not be added without changing
 # `store.derived` to skip that kind.
-KNOWN_MODEL_VALIDATORS = {"_scope", "_not_own_parent", "_names_are_label_values"}
+KNOWN_MODEL_VALIDATORS = {"_scope", "_not_own_parent", "_names_are_label_values", "_name_is_a_label_value"}
 
 
 class Ticking:
@@ -109,9 +111,10 @@ def test_derived_results_and_events_are_those_of_validating_the_whole_object(
     shared = MemoryStore(share_results=True, check_shared=True, clock=Ticking())
     plain = MemoryStore(clock=Ticking())
     results = _run(shared)
-    # Two status writes, a spec update and two deletions (one held by a finalizer) are derived; the
-    # changes of labels and finalizers are not.
-    assert derived["hit"] == 5
+    # Two status writes and two deletions (one held by a finalizer) are derived; the changes of labels
+    # and finalizers are not, nor the job's spec update (a TrainingJob's name check is a model
+    # validator, so its spec is validated with the whole object).
+    assert derived["hit"] == 4
     expected = _run(plain)
     for got, want in zip(results, expected, strict=True):
         if want is None:
@@ -149,3 +152,36 @@ def test_a_status_write_undone_with_its_batch_is_not_derived_from(monkeypatch: p
     )
     assert running.spec.replicas == 2 and running.metadata.generation == 1
     assert store.get(TrainingJob, "llm", "team-a") == running
+
+
+def test_a_spec_validated_alone_where_the_kind_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Workload (whose only model validator is `_scope`) going inactive: its spec alone is validated,
+    and the result is what validating the whole object gives."""
+    derived = {"hit": 0}
+    real = derived_module.derive
+
+    def counted(*args: object) -> object:
+        result = real(*args)  # type: ignore[arg-type]
+        derived["hit"] += result is not None
+        return result
+
+    monkeypatch.setattr(memory_store, "derive", counted)
+
+    def deactivate(store: MemoryStore) -> Workload:
+        made = store.create(
+            Workload(
+                metadata=ObjectMeta(name="wl", namespace="team-a"),
+                spec=WorkloadSpec(
+                    owner=OwnerRef(kind="TrainingJob", name="wl"),
+                    pod_sets=[WorkloadPodSet(count=2, request=PodRequest(gpus=8))],
+                ),
+            )
+        )
+        return store.update(made.model_copy(update={"spec": made.spec.model_copy(update={"active": False})}))
+
+    got = deactivate(MemoryStore(share_results=True, check_shared=True, clock=Ticking()))
+    assert derived["hit"] == 1
+    want = deactivate(MemoryStore(clock=Ticking()))
+    got_dict, want_dict = got.to_dict(reveal_secrets=True), want.to_dict(reveal_secrets=True)
+    got_dict["metadata"].pop("uid"), want_dict["metadata"].pop("uid")
+    assert got_dict == want_dict and not got.spec.active

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
+from pydantic import AwareDatetime, Field, ValidationInfo, field_validator, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
+from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
+from gpufleet.api.meta import check_label_value, check_name, check_name_as_label
 from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -79,6 +81,15 @@ class InferenceServiceSpec(ApiModel):
         "come back (Kueue's stop and resume).",
     )
 
+    @field_validator("model_version")
+    @classmethod
+    def _version_names_a_model_version(cls, value: str | None) -> str | None:
+        # A ModelVersion's name, which its replicas carry as their revision label.
+        if value:
+            check_name(value)
+            check_label_value(value, f"the model version (its replicas' {REVISION_LABEL} label)")
+        return value
+
     @model_validator(mode="after")
     def _template_asks_for_no_other_gpus(self, info: ValidationInfo) -> InferenceServiceSpec:
         if checked_on_write(info):
@@ -117,3 +128,8 @@ class InferenceService(Resource):
         default_factory=InferenceServiceStatus,
         description="Its phase, desired and ready replicas, and why it waits.",
     )
+
+    @model_validator(mode="after")
+    def _name_is_a_label_value(self) -> InferenceService:
+        check_name_as_label(self.metadata.name, SERVICE_LABEL, "its replicas' Workloads and pods")
+        return self

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, field_validator
 
-from gpufleet.api.base import ApiModel
+from gpufleet.api.base import ApiModel, field_error
 
 # DNS subdomain (RFC 1123), what Kubernetes requires of most object names.
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -69,6 +69,16 @@ def check_label_key(key: str) -> str:
 def is_label_value(value: str) -> bool:
     """Whether `value` may be a label's value (`check_label_value` says why not)."""
     return _is_label_value(value)
+
+
+def check_name_as_label(name: str, label: str, carriers: str) -> None:
+    """An object whose name its `carriers` (pods, nodes) carry as their `label` label: the name must
+    be a label value too, at most 63 characters (as a Kubernetes Job's name, for its pods' label).
+    Refused here, with the name's field; else the controller would fail on each object it makes."""
+    if not _is_label_value(name):
+        raise field_error(
+            "metadata.name", f"{carriers} carry it as their {label} label: at most 63 characters"
+        )
 
 
 def check_label_value(value: str, what: str) -> str:

@@ -10,7 +10,7 @@ from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import Count, MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.labels import POOL_LABEL
-from gpufleet.api.meta import check_label_value, is_label_value
+from gpufleet.api.meta import check_label_value, check_name_as_label, is_label_value
 from gpufleet.api.numerals import plain_digits
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -253,11 +253,7 @@ class GPUPool(Resource):
     def _names_are_label_values(self) -> GPUPool:
         # Every node of the pool is labelled with the pool's name and its rack's: a name that is no
         # label value would be refused on the first node the controller makes, not here.
-        if not is_label_value(self.metadata.name):
-            raise field_error(
-                "metadata.name",
-                f"the pool's nodes carry it as their {POOL_LABEL} label: at most 63 characters",
-            )
+        check_name_as_label(self.metadata.name, POOL_LABEL, "the pool's nodes")
         last = self.spec.topology.rack_names(self.metadata.name)[-1]
         if last is not None and not is_label_value(last):
             raise field_error(

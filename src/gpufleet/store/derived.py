@@ -11,13 +11,14 @@ with the previous model. Only a store whose results are never changed in place
 (`MemoryStore(share_results=True)`) may do this; such a store's readers already share one object
 per event.
 
-What this rests on: no kind's model validator reads its status, and `_scope` (a kind's only
-validator but for a queue's parent check and a pool's names) reads only the namespace, which no
-write changes; so a status, or the spec of a kind without another validator, validated alone is as
-valid as inside the whole object. `tests/store/test_derived.py` keeps the list of the model
-validators that may exist and fails on a new one. Changed labels, annotations or finalizers take
-the whole validation. The previous model's dump is the current stored form (the store keeps the
-pair together), so the new model's dump is the new stored form.
+What this rests on: no kind's model validator reads its status, and `_scope` reads only the
+namespace, which no write changes; so a status, or the spec of a kind whose only model validator is
+`_scope`, validated alone is as valid as inside the whole object (a kind with another, such as a
+queue's parent check or a job's name that becomes its pods' label, has its spec validated whole).
+`tests/store/test_derived.py` keeps the list of the model validators that may exist and fails on a
+new one. Changed labels, annotations or finalizers take the whole validation. The previous model's
+dump is the current stored form (the store keeps the pair together), so the new model's dump is the
+new stored form.
 """
 
 from __future__ import annotations
