@@ -11,14 +11,14 @@ from typing import Protocol
 
 import pytest
 
-from gpufleet.api.labels import JOB_LABEL
+from gpufleet.api.labels import JOB_LABEL, job_workload_name
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.runtime import Node, NodeSpec, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.api.training import TrainingJob
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
-from gpufleet.controllers.training import TrainingJobController, workload_name
+from gpufleet.controllers.training import TrainingJobController
 from gpufleet.kube.operator import Operator
 from gpufleet.kube.status import stamp
 from gpufleet.kube.store import KubeStore
@@ -81,7 +81,7 @@ class Embedded:
             self.manager.step(now)
 
     def _workers(self) -> list[Pod]:
-        workload = self.store.get(WorkloadObject, workload_name("llm"), "team-a")
+        workload = self.store.get(WorkloadObject, job_workload_name("llm"), "team-a")
         return [
             p
             for p in self.store.list(Pod, namespace="team-a", label_selector={JOB_LABEL: "llm"})
@@ -90,7 +90,7 @@ class Embedded:
 
     def started(self, now: float) -> bool:
         self._step(now)
-        workload = self.store.get(WorkloadObject, workload_name("llm"), "team-a")
+        workload = self.store.get(WorkloadObject, job_workload_name("llm"), "team-a")
         if workload.status.phase != "Admitted" or workload.status.attempts == self.attempt:
             return False
         self.attempt = workload.status.attempts

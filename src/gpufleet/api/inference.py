@@ -8,8 +8,8 @@ from pydantic import AwareDatetime, Field, ValidationInfo, field_validator, mode
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
-from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
-from gpufleet.api.meta import check_label_value, check_name, check_name_as_label
+from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL, WORKLOAD_LABEL, service_workload_name
+from gpufleet.api.meta import check_label_value, check_name, check_name_in_labels
 from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -131,5 +131,7 @@ class InferenceService(Resource):
 
     @model_validator(mode="after")
     def _name_is_a_label_value(self) -> InferenceService:
-        check_name_as_label(self.metadata.name, SERVICE_LABEL, "its replicas' Workloads and pods")
+        name = self.metadata.name
+        last = service_workload_name(name, self.spec.replicas.max - 1)
+        check_name_in_labels({SERVICE_LABEL: name, WORKLOAD_LABEL: last}, "its replicas' pods")
         return self

@@ -34,6 +34,20 @@ SERVICE_LABEL = "gpufleet.io/inference-service"
 """On a Workload or Pod (and a Kubernetes Service): the InferenceService it belongs to."""
 REVISION_LABEL = "gpufleet.io/revision"
 """On an InferenceService's replica: the ModelVersion it serves."""
+JOB_WORKLOAD_PREFIX = "job-"
+SERVICE_WORKLOAD_PREFIX = "svc-"
+
+
+def job_workload_name(job: str) -> str:
+    """The embedded world's Workload of a TrainingJob (its pods' `WORKLOAD_LABEL`)."""
+    return f"{JOB_WORKLOAD_PREFIX}{job}"
+
+
+def service_workload_name(service: str, index: int) -> str:
+    """The embedded world's Workload of an InferenceService's replica `index` (its pod's `WORKLOAD_LABEL`)."""
+    return f"{SERVICE_WORKLOAD_PREFIX}{service}-{index}"
+
+
 WORKLOAD_CLASS_LABEL = "gpufleet.io/workload-class"
 """On a Pod (label or annotation) that no TrainingJob or InferenceService owns: its workload class
 (`training`, `inference` or `batch`), which picks its placement policy (see `controllers.workload_class`)."""

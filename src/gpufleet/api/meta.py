@@ -71,14 +71,17 @@ def is_label_value(value: str) -> bool:
     return _is_label_value(value)
 
 
-def check_name_as_label(name: str, label: str, carriers: str) -> None:
-    """An object whose name its `carriers` (pods, nodes) carry as their `label` label: the name must
-    be a label value too, at most 63 characters (as a Kubernetes Job's name, for its pods' label).
-    Refused here, with the name's field; else the controller would fail on each object it makes."""
-    if not _is_label_value(name):
-        raise field_error(
-            "metadata.name", f"{carriers} carry it as their {label} label: at most 63 characters"
-        )
+def check_name_in_labels(labels: dict[str, str], carriers: str) -> None:
+    """An object whose name becomes label values of the objects made for it (`carriers`: its pods,
+    its nodes): `labels` maps each such label to the value the name gives it, and each must be a label
+    value, at most 63 characters (as a Kubernetes Job's name must fit its pods' label). Refused here,
+    on the name's field; else the controller would fail on each object it made for it."""
+    for label, value in labels.items():
+        if not _is_label_value(value):
+            raise field_error(
+                "metadata.name",
+                f"too long: {carriers} carry {value!r} as their {label} label, at most 63 characters",
+            )
 
 
 def check_label_value(value: str, what: str) -> str:

@@ -10,8 +10,9 @@ from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import Count, MigProfileName, Quantity
 from gpufleet.api.gpu_models import GpuModelName
 from gpufleet.api.labels import POOL_LABEL
-from gpufleet.api.meta import check_label_value, check_name_as_label, is_label_value
+from gpufleet.api.meta import check_label_value, is_label_value
 from gpufleet.api.numerals import plain_digits
+from gpufleet.api.quantity import MAX_NODE_CPU_MILLI, MAX_NODE_MEMORY_MIB, cpu_milli, memory_mib
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
 from gpufleet.api.versions import DriverVersion
@@ -22,6 +23,11 @@ MAX_POOL_NODES = 65_536
 build them until it ran out of memory."""
 
 
+MAX_POOL_NAME = 40
+"""A pool's name, as GKE's node pools: its nodes are named `{pool}-{i}`, labelled with it, and their
+GPUs' device ids (`GPU-{node}-{gpu}`, at most 64 characters) are made from those."""
+
+
 class NodeResources(ApiModel):
     """CPU and memory of one node of the pool."""
 
@@ -29,6 +35,20 @@ class NodeResources(ApiModel):
     memory: Quantity | None = Field(
         default=None, description="Memory of one node, a Kubernetes quantity (2Ti)."
     )
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_within_a_node(cls, value: int | str | None) -> int | str | None:
+        if value is not None and cpu_milli(value) > MAX_NODE_CPU_MILLI:
+            raise ValueError(f"at most {MAX_NODE_CPU_MILLI // 1000:,} cores a node, got {value!r}")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_within_a_node(cls, value: int | str | None) -> int | str | None:
+        if value is not None and memory_mib(value) > MAX_NODE_MEMORY_MIB:
+            raise ValueError(f"at most 1Ei a node, got {value!r}")
+        return value
 
 
 class ReplicatedSharing(ApiModel):
@@ -253,7 +273,12 @@ class GPUPool(Resource):
     def _names_are_label_values(self) -> GPUPool:
         # Every node of the pool is labelled with the pool's name and its rack's: a name that is no
         # label value would be refused on the first node the controller makes, not here.
-        check_name_as_label(self.metadata.name, POOL_LABEL, "the pool's nodes")
+        if len(self.metadata.name) > MAX_POOL_NAME:
+            raise field_error(
+                "metadata.name",
+                f"at most {MAX_POOL_NAME} characters: the pool's nodes, their {POOL_LABEL} label and "
+                "their GPUs' ids are made from it",
+            )
         last = self.spec.topology.rack_names(self.metadata.name)[-1]
         if last is not None and not is_label_value(last):
             raise field_error(

@@ -29,6 +29,11 @@ _DECIMAL = {
     "E": Decimal("1e18"),
 }
 MAX_QUANTITY = 2**63 - 1
+MAX_NODE_CPU_MILLI = 10**9
+"""A node's CPU, at most a million cores: the fleet's counts (per node, summed over 65,536 nodes, in
+milli-cores) stay well inside 64-bit integers."""
+MAX_NODE_MEMORY_MIB = 2**40
+"""A node's memory, at most an exbibyte (in MiB), for the same reason."""
 """The largest quantity Kubernetes represents, in base units (cores, bytes, counts)."""
 _PATTERN = re.compile(r"^\s*([+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]{0,2})\s*$")
 

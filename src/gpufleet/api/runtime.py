@@ -25,6 +25,7 @@ from gpufleet.api.base import ApiModel
 from gpufleet.api.dra_claims import PodResourceClaimStatus
 from gpufleet.api.gpu_models import CanonicalGpuModel
 from gpufleet.api.pool import Sharing
+from gpufleet.api.quantity import MAX_NODE_CPU_MILLI, MAX_NODE_MEMORY_MIB
 from gpufleet.api.requests import PodRequest
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import ObjectStatus
@@ -60,8 +61,8 @@ class NodeSpec(ApiModel):
     nvlink_domains: list[list[int]] | None = Field(
         default=None, description="GPU indices of each NVLink domain; absent: one domain of all GPUs."
     )
-    cpu_milli: int = Field(default=0, ge=0, description="Its CPU, in milli-cores.")
-    memory_mib: int = Field(default=0, ge=0, description="Its memory, in MiB.")
+    cpu_milli: int = Field(default=0, ge=0, le=MAX_NODE_CPU_MILLI, description="Its CPU, in milli-cores.")
+    memory_mib: int = Field(default=0, ge=0, le=MAX_NODE_MEMORY_MIB, description="Its memory, in MiB.")
     sharing: Sharing = Field(
         default_factory=Sharing, description="How its GPUs are shared (its pool's sharing)."
     )

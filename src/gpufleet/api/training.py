@@ -8,8 +8,8 @@ from pydantic import AwareDatetime, Field, ValidationInfo, model_validator
 
 from gpufleet.api.base import ApiModel, field_error
 from gpufleet.api.fields import MAX_REPLICAS, Count, PriorityClassName, checked_on_write
-from gpufleet.api.labels import JOB_LABEL
-from gpufleet.api.meta import check_name_as_label
+from gpufleet.api.labels import JOB_LABEL, WORKLOAD_LABEL, job_workload_name
+from gpufleet.api.meta import check_name_in_labels
 from gpufleet.api.requests import PodRequest, check_template_gpus
 from gpufleet.api.resource import Resource, api_version_field, kind_field
 from gpufleet.api.status import CheckpointRef, JobPhase, ObjectStatus
@@ -153,5 +153,6 @@ class TrainingJob(Resource):
 
     @model_validator(mode="after")
     def _name_is_a_label_value(self) -> TrainingJob:
-        check_name_as_label(self.metadata.name, JOB_LABEL, "its Workload and pods")
+        name = self.metadata.name
+        check_name_in_labels({JOB_LABEL: name, WORKLOAD_LABEL: job_workload_name(name)}, "its pods")
         return self

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from gpufleet.api.errors import ConflictError, NotFoundError
 from gpufleet.api.fields import priority_value
 from gpufleet.api.inference import InferenceService
-from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
+from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL, service_workload_name
 from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.model_version import ModelVersion
 from gpufleet.api.runtime import (
@@ -49,8 +49,6 @@ from gpufleet.controllers.serving import AutoscalerConfig as AutoscalerConfig  #
 from gpufleet.controllers.timeutil import to_datetime
 from gpufleet.controllers.workload_class import workload_class
 from gpufleet.store.protocol import Store, WatchEvent
-
-PREFIX = "svc-"
 
 
 @dataclass(slots=True)
@@ -162,7 +160,7 @@ class InferenceServiceController(Reconciler):
         self.store.create(
             WorkloadObject(
                 metadata=ObjectMeta(
-                    name=f"{PREFIX}{service.name}-{index}",
+                    name=service_workload_name(service.name, index),
                     namespace=namespace,
                     labels={SERVICE_LABEL: service.name, REVISION_LABEL: revision},
                 ),

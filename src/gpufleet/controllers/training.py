@@ -30,7 +30,7 @@ import contextlib
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import NotFoundError
 from gpufleet.api.fields import priority_value
-from gpufleet.api.labels import JOB_LABEL
+from gpufleet.api.labels import JOB_LABEL, job_workload_name
 from gpufleet.api.meta import ObjectMeta, PendingReason
 from gpufleet.api.runtime import (
     OwnerRef,
@@ -51,16 +51,11 @@ from gpufleet.controllers.workload_class import workload_class
 from gpufleet.observability import tracing
 from gpufleet.store.protocol import Store, WatchEvent
 
-PREFIX = "job-"
 SETTLED = ("Running", *jobstate.FINISHED)
 """Phases written at once rather than held: the hand-offs of an instant (workload made, admitted,
 pods started) end in them, and a finished job's never changes again. Holding them too would only
 add a round to the instant (a checkpoint's, where the status changes once) before the write, and
 make whoever waits for a job's end (a user, the simulator's recorder) see it a round later."""
-
-
-def workload_name(job: str) -> str:
-    return f"{PREFIX}{job}"
 
 
 class TrainingJobController(ViewedReconciler[JobView]):
@@ -123,7 +118,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
         """Whether a job that is gone still has what `reconcile` cleans up after it."""
         namespace, name = key
         return (
-            (namespace, workload_name(name)) in self.view.workloads
+            (namespace, job_workload_name(name)) in self.view.workloads
             or key in self.with_series
             or key in self.specs
         )
@@ -135,7 +130,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
         stored = view.jobs.get(key)
         if stored is None:
             # Gone: what is left of it goes (`_leftovers`); only what is still there is collected.
-            if (namespace, workload_name(name)) in view.workloads:
+            if (namespace, job_workload_name(name)) in view.workloads:
                 self._collect(namespace, name)
             if key in self.with_series:
                 self.with_series.discard(key)
@@ -209,13 +204,15 @@ class TrainingJobController(ViewedReconciler[JobView]):
     def _ensure_workload(self, job: TrainingJob, checkpoint: Checkpoint | None) -> WorkloadObject:
         namespace = job.namespace or "default"
         desired = self._desired_spec(job, checkpoint)
-        workload = self.view.workloads.get((namespace, workload_name(job.name)))
+        workload = self.view.workloads.get((namespace, job_workload_name(job.name)))
         if workload is None:
             return self._wrote(
                 self.store.create(
                     WorkloadObject(
                         metadata=ObjectMeta(
-                            name=workload_name(job.name), namespace=namespace, labels={JOB_LABEL: job.name}
+                            name=job_workload_name(job.name),
+                            namespace=namespace,
+                            labels={JOB_LABEL: job.name},
                         ),
                         spec=desired,
                     )
@@ -242,7 +239,7 @@ class TrainingJobController(ViewedReconciler[JobView]):
     def _collect(self, namespace: str, name: str) -> None:
         """The job is gone: so are its workload and pods (the scheduler frees their capacity)."""
         with contextlib.suppress(NotFoundError):
-            self.store.delete(WorkloadObject, workload_name(name), namespace)
+            self.store.delete(WorkloadObject, job_workload_name(name), namespace)
 
     # ------------------------------------------------------------------- status
     def _status(

@@ -33,7 +33,7 @@ import numpy as np
 
 from gpufleet.api.checkpoint import Checkpoint
 from gpufleet.api.errors import GoneError, NotFoundError
-from gpufleet.api.labels import JOB_LABEL, POOL_LABEL
+from gpufleet.api.labels import JOB_LABEL, POOL_LABEL, job_workload_name
 from gpufleet.api.meta import ObjectMeta
 from gpufleet.api.pool import GPUPool
 from gpufleet.api.queue import Queue
@@ -42,7 +42,6 @@ from gpufleet.api.runtime import Node, Pod
 from gpufleet.api.training import CheckpointPolicy, RestartPolicy, TrainingJob, TrainingJobSpec
 from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.plane import build_manager
-from gpufleet.controllers.training import workload_name
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.heap import FrozenHeap
 from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
@@ -449,7 +448,7 @@ class Recorder:
         for record in done:
             # One by one: a Workload already gone must not keep the others.
             with contextlib.suppress(NotFoundError):
-                self.store.delete("Workload", workload_name(record.job.name), record.queue)
+                self.store.delete("Workload", job_workload_name(record.job.name), record.queue)
 
 
 def _check_reconciles(manager: ControllerManager) -> None:
