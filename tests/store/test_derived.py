@@ -96,9 +96,8 @@ def _run(store: MemoryStore) -> list[Resource | None]:
     return [created, running, respec, relabeled, held, deleting, failed, gone]
 
 
-def test_derived_results_and_events_are_those_of_validating_the_whole_object(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def derivations(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """From now on, `["hit"]` counts the writes whose result the memory store derived."""
     derived = {"hit": 0}
     real = derived_module.derive
 
@@ -108,6 +107,13 @@ def test_derived_results_and_events_are_those_of_validating_the_whole_object(
         return result
 
     monkeypatch.setattr(memory_store, "derive", counted)
+    return derived
+
+
+def test_derived_results_and_events_are_those_of_validating_the_whole_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    derived = derivations(monkeypatch)
     shared = MemoryStore(share_results=True, check_shared=True, clock=Ticking())
     plain = MemoryStore(clock=Ticking())
     results = _run(shared)
@@ -157,15 +163,7 @@ def test_a_status_write_undone_with_its_batch_is_not_derived_from(monkeypatch: p
 def test_a_spec_validated_alone_where_the_kind_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Workload (whose only model validator is `_scope`) going inactive: its spec alone is validated,
     and the result is what validating the whole object gives."""
-    derived = {"hit": 0}
-    real = derived_module.derive
-
-    def counted(*args: object) -> object:
-        result = real(*args)  # type: ignore[arg-type]
-        derived["hit"] += result is not None
-        return result
-
-    monkeypatch.setattr(memory_store, "derive", counted)
+    derived = derivations(monkeypatch)
 
     def deactivate(store: MemoryStore) -> Workload:
         made = store.create(
