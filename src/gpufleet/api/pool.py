@@ -129,11 +129,18 @@ class PoolTopology(ApiModel):
     def rack_names(self, pool: str) -> list[str | None]:
         """The racks of the nodes of pool `pool`, whose `rack` label each node carries ([None]: one
         rack, unlabelled): `{block}-r{i}`, or `{pool}-r{i}` without a block."""
+        prefix = self._rack_prefix(pool)
+        return [None] if prefix is None else [f"{prefix}-r{i}" for i in range(self.racks)]
+
+    def last_rack_name(self, pool: str) -> str | None:
+        """The last (and longest) of `rack_names`, without naming every rack."""
+        prefix = self._rack_prefix(pool)
+        return None if prefix is None else f"{prefix}-r{self.racks - 1}"
+
+    def _rack_prefix(self, pool: str) -> str | None:
         if self.block:
-            return [f"{self.block}-r{i}" for i in range(self.racks)]
-        if self.racks > 1:
-            return [f"{pool}-r{i}" for i in range(self.racks)]
-        return [None]
+            return self.block
+        return pool if self.racks > 1 else None
 
 
 class PoolAutoscaling(ApiModel):
@@ -279,7 +286,7 @@ class GPUPool(Resource):
                 f"at most {MAX_POOL_NAME} characters: the pool's nodes, their {POOL_LABEL} label and "
                 "their GPUs' ids are made from it",
             )
-        last = self.spec.topology.rack_names(self.metadata.name)[-1]
+        last = self.spec.topology.last_rack_name(self.metadata.name)
         if last is not None and not is_label_value(last):
             raise field_error(
                 "spec.topology", f"rack {last!r} is not a valid label value (at most 63 characters)"
