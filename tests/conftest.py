@@ -27,7 +27,7 @@ def _no_log_stream_left_closed() -> Iterator[None]:
     root.setLevel(level)
 
 
-class _FailedReconciles(logging.Handler):
+class _ContainedFailures(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
         self.messages: list[str] = []
@@ -37,14 +37,14 @@ class _FailedReconciles(logging.Handler):
 
 
 @pytest.fixture(autouse=True)
-def _no_reconcile_failed_unseen(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The controller manager logs a reconcile that raised and goes on with the other objects (as it
-    must in a running control plane); in a test that is a bug found, so the test fails, unless it is
-    marked `reconcile_failures` (it makes one fail on purpose)."""
-    handler = _FailedReconciles()
-    logger = logging.getLogger("gpufleet.controllers.manager")
+def _no_failure_contained_unseen(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The control plane logs an error no user caused and goes on with the other objects (as it must
+    when running: `controllers.failures`); in a test that is a bug found, so the test fails, unless
+    it is marked `contained_failures` (it makes one happen on purpose)."""
+    handler = _ContainedFailures()
+    logger = logging.getLogger("gpufleet.controllers.failures")
     logger.addHandler(handler)
     yield
     logger.removeHandler(handler)
-    if handler.messages and request.node.get_closest_marker("reconcile_failures") is None:
-        pytest.fail(f"a reconcile failed: {handler.messages[0]} (its traceback is in the captured log)")
+    if handler.messages and request.node.get_closest_marker("contained_failures") is None:
+        pytest.fail(f"a failure was contained: {handler.messages[0]} (its traceback is in the captured log)")

@@ -34,7 +34,7 @@ class Picky(Reconciler):
         return None
 
 
-@pytest.mark.reconcile_failures
+@pytest.mark.contained_failures
 def test_a_failing_reconcile_stops_neither_other_objects_nor_other_controllers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -43,11 +43,11 @@ def test_a_failing_reconcile_stops_neither_other_objects_nor_other_controllers(
         store.create(Queue(metadata=ObjectMeta(name=name), spec=QueueSpec()))
     first, second = Picky(store, "first"), Picky(store, "second")
     manager = ControllerManager(store, [first, second])
-    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.manager"):
+    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.failures"):
         wake = manager.step(0.0)
     assert [name for name, _ in first.seen] == ["a-first", "z-last"]
     assert [name for name, _ in second.seen] == ["a-first", "z-last"]
-    assert manager.failed_reconciles == 2
+    assert manager.contained_failures == 2
     assert "first: /bad: reconcile failed" in caplog.text and "KeyError: 'a bug'" in caplog.text
     # Looked at again after the retry delay, not in a tight loop.
     assert wake == Reconciler.retry_seconds

@@ -191,6 +191,13 @@ CASES: dict[str, tuple[dict[str, str], list[tuple[str, list[dict[str, str]]]]]] 
         },
         [("3m", []), ("8m", [{"job": "gpufleet-scheduler-metrics", "severity": "critical"}])],
     ),
+    "GpufleetContainedFailure": (
+        {
+            f'gpufleet_contained_failures_total{{component="scheduler",{WALL}}}': "0x5 1x30",
+            f'gpufleet_contained_failures_total{{component="operator",{WALL}}}': "0x35",
+        },
+        [("3m", []), ("8m", [{"component": "scheduler", "severity": "warning"}]), ("30m", [])],
+    ),
     "GpufleetAgentDown": (
         {
             'up{job="gpufleet-agent-metrics",instance="n1"}': "0x10",

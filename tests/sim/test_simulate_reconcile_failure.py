@@ -11,7 +11,7 @@ from gpufleet.controllers.pools import PoolController
 from gpufleet.sim import jobfleet, jobsim, philly
 
 
-@pytest.mark.reconcile_failures
+@pytest.mark.contained_failures
 def test_a_failed_reconcile_stops_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "trace.csv"
     rows = [f"2017-10-09 07:{minute:02d}:00,600,1,vc{minute % 2}" for minute in range(20)]
@@ -24,5 +24,5 @@ def test_a_failed_reconcile_stops_the_run(tmp_path: Path, monkeypatch: pytest.Mo
         raise ZeroDivisionError("a bug in the pool controller")
 
     monkeypatch.setattr(PoolController, "reconcile", broken)
-    with pytest.raises(RuntimeError, match=r"reconcile\(s\) of the control plane failed"):
+    with pytest.raises(RuntimeError, match=r"failure\(s\) of the control plane"):
         jobsim.simulate(trace, pools, queues)

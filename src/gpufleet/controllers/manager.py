@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from gpufleet.api.errors import ConflictError, GoneError, GpuFleetError, NotFoundError
+from gpufleet.controllers.failures import contained
 from gpufleet.store.eventpage import EventPages
 from gpufleet.store.protocol import Store, WatchEvent
 
@@ -24,6 +25,8 @@ Key = tuple[str, str]
 """(namespace or '', name) of an object of a controller's primary kind."""
 
 BATCH = 2000
+RETRY_SECONDS = 5.0
+"""How long after a contained failure (`controllers.failures`) the object or controller is tried again."""
 
 
 class Controller(Protocol):
@@ -68,8 +71,8 @@ class Reconciler:
     name = "reconciler"
     kinds: tuple[str, ...] = ()
     primary = ""
-    retry_seconds = 5.0
-    failed_reconciles = 0
+    retry_seconds = RETRY_SECONDS
+    contained_failures = 0
     """Reconciles that raised an error that is no user's (a bug, or a value no check foresaw)."""
 
     def __init__(self, store: Store) -> None:
@@ -120,8 +123,8 @@ class Reconciler:
                 # Met on one object, it must not stop the others (nor the controllers after this one
                 # in the round): logged with its traceback and looked at again later, as
                 # controller-runtime does with a reconcile's error.
-                self.failed_reconciles += 1
-                log.exception("%s: %s/%s: reconcile failed", self.name, key[0], key[1])
+                self.contained_failures += 1
+                contained(self.name, "%s/%s: reconcile failed", key[0], key[1])
                 after = self.retry_seconds
             if after is not None:
                 self.enqueue(key, now + max(after, 0.0) if after > 0 else now + 1e-3)
@@ -145,11 +148,18 @@ class ControllerManager:
         # Found once: a runtime-checkable protocol's isinstance is slow, and flushes are many.
         self.flushable = [c for c in self.controllers if isinstance(c, Flushable)]
         self.following = [c for c in self.controllers if isinstance(c, FollowsDispatch)]
+        self.failed_steps = 0
+        """A controller's step or observe that raised (the controller then starts again from a listing)."""
+        self.resting: dict[str, float] = {}
+        """Controllers whose step or observe raised, with when they are stepped again."""
 
     @property
-    def failed_reconciles(self) -> int:
-        """Reconciles of its controllers that failed with an error that is no user's (`Reconciler`)."""
-        return sum(getattr(controller, "failed_reconciles", 0) for controller in self.controllers)
+    def contained_failures(self) -> int:
+        """Errors no user caused that the control plane met and contained (`controllers.failures`):
+        its controllers' (a `Reconciler`'s failed reconciles, the scheduler's workloads left out) and
+        its own (a controller's step or observe that raised)."""
+        counted = sum(getattr(controller, "contained_failures", 0) for controller in self.controllers)
+        return counted + self.failed_steps
 
     def hold_until_settled(self) -> None:
         self.held = True
@@ -170,8 +180,15 @@ class ControllerManager:
         before = self._own_writes()
         self._dispatch(now)
         wakes = []
+        resting = self.resting
         for controller in self.controllers:
-            wake = controller.step(now)
+            if resting and resting.get(controller.name, now) > now:
+                wakes.append(resting[controller.name])
+                continue
+            try:
+                wake = controller.step(now)
+            except Exception:
+                wake = self._contain(controller, "step", now)
             if wake is not None:
                 wakes.append(wake)
         # A store that cannot count this thread's writes (none of ours) gets the held writes each step.
@@ -195,9 +212,26 @@ class ControllerManager:
                 continue
             for event in events:
                 for controller in self.by_kind.get(event.object.kind, ()):
-                    controller.observe(event, now)
+                    try:
+                        controller.observe(event, now)
+                    except Exception:
+                        self._contain(controller, f"observe of {event.object.describe()}", now)
             self.cursor = reached
             for follower in self.following:
                 follower.dispatched(int(reached))
             if len(events) < BATCH:
                 return
+
+    def _contain(self, controller: Controller, what: str, now: float) -> float:
+        """A controller raised outside any one object's reconcile: the others in the round go on, and
+        this one starts again from a full listing (its own state may be half-changed), after a delay
+        so that a failure that comes back does not spin. Returns when to step it again."""
+        self.failed_steps += 1
+        contained(controller.name, "%s failed; it lists everything again in %gs", what, RETRY_SECONDS)
+        try:
+            controller.resync(now)
+        except Exception:
+            self.failed_steps += 1
+            contained(controller.name, "resync failed too")
+        self.resting[controller.name] = now + RETRY_SECONDS
+        return now + RETRY_SECONDS

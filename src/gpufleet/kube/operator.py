@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from gpufleet.api.labels import JOB_LABEL, SERVICE_LABEL
 from gpufleet.controllers import jobstate
+from gpufleet.controllers.failures import contained
 from gpufleet.kube import poolidle
 from gpufleet.kube.config import KubeConfig
 from gpufleet.kube.fleet import FleetOperator
@@ -231,7 +232,8 @@ class Operator:
                 log.warning("%s %s: %s; trying again in %gs", kind, key, exc, REFUSED_RETRY_SECONDS)
                 again = now + REFUSED_RETRY_SECONDS
         except Exception:  # one object's bug must not starve the others
-            log.exception("%s %s: reconcile failed; trying again in %gs", kind, key, REFUSED_RETRY_SECONDS)
+            retry = REFUSED_RETRY_SECONDS
+            contained("operator", "%s %s: reconcile failed; trying again in %gs", kind, key, retry)
             again = now + REFUSED_RETRY_SECONDS
         if again is not None:
             self.requeue[(kind, key)] = again

@@ -36,6 +36,7 @@ from gpufleet.api import evictions
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.controllers import lifecycle
 from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
+from gpufleet.controllers.failures import contained
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.fleet.dra_claims import ClaimAllocation
 from gpufleet.fleet.state import FleetState
@@ -258,7 +259,7 @@ class KubeScheduler:
             except Exception:  # a pass that fails is retried from a fresh picture; the loop must live
                 self.stats.errors += 1
                 self.kcache.queues_changed()
-                log.exception("scheduling pass failed")
+                contained("scheduler", "scheduling pass failed; the next starts from a fresh picture")
             self._changed.wait(self.period)
             lost.wait(0.2)  # let a burst of informer events settle into one pass
 

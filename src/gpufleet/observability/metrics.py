@@ -65,6 +65,13 @@ CYCLE_SECONDS = Histogram(
     buckets=CYCLE_BUCKETS,
 )
 CYCLES = Counter("gpufleet_scheduling_cycles_total", "Scheduling cycles run.")
+CONTAINED_FAILURES = Counter(
+    "gpufleet_contained_failures_total",
+    "Errors no user caused (a bug, or a value no check foresaw) that the control plane met and contained: "
+    "logged with a traceback, the object tried again later or left out until it changes, the others "
+    "served. By the component that met it (a controller's name, scheduler, operator).",
+    ["component"],
+)
 BIND_SECONDS = Histogram(
     "gpufleet_bind_duration_seconds",
     "Wall time to carry out one admission: binding its pods (Kubernetes) or creating them (embedded).",

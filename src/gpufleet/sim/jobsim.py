@@ -452,11 +452,12 @@ class Recorder:
 
 
 def _check_reconciles(manager: ControllerManager) -> None:
-    """A reconcile that failed (logged with its traceback, then retried: `controllers.manager`) makes
-    the run's figures no longer the control plane's: the run stops, saying so."""
-    if manager.failed_reconciles:
+    """A failure the control plane contained (logged with its traceback, then retried or the object
+    left out: `controllers.failures`) makes the run's figures no longer the control plane's: the run
+    stops, saying so."""
+    if manager.contained_failures:
         raise RuntimeError(
-            f"{manager.failed_reconciles} reconcile(s) of the control plane failed (logged above); the "
+            f"{manager.contained_failures} failure(s) of the control plane (logged above); the "
             "simulation stopped, since its figures would not be what the control plane decides"
         )
 
