@@ -104,18 +104,14 @@ class Actions:
             )
             written = state.store.update_status(obj.model_copy(update={"status": status}))
         except GpuFleetError as exc:
-            # Forget the assumption: free what it took, undo the pods, and try again next cycle.
             context = lifecycle.log_fields(key, queue=workload.queue, uid=obj.metadata.uid)
             log.info("admission of %s not written (%s); requeued", key, exc, extra=context)
-            state.stats.forgotten += 1
-            cache.evict(key, now=now)
-            for pod in created:
-                state.delete_pod(pod)
-            for holder, devices in self.stale:
-                # held in the store by a claim not yet deallocated: kept from the next cycles until it is
-                cache.fleet.devices.pin(holder, devices)
+            self._forget(key, created, now)
             self.sync.refetch(key, now)
-            state.dirty = True
+            return
+        except Exception as exc:  # no user's error: this workload waits until it changes, not the others
+            self._forget(key, created, now)
+            self.sync.leave_out(key, exc)
             return
         state.workloads[key] = written
         pods = state.pods.setdefault(key, {})
@@ -125,6 +121,19 @@ class Actions:
         state.queues_dirty = True
         state.stats.admitted += 1
         events.record(state.store, written, reason="Admitted", message=_where(admit), now=now, source=SOURCE)
+
+    def _forget(self, key: str, created: list[Pod], now: float) -> None:
+        """Forgets an admission that was not written: frees what it took and deletes the pods made."""
+        state = self.state
+        assert state.cache is not None
+        state.stats.forgotten += 1
+        state.cache.evict(key, now=now)
+        for pod in created:
+            state.delete_pod(pod)
+        for holder, devices in self.stale:
+            # held in the store by a claim not yet deallocated: kept from the next cycles until it is
+            state.cache.fleet.devices.pin(holder, devices)
+        state.dirty = True
 
     def _reserve(self, obj: WorkloadObject, pod: Pod, allocations: tuple[ClaimAllocation, ...]) -> None:
         """Writes the pod's claims (allocation and reservedFor) before the pod exists. A device still

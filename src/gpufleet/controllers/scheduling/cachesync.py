@@ -25,6 +25,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import claims, convert, jobstate, lifecycle, nodesync
+from gpufleet.controllers.failures import contained
 from gpufleet.controllers.scheduling.claimsync import ClaimsNotReady
 from gpufleet.controllers.scheduling.devicesync import DeviceSync
 from gpufleet.controllers.scheduling.state import (
@@ -39,6 +40,7 @@ from gpufleet.controllers.scheduling.status import StatusWriter
 from gpufleet.controllers.scheduling.workloadtable import WorkloadTable
 from gpufleet.controllers.timeutil import to_seconds
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState
+from gpufleet.scheduler import explain
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.flavors import Assignment
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
@@ -86,6 +88,11 @@ class CacheSync:
         except (AllocationError, GpuFleetError, KeyError) as exc:
             log.warning("scheduler cache out of step on %s (%s); rebuilding", obj.describe(), exc)
             state.needs_rebuild = True
+        except Exception:
+            # No user's error: the rebuild lists everything, leaving out a workload or node it fails on.
+            state.failures += 1
+            contained("scheduler", "applying %s failed; rebuilding the cache", obj.describe())
+            state.needs_rebuild = True
 
     # ======================================================================== rebuild
     def rebuild(self, now: float) -> None:
@@ -128,7 +135,7 @@ class CacheSync:
             key = convert.workload_key(obj.namespace, obj.name)
             state.workloads[key] = obj
             if obj.status.phase == "Admitted" and obj.spec.active:
-                self._readmit(key, obj, now)
+                self._readmit_or_hold(key, obj, now)
             else:
                 self.sync_workload(key, now)
         self._delete_orphans()
@@ -150,6 +157,33 @@ class CacheSync:
         # Its `Valid` condition and Warning Event are written with the queue's status.
         self.state.invalid_queues = broken
         return tree, settings
+
+    def _readmit_or_hold(self, key: str, obj: WorkloadObject, now: float) -> None:
+        """Readmits the workload; one left out (`left_out`), or that fails now, keeps its pods' GPUs
+        held outside scheduling, as a workload whose queue is gone does (`unqueued`)."""
+        state = self.state
+        if state.left_out.get(key) != rv(obj):
+            try:
+                self._readmit(key, obj, now)
+                state.left_out.pop(key, None)
+                return
+            except Exception as exc:
+                self.leave_out(key, exc)
+        assert state.cache is not None
+        if key in state.cache.admitted:
+            return  # it failed after it was admitted again: what it holds is held
+        fleet = state.cache.fleet
+        held = []
+        for pod in state.pods.get(key, {}).values():
+            if gone(pod) or pod.terminated or pod.spec.node_name not in fleet.index:
+                continue
+            try:
+                fleet.reinstate(convert.allocation(pod, fleet))
+                held.append(convert.core_pod_name(pod))
+            except (AllocationError, GpuFleetError) as exc:
+                log.warning("%s: pod %s cannot hold its GPUs (%s)", obj.describe(), pod.name, exc)
+        state.unqueued[key] = held
+        state.broken.pop(key, None)
 
     def _readmit(self, key: str, obj: WorkloadObject, now: float) -> None:
         """Puts an admitted workload back into the cache with the allocations its Pods hold."""
@@ -263,14 +297,21 @@ class CacheSync:
         state = self.state
         assert state.cache is not None
         state.nodes[node.name] = node
+        fleet = state.cache.fleet
         try:
-            state.cache.fleet.add_node(convert.node_spec(node))
+            fleet.add_node(convert.node_spec(node))
         except GpuFleetError as exc:
             log.warning("%s cannot join the fleet: %s", node.describe(), exc, extra={"node": node.name})
             return
+        except Exception:
+            state.failures += 1
+            contained("scheduler", "%s is left out of the fleet", node.describe())
+            if node.name in fleet.index:
+                fleet.remove_node(node.name)
+            return
         if node.spec.dra:
-            state.cache.fleet.devices.claims_only.add(node.name)
-        self.devices.refresh_node(state.cache.fleet, node.name)
+            fleet.devices.claims_only.add(node.name)
+        self.devices.refresh_node(fleet, node.name)
 
     def _observe_node(self, node: Node, *, deleted: bool) -> None:
         state = self.state
@@ -336,7 +377,46 @@ class CacheSync:
         self.sync_workload(key, now)
 
     def sync_workload(self, key: str, now: float) -> None:
-        """Brings the cache in line with the stored workload (idempotent; our own writes are no-ops)."""
+        """Brings the cache in line with the stored workload (idempotent; our own writes are no-ops).
+
+        A workload it fails on with an error no user caused is left out of scheduling (`leave_out`)
+        until the object changes; an error that says the cache is out of step with the store is the
+        caller's to handle (a rebuild)."""
+        state = self.state
+        if state.left_out:
+            failed_on = state.left_out.get(key)
+            obj = state.workloads.get(key)
+            if failed_on is not None and obj is not None and rv(obj) == failed_on:
+                return
+            state.left_out.pop(key, None)
+        try:
+            self._sync_workload(key, now)
+        except (AllocationError, GpuFleetError):
+            raise
+        except Exception as exc:
+            self.leave_out(key, exc)
+
+    def leave_out(self, key: str, exc: Exception) -> None:
+        """Leaves the workload out of scheduling until it changes (call it in the `except` block): it
+        leaves the queue, keeps what it holds, and its status says why (`SchedulingError`)."""
+        state = self.state
+        state.failures += 1
+        obj = state.workloads.get(key)
+        contained("scheduler", "workload %s is left out of scheduling until it changes", key)
+        if state.cache is not None:
+            state.cache.pending.pop(key, None)
+        state.backoff.pop(key, None)
+        if obj is None:
+            return
+        state.left_out[key] = rv(obj)
+        if obj.status.phase != "Admitted" and obj.metadata.deletion_timestamp is None:
+            reason = explain.scheduling_error(exc)
+            self.status.out_of_queue(key, obj, reason.type, reason.message)
+            written = state.workloads.get(key)
+            if written is not None:
+                state.left_out[key] = rv(written)
+
+    def _sync_workload(self, key: str, now: float) -> None:
         state = self.state
         cache = state.cache
         assert cache is not None
@@ -417,7 +497,7 @@ class CacheSync:
                 kind = (
                     "ClaimsNotReady" if isinstance(exc, (ClaimsNotReady, NotFoundError)) else "InvalidClaims"
                 )
-                self.status.claims_waiting(key, obj, kind, str(exc))
+                self.status.out_of_queue(key, obj, kind, str(exc))
             return None
 
     def _workload_of(self) -> Callable[[str], str | None]:

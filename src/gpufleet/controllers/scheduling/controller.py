@@ -87,6 +87,12 @@ class SchedulingController:
         return self.state.stats
 
     @property
+    def contained_failures(self) -> int:
+        """Workloads and nodes the scheduler failed on with an error no user caused, each time it did
+        (`SchedulingState.left_out`); the controller manager adds them to its count."""
+        return self.state.failures
+
+    @property
     def needs_rebuild(self) -> bool:
         return self.state.needs_rebuild
 

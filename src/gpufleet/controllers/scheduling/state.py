@@ -83,6 +83,12 @@ class SchedulingState:
     """Workloads whose pods name ResourceClaims: derived again when claims, templates or devices change."""
     grow: set[str] = field(default_factory=set)
     """Elastic workloads running short that just checkpointed: candidates to restart larger."""
+    left_out: dict[str, int] = field(default_factory=dict)
+    """Workloads the scheduler failed on with an error no user caused (`controllers.failures`), with the
+    resource version it failed on: out of scheduling until the object changes, so one bad object does
+    not stop every pass. What such a workload holds stays held."""
+    failures: int = 0
+    """Workloads and nodes the scheduler failed on that way (each time it failed)."""
     dirty: bool = True
     needs_rebuild: bool = True
     last_now: float = 0.0

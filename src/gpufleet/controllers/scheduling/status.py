@@ -95,10 +95,11 @@ class StatusWriter:
         cleared = {"pending_reason": None, "requeue_at": None}
         self.write(key, obj, obj.status.model_copy(update={"phase": "Failed", **cleared}))
 
-    def claims_waiting(self, key: str, obj: WorkloadObject, reason: str, message: str) -> None:
-        """Pending, out of the queue, because of its pods' ResourceClaims (`ClaimsNotReady`: a claim,
-        template or class that does not exist; `InvalidClaims`: claims the scheduler cannot count);
-        written only when it changes. It is looked at again when claims, templates or devices change."""
+    def out_of_queue(self, key: str, obj: WorkloadObject, reason: str, message: str) -> None:
+        """Pending, out of the queue: because of its pods' ResourceClaims (`ClaimsNotReady`: a claim,
+        template or class that does not exist; `InvalidClaims`: claims the scheduler cannot count; it
+        is looked at again when claims, templates or devices change), or because the scheduler failed
+        on it (`SchedulingError`: looked at again when it changes). Written only when it changes."""
         entry: dict[str, object] = {"type": reason, "message": message}
         if self.state.reasons.get(key) == entry:
             return
