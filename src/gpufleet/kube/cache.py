@@ -40,6 +40,7 @@ from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import Queue
 from gpufleet.controllers import nodesync
 from gpufleet.controllers.convert import placeable_quota_tree
+from gpufleet.controllers.failures import contained
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlot
 from gpufleet.kube import nodes as kube_nodes
@@ -51,7 +52,7 @@ from gpufleet.kube.dra import CLAIMS_NOT_READY, INVALID_CLAIMS, ClaimsNotReady, 
 from gpufleet.kube.informer import key_of
 from gpufleet.kube.transport import Json
 from gpufleet.scheduler.cache import ClusterCache
-from gpufleet.scheduler.explain import Reason
+from gpufleet.scheduler.explain import Reason, scheduling_error
 from gpufleet.scheduler.flavors import Assignment, model_of, node_flavor, usage_of
 from gpufleet.scheduler.placement.gpus import choose_gpus
 from gpufleet.scheduler.queueing import UsageHistory
@@ -119,6 +120,9 @@ class KubeCache:
         """Pods the Eviction API accepted: no longer members of their workload, holding their node's
         resources until they are gone (graceful termination)."""
         self.rebuilds = 0
+        self.failures = 0
+        """Workloads and nodes a refresh failed on with an error no user caused (`controllers.failures`):
+        each is left out until it changes, so one object does not stop every pass."""
         self.invalid_queues: dict[str, str] = {}
         """Queues left out of the quota tree, with why (warned once per change)."""
         self._members: dict[str, set[str]] = {}
@@ -189,7 +193,7 @@ class KubeCache:
                     self._dirty_pods |= later
         dirty_groups: set[str] = set()
         for name in sorted(nodes):
-            dirty_groups |= self._sync_node(name, sources.nodes.get(name))
+            dirty_groups |= self._sync_node_or_leave_out(name, sources.nodes.get(name))
         for key in jobs:  # a Job's size or gang annotation moves its pods between workloads
             namespace = key.partition("/")[0]
             pods |= {
@@ -202,7 +206,10 @@ class KubeCache:
         for key in foreign:
             self._release_foreign(key[4:])
         for key in sorted(dirty_groups.difference(foreign)):
-            self._sync_workload(key, sources, now=now)
+            try:
+                self._sync_workload(key, sources, now=now)
+            except Exception as exc:
+                self._leave_out(key, exc, sources)
         for key in foreign:
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
         # Claims allocated that no pod here holds (another scheduler's pods not bound yet, a previous
@@ -265,6 +272,40 @@ class KubeCache:
         self.cache.graceful_evictions = True
         self.groups, self.reasons = {}, {}
         self._members, self._workload_of, self._foreign = {}, {}, {}
+
+    # ------------------------------------------------------------------ left out
+    def _sync_node_or_leave_out(self, name: str, node: Json | None) -> set[str]:
+        """`_sync_node`; a node it fails on with an error no user caused is left out of the fleet (its
+        pods' workloads are accounted again) until its next change."""
+        try:
+            return self._sync_node(name, node)
+        except Exception:
+            self.failures += 1
+            contained("scheduler", "node %s is left out of the fleet until it changes", name)
+            fleet = self._fleet
+            return self._owners(fleet.remove_node(name)) if name in fleet.index else set()
+
+    def _leave_out(self, key: str, exc: Exception, sources: Sources) -> None:
+        """A workload the refresh failed on (call it in the `except` block) waits out of the queue, its
+        pods saying why, until one of them changes; its bound pods keep what they hold, as pods of no
+        workload do, so nothing is placed on their GPUs."""
+        self.failures += 1
+        contained("scheduler", "workload %s is left out of scheduling until its pods change", key)
+        cache = self.cache
+        assert cache is not None
+        for name in (key, key + REST):
+            cache.pending.pop(name, None)
+        self.reasons[key] = scheduling_error(exc)
+        if key in cache.admitted:
+            return  # accounted before it failed: what it holds is held
+        for pod_key in sorted(self._members.get(key, ())):
+            pod = sources.pods.get(pod_key)
+            if pod is not None and self._node_of(pod) and kube_pods.holds_resources(pod):
+                self._foreign[pod_key] = str(self._node_of(pod))
+                try:
+                    self._sync_foreign(pod_key, pod)
+                except Exception:
+                    contained("scheduler", "pod %s of %s holds resources not accounted", pod_key, key)
 
     # ------------------------------------------------------------------ nodes
     def _sync_node(self, name: str, node: Json | None) -> set[str]:
@@ -383,6 +424,10 @@ class KubeCache:
         if key.startswith("pod/"):
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
             return
+        if self.failures:  # a workload left out before: its pods' holds end, it is accounted again
+            for pod_key in self._members.get(key, ()):
+                if self._foreign.pop(pod_key, None) is not None:
+                    self._release_foreign(pod_key)
         self._forget(key, now=now)
         members = [sources.pods[k] for k in sorted(self._members.get(key, ())) if k in sources.pods]
         if not members:
