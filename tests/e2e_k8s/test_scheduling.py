@@ -284,3 +284,32 @@ def test_a_scheduler_started_on_a_backlog_pages_through_it_and_counts_what_was_b
     finally:
         stop.set()
         thread.join(10)
+
+
+@pytest.mark.contained_failures
+def test_a_pod_the_scheduler_fails_on_waits_alone_saying_why(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, scheduler: Any
+) -> None:
+    from gpufleet.kube import cache as kube_cache
+
+    real = kube_cache.kube_pods.workload
+    bug = {"on": True}
+
+    def workload(group: Any, *args: Any, **kwargs: Any) -> Any:
+        if bug["on"] and any(p["metadata"]["name"] == "bad" for p in group.members):
+            raise ZeroDivisionError("a bug its numbers trip")
+        return real(group, *args, **kwargs)
+
+    monkeypatch.setattr(kube_cache.kube_pods, "workload", workload)
+    node = cluster.node("a")
+    cluster.pod("bad", gpus=2)
+    cluster.pod("good", gpus=2)
+    assert wait_for("the other pod bound", lambda: cluster.node_of("good")) == node
+    said = wait_for("why it waits", lambda: cluster.condition("bad", "PodScheduled"))
+    assert said["status"] == "False" and said["message"].startswith("SchedulingError"), said
+    assert cluster.node_of("bad") is None and scheduler.stats.errors == 0
+    bug["on"] = False  # fixed; the pod is looked at again once it changes
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/bad"
+    touched = {"metadata": {"labels": {"touched": "yes"}}}
+    cluster.api.request("PATCH", path, body=touched, content_type=MERGE_PATCH)
+    assert wait_for("the pod bound once it changed", lambda: cluster.node_of("bad")) == node
