@@ -224,7 +224,7 @@ def test_a_template_selector_counts_under_the_requests_own() -> None:
 @pytest.mark.parametrize(
     ("pod_spec", "field"),
     [
-        ({"nodeSelector": {"pool": 3}}, "spec.worker.template.spec.nodeSelector"),
+        ({"nodeSelector": {"pool": 3}}, "spec.worker.template.spec.nodeSelector.pool"),
         ({"nodeSelector": ["pool=a"]}, "spec.worker.template.spec.nodeSelector"),
         (
             {

@@ -14,6 +14,7 @@ from gpufleet.api.errors import ValidationError
 from gpufleet.api.fields import MAX_GPUS_PER_NODE, Count, MigProfileName, Quantity, checked_on_write
 from gpufleet.api.gpu_models import canonical_name, is_known_model, unknown_model_message
 from gpufleet.api.numerals import plain_digits
+from gpufleet.api.podtemplate import check_template_shape
 from gpufleet.api.quantity import cpu_milli, memory_mib
 from gpufleet.api.versions import CudaTuple, CudaVersion, parse_cuda_version
 
@@ -117,8 +118,10 @@ class PodRequest(ApiModel):
     @model_validator(mode="after")
     def _template_claims_are_entries(self) -> PodRequest:
         # DRA: the pod template's resourceClaims are what the controllers make claims from; a malformed
-        # entry is refused when the object is written, not when its pods are placed.
+        # entry is refused when the object is written, not when its pods are placed. The parts the
+        # Kubernetes operator reads or writes into must have their Kubernetes shape (`api.podtemplate`).
         try:
+            check_template_shape(self.template)
             template_resource_claims(self.template)
         except ValidationError as exc:
             raise field_error(exc.field or "template", exc.detail) from None
