@@ -26,15 +26,12 @@ import logging
 import threading
 from collections.abc import Sequence
 
-import pydantic
-
 from gpufleet.api import accounting
-from gpufleet.api.errors import ValidationError
+from gpufleet.api.errors import GpuFleetError, ValidationError
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import POOL_LABEL
 from gpufleet.api.resource import GROUP, Resource
 from gpufleet.api.runtime import RACK_LABEL
-from gpufleet.api.validation import translate_error
 from gpufleet.fleet.node import SharingMode
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube.actions import parse_allocation_annotation
@@ -89,9 +86,9 @@ class KubeConsoleSource:
         for raw in self._items(kind):
             try:
                 read.append(from_json(info, raw))
-            except pydantic.ValidationError as exc:
+            except GpuFleetError as exc:
                 # One object written with kubectl that its model refuses does not blank the page.
-                log.warning("console: %s %s left out: %s", kind, key_of(raw), translate_error(exc, obj=kind))
+                log.warning("console: %s %s left out: %s", kind, key_of(raw), exc)
         return read
 
     def fleet(self) -> Fleet:

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.inference import InferenceService, InferenceServiceStatus
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import REVISION_LABEL, SERVICE_LABEL
@@ -51,7 +52,7 @@ from gpufleet.kube.informer import key_of
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.resources import SERVICE, resource_for
-from gpufleet.kube.status import operator_event, patch_status, stamp, with_condition
+from gpufleet.kube.status import INVALID_SPEC, operator_event, patch_status, refused, stamp, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.training import status_patch
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
@@ -183,7 +184,14 @@ class InferenceServiceOperator:
         one is created."""
         info = kind_info("InferenceService")
         assert info is not None
-        service = from_json(info, raw)
+        try:
+            service = from_json(info, raw)
+        except GpuFleetError as exc:  # stored, but refused by gpufleet's checks: Failed until it changes
+            if not raw["metadata"].get("deletionTimestamp"):
+                status = dict(raw.get("status") or {})
+                conditions = with_condition(status, "Ready", "False", INVALID_SPEC, refused(exc), now)
+                patch_status(self.api, self.services, raw, {"phase": "Failed", "conditions": conditions})
+            return None
         assert isinstance(service, InferenceService)
         if raw["metadata"].get("deletionTimestamp"):
             return None

@@ -22,13 +22,10 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 
-import pydantic
-
 from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.meta import ConditionStatus
 from gpufleet.api.queue import Queue
-from gpufleet.api.validation import translate_error
 from gpufleet.controllers import queuestatus
 from gpufleet.controllers.queuestatus import VALID, QueueReport, Validity
 from gpufleet.kube.actions import Actions
@@ -52,9 +49,6 @@ def parse_queues(raws: Iterable[Json]) -> tuple[list[Queue], dict[str, str]]:
         name = str(raw["metadata"].get("name"))
         try:
             queue = from_json(info, raw)
-        except pydantic.ValidationError as exc:
-            refused[name] = _described(translate_error(exc, obj=f"Queue {name}"))
-            continue
         except GpuFleetError as exc:
             refused[name] = _described(exc)
             continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
@@ -24,6 +25,16 @@ def with_condition(status: Json, kind: str, value: str, reason: str, message: st
     entry = {"type": kind, "status": value, "reason": reason, "message": message}
     entry["lastTransitionTime"] = since or stamp(now)
     return [c for c in conditions if c.get("type") != kind] + [entry]
+
+
+INVALID_SPEC = "InvalidSpec"
+"""The condition reason of an object the API server stored but gpufleet's checks refuse."""
+
+
+def refused(exc: GpuFleetError) -> str:
+    """What a condition says of an object gpufleet's checks refuse: the object, the field and why."""
+    text = str(exc)
+    return text if len(text) <= 1024 else text[:1024] + "..."
 
 
 def patch_status(api: Transport, resource: ResourceType, raw: Json, update: Json) -> bool:

@@ -56,10 +56,19 @@ def api_error(exc: ApiError, *, obj: str) -> GpuFleetError | ApiError:
 
 
 def from_json(info: KindInfo, data: Json) -> Resource:
-    """A model from an object as the API server returns it (metadata it does not model left out)."""
+    """A model from an object as the API server returns it (metadata it does not model left out).
+
+    An object the server stored but gpufleet's checks refuse (written with kubectl, which only its
+    CRD's schema checks) raises gpufleet's `ValidationError` naming the object and the field: the
+    user's error, which a caller says on that object, never a failure of the caller's round."""
     body = dict(data)
-    body["metadata"] = {k: v for k, v in data.get("metadata", {}).items() if k in _META_KEYS}
-    return info.model.model_validate(body, context=_STORED)
+    meta = data.get("metadata", {})
+    body["metadata"] = {k: v for k, v in meta.items() if k in _META_KEYS}
+    try:
+        return info.model.model_validate(body, context=_STORED)
+    except pydantic.ValidationError as exc:
+        where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
+        raise translate_error(exc, obj=f"{info.kind} {where}{meta.get('name')}") from None
 
 
 def to_json(obj: Resource) -> Json:

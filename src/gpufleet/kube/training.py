@@ -42,11 +42,13 @@ from dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
 from gpufleet.api.checkpoint import Checkpoint
+from gpufleet.api.errors import GpuFleetError
 from gpufleet.api.gpu_models import canonical_name
 from gpufleet.api.kinds import kind_info
 from gpufleet.api.labels import JOB_LABEL
 from gpufleet.api.meta import PendingReason
 from gpufleet.api.requests import PodRequest, check_template_gpus
+from gpufleet.api.resource import KindInfo
 from gpufleet.api.training import DEFAULT_QUEUE, TrainingJob, TrainingJobStatus
 from gpufleet.controllers import convert, jobstate, lifecycle
 from gpufleet.controllers.timeutil import to_datetime, to_seconds
@@ -72,7 +74,7 @@ from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.pods import REQUIRED_AFFINITY, seconds
 from gpufleet.kube.resources import SERVICE, resource_for
-from gpufleet.kube.status import operator_event, patch_status, with_condition
+from gpufleet.kube.status import INVALID_SPEC, operator_event, patch_status, refused, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.observability import metrics, tracing
@@ -354,7 +356,14 @@ class TrainingJobOperator:
         finds a Node by name (the operator's informer), to say why a worker broke (`_cause`)."""
         info = kind_info("TrainingJob")
         assert info is not None
-        job = from_json(info, raw)
+        try:
+            job = from_json(info, raw)
+        except GpuFleetError as exc:  # stored, but refused by gpufleet's checks: Failed until it changes
+            if not raw["metadata"].get("deletionTimestamp"):
+                status = dict(raw.get("status") or {})
+                failed = with_condition(status, "Failed", "True", INVALID_SPEC, refused(exc), now)
+                self._status(raw, {"phase": "Failed", "conditions": failed})
+            return None
         assert isinstance(job, TrainingJob)
         if raw["metadata"].get("deletionTimestamp"):
             jobstate.forget_metrics(raw["metadata"]["namespace"], job.name)
@@ -370,9 +379,7 @@ class TrainingJobOperator:
         previous = job.status
         ckpt_info = kind_info("Checkpoint")
         assert ckpt_info is not None
-        checkpoint = jobstate.latest_checkpoint(
-            [c for c in (from_json(ckpt_info, c) for c in checkpoints) if isinstance(c, Checkpoint)], job.name
-        )
+        checkpoint = jobstate.latest_checkpoint(_checkpoints(ckpt_info, checkpoints), job.name)
         attempt = Attempt(job, raw, previous.restarts, checkpoint)
         current = [
             p for p in pods if p["metadata"].get("labels", {}).get(ATTEMPT_LABEL) == str(attempt.number)
@@ -530,6 +537,21 @@ class TrainingJobOperator:
 
     def _event(self, raw: Json, reason: str, message: str, type: str) -> None:
         operator_event(self.api, raw, reason=reason, message=message, type=type)
+
+
+def _checkpoints(info: KindInfo, raws: list[Json]) -> list[Checkpoint]:
+    """The namespace's Checkpoints gpufleet's checks accept: one written by hand that they refuse is
+    no checkpoint to restart from, and must not stop every job of its namespace."""
+    found = []
+    for raw in raws:
+        try:
+            checkpoint = from_json(info, raw)
+        except GpuFleetError as exc:
+            log.warning("%s; not a checkpoint to restart from", exc)
+            continue
+        if isinstance(checkpoint, Checkpoint):
+            found.append(checkpoint)
+    return found
 
 
 def _broken(pod: Json) -> bool:
