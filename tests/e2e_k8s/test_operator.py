@@ -445,3 +445,45 @@ def test_a_shared_pool_gets_its_sharing_config_map_and_its_nodes_select_it(
             api.request("DELETE", f"{GROUP}/gpupools/{pool_name}")
     wait_for("the ConfigMap removed with its pool", lambda: config_map() is None)
     wait_for("the sharing labels removed", lambda: "gpufleet.io/sharing-config" not in labels())
+
+
+def test_a_job_kubectl_wrote_that_gpufleet_refuses_fails_naming_the_field_and_the_next_runs(
+    api: Transport, cluster: Cluster, scheduler: Any, operator: Any
+) -> None:
+    cluster.node("tj-refused")
+    jobs = f"/apis/gpufleet.io/v1alpha1/namespaces/{cluster.namespace}/trainingjobs"
+
+    def job(name: str, container: Any) -> Json:
+        worker = {
+            "gpus": 8,
+            "nodeSelector": dict(cluster.selector),
+            "template": {"spec": {"containers": [container]}},
+        }
+        return {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": cluster.namespace},
+            "spec": {"queue": cluster.queue, "replicas": 1, "worker": worker},
+        }
+
+    bad, good = f"refused-{RUN}", f"next-{RUN}"
+    # The CRD keeps the template's unknown fields: the API server stores an env written as a mapping.
+    env_mapping = {"name": "train", "image": "registry.k8s.io/pause:3.10", "env": {"A": "1"}}
+    api.request("POST", jobs, body=job(bad, env_mapping))
+    api.request("POST", jobs, body=job(good, {"name": "train", "image": "registry.k8s.io/pause:3.10"}))
+    try:
+
+        def failed() -> Json | None:
+            status = api.request("GET", f"{jobs}/{bad}").get("status") or {}
+            return status if status.get("phase") == "Failed" else None
+
+        status = wait_for("the refused job Failed", failed, timeout=60)
+        condition = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert condition["reason"] == "InvalidSpec"
+        assert "spec.worker.template.spec.containers[0].env" in condition["message"]
+        assert wait_for("the next job's worker bound", lambda: cluster.node_of(f"{good}-0-0"), timeout=60)
+        assert cluster.node_of(f"{bad}-0-0") is None
+    finally:
+        for name in (bad, good):
+            with contextlib.suppress(ApiError):
+                api.request("DELETE", f"{jobs}/{name}")
