@@ -52,7 +52,7 @@ from gpufleet.kube.informer import key_of
 from gpufleet.kube.metrics import MetricSource, MetricsUnavailable
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.resources import SERVICE, resource_for
-from gpufleet.kube.status import INVALID_SPEC, operator_event, patch_status, refused, stamp, with_condition
+from gpufleet.kube.status import invalid_spec, operator_event, patch_status, stamp, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.training import status_patch
 from gpufleet.kube.transport import MERGE_PATCH, ApiError, Json, Transport
@@ -187,10 +187,9 @@ class InferenceServiceOperator:
         try:
             service = from_json(info, raw)
         except GpuFleetError as exc:  # stored, but refused by gpufleet's checks: Failed until it changes
-            if not raw["metadata"].get("deletionTimestamp"):
-                status = dict(raw.get("status") or {})
-                conditions = with_condition(status, "Ready", "False", INVALID_SPEC, refused(exc), now)
-                patch_status(self.api, self.services, raw, {"phase": "Failed", "conditions": conditions})
+            update = invalid_spec(raw, "Ready", "False", exc, now)
+            if update is not None:
+                patch_status(self.api, self.services, raw, update)
             return None
         assert isinstance(service, InferenceService)
         if raw["metadata"].get("deletionTimestamp"):

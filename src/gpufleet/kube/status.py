@@ -31,10 +31,19 @@ INVALID_SPEC = "InvalidSpec"
 """The condition reason of an object the API server stored but gpufleet's checks refuse."""
 
 
-def refused(exc: GpuFleetError) -> str:
-    """What a condition says of an object gpufleet's checks refuse: the object, the field and why."""
+def invalid_spec(raw: Json, condition: str, value: str, exc: GpuFleetError, now: float) -> Json | None:
+    """The status update of a stored object gpufleet's checks refuse: Failed, with `condition` set to
+    `value` for `InvalidSpec` and the object, field and why as its message. None for an object being
+    deleted, which needs none."""
+    if raw["metadata"].get("deletionTimestamp"):
+        return None
     text = str(exc)
-    return text if len(text) <= 1024 else text[:1024] + "..."
+    message = text if len(text) <= 1024 else text[:1024] + "..."
+    status = dict(raw.get("status") or {})
+    return {
+        "phase": "Failed",
+        "conditions": with_condition(status, condition, value, INVALID_SPEC, message, now),
+    }
 
 
 def patch_status(api: Transport, resource: ResourceType, raw: Json, update: Json) -> bool:

@@ -74,7 +74,7 @@ from gpufleet.kube.nodes import GPU_RESOURCE, MIG_PREFIX, SHARED_RESOURCE
 from gpufleet.kube.owned import create_owned, create_pod, delete_pod
 from gpufleet.kube.pods import REQUIRED_AFFINITY, seconds
 from gpufleet.kube.resources import SERVICE, resource_for
-from gpufleet.kube.status import INVALID_SPEC, operator_event, patch_status, refused, with_condition
+from gpufleet.kube.status import invalid_spec, operator_event, patch_status, with_condition
 from gpufleet.kube.store import from_json
 from gpufleet.kube.transport import Json, Transport
 from gpufleet.observability import metrics, tracing
@@ -359,10 +359,9 @@ class TrainingJobOperator:
         try:
             job = from_json(info, raw)
         except GpuFleetError as exc:  # stored, but refused by gpufleet's checks: Failed until it changes
-            if not raw["metadata"].get("deletionTimestamp"):
-                status = dict(raw.get("status") or {})
-                failed = with_condition(status, "Failed", "True", INVALID_SPEC, refused(exc), now)
-                self._status(raw, {"phase": "Failed", "conditions": failed})
+            update = invalid_spec(raw, "Failed", "True", exc, now)
+            if update is not None:
+                self._status(raw, update)
             return None
         assert isinstance(job, TrainingJob)
         if raw["metadata"].get("deletionTimestamp"):
