@@ -129,6 +129,8 @@ class KubeCache:
         self._workload_of: dict[str, str] = {}
         self._foreign: dict[str, str] = {}
         """Foreign pods holding resources -> their node."""
+        self._held_for: set[str] = set()
+        """Workloads left out (`_leave_out`) whose bound pods hold their resources as foreign pods."""
         self.admitted_at: dict[str, float] = {}
         self._lock = threading.Lock()
         self._dirty_nodes: set[str] = set()
@@ -272,6 +274,7 @@ class KubeCache:
         self.cache.graceful_evictions = True
         self.groups, self.reasons = {}, {}
         self._members, self._workload_of, self._foreign = {}, {}, {}
+        self._held_for = set()
 
     # ------------------------------------------------------------------ left out
     def _sync_node_or_leave_out(self, name: str, node: Json | None) -> set[str]:
@@ -298,6 +301,7 @@ class KubeCache:
         self.reasons[key] = scheduling_error(exc)
         if key in cache.admitted:
             return  # accounted before it failed: what it holds is held
+        self._held_for.add(key)
         for pod_key in sorted(self._members.get(key, ())):
             pod = sources.pods.get(pod_key)
             if pod is not None and self._node_of(pod) and kube_pods.holds_resources(pod):
@@ -424,7 +428,8 @@ class KubeCache:
         if key.startswith("pod/"):
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
             return
-        if self.failures:  # a workload left out before: its pods' holds end, it is accounted again
+        if key in self._held_for:  # left out before: its pods' holds end, it is accounted again
+            self._held_for.discard(key)
             for pod_key in self._members.get(key, ()):
                 if self._foreign.pop(pod_key, None) is not None:
                     self._release_foreign(pod_key)

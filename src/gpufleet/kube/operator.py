@@ -234,7 +234,7 @@ class Operator:
         except Exception:  # one object's bug must not starve the others
             retry = REFUSED_RETRY_SECONDS
             contained("operator", "%s %s: reconcile failed; trying again in %gs", kind, key, retry)
-            again = now + REFUSED_RETRY_SECONDS
+            again = now + retry
         if again is not None:
             self.requeue[(kind, key)] = again
 
