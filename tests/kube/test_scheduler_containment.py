@@ -10,10 +10,12 @@ import pytest
 
 from gpufleet.kube import cache as kube_cache
 from gpufleet.kube import nodes as kube_nodes
+from gpufleet.kube import scheduler as kube_scheduler
+from gpufleet.kube.actions import Actions
 from gpufleet.kube.scheduler import KubeScheduler
 
 from .fakeapi import FakeApiServer
-from .fixtures import pod
+from .fixtures import gang, pod
 from .test_scheduler import PODS, add_node, add_pods, add_queues, bound, condition, run
 
 pytestmark = pytest.mark.contained_failures
@@ -102,3 +104,64 @@ def test_a_node_the_scheduler_fails_on_is_left_out_and_the_others_serve(
     add_pods(api, [pod("a", gpus=8)])
     run(sched)
     assert bound(api) == {"a": "gpu-2"} and sched.kcache.failures == 1 and sched.stats.errors == 0
+
+
+def test_an_admission_the_scheduler_fails_to_carry_out_binds_none_of_its_gang_and_the_rest_go_on(
+    api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched = make(api)
+    add_node(api, "gpu-1")
+    add_node(api, "gpu-2")
+    real = kube_scheduler.pod_usage
+    calls = {"odd": 0}
+
+    def pod_usage(request: Any, model: Any) -> Any:
+        if request.gpus == 3:  # the gang `odd`, 3 GPUs a pod: its second pod trips the bug
+            calls["odd"] += 1
+            if calls["odd"] % 2 == 0:
+                raise ArithmeticError("a bug its numbers trip")
+        return real(request, model)
+
+    monkeypatch.setattr(kube_scheduler, "pod_usage", pod_usage)
+    add_pods(api, [*gang("odd", 2, gpus=3), pod("a", gpus=4)])
+    run(sched)
+    assert bound(api) == {"a": bound(api)["a"]}  # none of the gang: a gang is bound whole or not at all
+    assert sched.stats.errors == 0 and sched.kcache.failures == 1
+    why = condition(api, "odd-0", "PodScheduled")
+    assert why is not None and "SchedulingError" in why["message"] and "ArithmeticError" in why["message"]
+    assert not [key for key in sched.kcache.assumed if key.startswith("team-a/odd")]
+    assert "team-a/odd" not in sched.kcache.cache.admitted
+    run(sched)
+    failed = sched.kcache.failures
+    run(sched)
+    assert sched.kcache.failures == failed  # not tried again while its pods are unchanged
+    monkeypatch.setattr(kube_scheduler, "pod_usage", real)
+    patch = {"metadata": {"labels": {"touched": "yes"}}}
+    api.request("PATCH", f"{PODS}/odd-0", body=patch, content_type="application/merge-patch+json")
+    run(sched)
+    assert {"odd-0", "odd-1", "a"} == set(bound(api))
+
+
+def test_a_victim_the_scheduler_fails_to_evict_keeps_its_gpus_and_is_not_chosen_again(
+    api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched = make(api)
+    add_node(api, "gpu-1")
+    add_pods(api, [pod("low", gpus=8, priority=1)])
+    run(sched)
+    asked: list[str] = []
+
+    def evict(actions: Actions, victim: dict, **kw: Any) -> bool:
+        asked.append(victim["metadata"]["name"])
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(Actions, "evict", evict)
+    add_pods(api, [pod("high", gpus=8, priority=1000, created="2026-11-29T11:30:00Z")])
+    run(sched)
+    run(sched)
+    run(sched)
+    assert bound(api) == {"low": "gpu-1"}  # nothing placed on the GPUs it still holds
+    assert asked == ["low"] and sched.stats.errors == 0 and sched.kcache.failures == 1
+    add_node(api, "gpu-2")  # the others go on
+    run(sched)
+    assert bound(api) == {"low": "gpu-1", "high": "gpu-2"}

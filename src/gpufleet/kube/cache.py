@@ -130,7 +130,7 @@ class KubeCache:
         self._foreign: dict[str, str] = {}
         """Foreign pods holding resources -> their node."""
         self._held_for: set[str] = set()
-        """Workloads left out (`_leave_out`) whose bound pods hold their resources as foreign pods."""
+        """Workloads left out (`leave_out`) whose bound pods hold their resources as foreign pods."""
         self.admitted_at: dict[str, float] = {}
         self._lock = threading.Lock()
         self._dirty_nodes: set[str] = set()
@@ -211,7 +211,7 @@ class KubeCache:
             try:
                 self._sync_workload(key, sources, now=now)
             except Exception as exc:
-                self._leave_out(key, exc, sources)
+                self.leave_out(key, exc, sources)
         for key in foreign:
             self._sync_foreign(key[4:], sources.pods.get(key[4:]))
         # Claims allocated that no pod here holds (another scheduler's pods not bound yet, a previous
@@ -288,10 +288,11 @@ class KubeCache:
             fleet = self._fleet
             return self._owners(fleet.remove_node(name)) if name in fleet.index else set()
 
-    def _leave_out(self, key: str, exc: Exception, sources: Sources) -> None:
-        """A workload the refresh failed on (call it in the `except` block) waits out of the queue, its
-        pods saying why, until one of them changes; its bound pods keep what they hold, as pods of no
-        workload do, so nothing is placed on their GPUs."""
+    def leave_out(self, key: str, exc: Exception, sources: Sources) -> None:
+        """A workload the scheduler failed on, refreshing it or carrying out its admission (call it in
+        the `except` block), waits out of the queue, its pods saying why, until one of them changes;
+        its bound pods keep what they hold, as pods of no workload do, so nothing is placed on their
+        GPUs."""
         self.failures += 1
         contained("scheduler", "workload %s is left out of scheduling until its pods change", key)
         cache = self.cache
@@ -310,6 +311,13 @@ class KubeCache:
                     self._sync_foreign(pod_key, pod)
                 except Exception:
                     contained("scheduler", "pod %s of %s holds resources not accounted", pod_key, key)
+
+    def leave_out_admitted(self, key: str, exc: Exception, sources: Sources, *, now: float) -> None:
+        """`leave_out` for a workload accounted as admitted (a victim the scheduler failed to evict): it
+        is taken out of the cache and its bound pods hold what they hold as pods of no workload, so no
+        cycle chooses it again until its pods change."""
+        self._forget(key, now=now)
+        self.leave_out(key, exc, sources)
 
     # ------------------------------------------------------------------ nodes
     def _sync_node(self, name: str, node: Json | None) -> set[str]:

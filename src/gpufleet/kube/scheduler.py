@@ -39,7 +39,7 @@ from gpufleet.controllers.decisions import Carrier, Outcome, run_cycles
 from gpufleet.controllers.failures import contained
 from gpufleet.controllers.queuestatus import queue_reason
 from gpufleet.fleet.dra_claims import ClaimAllocation
-from gpufleet.fleet.state import FleetState
+from gpufleet.fleet.state import Allocation, FleetState
 from gpufleet.kube import claim_writes, disruptions
 from gpufleet.kube import pods as kube_pods
 from gpufleet.kube import queues as kube_queues
@@ -366,10 +366,28 @@ class KubeScheduler:
         workload = cache.pending.get(admit.workload)
         if workload is None:
             return
+        cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
+        # Every pod's bind is worked out before any goes to the binder: a gang is bound whole or not at
+        # all. An error no user caused there leaves this workload out (its pods say why) until its pods
+        # change, instead of failing every pass at it while the workloads behind it wait.
+        try:
+            binds = self._binds(workload, admit)
+        except Exception as exc:
+            cache.evict(admit.workload, now=now)
+            self.kcache.leave_out(admit.workload.removesuffix(REST), exc, self._sources())
+            return
+        self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
+        for pod, alloc, flavor, claims in binds:
+            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor, claims)
+            self._bind(pod, alloc.pod)
+
+    def _binds(
+        self, workload: Workload, admit: Admit
+    ) -> list[tuple[Json, Allocation, str | None, tuple[ClaimWrite, ...]]]:
+        """Each admitted pod with its allocation, the quota flavor it is charged to and its claims."""
         pods = self.kcache.core_pods(admit.workload)
         requests = {ps.name: ps.request for ps in workload.pod_sets}
-        cache.admit(workload, admit.assignment, admit.allocations, now=now)  # assume
-        self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
+        binds = []
         for index, alloc in enumerate(admit.allocations):
             pod = pods.get(alloc.pod)
             if pod is None:
@@ -378,9 +396,8 @@ class KubeScheduler:
             # The flavor the pod is charged to goes with it, so a later scheduler charges the same one.
             request = requests.get(kube_pods.pod_set_of(pod))
             charged = pod_usage(request, admit.assignment.model) if request is not None else None
-            flavor = charged[0] if charged is not None else None
-            self.kcache.assume(pod, cache.fleet.names[alloc.node], alloc, flavor, claims)
-            self._bind(pod, alloc.pod)
+            binds.append((pod, alloc, charged[0] if charged is not None else None, claims))
+        return binds
 
     def _bind(self, pod: Json, core_name: str) -> None:
         key = key_of(pod)
@@ -426,6 +443,17 @@ class KubeScheduler:
                 self._bind(pod, retry.core_name)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
+        try:
+            self._evict(preempt)
+        except Exception as exc:
+            # An error no user caused: the victim is left out (what its pods hold stays held, and it is
+            # no victim again) until its pods change, instead of failing every pass at it.
+            self.kcache.leave_out_admitted(preempt.victim.removesuffix(REST), exc, self._sources(), now=now)
+        # The victims leave the cache now, holding their resources until they are gone: capacity to
+        # come, which their preemptor (and whoever else fits in it) waits for in the next cycles.
+        self.kcache.refresh(self._sources(), now=now)
+
+    def _evict(self, preempt: Preempt) -> None:
         members = self.kcache.core_pods(preempt.victim)
         chosen = (
             list(members.values()) if preempt.whole else [members[p] for p in preempt.pods if p in members]
@@ -453,9 +481,6 @@ class KubeScheduler:
         workload = cache.pending.pop(preempt.preemptor, None) if refused and preempt.preemptor else None
         if workload is not None:
             self.refused[preempt.preemptor] = workload
-        # The victims leave the cache now, holding their resources until they are gone: capacity to
-        # come, which their preemptor (and whoever else fits in it) waits for in the next cycles.
-        self.kcache.refresh(self._sources(), now=now)
 
     # ------------------------------------------------------------------ reasons
     def _explain(self, result: CycleResult | None) -> None:
