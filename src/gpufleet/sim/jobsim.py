@@ -567,7 +567,15 @@ def simulate(
                 return clock.now() < end
             return not feeder.done or recorder.finished < len(jobs)
 
-        runtime.run_while(unfinished, limit=DRAIN_LIMIT if options.drain else end - start)
+        try:
+            runtime.run_while(unfinished, limit=DRAIN_LIMIT if options.drain else end - start)
+        except KeyboardInterrupt:
+            if progress is not None:  # where the run stood, since no summary or report comes
+                progress(
+                    f"interrupted at day {(clock.now() - start) / 86400:.2f}: {recorder.finished}/"
+                    f"{len(jobs)} jobs finished, {time.perf_counter() - wall:.0f} s; nothing reported"
+                )
+            raise
         _check_reconciles(manager)
         now = clock.now()
         series.close(now)
