@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import shlex
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +22,11 @@ from gpufleet.sim.options import (
     parse_slowdown,
     parse_spot,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpufleet.sim.jobsim import SimProgress
 
 DEFAULT_GPUS = 2048
 
@@ -245,16 +252,18 @@ def simulate(
         raise ValidationError("no job of the trace is submitted in the window", obj="--days")
     jobfleet.check_runnable(window.jobs, pools, "--fleet" if fleet is not None else "--gpus")
     queue_objs = jobfleet.queues_for(policy, pools, window, queues)
-    result = jobsim.simulate(
-        loaded,
-        pools,
-        queue_objs,
-        begin=begin,
-        days=days,
-        options=options,
-        state_dir=state_dir,
-        progress=err.print,
-    )
+    with _progress_bar(err) as meter:
+        result = jobsim.simulate(
+            loaded,
+            pools,
+            queue_objs,
+            begin=begin,
+            days=days,
+            options=options,
+            state_dir=state_dir,
+            progress=err.print,
+            meter=meter,
+        )
     summary = jobreport.summarise(result)
     if as_json:
         typer.echo(json.dumps(simstate.summary_json(summary, result)))
@@ -282,6 +291,31 @@ def simulate(
         err.print(f"report: {files[0]}")
     if state_dir is not None:
         err.print(simstate.hint(state_dir), soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _progress_bar(err: Console) -> Iterator[Callable[[SimProgress], None] | None]:
+    """On a terminal, a bar of the jobs finished with the simulated day reached; elsewhere (a log, a
+    pipe) none, and the run prints a line every 10 s instead."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("simulated day {task.fields[day]:.2f}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs finished"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("simulate", total=None, day=0.0)
+
+        def update(at: SimProgress) -> None:
+            bar.update(task, completed=at.finished, total=at.jobs, day=at.day)
+
+        yield update
 
 
 def _compare(

@@ -79,6 +79,23 @@ SimStore = MemoryStore | SqliteStore
 """The simulation's store: in memory, or SQLite in a state directory kept for inspection."""
 
 
+PROGRESS_LINE_SECONDS = 10.0
+"""Wall seconds between two progress lines (`simulate(progress=...)`)."""
+METER_SECONDS = 0.2
+"""Wall seconds between two readings for a progress bar (`simulate(meter=...)`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimProgress:
+    """Where a run stands, for a progress bar."""
+
+    day: float
+    """Simulated days since the run's start."""
+    finished: int
+    jobs: int
+    wall_seconds: float
+
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     checkpoint_interval: float | None = None
@@ -479,9 +496,13 @@ def simulate(
     options: SimOptions | None = None,
     state_dir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    meter: Callable[[SimProgress], None] | None = None,
 ) -> SimResult:
     """Runs the jobs of `trace` submitted in [begin, begin + days) (seconds after its first
-    submission) on the fleet of `pools` with `queues`; returns what was measured."""
+    submission) on the fleet of `pools` with `queues`; returns what was measured.
+
+    `progress` gets a line on where the run stands every 10 s of wall time (none while a `meter`
+    takes readings for a progress bar, five a second) and one if Ctrl-C stops the run."""
     options = options or SimOptions()
     window = trace.window(begin, days)
     capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
@@ -547,6 +568,12 @@ def simulate(
         wall = time.perf_counter()
         end = start + (days * 86400.0 if days is not None else 0.0)
         last_report = wall
+        every = METER_SECONDS if meter is not None else PROGRESS_LINE_SECONDS
+        told = progress is not None or meter is not None
+
+        def where(wall_now: float) -> SimProgress:
+            return SimProgress((clock.now() - start) / 86400, recorder.finished, len(jobs), wall_now - wall)
+
         # The run's state only grows; frozen, the cyclic collector stops walking it (sim.heap).
         heap = stack.enter_context(FrozenHeap())
 
@@ -557,12 +584,12 @@ def simulate(
                 _check_reconciles(manager)
             if isinstance(store, MemoryStore):
                 _settled(store)
-            if progress is not None and time.perf_counter() - last_report > 10:
+            if told and time.perf_counter() - last_report > every:
                 last_report = time.perf_counter()
-                progress(
-                    f"day {(clock.now() - start) / 86400:.2f}: {recorder.finished}/{len(jobs)} jobs "
-                    f"finished, {time.perf_counter() - wall:.0f} s"
-                )
+                if meter is not None:
+                    meter(where(last_report))
+                elif progress is not None:
+                    progress(_line(where(last_report)))
             if not options.drain:
                 return clock.now() < end
             return not feeder.done or recorder.finished < len(jobs)
@@ -571,10 +598,7 @@ def simulate(
             runtime.run_while(unfinished, limit=DRAIN_LIMIT if options.drain else end - start)
         except KeyboardInterrupt:
             if progress is not None:  # where the run stood, since no summary or report comes
-                progress(
-                    f"interrupted at day {(clock.now() - start) / 86400:.2f}: {recorder.finished}/"
-                    f"{len(jobs)} jobs finished, {time.perf_counter() - wall:.0f} s; nothing reported"
-                )
+                progress(f"interrupted at {_line(where(time.perf_counter()))}; nothing reported")
             raise
         _check_reconciles(manager)
         now = clock.now()
@@ -601,3 +625,7 @@ def simulate(
             double_booked=recorder.double_booked,
             events={reason: n for (_, reason), n in sorted(store.discarded.items())},
         )
+
+
+def _line(at: SimProgress) -> str:
+    return f"day {at.day:.2f}: {at.finished}/{at.jobs} jobs finished, {at.wall_seconds:.0f} s"
