@@ -313,3 +313,36 @@ def test_a_pod_the_scheduler_fails_on_waits_alone_saying_why(
     touched = {"metadata": {"labels": {"touched": "yes"}}}
     cluster.api.request("PATCH", path, body=touched, content_type=MERGE_PATCH)
     assert wait_for("the pod bound once it changed", lambda: cluster.node_of("bad")) == node
+
+
+@pytest.mark.contained_failures
+def test_a_gang_whose_binds_the_scheduler_fails_to_work_out_binds_none_and_the_next_pod_binds(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, scheduler: Any
+) -> None:
+    from gpufleet.kube import scheduler as kube_scheduler_module
+
+    real = kube_scheduler_module.pod_usage
+    bug = {"on": True, "calls": 0}
+
+    def pod_usage(request: Any, model: Any) -> Any:
+        if bug["on"] and request.gpus == 3:  # the gang's second pod trips it, after the first was done
+            bug["calls"] += 1
+            if bug["calls"] % 2 == 0:
+                raise ArithmeticError("a bug its numbers trip")
+        return real(request, model)
+
+    monkeypatch.setattr(kube_scheduler_module, "pod_usage", pod_usage)
+    node = cluster.node("a")
+    odd = cluster.gang("odd", 2, gpus=3)
+    cluster.pod("good", gpus=2)
+    assert wait_for("the other pod bound", lambda: cluster.node_of("good")) == node
+    said = wait_for("why the gang waits", lambda: cluster.condition(odd[0], "PodScheduled"))
+    assert said["status"] == "False" and "ArithmeticError" in said["message"], said
+    time.sleep(2)  # more passes: the gang is not tried again while its pods are unchanged
+    assert [cluster.node_of(name) for name in odd] == [None, None]  # bound whole or not at all
+    assert scheduler.stats.errors == 0
+    bug["on"] = False
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/{odd[0]}"
+    touched = {"metadata": {"labels": {"touched": "yes"}}}
+    cluster.api.request("PATCH", path, body=touched, content_type=MERGE_PATCH)
+    assert wait_for("the gang bound once it changed", lambda: all(cluster.node_of(n) for n in odd))
