@@ -568,12 +568,11 @@ def simulate(
         wall = time.perf_counter()
         end = start + (days * 86400.0 if days is not None else 0.0)
         last_report = wall
-        every = METER_SECONDS if meter is not None else PROGRESS_LINE_SECONDS
-        told = progress is not None or meter is not None
 
         def where(wall_now: float) -> SimProgress:
             return SimProgress((clock.now() - start) / 86400, recorder.finished, len(jobs), wall_now - wall)
 
+        report, every = _reporter(progress, meter)
         # The run's state only grows; frozen, the cyclic collector stops walking it (sim.heap).
         heap = stack.enter_context(FrozenHeap())
 
@@ -584,12 +583,9 @@ def simulate(
                 _check_reconciles(manager)
             if isinstance(store, MemoryStore):
                 _settled(store)
-            if told and time.perf_counter() - last_report > every:
+            if report is not None and time.perf_counter() - last_report > every:
                 last_report = time.perf_counter()
-                if meter is not None:
-                    meter(where(last_report))
-                elif progress is not None:
-                    progress(_line(where(last_report)))
+                report(where(last_report))
             if not options.drain:
                 return clock.now() < end
             return not feeder.done or recorder.finished < len(jobs)
@@ -625,6 +621,17 @@ def simulate(
             double_booked=recorder.double_booked,
             events={reason: n for (_, reason), n in sorted(store.discarded.items())},
         )
+
+
+def _reporter(
+    progress: Callable[[str], None] | None, meter: Callable[[SimProgress], None] | None
+) -> tuple[Callable[[SimProgress], None] | None, float]:
+    """What takes a reading of where the run stands, and how often: a progress bar's meter, else a line."""
+    if meter is not None:
+        return meter, METER_SECONDS
+    if progress is not None:
+        return (lambda at: progress(_line(at))), PROGRESS_LINE_SECONDS
+    return None, PROGRESS_LINE_SECONDS
 
 
 def _line(at: SimProgress) -> str:
