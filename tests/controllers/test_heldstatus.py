@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api import load_objects
+from gpufleet.api.labels import job_workload_name
 from gpufleet.api.pool import GPUPool
-from gpufleet.api.runtime import Event
+from gpufleet.api.runtime import Event, Workload
 from gpufleet.api.training import TrainingJob, TrainingJobStatus
 from gpufleet.controllers.heldstatus import HeldStatuses
 from gpufleet.controllers.plane import build_manager
@@ -198,3 +199,45 @@ def test_a_held_status_that_meets_another_writer_stays_held_and_is_written_on_a_
     written = fresh(None)
     assert written.status.phase == "Admitted" and written.spec.replicas == 1
     assert held.echo(key, written), "the controller's own write, not looked at again"
+
+
+class Collector:
+    """Deletes each job, and its Workload, in the round its end is written (as the simulator does)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+
+    def step(self, now: float) -> None:
+        for job in self.store.list(TrainingJob, namespace="team"):
+            if job.status.phase == "Succeeded":
+                self.store.delete(TrainingJob, job.name, "team")
+                self.store.delete(Workload, job_workload_name(job.name), "team")
+
+
+def test_a_finished_job_is_written_before_its_workload_goes_inactive_at_the_same_instant(
+    tmp_path: Path,
+) -> None:
+    """The job's end comes first: whoever collects finished jobs deletes both before the workload's
+    change is written; left alone, the workload is inactive and its GPUs free within the instant."""
+    kept = World(tmp_path / "kept", held=True)
+    collected = World(tmp_path / "collected", held=True)
+    collected.runtime.participants.append(Collector(collected.store))
+    start = kept.clock.now()
+    before = []
+    for world in (kept, collected):
+        world.submit()
+        world.runtime.run_until(start + 599)
+        before.append(world.store.resource_version)
+        world.runtime.run_until(start + 600)
+    assert kept.job("one").status.phase == "Succeeded" and kept.job("two").status.phase == "Running"
+    workload = kept.store.get(Workload, job_workload_name("one"), "team")
+    assert not workload.spec.active and workload.status.phase == "Inactive"
+    order = [
+        (e.object.kind, e.object.name)
+        for e in kept.store.events_since(before[0], kinds=["TrainingJob", "Workload"])
+        if e.object.name in ("one", "job-one")
+    ]
+    assert order.index(("TrainingJob", "one")) < order.index(("Workload", "job-one"))
+    events = collected.store.events_since(before[1], kinds=["Workload"])
+    assert [e.type for e in events if e.object.name == "job-one"] == ["DELETED"], "no change first"
+    assert collected.job("two").status.phase == "Running", "its GPUs were free at the same instant"

@@ -149,9 +149,12 @@ class TrainingJobController(ViewedReconciler[JobView]):
             interval = job.spec.checkpoint.interval_seconds if job.spec.checkpoint else None
             jobstate.record_metrics(namespace, name, status, checkpoint_interval=interval)
             self.with_series.add(key)
-        if status.phase in ("Succeeded", "Failed") and workload.spec.active:
-            spec = workload.spec.model_copy(update={"active": False})
-            self._wrote(self.store.update(workload.model_copy(update={"spec": spec})))
+        if status.phase in jobstate.FINISHED and workload.spec.active:
+            # The job's end is written first (below, at once); its workload goes inactive at the next
+            # look, in this instant (`_ensure_workload` reads the end from the job). Whoever collects
+            # finished jobs then deletes both without the workload's change ever being written (the
+            # simulator does so for every job).
+            self.enqueue(key, now)
         if status != job.status:
             why = _last_disruption(workload)
             self._announce(key, job, status, why, now)
