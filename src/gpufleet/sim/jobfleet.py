@@ -11,7 +11,7 @@ is unlimited, so idle quota is lent, and reclaimed by preemption when its owner 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -146,25 +146,30 @@ def mig_instances(pool: GPUPool) -> dict[str, int]:
     return out
 
 
-def fits(job: TraceJob, pools: Sequence[GPUPool]) -> bool:
-    """Whether the fleet could ever run the job: a MIG job needs a pool with instances of its profile,
+def runnable(pools: Sequence[GPUPool]) -> Callable[[TraceJob], bool]:
+    """Whether the fleet could ever run a job: a MIG job needs a pool with instances of its profile,
     a whole-GPU job no more GPUs than the GPUs no MIG layout partitions. A job that cannot is left
-    out of the run (and counted), as it would otherwise wait for ever."""
-    if job.mig is not None:
-        return any(job.mig in mig_instances(pool) for pool in pools)
+    out of the run (and counted), as it would otherwise wait for ever. The fleet is counted once for
+    all the jobs asked about (the whole trace is 82,000 of them)."""
+    profiles = {profile for pool in pools for profile in mig_instances(pool)}
     whole = 0
     for pool in pools:
         sharing = pool.spec.sharing
         layouts = sharing.mig if sharing is not None and sharing.mig is not None else {}
         split = sum(1 for gpu in range(pool.spec.gpus_per_node) if layouts.get(str(gpu), layouts.get("*")))
         whole += pool.spec.nodes * (pool.spec.gpus_per_node - split)
-    return job.gpus <= whole
+
+    def runs(job: TraceJob) -> bool:
+        return job.mig in profiles if job.mig is not None else job.gpus <= whole
+
+    return runs
 
 
 def check_runnable(jobs: Sequence[TraceJob], pools: Sequence[GPUPool], obj: str) -> None:
     """Refuses a window none of whose jobs the fleet could ever run: every one would be left out, and
     the run would report nothing but an idle fleet."""
-    if jobs and not any(fits(job, pools) for job in jobs):
+    runs = runnable(pools)
+    if jobs and not any(runs(job) for job in jobs):
         first = jobs[0]
         asks = (
             f"a {first.mig} MIG instance"

@@ -44,7 +44,7 @@ from gpufleet.controllers.manager import ControllerManager
 from gpufleet.controllers.plane import build_manager
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.heap import FrozenHeap
-from gpufleet.sim.jobfleet import GPUS_PER_NODE, fits, mig_share, queue_name
+from gpufleet.sim.jobfleet import GPUS_PER_NODE, mig_share, queue_name, runnable
 from gpufleet.sim.philly import Trace, TraceJob
 from gpufleet.store.eventpage import EventPages
 from gpufleet.store.memory import MemoryStore
@@ -508,8 +508,9 @@ def simulate(
     capacity = sum(p.spec.nodes * p.spec.gpus_per_node for p in pools)
     nodes = sum(p.spec.nodes for p in pools)
     per_node = max(p.spec.gpus_per_node for p in pools)
-    jobs = [j for j in window.jobs if fits(j, pools)]
-    unplaceable = [j for j in window.jobs if not fits(j, pools)]
+    runs = runnable(pools)
+    jobs = [j for j in window.jobs if runs(j)]
+    unplaceable = [j for j in window.jobs if not runs(j)]
     origin = trace.start
     start = origin + begin
     clock = VirtualClock(start)
