@@ -241,6 +241,8 @@ def template_resource_claims(template: Mapping[str, Any] | None) -> list[PodReso
     """The `spec.resourceClaims` of a PodTemplateSpec (empty when it has none).
 
     Raises ValidationError naming `template.spec.resourceClaims[i]` for an entry that is not one."""
+    if template is None:
+        return []  # most pods (asked on every look at one): no Mapping check, which is slow
     spec = template.get("spec") if isinstance(template, Mapping) else None
     raw = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
     if raw is None:
