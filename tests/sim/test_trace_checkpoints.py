@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api.errors import DataError
+from gpufleet.api.training import TrainingJob
 from gpufleet.sim import jobfleet, jobsim, philly
+from gpufleet.store.memory import MemoryStore
 
 HEADER = "timestamp,duration,num_gpus,cluster,checkpoint_interval\n"
 
@@ -68,3 +70,32 @@ def test_each_job_loses_at_most_its_own_interval_on_a_failure(tmp_path: Path) ->
         assert r.lost_gpu_seconds <= r.restarts * 8 * 300.0 + 1e-6
     # Without checkpoints a failure throws away the whole attempt, far more than five minutes' work.
     assert max(r.lost_gpu_seconds / r.restarts for r in never if r.restarts) > 8 * 300.0
+
+
+def test_the_feeders_jobs_are_those_a_whole_build_gives(tmp_path: Path) -> None:
+    """The feeder validates a shape's spec once and gives each job of it its own duration: what it
+    submits (and the store keeps) is what building each job whole gives, shape by shape."""
+    trace = philly.load(
+        write(
+            tmp_path,
+            [
+                "2017-10-01 00:00:00,600,8,a,",
+                "2017-10-01 00:00:01,75.5,8,a,",
+                "2017-10-01 00:00:02,600,8,b,",
+                "2017-10-01 00:00:03,600,12,a,",
+                "2017-10-01 00:00:04,31,1,a,90.5",
+                "2017-10-01 00:00:05,32,1,a,",
+                "2017-10-01 00:00:06,33,1,a,90.5",
+            ],
+        )
+    )
+    options = jobsim.SimOptions(checkpoint_interval=1800.0)
+    store = MemoryStore()
+    feeder = jobsim.Feeder(store, trace.jobs, trace.start, options, lambda job, now: None)
+    feeder.step(trace.start + 10)
+    assert len(feeder.specs) == 5, "one spec per queue, size and interval"
+    for job in trace.jobs:
+        built = jobsim.training_job(job, options)
+        stored = store.get(TrainingJob, job.name, built.namespace)
+        assert stored.spec == built.spec
+        assert stored.spec.duration_seconds == job.duration
