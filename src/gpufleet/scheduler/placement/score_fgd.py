@@ -47,6 +47,8 @@ _NO_ROWS: Rows = np.zeros(0, dtype=np.intp)
 DIRTY_LIMIT = 4096
 # Rows written since the last scoring up to which a recheck recomputes them without comparing first.
 FEW_ROWS = 16
+# Node states whose values a model keeps (`FragmentationModel._refresh_row`) before it starts afresh.
+ROW_MEMO = 4096
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -135,6 +137,8 @@ class FragmentationModel:
         # Rows allocated on or released since the last `sync`, recomputed together there: a what-if
         # that places and rolls back many pods between two scorings costs a list append per change.
         self._dirty: list[int] = []
+        self._row_memo: dict[tuple[bytes, int, int], tuple[IntArray, IntArray, np.int64, FloatArray]] = {}
+        """A row's values by what they are computed from, under the current weights (`_refresh_row`)."""
         k = len(shapes)
         self.access = np.zeros((0, k), dtype=np.bool_)
         # Per row, a number for its `access` row (rows with equal access rows get the same one; `row_key`).
@@ -222,6 +226,7 @@ class FragmentationModel:
         if np.array_equal(weights, self.weights):
             return False
         self.weights = weights
+        self._row_memo.clear()
         return True
 
     def recheck(self) -> None:
@@ -312,16 +317,29 @@ class FragmentationModel:
 
     def _refresh_row(self, state: FleetState, row: int) -> None:
         """`_refresh` of one row with plain indexing, which costs less than gathering arrays of one row: a
-        stream of placements refreshes one row at a time. The same operations, so the same values."""
+        stream of placements refreshes one row at a time. The same operations, so the same values.
+
+        A row's values follow from its usable free milli per GPU, its free CPU, its access row and the
+        weights: nodes pass through the same few states again and again (empty, one pod, ...), so the
+        values of each state are kept (`_row_memo`) until the weights change."""
         free = np.where(state.gpu_ok[row], state.gpu_free[row], 0)
+        cpu_free = state.cpu_free[row]
+        pods = state.gpu_pods[row] if state.mode[row] != DYNAMIC_CODE else 0
         self._free_seen[row] = free
-        cpu_free = self._cpu_seen[row] = state.cpu_free[row]
-        self._pods_seen[row] = state.gpu_pods[row] if state.mode[row] != DYNAMIC_CODE else 0
-        enough = free[:, None] >= self.milli
-        fit_gpus = self.fit_gpus[row] = enough.sum(axis=0)
-        stranded = self.stranded[row] = np.where(enough, 0, free[:, None]).sum(axis=0)
-        idle = self.idle[row] = free.sum()
-        self.frag[row] = self.amount(idle, cpu_free, fit_gpus, stranded, self.access[row])
+        self._cpu_seen[row] = cpu_free
+        self._pods_seen[row] = pods
+        key = (free.tobytes(), int(cpu_free), int(self.access_id[row]))
+        known = self._row_memo.get(key)
+        if known is None:
+            enough = free[:, None] >= self.milli
+            fit_gpus = enough.sum(axis=0)
+            stranded = np.where(enough, 0, free[:, None]).sum(axis=0)
+            idle = free.sum()
+            frag = self.amount(idle, cpu_free, fit_gpus, stranded, self.access[row])
+            if len(self._row_memo) >= ROW_MEMO:
+                self._row_memo.clear()
+            known = self._row_memo[key] = (fit_gpus, stranded, idle, frag)
+        self.fit_gpus[row], self.stranded[row], self.idle[row], self.frag[row] = known
 
     # ------------------------------------------------------------- formula
     def amount(
