@@ -224,9 +224,9 @@ def unregister_kind(kind: str) -> None:
 
 
 def kind_info(kind: str) -> KindInfo | None:
-    """The registration of a kind, or None."""
-    with _lock:
-        return _kinds.get(kind)
+    """The registration of a kind, or None. Read without the lock: one lookup in a dict is atomic, and
+    every store write and read asks (registrations take the lock against each other)."""
+    return _kinds.get(kind)
 
 
 def registered_kinds() -> Iterator[KindInfo]:

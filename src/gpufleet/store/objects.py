@@ -126,9 +126,14 @@ def dumped(obj: Resource) -> tuple[KindInfo, Json]:
 def status_kind(obj: Resource) -> KindInfo:
     """The registration of the object's kind, which must have a status (what `update_status` writes)."""
     info = kind_of(type(obj))
-    if "status" not in info.model.model_fields:
+    if not _has_status(info.model):
         raise ValidationError(f"{info.kind} has no status", obj=obj.describe(), field="status")
     return info
+
+
+@functools.cache  # every status write asks; a model class's fields never change
+def _has_status(model: type[Resource]) -> bool:
+    return "status" in model.model_fields
 
 
 def dumped_but_status(obj: Resource) -> Json:
