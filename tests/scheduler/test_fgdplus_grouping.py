@@ -89,18 +89,29 @@ def test_grouped_and_row_by_row_scores_equal_one_numpy_batch_to_the_bit(seed: in
 
 
 def test_a_row_refreshed_alone_equals_the_row_refreshed_with_the_fleet() -> None:
+    """Row by row (the values of a node state kept and reused when a row comes back to it, as nodes
+    filling and emptying do) and the whole fleet at once give the same values to the bit."""
     rng = np.random.default_rng(3)
     state = typed_fleet(3)
     typical = TypicalWorkload.from_requests(REQUESTS)
     model = FragmentationModel(typical, by_capacity=True)
     model.sync(state)
-    for step in range(150):
-        request = REQUESTS[int(rng.integers(len(REQUESTS)))]
-        rows = filter_nodes(state, request).rows
-        if rows.size:
+    running: list[str] = []
+    refreshes = 0
+    for step in range(300):
+        if running and rng.random() < 0.4:
+            row = state.release(running.pop(int(rng.integers(len(running))))).node
+        else:
+            request = REQUESTS[int(rng.integers(len(REQUESTS)))]
+            rows = filter_nodes(state, request).rows
+            if not rows.size:
+                continue
             row = int(rows[int(rng.integers(rows.size))])
             state.allocate(f"p{step}", row, request, choose_gpus(state, row, request).gpus)
-            model.refresh(state, row)  # this row alone
+            running.append(f"p{step}")
+        model.refresh(state, row)  # this row alone
+        refreshes += 1
+    assert len(model._row_memo) < refreshes, "some rows came back to a state already seen"
     fresh = FragmentationModel(typical, by_capacity=True)
     fresh.sync(state)  # every row at once
     n = state.n_rows
@@ -153,3 +164,23 @@ def test_rows_that_hash_alike_but_differ_are_not_grouped(monkeypatch: pytest.Mon
 def test_columns_must_be_a_matrix() -> None:
     with pytest.raises(ValueError, match="rows x columns"):
         alike_rows(np.arange(4, dtype=np.int64))
+
+
+def test_rows_alike_in_free_gpus_but_not_in_cpu_or_model_keep_values_of_their_own() -> None:
+    """A node state's kept values are those of its free GPUs, free CPU and the shapes it can host: a
+    node with the same free GPUs but its CPU taken, or of another model, is computed anew."""
+    state = FleetState(max_gpus=8)
+    for name, gpu_model in (("a", "A100"), ("b", "A100"), ("t", "T4")):
+        state.add_node(NodeSpec(name, gpu_model, 8, 64_000, 512_000))
+    shapes = [PodRequest(cpu_milli=8_000, gpus=1), PodRequest(cpu_milli=8_000, gpus=1, gpu_models=("T4",))]
+    typical = TypicalWorkload.from_requests(shapes)
+    model = FragmentationModel(typical, by_capacity=True)
+    model.sync(state)
+    for row in range(3):
+        model.refresh(state, row)
+    state.allocate("cpu-hog", 1, PodRequest(cpu_milli=60_000), ())
+    model.refresh(state, 1)
+    fresh = FragmentationModel(typical, by_capacity=True)
+    fresh.sync(state)
+    assert model.frag[:3].tolist() == fresh.frag[:3].tolist()
+    assert len(set(model.frag[:3].tolist())) == 3, "free CPU and the GPU model both count"
