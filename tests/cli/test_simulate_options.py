@@ -85,7 +85,16 @@ def test_a_window_without_jobs_is_refused_by_name(tmp_path: Path) -> None:
     args = ["simulate", "--trace", str(trace), "--gpus", "8", "--start-day", "1", "--days", "0.5"]
     result = CliRunner().invoke(app, args)
     assert isinstance(result.exception, ValidationError)
-    assert "no job of the trace is submitted in the window" in str(result.exception)
+    said = str(result.exception)
+    assert said.startswith("--days: no job of the trace is submitted in the window")
+    # where the submissions are, in the days --start-day counts: the next one after the window
+    assert "(days 1.000 to 1.500; the next one is submitted at day 2.000)" in said
+    # a start after the last submission is the start's fault, whatever --days says
+    result = CliRunner().invoke(app, [*args[:-4], "--start-day", "2.5"])
+    assert isinstance(result.exception, ValidationError)
+    said = str(result.exception)
+    assert said.startswith("--start-day: no job of the trace is submitted in the window")
+    assert "(from day 2.500; its last one is submitted at day 2.000)" in said
 
 
 @pytest.mark.parametrize(

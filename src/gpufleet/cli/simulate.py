@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpufleet.sim.jobsim import SimProgress
+    from gpufleet.sim.philly import Trace
 
 DEFAULT_GPUS = 2048
 
@@ -246,10 +247,8 @@ def simulate(
         if fleet is not None
         else jobfleet.fleet_of_gpus(DEFAULT_GPUS if gpus is None else gpus, spot=spot is not None)
     )
-    begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
-    window = loaded.window(begin, days)
-    if not window.jobs:  # before the queues, whose quotas are shares of the window's demand
-        raise ValidationError("no job of the trace is submitted in the window", obj="--days")
+    # before the queues, whose quotas are shares of the window's demand
+    begin, window = _trace_window(loaded, start_day, days)
     jobfleet.check_runnable(window.jobs, pools, "--fleet" if fleet is not None else "--gpus")
     queue_objs = jobfleet.queues_for(policy, pools, window, queues)
     with _progress_bar(err) as meter:
@@ -318,6 +317,21 @@ def _progress_bar(err: Console) -> Iterator[Callable[[SimProgress], None] | None
         yield update
 
 
+def _trace_window(loaded: Trace, start_day: float | None, days: float | None) -> tuple[float, Trace]:
+    """Where the run starts (seconds after the trace's first submission) and the jobs it replays. An
+    empty window is refused with where the trace's submissions are, naming `--start-day` when it
+    starts after the last one, `--days` when it ends before the next."""
+    begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
+    window = loaded.window(begin, days)
+    if not window.jobs:
+        past_end = all(job.submit < begin for job in loaded.jobs)
+        raise ValidationError(
+            f"no job of the trace is submitted in the window ({loaded.nearest_submissions(begin, days)})",
+            obj="--start-day" if past_end and start_day is not None else "--days",
+        )
+    return begin, window
+
+
 def _compare(
     trace: str,
     configs: list[Path],
@@ -342,10 +356,7 @@ def _compare(
 
     specs = compare.load_configs(configs, seed=seed)
     loaded = philly.load(philly.resolve(trace, data_dir))
-    begin = start_day * 86400.0 if start_day is not None else loaded.busy_start()
-    window = loaded.window(begin, days)
-    if not window.jobs:
-        raise ValidationError("no job of the trace is submitted in the window", obj="--days")
+    begin, window = _trace_window(loaded, start_day, days)
     planned = []
     for spec in specs:
         pools = (

@@ -113,6 +113,21 @@ class Trace:
         end = math.inf if days is None else start + days * DAY
         return Trace(self.path, self.start, tuple(j for j in self.jobs if start <= j.submit < end))
 
+    def nearest_submissions(self, start: float, days: float | None) -> str:
+        """Where this trace's submissions lie around the window `window(start, days)` found empty, in
+        the days after the first submission that `--start-day` counts (for the refusal's message)."""
+        end = math.inf if days is None else start + days * DAY
+        later = [j.submit for j in self.jobs if j.submit >= end]
+        where = (
+            f"days {start / DAY:.3f} to {end / DAY:.3f}"
+            if days is not None
+            else f"from day {start / DAY:.3f}"
+        )
+        if later:
+            return f"{where}; the next one is submitted at day {min(later) / DAY:.3f}"
+        last = max((j.submit for j in self.jobs), default=0.0)
+        return f"{where}; its last one is submitted at day {last / DAY:.3f}"
+
     def gpu_demand(self) -> dict[str, float]:
         """GPU-seconds asked for, per cluster."""
         out: dict[str, float] = {}
