@@ -58,3 +58,14 @@ def test_idle_and_cost_are_priced_per_pool_and_queue_lengths_kept_per_queue(tmp_
     text = jobreport.markdown(result, "t", "c")
     assert "| cheap | 16 | $1.00 |" in text and "| dear | 16 | $5.00 |" in text
     assert "jobs waiting mean / peak hour" in text
+
+
+def test_the_summary_writes_thousands_of_gpu_hours_as_the_tables_do(tmp_path: Path) -> None:
+    trace = philly.load(synthetic_trace(tmp_path / "trace.csv", 20))
+    pools = jobfleet.fleet_of_gpus(2048)
+    result = jobsim.simulate(trace, pools, jobfleet.trace_queues(trace.gpu_demand(), pools), days=0.5)
+    summary = jobreport.summarise(result)
+    assert summary.idle_gpu_hours > 1000
+    text = jobreport.markdown(result, "t", "c")
+    assert f"| idle GPU-hours / their cost | {summary.idle_gpu_hours:,.1f} / $" in text
+    assert f"{summary.idle_gpu_hours:,.1f}".count(",") == 1

@@ -244,7 +244,7 @@ def table(runs: Sequence[tuple[RunSpec, SimResult]]) -> str:
         lines.append(
             f"| {spec.name} | {spec.policy} | {s.finished}/{s.jobs} | {h(s.jct_mean)} / {h(s.jct_p50)} / "
             f"{h(s.jct_p99)} | {h(s.wait_mean)} / {h(s.wait_p99)} | {s.utilisation:.1%} | {s.goodput:.1%} | "
-            f"{s.restarts} | {s.lost_gpu_hours:.1f} | {s.idle_gpu_hours:,.1f} (${s.idle_cost:,.0f}) | "
+            f"{s.restarts} | {s.lost_gpu_hours:,.1f} | {s.idle_gpu_hours:,.1f} (${s.idle_cost:,.0f}) | "
             f"${fleet_cost(result):,.0f} |"
         )
     return "\n".join(lines)
