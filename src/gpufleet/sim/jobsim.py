@@ -525,8 +525,10 @@ def simulate(
     nodes = sum(p.spec.nodes for p in pools)
     per_node = max(p.spec.gpus_per_node for p in pools)
     runs = runnable(pools)
-    jobs = [j for j in window.jobs if runs(j)]
-    unplaceable = [j for j in window.jobs if not runs(j)]
+    jobs: list[TraceJob] = []
+    unplaceable: list[TraceJob] = []
+    for job in window.jobs:
+        (jobs if runs(job) else unplaceable).append(job)
     origin = trace.start
     start = origin + begin
     clock = VirtualClock(start)
