@@ -16,6 +16,7 @@ from gpufleet.controllers import convert
 from gpufleet.controllers.manager import RETRY_SECONDS, ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.controllers.scheduling.actions import Actions
+from gpufleet.scheduler import cycle
 from gpufleet.store.protocol import WatchEvent
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
@@ -84,6 +85,45 @@ def test_a_workload_the_scheduler_fails_on_waits_alone_until_it_changes(
     bug["on"] = False
     _touch(store, "bad")
     _steps(manager, now=61.0)
+    assert _phases(store)["bad"] == "Admitted"
+
+
+def test_a_workload_whose_placement_raises_waits_alone_logged_and_counted(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _node(store, "n1")
+    for name in ("a", "bad", "z"):
+        _workload(store, name, gpus=2)
+    real = cycle.place_workload
+    bug = {"on": True}
+
+    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
+        if workload.name == "default/bad" and bug["on"]:
+            raise OverflowError("a number placement cannot take")
+        return real(fleet, workload, **kwargs)
+
+    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    controller = SchedulingController(store)
+    manager = ControllerManager(store, [controller])
+    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.failures"):
+        _steps(manager)
+    assert _phases(store) == {"a": "Admitted", "bad": "Pending", "z": "Admitted"}
+    reason = store.get(Workload, "bad").status.pending_reason
+    assert reason is not None and reason.type == "SchedulingError"
+    assert "OverflowError: a number placement cannot take" in reason.message
+    # What an operator, the simulator's check and the test suite's watch go by: one log line with the
+    # traceback of where placement raised, and one contained failure.
+    [record] = [r for r in caplog.records if "workload default/bad is left out" in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is OverflowError
+    assert "in place_workload" in caplog.text
+    assert manager.contained_failures == 1
+    # Out of the queue until it changes: the periodic passes and the others' changes leave it alone.
+    _workload(store, "later", gpus=2)
+    _steps(manager, now=120.0)
+    assert manager.contained_failures == 1 and _phases(store)["later"] == "Admitted"
+    bug["on"] = False
+    _touch(store, "bad")
+    _steps(manager, now=121.0)
     assert _phases(store)["bad"] == "Admitted"
 
 

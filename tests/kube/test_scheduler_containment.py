@@ -13,6 +13,7 @@ from gpufleet.kube import nodes as kube_nodes
 from gpufleet.kube import scheduler as kube_scheduler
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.scheduler import KubeScheduler
+from gpufleet.scheduler import cycle
 
 from .fakeapi import FakeApiServer
 from .fixtures import gang, pod
@@ -54,6 +55,38 @@ def test_a_pod_the_scheduler_fails_on_waits_alone_and_is_tried_when_it_changes(
     failed = sched.kcache.failures
     run(sched)
     assert failed == 2 and sched.kcache.failures == failed  # not tried while its pod is unchanged
+    bug["on"] = False
+    patch = {"metadata": {"labels": {"touched": "yes"}}}
+    api.request("PATCH", f"{PODS}/bad", body=patch, content_type="application/merge-patch+json")
+    run(sched)
+    assert set(bound(api)) == {"a", "bad", "z"}
+
+
+def test_a_pod_whose_placement_raises_waits_alone_counted_and_is_tried_when_it_changes(
+    api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched = make(api)
+    add_node(api, "gpu-1")
+    real = cycle.place_workload
+    bug = {"on": True}
+
+    def place_workload(fleet: Any, workload: Any, **kwargs: Any) -> Any:
+        if bug["on"] and workload.name.endswith("/bad"):
+            raise OverflowError("a number placement cannot take")
+        return real(fleet, workload, **kwargs)
+
+    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    add_pods(api, [pod("a", gpus=2), pod("bad", gpus=2), pod("z", gpus=2)])
+    run(sched)
+    assert set(bound(api)) == {"a", "z"}
+    assert sched.stats.errors == 0 and sched.kcache.failures >= 1
+    scheduled = condition(api, "bad", "PodScheduled")
+    assert scheduled is not None and "SchedulingError" in scheduled["message"]
+    assert "OverflowError" in scheduled["message"]
+    run(sched)  # its pod changed once more: the scheduler wrote why it waits
+    failed = sched.kcache.failures
+    run(sched)
+    assert sched.kcache.failures == failed  # not tried while its pod is unchanged
     bug["on"] = False
     patch = {"metadata": {"labels": {"touched": "yes"}}}
     api.request("PATCH", f"{PODS}/bad", body=patch, content_type="application/merge-patch+json")

@@ -65,7 +65,10 @@ def _carrier(cache: ClusterCache) -> Carrier:
     def preempt(decision: Preempt, now: float) -> None:
         cache.evict(decision.victim, now=now)
 
-    return Carrier(preempt=preempt, admit=admit)
+    def leave_out(name: str, error: Exception) -> None:
+        raise error  # no attempt raises here: one that did would be a bug to see
+
+    return Carrier(preempt=preempt, admit=admit, leave_out=leave_out)
 
 
 def _run(cache: ClusterCache, now: float) -> None:

@@ -33,6 +33,8 @@ def test_a_request_that_breaks_placement_is_left_out_with_its_error() -> None:
     assert {a.workload for a in result.admitted} == {"good0", "good1"}
     reason = result.pending["broken"].reason
     assert reason.type == SCHEDULING_ERROR and "cannot be scheduled" in reason.message
+    # The core logs nothing: the error goes back to the world, which logs and counts it.
+    assert list(result.errors) == ["broken"] and isinstance(result.errors["broken"], Exception)
     apply_decisions(cache, result, now=1000.0)
     cache.fleet.check_invariants()  # nothing the broken attempt touched is left behind
     again = Scheduler().cycle(cache, now=1001.0)

@@ -53,6 +53,10 @@ class Carrier:
     """Evict the victim whole, or shrink it by the pods named (an elastic workload)."""
     admit: Callable[[Admit, float], None]
     """Start the admitted workload on the allocations chosen: `cache.admit` first, then the writes."""
+    leave_out: Callable[[str, Exception], None]
+    """Set aside a workload whose attempt raised (`CycleResult.errors`: a bug its numbers trip): the
+    world logs the error with its traceback, counts it as a contained failure (`controllers.failures`)
+    and takes the workload out of the queue, its status saying why, until it changes."""
     trace_uid: Callable[[str], str | None] = lambda name: None
     """The uid of the object a workload of the cache stands for, which names its trace and the
     `trace_id` of its log lines (`observability.tracing`); None where the world knows none."""
@@ -100,6 +104,8 @@ def run_cycles(
         limit = limit * 2 if limit is not None else None
         cycles += 1
         last = result
+        for name, error in result.errors.items():
+            carrier.leave_out(name, error)
         for preempt in result.preempted:
             _count_preemption(cache, preempt, number, carrier, now, span, export_metrics=export_metrics)
             carrier.preempt(preempt, now)

@@ -12,6 +12,7 @@ simulator's check and the test suite's watch (`tests/conftest.py`) see every one
 from __future__ import annotations
 
 import logging
+import sys
 
 from gpufleet.observability import metrics
 
@@ -21,5 +22,11 @@ log = logging.getLogger(__name__)
 def contained(component: str, message: str, *args: object) -> None:
     """Logs the error being handled (call it in an `except` block) as a contained failure of the
     component (a controller's name, `scheduler`, `operator`) and counts it."""
+    contained_error(component, sys.exc_info()[1], message, *args)
+
+
+def contained_error(component: str, error: BaseException | None, message: str, *args: object) -> None:
+    """`contained` for an error caught where nothing may log (the scheduling core hands back the
+    errors its cycle met, `CycleResult.errors`): logged with that error's traceback, and counted."""
     metrics.CONTAINED_FAILURES.labels(component).inc()
-    log.exception(f"{component}: {message}", *args)
+    log.error(f"{component}: {message}", *args, exc_info=error)

@@ -40,7 +40,7 @@ from gpufleet.api.labels import CAPACITY_TYPE_LABEL
 from gpufleet.api.queue import Queue
 from gpufleet.controllers import nodesync
 from gpufleet.controllers.convert import placeable_quota_tree
-from gpufleet.controllers.failures import contained
+from gpufleet.controllers.failures import contained, contained_error
 from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import Allocation, AllocationError, FleetState, MigSlot
 from gpufleet.kube import nodes as kube_nodes
@@ -289,12 +289,12 @@ class KubeCache:
             return self._owners(fleet.remove_node(name)) if name in fleet.index else set()
 
     def leave_out(self, key: str, exc: Exception, sources: Sources) -> None:
-        """A workload the scheduler failed on, refreshing it or carrying out its admission (call it in
-        the `except` block), waits out of the queue, its pods saying why, until one of them changes;
-        its bound pods keep what they hold, as pods of no workload do, so nothing is placed on their
-        GPUs."""
+        """A workload the scheduler failed on (refreshing it, deciding on it or carrying out its
+        admission) waits out of the queue, its pods saying why, until one of them changes; its bound
+        pods keep what they hold, as pods of no workload do, so nothing is placed on their GPUs. The
+        error is logged with its traceback and counted."""
         self.failures += 1
-        contained("scheduler", "workload %s is left out of scheduling until its pods change", key)
+        contained_error("scheduler", exc, "workload %s is left out of scheduling until its pods change", key)
         cache = self.cache
         assert cache is not None
         for name in (key, key + REST):

@@ -325,7 +325,12 @@ class KubeScheduler:
         return run_cycles(
             scheduler=self.scheduler,
             cache=cache,
-            carrier=Carrier(preempt=self._preempt, admit=self._admit, trace_uid=self._trace_uid),
+            carrier=Carrier(
+                preempt=self._preempt,
+                admit=self._admit,
+                leave_out=self._leave_out,
+                trace_uid=self._trace_uid,
+            ),
             now=now,
             max_cycles=self.scheduler_config.max_cycles,
             batch=FIRST_BATCH,
@@ -360,6 +365,11 @@ class KubeScheduler:
         group = self.kcache.groups.get(name.removesuffix(REST))
         return trace_uid(group.members[0]) if group is not None and group.members else None
 
+    def _leave_out(self, name: str, exc: Exception) -> None:
+        """A workload (or the rest of a partly bound gang) the scheduler failed on waits out of the
+        queue, its pods saying why, until one of them changes (`ClusterCache.leave_out` of the cache)."""
+        self.kcache.leave_out(name.removesuffix(REST), exc, self._sources())
+
     def _admit(self, admit: Admit, now: float) -> None:
         cache = self.kcache.cache
         assert cache is not None
@@ -374,7 +384,7 @@ class KubeScheduler:
             binds = self._binds(workload, admit)
         except Exception as exc:
             cache.evict(admit.workload, now=now)
-            self.kcache.leave_out(admit.workload.removesuffix(REST), exc, self._sources())
+            self._leave_out(admit.workload, exc)
             return
         self.kcache.admitted_at.setdefault(admit.workload.removesuffix(REST), now)
         for pod, alloc, flavor, claims in binds:

@@ -567,7 +567,8 @@ class _Cycle:
     def _attempt(self, workload: Workload) -> Outcome:
         """Steps 3-5 for one workload. A workload whose request makes them fail (a bug its numbers
         trip) is left out with the error as its reason, and what it changed is undone: one tenant's
-        object must not stop the cycle for every other."""
+        object must not stop the cycle for every other. The error goes back to the world in the
+        result (`CycleResult.errors`), to be logged and counted."""
         mark = self.snapshot.mark()
         try:
             # a shared claim admitted earlier (this cycle or before) is charged to its workload only
@@ -577,6 +578,7 @@ class _Cycle:
             return self._decide(workload)
         except Exception as exc:
             self.snapshot.rollback(mark)
+            self.result.errors[workload.name] = exc
             return Failure(explain.scheduling_error(exc))
 
     def _decide(self, workload: Workload) -> Outcome:

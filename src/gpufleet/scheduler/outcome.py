@@ -30,6 +30,10 @@ class CycleResult:
     settled: bool = False
     """Nothing was decided, and a cycle on the same cache at any later time would attempt and decide
     nothing either (`scheduler.settled`): a world may skip its periodic pass until the cache changes."""
+    errors: dict[str, Exception] = field(default_factory=dict)
+    """Workloads whose attempt raised (a bug their numbers trip, no user's doing), with the error: each
+    waits with it as its reason (`explain.scheduling_error`). The core only hands them back; a world
+    logs each with its traceback and counts it as a contained failure (`controllers.failures`)."""
 
     @property
     def changed(self) -> bool:

@@ -25,7 +25,7 @@ from gpufleet.api.queue import Queue
 from gpufleet.api.runtime import TOPOLOGY_LEVELS, Node, Pod
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import claims, convert, jobstate, lifecycle, nodesync
-from gpufleet.controllers.failures import contained
+from gpufleet.controllers.failures import contained, contained_error
 from gpufleet.controllers.scheduling.claimsync import ClaimsNotReady
 from gpufleet.controllers.scheduling.devicesync import DeviceSync
 from gpufleet.controllers.scheduling.state import (
@@ -397,12 +397,13 @@ class CacheSync:
             self.leave_out(key, exc)
 
     def leave_out(self, key: str, exc: Exception) -> None:
-        """Leaves the workload out of scheduling until it changes (call it in the `except` block): it
-        leaves the queue, keeps what it holds, and its status says why (`SchedulingError`)."""
+        """Leaves the workload out of scheduling until it changes: it leaves the queue, keeps what it
+        holds, and its status says why (`SchedulingError`); `exc` is logged with its traceback and
+        counted."""
         state = self.state
         state.failures += 1
         obj = state.workloads.get(key)
-        contained("scheduler", "workload %s is left out of scheduling until it changes", key)
+        contained_error("scheduler", exc, "workload %s is left out of scheduling until it changes", key)
         if state.cache is not None:
             state.cache.pending.pop(key, None)
         state.backoff.pop(key, None)

@@ -152,7 +152,12 @@ class SchedulingController:
         outcome = run_cycles(
             scheduler=self.scheduler,
             cache=cache,
-            carrier=Carrier(preempt=self.actions.preempt, admit=self._admit, trace_uid=self._trace_uid),
+            carrier=Carrier(
+                preempt=self.actions.preempt,
+                admit=self._admit,
+                leave_out=self.sync.leave_out,
+                trace_uid=self._trace_uid,
+            ),
             now=now,
             max_cycles=self.config.max_cycles,
             export_metrics=self.state.export_metrics,
