@@ -54,6 +54,18 @@ def _touch(store: SqliteStore, name: str) -> None:
     store.update(obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": {"t": "1"}})}))
 
 
+def _bad_waits_alone(store: SqliteStore, caplog: pytest.LogCaptureFixture, error: str) -> ControllerManager:
+    """Runs the scheduler over workloads a, bad and z: a and z start, bad waits saying `error`."""
+    manager = ControllerManager(store, [SchedulingController(store)])
+    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.failures"):
+        _steps(manager)
+    assert _phases(store) == {"a": "Admitted", "bad": "Pending", "z": "Admitted"}
+    reason = store.get(Workload, "bad").status.pending_reason
+    assert reason is not None and reason.type == "SchedulingError"
+    assert error in reason.message
+    return manager
+
+
 def test_a_workload_the_scheduler_fails_on_waits_alone_until_it_changes(
     store: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -69,14 +81,7 @@ def test_a_workload_the_scheduler_fails_on_waits_alone_until_it_changes(
         return real(obj)
 
     monkeypatch.setattr(convert, "core_workload", core_workload)
-    controller = SchedulingController(store)
-    manager = ControllerManager(store, [controller])
-    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.failures"):
-        _steps(manager)
-    assert _phases(store) == {"a": "Admitted", "bad": "Pending", "z": "Admitted"}
-    reason = store.get(Workload, "bad").status.pending_reason
-    assert reason is not None and reason.type == "SchedulingError"
-    assert "ZeroDivisionError: a bug its numbers trip" in reason.message
+    manager = _bad_waits_alone(store, caplog, "ZeroDivisionError: a bug its numbers trip")
     assert "workload default/bad is left out of scheduling" in caplog.text
     # Once, not at every pass: it is not tried again while it is unchanged.
     assert manager.contained_failures == 1
@@ -103,14 +108,7 @@ def test_a_workload_whose_placement_raises_waits_alone_logged_and_counted(
         return real(fleet, workload, **kwargs)
 
     monkeypatch.setattr(cycle, "place_workload", place_workload)
-    controller = SchedulingController(store)
-    manager = ControllerManager(store, [controller])
-    with caplog.at_level(logging.ERROR, logger="gpufleet.controllers.failures"):
-        _steps(manager)
-    assert _phases(store) == {"a": "Admitted", "bad": "Pending", "z": "Admitted"}
-    reason = store.get(Workload, "bad").status.pending_reason
-    assert reason is not None and reason.type == "SchedulingError"
-    assert "OverflowError: a number placement cannot take" in reason.message
+    manager = _bad_waits_alone(store, caplog, "OverflowError: a number placement cannot take")
     # What an operator, the simulator's check and the test suite's watch go by: one log line with the
     # traceback of where placement raised, and one contained failure.
     [record] = [r for r in caplog.records if "workload default/bad is left out" in r.getMessage()]
