@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.sim.scenario import load_scenarios
+from gpufleet.scheduler import cycle
+from gpufleet.sim.scenario import load_scenarios, run_scenario
 
 GOOD = """\
 apiVersion: gpufleet.io/v1alpha1
@@ -96,3 +97,31 @@ def test_good_file_loads(tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"
     path.write_text(GOOD)
     assert [item.name for item in load_scenarios([path])] == ["s"]
+
+
+def test_a_scenario_whose_scheduler_raises_fails_whatever_it_expects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workload it raised on waits with `SchedulingError` and the others start, as in every world;
+    # a scenario that expects nothing of it must still not pass over a bug.
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "apiVersion: gpufleet.io/v1alpha1\nkind: Scenario\nmetadata: {name: s}\n"
+        "spec:\n  nodes: [{name: n1, gpus: 8, gpuModel: H100-80GB}]\n"
+        "  queues: [{name: q, quotas: {H100-80GB: {nominal: 8}}}]\n"
+        "  submit:\n    - {name: a, queue: q, podSets: [{gpus: 2}]}\n"
+        "    - {name: bad, queue: q, podSets: [{gpus: 2}]}\n"
+        "  expect: {admitted: [a]}\n"
+    )
+    real = cycle.place_workload
+
+    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
+        if workload.name == "bad":
+            raise OverflowError("a number placement cannot take")
+        return real(fleet, workload, **kwargs)
+
+    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    (item,) = load_scenarios([path])
+    outcome = run_scenario(item)
+    assert not outcome.passed
+    assert outcome.failures == ["the scheduler raised on bad: OverflowError: a number placement cannot take"]

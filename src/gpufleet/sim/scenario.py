@@ -511,6 +511,9 @@ class RunLog:
     preempted: dict[str, Preempt] = field(default_factory=dict)
     last: CycleResult | None = None
     converged: bool = False
+    errors: dict[str, str] = field(default_factory=dict)
+    """Workloads an attempt raised on (`CycleResult.errors`: a bug, no scenario's doing), with the error
+    in words: the scenario fails on it whatever it expects."""
 
 
 def run_world(world: World) -> RunLog:
@@ -526,6 +529,8 @@ def run_world(world: World) -> RunLog:
         result = scheduler.cycle(cache, now=world.now)
         log.cycles += 1
         log.last = result
+        for name, error in result.errors.items():
+            log.errors.setdefault(name, f"{type(error).__name__}: {error}")
         for preempt in result.preempted:
             if preempt.whole:
                 log.preempted[preempt.victim] = preempt
@@ -562,6 +567,8 @@ def check_expectations(scenario: Scenario, world: World, log: RunLog) -> list[st
     failures: list[str] = []
     if not log.converged:
         failures.append(f"no fixed point after {log.cycles} cycles (a preemption loop?)")
+    for name, error in log.errors.items():
+        failures.append(f"the scheduler raised on {name}: {error}")
     pending = log.last.pending if log.last is not None else {}
     for name in expect.admitted or []:
         if name not in cache.admitted:
