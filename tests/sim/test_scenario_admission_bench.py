@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
+from gpufleet.scheduler import cycle
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.admission import run
 
@@ -38,3 +39,16 @@ def test_out_of_range_options_are_usage_errors(option: str, value: str) -> None:
 def test_the_benchmark_runs_what_users_get_unless_told() -> None:
     assert run(queues=8, workloads=50, nodes=40, arrivals=0).policy == SchedulerConfig().policy_for("batch")
     assert run(queues=8, workloads=50, nodes=40, arrivals=0, policy="bestfit").policy == "bestfit"
+
+
+def test_a_cycle_that_raised_stops_the_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cycle.place_workload
+
+    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
+        if workload.name.endswith("7"):
+            raise OverflowError("a number placement cannot take")
+        return real(fleet, workload, **kwargs)
+
+    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    with pytest.raises(OverflowError, match="a number placement cannot take"):
+        run(queues=8, workloads=50, nodes=40, arrivals=0)

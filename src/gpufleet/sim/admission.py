@@ -23,7 +23,7 @@ from gpufleet.fleet.request import PodRequest
 from gpufleet.fleet.state import FleetState
 from gpufleet.scheduler.cache import ClusterCache
 from gpufleet.scheduler.config import SchedulerConfig
-from gpufleet.scheduler.cycle import Scheduler, apply_decisions
+from gpufleet.scheduler.cycle import CycleResult, Scheduler, apply_decisions
 from gpufleet.scheduler.queueing import QueueSettings, UsageHistory
 from gpufleet.scheduler.quota import FlavorLimits, QuotaNode, QuotaTree
 from gpufleet.scheduler.workload import PodSet, Workload
@@ -72,6 +72,14 @@ class AdmissionResult:
 
 def _round(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 2)
+
+
+def _checked(result: CycleResult) -> CycleResult:
+    """The cycle's result. Figures must not stand over a bug: an attempt that raised (the core leaves
+    that workload waiting, `CycleResult.errors`) stops the benchmark with its error."""
+    for error in result.errors.values():
+        raise error
+    return result
 
 
 def build_fleet(nodes: int) -> FleetState:
@@ -156,7 +164,7 @@ def run(
     spent = 0.0
     while cycles < 200:
         began = time.perf_counter()
-        result = scheduler.cycle(cache, now=now)
+        result = _checked(scheduler.cycle(cache, now=now))
         apply_decisions(cache, result, now=now)
         spent += time.perf_counter() - began
         cycles += 1
@@ -182,7 +190,7 @@ def run(
             )
         )
         began = time.perf_counter()
-        result = scheduler.cycle(cache, now=now)
+        result = _checked(scheduler.cycle(cache, now=now))
         elapsed = time.perf_counter() - began
         apply_decisions(cache, result, now=now)
         if result.preempted:
