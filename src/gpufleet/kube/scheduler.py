@@ -367,7 +367,7 @@ class KubeScheduler:
 
     def _leave_out(self, name: str, exc: Exception) -> None:
         """A workload (or the rest of a partly bound gang) the scheduler failed on waits out of the
-        queue, its pods saying why, until one of them changes (`ClusterCache.leave_out` of the cache)."""
+        queue, its pods saying why, until one of them changes (`KubeCache.leave_out`)."""
         self.kcache.leave_out(name.removesuffix(REST), exc, self._sources())
 
     def _admit(self, admit: Admit, now: float) -> None:
