@@ -6,7 +6,7 @@ import copy
 import logging
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,28 @@ def _no_log_stream_left_closed() -> Iterator[None]:
         if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture
+def placement_bug(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[str], bool]], dict[str, bool]]:
+    """Arms a bug in placement, the call every cycle's attempt makes: placing a workload whose core
+    name `on` accepts raises OverflowError("a number placement cannot take") while the returned
+    switch's "on" is True."""
+    from gpufleet.scheduler import cycle
+
+    def arm(on: Callable[[str], bool]) -> dict[str, bool]:
+        real = cycle.place_workload
+        bug = {"on": True}
+
+        def place_workload(fleet: Any, workload: Any, **kwargs: Any) -> Any:
+            if bug["on"] and on(workload.name):
+                raise OverflowError("a number placement cannot take")
+            return real(fleet, workload, **kwargs)
+
+        monkeypatch.setattr(cycle, "place_workload", place_workload)
+        return bug
+
+    return arm
 
 
 class _ContainedFailures(logging.Handler):

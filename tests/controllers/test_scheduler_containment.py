@@ -5,6 +5,7 @@ held. A controller whose step raises stops neither the others nor the next round
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,12 @@ from gpufleet.controllers import convert
 from gpufleet.controllers.manager import RETRY_SECONDS, ControllerManager
 from gpufleet.controllers.scheduling import SchedulingController
 from gpufleet.controllers.scheduling.actions import Actions
-from gpufleet.scheduler import cycle
 from gpufleet.store.protocol import WatchEvent
 from gpufleet.store.sqlite import SqliteStore
 from gpufleet.twin.clock import VirtualClock
 
 pytestmark = pytest.mark.contained_failures
+PlacementBug = Callable[[Callable[[str], bool]], dict[str, bool]]
 
 
 @pytest.fixture
@@ -94,20 +95,12 @@ def test_a_workload_the_scheduler_fails_on_waits_alone_until_it_changes(
 
 
 def test_a_workload_whose_placement_raises_waits_alone_logged_and_counted(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    store: SqliteStore, placement_bug: PlacementBug, caplog: pytest.LogCaptureFixture
 ) -> None:
     _node(store, "n1")
     for name in ("a", "bad", "z"):
         _workload(store, name, gpus=2)
-    real = cycle.place_workload
-    bug = {"on": True}
-
-    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
-        if workload.name == "default/bad" and bug["on"]:
-            raise OverflowError("a number placement cannot take")
-        return real(fleet, workload, **kwargs)
-
-    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    bug = placement_bug(lambda name: name == "default/bad")
     manager = _bad_waits_alone(store, caplog, "OverflowError: a number placement cannot take")
     # What an operator, the simulator's check and the test suite's watch go by: one log line with the
     # traceback of where placement raised, and one contained failure.

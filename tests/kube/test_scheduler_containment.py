@@ -4,6 +4,7 @@ when its pods change."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,6 @@ from gpufleet.kube import nodes as kube_nodes
 from gpufleet.kube import scheduler as kube_scheduler
 from gpufleet.kube.actions import Actions
 from gpufleet.kube.scheduler import KubeScheduler
-from gpufleet.scheduler import cycle
 
 from .fakeapi import FakeApiServer
 from .fixtures import gang, pod
@@ -63,19 +63,11 @@ def test_a_pod_the_scheduler_fails_on_waits_alone_and_is_tried_when_it_changes(
 
 
 def test_a_pod_whose_placement_raises_waits_alone_counted_and_is_tried_when_it_changes(
-    api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+    api: FakeApiServer, placement_bug: Callable[[Callable[[str], bool]], dict[str, bool]]
 ) -> None:
     sched = make(api)
     add_node(api, "gpu-1")
-    real = cycle.place_workload
-    bug = {"on": True}
-
-    def place_workload(fleet: Any, workload: Any, **kwargs: Any) -> Any:
-        if bug["on"] and workload.name.endswith("/bad"):
-            raise OverflowError("a number placement cannot take")
-        return real(fleet, workload, **kwargs)
-
-    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    bug = placement_bug(lambda name: name.endswith("/bad"))
     add_pods(api, [pod("a", gpus=2), pod("bad", gpus=2), pod("z", gpus=2)])
     run(sched)
     assert set(bound(api)) == {"a", "z"}

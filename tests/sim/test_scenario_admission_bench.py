@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.scheduler import cycle
 from gpufleet.scheduler.config import SchedulerConfig
 from gpufleet.sim.admission import run
 
@@ -41,14 +42,9 @@ def test_the_benchmark_runs_what_users_get_unless_told() -> None:
     assert run(queues=8, workloads=50, nodes=40, arrivals=0, policy="bestfit").policy == "bestfit"
 
 
-def test_a_cycle_that_raised_stops_the_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = cycle.place_workload
-
-    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
-        if workload.name.endswith("7"):
-            raise OverflowError("a number placement cannot take")
-        return real(fleet, workload, **kwargs)
-
-    monkeypatch.setattr(cycle, "place_workload", place_workload)
+def test_a_cycle_that_raised_stops_the_benchmark(
+    placement_bug: Callable[[Callable[[str], bool]], dict[str, bool]],
+) -> None:
+    placement_bug(lambda name: name.endswith("7"))
     with pytest.raises(OverflowError, match="a number placement cannot take"):
         run(queues=8, workloads=50, nodes=40, arrivals=0)

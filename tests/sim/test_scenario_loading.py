@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpufleet.api.errors import ValidationError
-from gpufleet.scheduler import cycle
 from gpufleet.sim.scenario import load_scenarios, run_scenario
 
 GOOD = """\
@@ -100,7 +100,7 @@ def test_good_file_loads(tmp_path: Path) -> None:
 
 
 def test_a_scenario_whose_scheduler_raises_fails_whatever_it_expects(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, placement_bug: Callable[[Callable[[str], bool]], dict[str, bool]]
 ) -> None:
     # The workload it raised on waits with `SchedulingError` and the others start, as in every world;
     # a scenario that expects nothing of it must still not pass over a bug.
@@ -113,14 +113,7 @@ def test_a_scenario_whose_scheduler_raises_fails_whatever_it_expects(
         "    - {name: bad, queue: q, podSets: [{gpus: 2}]}\n"
         "  expect: {admitted: [a]}\n"
     )
-    real = cycle.place_workload
-
-    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
-        if workload.name == "bad":
-            raise OverflowError("a number placement cannot take")
-        return real(fleet, workload, **kwargs)
-
-    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    placement_bug(lambda name: name == "bad")
     (item,) = load_scenarios([path])
     outcome = run_scenario(item)
     assert not outcome.passed

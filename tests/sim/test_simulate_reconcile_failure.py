@@ -3,12 +3,12 @@ with the other objects, but the run's figures would no longer be what the contro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpufleet.controllers.pools import PoolController
-from gpufleet.scheduler import cycle
 from gpufleet.sim import jobfleet, jobsim, philly
 
 
@@ -34,19 +34,14 @@ def test_a_failed_reconcile_stops_the_run(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.contained_failures
-def test_a_placement_that_raises_stops_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_placement_that_raises_stops_the_run(
+    tmp_path: Path, placement_bug: Callable[[Callable[[str], bool]], dict[str, bool]]
+) -> None:
     # The workload it raises on waits out of the queue and the others run: without the count, the run
     # would finish with figures of a fleet that never ran that job.
     trace = _trace(tmp_path)
     pools = jobfleet.fleet_of_gpus(16)
     queues = jobfleet.trace_queues(trace.gpu_demand(), pools)
-    real = cycle.place_workload
-
-    def place_workload(fleet, workload, **kwargs):  # type: ignore[no-untyped-def]
-        if workload.name.endswith("-j5"):
-            raise OverflowError("a number placement cannot take")
-        return real(fleet, workload, **kwargs)
-
-    monkeypatch.setattr(cycle, "place_workload", place_workload)
+    placement_bug(lambda name: name.endswith("-j5"))
     with pytest.raises(RuntimeError, match=r"failure\(s\) of the control plane"):
         jobsim.simulate(trace, pools, queues)
