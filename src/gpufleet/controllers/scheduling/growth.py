@@ -12,6 +12,7 @@ from __future__ import annotations
 from gpufleet.api.runtime import NodeDemand
 from gpufleet.api.runtime import Workload as WorkloadObject
 from gpufleet.controllers import capacity, events
+from gpufleet.controllers.failures import contained_error
 from gpufleet.controllers.scheduling.actions import Actions
 from gpufleet.controllers.scheduling.state import SOURCE, SchedulingState, gone
 from gpufleet.controllers.scheduling.status import StatusWriter
@@ -69,6 +70,13 @@ class Growth:
             cache.pending.pop(key, None)
             restored = cache.admit(workload, assignment, allocations, now=now)
             restored.workload = workload  # keeps its admission time (minimum runtime, lost work)
+        error = result.errors.get(key)
+        if error is not None:  # a bug its numbers trip: it keeps its size; its next checkpoint tries again
+            self.state.failures += 1
+            contained_error(
+                "scheduler", error, "workload %s: the trial of its growth raised; it keeps its pods", key
+            )
+            return None
         admit = next((a for a in result.admitted if a.workload == key), None)
         if admit is None or sum(admit.assignment.counts) <= sum(assignment.counts):
             return None
