@@ -100,9 +100,17 @@ def handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up mid-exchange (a watch or request the test closed) is no error of the
+        # server's; anything else is printed with its traceback as before.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def serve(api: FakeApiServer, port: int = 0) -> ThreadingHTTPServer:
     """Serves `api` on 127.0.0.1 in a daemon thread; the server's port is `server_address[1]`."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler_for(api))
+    server = _Server(("127.0.0.1", port), handler_for(api))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="fake-apiserver").start()
     return server
